@@ -1,0 +1,28 @@
+# Two commands on a fresh machine: `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install run test bench-kernel clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "simagent needs Python >= 3.11; set PYTHON=python3.11 (or newer)")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+# The main job on embedded defaults: no key, no server.
+run: $(STAMP)
+	$(VENV)/bin/simagent bench kernel
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench-kernel: run
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

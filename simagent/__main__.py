@@ -1,0 +1,5 @@
+import sys
+
+from simagent.cli import main
+
+sys.exit(main())

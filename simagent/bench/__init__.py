@@ -1,0 +1,1 @@
+"""Benchmarks: token usage per workflow (the bench) and the kernel micro-benchmarks."""

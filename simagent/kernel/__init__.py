@@ -1,0 +1,33 @@
+"""The kernel layer: a supervised Jupyter kernel with terminal-emulated, bounded capture.
+
+Knows nothing of agents. Import cost matters (``simagent --help`` must stay fast), so
+the supervisor, which imports jupyter_client, loads on first attribute access.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simagent.kernel.capture import OutputEvent
+    from simagent.kernel.result import Display, ErrorInfo, ExecResult
+    from simagent.kernel.supervisor import Kernel, KernelStartError
+
+__all__ = ["Display", "ErrorInfo", "ExecResult", "Kernel", "KernelStartError", "OutputEvent"]
+
+_HOMES = {
+    "Kernel": "simagent.kernel.supervisor",
+    "KernelStartError": "simagent.kernel.supervisor",
+    "ExecResult": "simagent.kernel.result",
+    "ErrorInfo": "simagent.kernel.result",
+    "Display": "simagent.kernel.result",
+    "OutputEvent": "simagent.kernel.capture",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(name)

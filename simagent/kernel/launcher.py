@@ -1,0 +1,191 @@
+"""Kernel-side bootstrap for simagent's default Python kernel.
+
+Run as ``python -m simagent.kernel.launcher -f {connection_file}``. It starts a stock
+ipykernel with four adjustments that only the kernel process can make (ipykernel is
+pinned, and ``tests/test_kernel.py`` proves each one on the real kernel):
+
+1. **C-level output is decoded incrementally.** ipykernel reads fd 1/2 in 1000-byte
+   pieces and decodes each with ``errors="replace"``, so a multi-byte character split
+   across reads becomes two U+FFFD. We read 64 KiB at a time through an incremental
+   UTF-8 decoder, and do not echo the bytes into the kernel's log file.
+2. **C-level output belongs to the cell that printed it.** After each cell we flush C
+   stdio and push a sentinel through the fd pipes, waiting until the watcher has
+   forwarded everything before ipykernel reports the cell idle; otherwise the tail of
+   ``printf``/``os.write`` output races the idle message and is lost.
+3. **Stream messages are bounded.** ipykernel batches writes for 0.2 s, so a fast
+   printer sends 10-100 MB messages that the client must hold in memory whole. We flush
+   once a buffer passes 1 MiB, which also gives the printer back-pressure.
+4. **Output has back-pressure.** The kernel can print far faster than a client renders;
+   unread iopub messages then pile up in the *client's* memory (a 1 GB log would need
+   1 GB there). The client acknowledges the stream characters it has consumed in a
+   small file (``$SIMAGENT_FLOW_FILE``); ``write`` blocks while more than
+   :data:`FLOW_WINDOW_CHARS` are unacknowledged. A client that stops reading for
+   :data:`FLOW_STALL_S` is assumed absent and flow control pauses until it reads again,
+   so background output can never hang the kernel.
+5. **Crashes leave a trace.** ``faulthandler`` writes the native stack of a segfault to
+   the kernel's original stderr (``kernel.log``).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import sys
+import threading
+import time
+
+#: Written through the fd pipes after each cell; an OSC sequence, invisible on a terminal.
+SYNC = "\x1b]simagent-sync\x07"
+_SYNC_BYTES = SYNC.encode()
+_READ_SIZE = 64 * 1024
+_FLUSH_AT_CHARS = 1 << 20
+_SYNC_WAIT_S = 2.0
+#: Unacknowledged stream characters allowed in flight (see point 4 above).
+FLOW_WINDOW_CHARS = 8 << 20
+FLOW_STALL_S = 2.0
+FLOW_ENV = "SIMAGENT_FLOW_FILE"
+
+
+class _Flow:
+    """Kernel side of the flow control: counts characters written, waits for acks."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        self.written = 0
+        self.stalled_at_ack = -1  # ack value at which the client was judged absent
+        self.lock = threading.Lock()
+
+    def acked(self) -> int:
+        data = os.pread(self.fd, 8, 0)
+        return int.from_bytes(data, "little") if len(data) == 8 else 0
+
+    def wrote(self, n: int, stream) -> None:
+        with self.lock:
+            self.written += n
+            ack = self.acked()
+            if self.written - ack <= FLOW_WINDOW_CHARS or ack == self.stalled_at_ack:
+                return
+            stream.flush()  # the client can only ack what was sent
+            deadline = time.monotonic() + FLOW_STALL_S
+            last = ack
+            while self.written - ack > FLOW_WINDOW_CHARS:
+                time.sleep(0.001)
+                ack = self.acked()
+                if ack != last:
+                    last, deadline = ack, time.monotonic() + FLOW_STALL_S
+                elif time.monotonic() > deadline:
+                    self.stalled_at_ack = ack
+                    return
+
+
+_flow: _Flow | None = None
+
+
+def _split_sync_carry(text: str) -> tuple[str, str]:
+    """Hold back a suffix of ``text`` that could be the start of a sentinel."""
+    for k in range(min(len(SYNC) - 1, len(text)), 0, -1):
+        if text.endswith(SYNC[:k]):
+            return text[:-k], text[-k:]
+    return text, ""
+
+
+def _watch_pipe_fd(self) -> None:  # replaces OutStream._watch_pipe_fd
+    if self._fid is None:
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    event = self._simagent_sync
+    carry = ""
+    try:
+        while self._should_watch:
+            data = os.read(self._fid, _READ_SIZE)
+            if not data:
+                break
+            text = carry + decoder.decode(data)
+            synced = SYNC in text
+            if synced:
+                text = text.replace(SYNC, "")
+            text, carry = _split_sync_carry(text)
+            if text:
+                self.write(text)
+            if synced:
+                self.flush()
+                event.set()
+    except Exception:
+        self._exc = sys.exc_info()
+
+
+def _patch_outstream() -> None:
+    from ipykernel.iostream import OutStream
+
+    original_init = OutStream.__init__
+    original_write = OutStream.write
+
+    def __init__(self, *args, **kwargs):  # noqa: N807
+        self._simagent_sync = threading.Event()
+        original_init(self, *args, **kwargs)
+
+    def write(self, string):
+        n = original_write(self, string)
+        buf = self._buffers.get(frozenset(self.parent_header.items()))
+        if buf is not None and buf.tell() > _FLUSH_AT_CHARS:
+            self.flush()
+        if _flow is not None and self._is_master_process():
+            _flow.wrote(len(string), self)
+        return n
+
+    OutStream.__init__ = __init__
+    OutStream._watch_pipe_fd = _watch_pipe_fd
+    OutStream.write = write
+
+
+def _sync_fd_output(*_args) -> None:
+    """post_run_cell hook: make the cell's C-level output arrive before its idle."""
+    from ipykernel.iostream import OutStream
+
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except Exception:
+        pass
+    waiting = []
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, OutStream) and stream._should_watch and stream._fid is not None:
+            stream._simagent_sync.clear()
+            os.write(stream._original_stdstream_fd, _SYNC_BYTES)
+            waiting.append(stream._simagent_sync)
+    for event in waiting:
+        event.wait(_SYNC_WAIT_S)
+
+
+def _enable_faulthandler() -> None:
+    import faulthandler
+
+    fd = getattr(sys.stderr, "_original_stdstream_copy", None)
+    try:
+        faulthandler.enable(file=fd if fd is not None else sys.__stderr__, all_threads=True)
+    except Exception:
+        pass
+
+
+def main() -> None:
+    global _flow
+    if path := os.environ.pop(FLOW_ENV, None):
+        try:
+            _flow = _Flow(path)
+        except OSError:
+            _flow = None
+    _patch_outstream()
+    from ipykernel.kernelapp import IPKernelApp
+
+    app = IPKernelApp.instance()
+    app.initialize(sys.argv[1:])
+    _enable_faulthandler()
+    shell = getattr(app, "shell", None)
+    if shell is not None:
+        shell.events.register("post_run_cell", _sync_fd_output)
+    app.start()
+
+
+if __name__ == "__main__":
+    main()

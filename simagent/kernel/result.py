@@ -1,0 +1,178 @@
+"""What one execution produced, and the text the model sees of it (design.md §6).
+
+Caps live here and nowhere else: the model-facing text is tail-capped (the end of a
+run is where results and errors are), values and errors are capped at 64 KiB, and the
+marker always says how much was dropped and where the full raw output is on disk.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from simagent.kernel.terminal import ESC_SEQ_RE
+
+Status = Literal["ok", "error", "interrupted", "died", "timeout"]
+
+#: Model-facing text of one execution (streams + value + displays + error), in characters.
+MODEL_TEXT_CAP = 256 * 1024
+#: Result value (text/plain) and error text, in bytes of UTF-8.
+VALUE_CAP = 64 * 1024
+#: Frames kept from the end of a library traceback (where the error was raised).
+TRACEBACK_TAIL_FRAMES = 2
+#: Lines kept per traceback frame (header + source context).
+TRACEBACK_FRAME_LINES = 8
+
+
+def cap_bytes(text: str, cap: int = VALUE_CAP) -> str:
+    """Cut ``text`` to ``cap`` UTF-8 bytes at a character boundary, saying how much went."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= cap:
+        return text
+    kept = data[:cap].decode("utf-8", "ignore")
+    return f"{kept}\n… (truncated; {len(data) - len(kept.encode())} more bytes)"
+
+
+def strip_ansi(text: str) -> str:
+    return ESC_SEQ_RE.sub("", text)
+
+
+def compact_traceback(frames: list[str]) -> str:
+    """A short, colourless traceback from IPython's frame list.
+
+    Keeps every frame of user code (``Cell In[..]`` or files under the workspace are not
+    distinguishable here, so cells) and the last few library frames, where the error was
+    raised; the middle of a deep library stack is replaced by a count. The final
+    ``Name: message`` line is always kept.
+    """
+    plain = [strip_ansi(f).rstrip("\n") for f in frames]
+    if plain and set(plain[0].strip()) <= {"-"}:
+        plain = plain[1:]  # the dashed rule IPython draws
+    if plain and plain[0].rstrip().endswith("Traceback (most recent call last)"):
+        plain = plain[1:]
+    if not plain:
+        return ""
+    *body, last = plain
+    kept: list[str] = []
+    omitted = 0
+    for i, frame in enumerate(body):
+        is_cell = frame.lstrip().startswith(("Cell In[", "File <ipython-input", "Input In ["))
+        near_end = i >= len(body) - TRACEBACK_TAIL_FRAMES
+        if is_cell or near_end:
+            if omitted:
+                kept.append(f"... [{omitted} library frame{'s' * (omitted > 1)} omitted] ...")
+                omitted = 0
+            lines = frame.split("\n")
+            if len(lines) > TRACEBACK_FRAME_LINES:
+                # keep the header and the lines around the arrow that marks the failing line
+                arrow = next((j for j, ln in enumerate(lines) if ln.lstrip().startswith(("---->", "->"))), -1)
+                lo = max(1, arrow - 2) if arrow > 0 else 1
+                lines = [lines[0], *lines[lo : lo + TRACEBACK_FRAME_LINES - 1]]
+            kept.append("\n".join(lines))
+        else:
+            omitted += 1
+    kept.append(last)
+    return cap_bytes("\n".join(kept))
+
+
+@dataclass
+class ErrorInfo:
+    ename: str
+    evalue: str
+    traceback: str  # compact, colourless
+
+    def text(self) -> str:
+        head = f"{self.ename}: {self.evalue}" if self.evalue else self.ename
+        if self.traceback and head not in self.traceback:
+            return f"{self.traceback}\n{head}"
+        return self.traceback or head
+
+
+@dataclass
+class Display:
+    """One rich output: images are saved to disk, other types summarised."""
+
+    mime: str
+    text: str  # model-facing one-liner or text/plain
+    path: Path | None = None
+    display_id: str | None = None
+
+
+@dataclass
+class ExecResult:
+    status: Status
+    stdout: str = ""
+    stderr: str = ""
+    value: str | None = None
+    error: ErrorInfo | None = None
+    displays: list[Display] = field(default_factory=list)
+    raw_path: Path | None = None
+    execution_count: int | None = None
+    elapsed_s: float = 0.0
+    #: Something the model must know beyond the output (interrupt, restart, lost state).
+    notice: str = ""
+    #: True when kernel state (variables, imports) was lost during or before this run.
+    state_lost: bool = False
+    #: Stream characters received from the kernel and rendered rows dropped from the head.
+    raw_chars: int = 0
+    rows_dropped: int = 0
+    cap: int = MODEL_TEXT_CAP
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def model_text(self) -> str:
+        """The text a model sees: streams, value, displays, error, notice; tail-capped."""
+        tail_parts: list[str] = []
+        if self.value is not None:
+            tail_parts.append(f"Out[{self.execution_count}]: {self.value}"
+                              if self.execution_count else self.value)
+        tail_parts.extend(d.text for d in self.displays)
+        if self.error is not None:
+            tail_parts.append(self.error.text())
+        if self.notice:
+            tail_parts.append(f"[{self.notice}]")
+        tail = "\n".join(tail_parts)
+
+        streams = self.stdout
+        if self.stderr:
+            streams = f"{streams}\n[stderr]\n{self.stderr}" if streams else f"[stderr]\n{self.stderr}"
+        budget = max(self.cap - len(tail), self.cap // 4)
+        truncated = len(streams) > budget or self.rows_dropped > 0
+        if len(streams) > budget:
+            streams = streams[-budget:]
+            nl = streams.find("\n")
+            if 0 <= nl < 200:  # start on a whole line
+                streams = streams[nl + 1 :]
+        if truncated:
+            streams = f"{self.truncation_marker(len(streams))}\n{streams}"
+        text = "\n".join(p for p in (streams, tail) if p)
+        if not text:
+            return "(no output)" if self.status == "ok" else f"[{self.status}]"
+        return text
+
+    def truncation_marker(self, shown_chars: int) -> str:
+        where = f"full output: {self.raw_path}" if self.raw_path else "full output not kept"
+        return (f"[output truncated: showing the last {_size(shown_chars)} of "
+                f"{_size(self.raw_chars)} printed; {self.rows_dropped:,} earlier lines "
+                f"not shown; {where}]")
+
+
+def _size(n: int) -> str:
+    for unit, k in (("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n} chars"
+
+
+_PNG_SIZE = re.compile(rb"\x89PNG\r\n\x1a\n....IHDR(....)(....)", re.S)
+
+
+def png_size(data: bytes) -> tuple[int, int] | None:
+    m = _PNG_SIZE.match(data[:32])
+    if not m:
+        return None
+    return int.from_bytes(m.group(1), "big"), int.from_bytes(m.group(2), "big")

@@ -1,0 +1,390 @@
+"""The kernel supervisor: one persistent Jupyter kernel, robust to whatever user code does.
+
+Contract (design.md §6): ``execute`` always returns an :class:`ExecResult`, whatever
+happens: errors, interrupts, timeouts, a kernel that dies mid-cell (detected while
+waiting, by polling the process, never by waiting out a timeout), or one that ignores
+SIGINT (restarted after a grace period, and the result says state was lost). The agent
+layer never has to catch kernel exceptions except :class:`KernelStartError`.
+
+Threading: ``execute`` runs in the caller's thread, one at a time. ``interrupt`` may be
+called from any other thread (a UI's Ctrl+C handler) while ``execute`` waits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Literal
+
+from simagent.kernel.capture import Capture, OnOutput
+from simagent.kernel.launcher import FLOW_ENV
+from simagent.kernel.result import MODEL_TEXT_CAP, ExecResult
+from simagent.paths import SessionPaths, kernelspec_dir
+
+KernelState = Literal["stopped", "starting", "idle", "busy", "restarting", "dead"]
+
+#: Seconds an interrupted cell may take to stop before the kernel is restarted.
+INTERRUPT_GRACE_S = 10.0
+#: How often a waiting ``execute`` checks that the kernel process is alive.
+_POLL_S = 0.1
+_STARTUP_TIMEOUT_S = 60.0
+_DEFAULT_SPEC = "simagent-python"
+#: Environment variables the kernel must not inherit: pytest's disables fd capture.
+_SCRUB_ENV = ("PYTEST_CURRENT_TEST",)
+
+
+class _FlowAck:
+    """Client side of the launcher's flow control: publishes stream chars consumed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.consumed = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.consumed = 0
+        os.pwrite(self.fd, (0).to_bytes(8, "little"), 0)
+
+    def ack(self, n: int) -> None:
+        self.consumed += n
+        os.pwrite(self.fd, self.consumed.to_bytes(8, "little"), 0)
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+class KernelStartError(RuntimeError):
+    """The kernel could not be started; the message says why and where the log is."""
+
+
+def default_kernelspec() -> Path:
+    """Write the kernelspec of simagent's own Python kernel (this interpreter + launcher)."""
+    spec_dir = kernelspec_dir() / _DEFAULT_SPEC
+    spec = {
+        "argv": [sys.executable, "-m", "simagent.kernel.launcher", "-f", "{connection_file}"],
+        "display_name": "Python (simagent)",
+        "language": "python",
+        "interrupt_mode": "signal",
+        "metadata": {"debugger": False},
+    }
+    text = json.dumps(spec, indent=1)
+    path = spec_dir / "kernel.json"
+    if not path.exists() or path.read_text() != text:
+        spec_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return spec_dir.parent
+
+
+def _death_reason(code: int | None) -> str:
+    if code is None:
+        return "the kernel process stopped responding"
+    if code < 0:
+        sig = -code
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        hint = {
+            signal.SIGSEGV: " (segmentation fault in native code)",
+            signal.SIGKILL: " (often the out-of-memory killer)",
+            signal.SIGABRT: " (aborted by native code)",
+            signal.SIGBUS: " (bus error in native code)",
+        }.get(sig, "")
+        return f"the kernel was killed by {name}{hint}"
+    return f"the kernel process exited with code {code}"
+
+
+class Kernel:
+    """A supervised Jupyter kernel whose outputs land in a session's folders."""
+
+    def __init__(
+        self,
+        paths: SessionPaths,
+        cwd: str | os.PathLike[str] | None = None,
+        kernel_name: str | None = None,
+        output_cap: int = MODEL_TEXT_CAP,
+        interrupt_grace_s: float = INTERRUPT_GRACE_S,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.paths = paths.ensure()
+        self.cwd = Path(cwd) if cwd is not None else Path.cwd()
+        self.kernel_name = kernel_name
+        self.output_cap = output_cap
+        self.interrupt_grace_s = interrupt_grace_s
+        self.extra_env = dict(env or {})
+        self.state: KernelState = "stopped"
+        self.death_reason = ""
+        self._km = None
+        self._kc = None
+        self._log: IO[bytes] | None = None
+        self._lock = threading.Lock()
+        self._interrupt_at: float | None = None
+        self._seq = self._last_output_seq()
+        self._flow: _FlowAck | None = None
+
+    # ------------------------------------------------------------- lifecycle
+    def _last_output_seq(self) -> int:
+        nums = [int(p.stem) for p in self.paths.outputs.glob("*.txt") if p.stem.isdigit()]
+        return max(nums, default=0)
+
+    def _kernel_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
+        env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+        env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+        if self._flow is not None:
+            env[FLOW_ENV] = str(self._flow.path)
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> None:
+        """Start the kernel and wait until it answers (raises :class:`KernelStartError`)."""
+        from jupyter_client.kernelspec import KernelSpecManager
+        from jupyter_client.manager import KernelManager
+
+        self.state = "starting"
+        if self._log is None:
+            self._log = open(self.paths.kernel_log, "ab", buffering=0)
+        if self.kernel_name:
+            km = KernelManager(kernel_name=self.kernel_name)
+        else:
+            if self._flow is None:
+                self._flow = _FlowAck(self.paths.root / "kernel.flow")
+            self._flow.reset()
+            ksm = KernelSpecManager(kernel_dirs=[str(default_kernelspec())])
+            km = KernelManager(kernel_name=_DEFAULT_SPEC, kernel_spec_manager=ksm)
+        try:
+            km.start_kernel(cwd=str(self.cwd), env=self._kernel_env(),
+                            stdout=self._log, stderr=self._log)
+            kc = km.client()
+            kc.start_channels()
+            kc.wait_for_ready(timeout=_STARTUP_TIMEOUT_S)
+        except Exception as exc:
+            self.state = "dead"
+            try:
+                km.shutdown_kernel(now=True)
+            except Exception:
+                pass
+            raise KernelStartError(
+                f"kernel {self.kernel_name or _DEFAULT_SPEC!r} could not start: {exc}; "
+                f"{self._log_hint()}") from exc
+        self._km, self._kc = km, kc
+        self.state = "idle"
+        self.death_reason = ""
+
+    @property
+    def pid(self) -> int | None:
+        proc = getattr(getattr(self._km, "provisioner", None), "process", None)
+        return getattr(proc, "pid", None)
+
+    def is_alive(self) -> bool:
+        return self._km is not None and self._km.is_alive()
+
+    def _exit_code(self) -> int | None:
+        proc = getattr(getattr(self._km, "provisioner", None), "process", None)
+        return None if proc is None else proc.poll()
+
+    def restart(self) -> float:
+        """Restart the kernel (state is lost); returns the seconds it took."""
+        t0 = time.perf_counter()
+        if self._km is None:
+            self.start()
+            return time.perf_counter() - t0
+        self.state = "restarting"
+        if self._flow is not None:
+            self._flow.reset()
+        try:
+            self._km.restart_kernel(now=True)
+            self._kc.wait_for_ready(timeout=_STARTUP_TIMEOUT_S)
+        except Exception:
+            self.shutdown()
+            self.start()
+        self.state = "idle"
+        self.death_reason = ""
+        self._drain()
+        return time.perf_counter() - t0
+
+    def _drain(self) -> None:
+        """Drop messages left over from before a restart or an abandoned cell."""
+        for get in (self._kc.get_iopub_msg, self._kc.get_shell_msg):
+            while True:
+                try:
+                    get(timeout=0)
+                except queue.Empty:
+                    break
+
+    def shutdown(self) -> None:
+        km, kc = self._km, self._kc
+        self._km = self._kc = None
+        if kc is not None:
+            try:
+                kc.stop_channels()
+            except Exception:
+                pass
+        if km is not None:
+            try:
+                km.shutdown_kernel(now=True)
+            except Exception:
+                pass
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._flow is not None:
+            self._flow.close()
+            self._flow = None
+        self.state = "stopped"
+
+    def __enter__(self) -> Kernel:
+        if self._km is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------- interrupt
+    def interrupt(self) -> None:
+        """Interrupt the running cell, keeping kernel state (thread-safe).
+
+        If the cell does not stop within ``interrupt_grace_s`` (code that ignores
+        SIGINT, a long native call), the waiting ``execute`` restarts the kernel and
+        its result says state was lost.
+        """
+        if self.state != "busy" or self._km is None:
+            return
+        if self._interrupt_at is None:
+            self._interrupt_at = time.monotonic()
+        try:
+            self._km.interrupt_kernel()
+        except Exception:
+            pass
+
+    # --------------------------------------------------------------- execute
+    def execute(self, code: str, on_output: OnOutput | None = None,
+                timeout: float | None = None) -> ExecResult:
+        """Run ``code`` in the kernel; see the module docstring for the guarantees."""
+        with self._lock:
+            notice = ""
+            if self._km is None:
+                self.start()
+            elif self.state == "dead" or not self.is_alive():
+                reason = self.death_reason or _death_reason(self._exit_code())
+                self.restart()
+                notice = f"{reason}; the kernel was restarted and earlier state is lost"
+            return self._run(code, on_output, timeout, notice)
+
+    def _run(self, code: str, on_output: OnOutput | None, timeout: float | None,
+             notice: str) -> ExecResult:
+        self._seq += 1
+        tag = f"{self._seq:04d}"
+        cap = Capture(self.paths.outputs / f"{tag}.txt", self.paths.artifacts, tag,
+                      on_output, self.output_cap)
+        kc = self._kc
+        self._interrupt_at = None
+        t0 = time.monotonic()
+        deadline = t0 + timeout if timeout else None
+        timed_out = False
+        self.state = "busy"
+        msg_id = kc.execute(code, store_history=True, allow_stdin=False)
+        state_lost = bool(notice)
+        try:
+            while True:
+                try:
+                    msg = kc.get_iopub_msg(timeout=_POLL_S)
+                except queue.Empty:
+                    now = time.monotonic()
+                    if not self._km.is_alive():
+                        code_ = self._exit_code()
+                        self.death_reason = _death_reason(code_)
+                        self.state = "dead"
+                        return cap.result(
+                            "died", now - t0,
+                            f"{self.death_reason}; kernel state is lost and the kernel will "
+                            f"restart on the next execution ({self._log_hint()})", True)
+                    if deadline and now > deadline and not timed_out:
+                        timed_out = True
+                        self.interrupt()
+                    if (self._interrupt_at is not None
+                            and now - self._interrupt_at > self.interrupt_grace_s):
+                        self.restart()
+                        status = "timeout" if timed_out else "interrupted"
+                        return cap.result(
+                            status, time.monotonic() - t0,
+                            f"the cell did not stop within {self.interrupt_grace_s:g} s of the "
+                            f"interrupt; the kernel was restarted and earlier state is lost",
+                            True)
+                    continue
+                mtype = msg["msg_type"]
+                if mtype == "stream" and self._flow is not None:
+                    self._flow.ack(len(msg["content"].get("text", "")))
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if mtype == "status":
+                    if msg["content"].get("execution_state") == "idle":
+                        break
+                    continue
+                cap.handle(mtype, msg["content"])
+                if deadline and not timed_out and time.monotonic() > deadline:
+                    timed_out = True
+                    self.interrupt()
+            reply = self._reply(msg_id)
+        finally:
+            if self.state == "busy":
+                self.state = "idle"
+        elapsed = time.monotonic() - t0
+        if reply.get("execution_count"):
+            cap.execution_count = reply["execution_count"]
+        if timed_out:
+            return cap.result("timeout", elapsed, _join(
+                notice, f"execution exceeded the {timeout:g} s timeout and was interrupted; "
+                        f"kernel state is kept"), state_lost)
+        if self._interrupt_at is not None:
+            return cap.result("interrupted", elapsed, _join(
+                notice, "execution was interrupted; kernel state is kept"), state_lost)
+        status = "ok" if reply.get("status", "ok") == "ok" and cap.error is None else "error"
+        return cap.result(status, elapsed, notice, state_lost)
+
+    def _reply(self, msg_id: str) -> dict:
+        """The execute_reply for ``msg_id`` (stale replies of abandoned cells are skipped)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                msg = self._kc.get_shell_msg(timeout=_POLL_S)
+            except queue.Empty:
+                if not self._km.is_alive():
+                    return {}
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return msg["content"]
+        return {}
+
+    def _log_hint(self) -> str:
+        tail = _tail_lines(self.paths.kernel_log, 6)
+        where = f"kernel log: {self.paths.kernel_log}"
+        return f"{where}; last lines:\n{tail}" if tail else where
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _tail_lines(path: Path, n: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 8192))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [ln for ln in data.splitlines() if ln.strip()]
+    return "\n".join(lines[-n:])
