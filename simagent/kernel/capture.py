@@ -78,7 +78,8 @@ class Capture:
         if self.raw_path is None:
             return
         if self._raw is None:
-            self._raw = open(self.raw_path, "w", encoding="utf-8", errors="surrogatepass")
+            self._raw = open(self.raw_path, "w", encoding="utf-8", errors="surrogatepass",
+                             newline="")
         self._raw.write(text)
 
     def close(self) -> None:

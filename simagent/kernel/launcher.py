@@ -52,16 +52,20 @@ class _Flow:
     def __init__(self, path: str) -> None:
         self.fd = os.open(path, os.O_RDONLY)
         self.written = 0
+        self.ack_seen = 0  # last ack read; acks only grow, so this bounds the backlog
         self.stalled_at_ack = -1  # ack value at which the client was judged absent
         self.lock = threading.Lock()
 
     def acked(self) -> int:
         data = os.pread(self.fd, 8, 0)
-        return int.from_bytes(data, "little") if len(data) == 8 else 0
+        self.ack_seen = int.from_bytes(data, "little") if len(data) == 8 else 0
+        return self.ack_seen
 
     def wrote(self, n: int, stream) -> None:
+        self.written += n
+        if self.written - self.ack_seen <= FLOW_WINDOW_CHARS:
+            return  # hot path: no syscall, no lock
         with self.lock:
-            self.written += n
             ack = self.acked()
             if self.written - ack <= FLOW_WINDOW_CHARS or ack == self.stalled_at_ack:
                 return
@@ -122,12 +126,14 @@ def _patch_outstream() -> None:
 
     def __init__(self, *args, **kwargs):  # noqa: N807
         self._simagent_sync = threading.Event()
+        self._simagent_unflushed = 0
         original_init(self, *args, **kwargs)
 
     def write(self, string):
         n = original_write(self, string)
-        buf = self._buffers.get(frozenset(self.parent_header.items()))
-        if buf is not None and buf.tell() > _FLUSH_AT_CHARS:
+        self._simagent_unflushed += len(string)
+        if self._simagent_unflushed > _FLUSH_AT_CHARS:
+            self._simagent_unflushed = 0  # timer flushes do not reset it: at worst one early flush
             self.flush()
         if _flow is not None and self._is_master_process():
             _flow.wrote(len(string), self)

@@ -29,10 +29,10 @@ from itertools import accumulate
 # the bulk path.
 SGR_RE = re.compile(r"\x1b\[[0-9;:]*m")
 # Any escape sequence: CSI, OSC (BEL or ST terminated), or a two-byte ESC sequence.
-ESC_SEQ_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+ESC_SEQ_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[0-Z\\^-~])")
 # Tokens the slow path walks over: control characters and escape sequences.
 _TOKEN_RE = re.compile(
-    r"(\r|\x08|\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]|\x1b)"
+    r"(\r|\x08|\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[0-Z\\^-~]|\x1b)"
 )
 # An escape that is not a colour (cursor movement, erase...): needs the slow walk.
 _NON_SGR_ESC = re.compile(r"\x1b(?!\[[0-9;:]*m)")
