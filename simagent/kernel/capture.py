@@ -34,6 +34,7 @@ OutputKind = Literal["stdout", "stderr", "display", "error", "clear"]
 
 _INPUT_HINT = ("input() and getpass() are unavailable: code runs without a terminal. "
                "Pass values in as variables instead.")
+_CAP_SLACK = 4096
 _IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg"}
 
 
@@ -63,8 +64,11 @@ class Capture:
         self.tag = tag
         self.on_output = on_output
         self.cap = cap
-        self.streams = {"stdout": TerminalBuffer(max_chars=cap + cap // 4),
-                        "stderr": TerminalBuffer(max_chars=cap + cap // 4)}
+        # The model never sees more than ``cap`` characters of streams, so that (plus a
+        # partial first line) is all each buffer must keep.
+        keep = cap + _CAP_SLACK
+        self.streams = {"stdout": TerminalBuffer(max_chars=keep),
+                        "stderr": TerminalBuffer(max_chars=keep)}
         self.value: str | None = None
         self.error: ErrorInfo | None = None
         self.displays: list[Display] = []
