@@ -172,6 +172,12 @@ def test_segfault_names_the_signal_and_leaves_a_native_trace(kernel: Kernel) -> 
     assert kernel.execute("2 + 2").value == "4"
 
 
+def test_sigkill_like_the_oom_killer_is_reported(kernel: Kernel) -> None:
+    r = kernel.execute("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert r.status == "died" and "SIGKILL" in r.notice and "out-of-memory" in r.notice
+    assert kernel.execute("3 + 3").value == "6"
+
+
 def test_input_fails_fast_with_a_clear_message(shared: Kernel) -> None:
     r = shared.execute("name = input('your name? ')", timeout=30)
     assert r.status == "error" and r.error is not None
