@@ -153,6 +153,19 @@ def test_cell_ignoring_sigint_is_restarted_after_the_grace(kernel: Kernel) -> No
     assert after.ok and after.value == "False"
 
 
+def test_cell_ignoring_sigint_while_printing_is_restarted_too(kernel: Kernel) -> None:
+    th, box = run_in_thread(
+        kernel, "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                "while True:\n    print('tick', flush=True)\n    time.sleep(0.02)")
+    time.sleep(0.3)
+    kernel.interrupt()
+    th.join(timeout=60)
+    r = box["r"]
+    assert r.status == "interrupted" and r.state_lost and "restarted" in r.notice
+    assert r.stdout.startswith("tick")
+    assert kernel.execute("1 + 1").value == "2"
+
+
 def test_os_exit_is_reported_as_died_then_the_next_execute_works(kernel: Kernel) -> None:
     kernel.execute("w = 5")
     r = kernel.execute("import os\nos._exit(1)")

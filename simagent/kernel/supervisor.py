@@ -181,16 +181,19 @@ class Kernel:
         self.state = "idle"
         self.death_reason = ""
 
+    def _process(self):
+        """The kernel's Popen, where the provisioner is local (None otherwise)."""
+        return getattr(getattr(self._km, "provisioner", None), "process", None)
+
     @property
     def pid(self) -> int | None:
-        proc = getattr(getattr(self._km, "provisioner", None), "process", None)
-        return getattr(proc, "pid", None)
+        return getattr(self._process(), "pid", None)
 
     def is_alive(self) -> bool:
         return self._km is not None and self._km.is_alive()
 
     def _exit_code(self) -> int | None:
-        proc = getattr(getattr(self._km, "provisioner", None), "process", None)
+        proc = self._process()
         return None if proc is None else proc.poll()
 
     def restart(self) -> float:
@@ -301,27 +304,28 @@ class Kernel:
                 try:
                     msg = kc.get_iopub_msg(timeout=_POLL_S)
                 except queue.Empty:
-                    now = time.monotonic()
-                    if not self._km.is_alive():
-                        code_ = self._exit_code()
-                        self.death_reason = _death_reason(code_)
+                    msg = None
+                now = time.monotonic()
+                # Checked on every iteration, not only when the kernel is quiet: a cell
+                # that ignores SIGINT may keep printing.
+                if deadline and not timed_out and now > deadline:
+                    timed_out = True
+                    self.interrupt()
+                if (self._interrupt_at is not None
+                        and now - self._interrupt_at > self.interrupt_grace_s):
+                    self.restart()
+                    return cap.result(
+                        "timeout" if timed_out else "interrupted", time.monotonic() - t0,
+                        f"the cell did not stop within {self.interrupt_grace_s:g} s of the "
+                        f"interrupt; the kernel was restarted and earlier state is lost", True)
+                if msg is None:
+                    if not self._km.is_alive():  # a dead kernel sends nothing
+                        self.death_reason = _death_reason(self._exit_code())
                         self.state = "dead"
                         return cap.result(
                             "died", now - t0,
                             f"{self.death_reason}; kernel state is lost and the kernel will "
                             f"restart on the next execution ({self._log_hint()})", True)
-                    if deadline and now > deadline and not timed_out:
-                        timed_out = True
-                        self.interrupt()
-                    if (self._interrupt_at is not None
-                            and now - self._interrupt_at > self.interrupt_grace_s):
-                        self.restart()
-                        status = "timeout" if timed_out else "interrupted"
-                        return cap.result(
-                            status, time.monotonic() - t0,
-                            f"the cell did not stop within {self.interrupt_grace_s:g} s of the "
-                            f"interrupt; the kernel was restarted and earlier state is lost",
-                            True)
                     continue
                 mtype = msg["msg_type"]
                 if mtype == "stream" and self._flow is not None:
@@ -333,9 +337,6 @@ class Kernel:
                         break
                     continue
                 cap.handle(mtype, msg["content"])
-                if deadline and not timed_out and time.monotonic() > deadline:
-                    timed_out = True
-                    self.interrupt()
             reply = self._reply(msg_id)
         finally:
             if self.state == "busy":
