@@ -83,6 +83,16 @@ class _Flow:
 
 
 _flow: _Flow | None = None
+_fflush = None  # libc's fflush, resolved once at start-up
+
+
+def _load_fflush():
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None).fflush
+    except Exception:
+        return None
 
 
 def _split_sync_carry(text: str) -> tuple[str, str]:
@@ -148,12 +158,8 @@ def _sync_fd_output(*_args) -> None:
     """post_run_cell hook: make the cell's C-level output arrive before its idle."""
     from ipykernel.iostream import OutStream
 
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).fflush(None)
-    except Exception:
-        pass
+    if _fflush is not None:
+        _fflush(None)  # C stdio buffers into the pipes first
     waiting = []
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, OutStream) and stream._should_watch and stream._fid is not None:
@@ -175,7 +181,8 @@ def _enable_faulthandler() -> None:
 
 
 def main() -> None:
-    global _flow
+    global _flow, _fflush
+    _fflush = _load_fflush()
     if path := os.environ.pop(FLOW_ENV, None):
         try:
             _flow = _Flow(path)
