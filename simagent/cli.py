@@ -52,8 +52,88 @@ def _cmd_bench_kernel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from simagent.headless import HeadlessError, RunOptions, run_headless
+
+    decision = "approve" if args.approve else "reject" if args.reject else None
+    if not args.prompt and decision is None:
+        raise CliError("run needs a PROMPT (or --approve/--reject with --resume)")
+    if decision and not (args.resume or args.continue_last):
+        raise CliError("--approve/--reject continue a paused session: add --resume ID "
+                       "or --continue")
+    opts = RunOptions(prompt=" ".join(args.prompt) or None,
+                      workspace=Path(args.workspace).resolve(), model=args.model,
+                      simulator=args.sim, resume=args.resume,
+                      continue_last=args.continue_last, approval=args.approval,
+                      json=args.json, decision=decision)
+    try:
+        return run_headless(opts)
+    except HeadlessError as exc:
+        raise CliError(str(exc), exc.code) from exc
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    from simagent.trace.sessions import format_sessions_table, list_sessions
+
+    infos = list_sessions(args.workspace)
+    if args.json:
+        import dataclasses
+        import json
+
+        print(json.dumps([{k: str(v) if k == "path" else v
+                           for k, v in dataclasses.asdict(i).items()} for i in infos],
+                         indent=2))
+    elif not infos:
+        print("no sessions in this workspace yet", file=sys.stderr)
+    else:
+        print(format_sessions_table(infos))
+    return EXIT_OK
+
+
+def _cmd_transcript(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from simagent.trace import TraceLog
+    from simagent.trace.sessions import find_session
+    from simagent.trace.transcript import render_html, render_markdown
+
+    try:
+        session_dir = find_session(args.workspace, args.session_id)
+    except LookupError as exc:
+        raise CliError(str(exc).strip("'\"")) from exc
+    trace = TraceLog(session_dir / "trace.sqlite", readonly=True)
+    try:
+        events = trace.events()
+    finally:
+        trace.close()
+    fmt = args.format or ("html" if args.output and args.output.endswith(".html") else "md")
+    text = (render_html(events, session_dir=session_dir) if fmt == "html"
+            else render_markdown(events, session_dir=session_dir))
+    if args.output and args.output != "-":
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(args.output, file=sys.stderr)
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return EXIT_OK
+
+
 def _progress(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
+
+
+def _session_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", metavar="M", help="provider:model, openai-compatible:MODEL@URL "
+                   "or scripted:PATH (default: $SIMAGENT_MODEL, then config)")
+    p.add_argument("--sim", metavar="S", help="simulator for a new session")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--resume", metavar="ID", help="continue session ID (a prefix is enough)")
+    group.add_argument("--continue", dest="continue_last", action="store_true",
+                       help="continue the last session of this workspace")
+    p.add_argument("--approval", choices=("ask", "workspace", "auto"),
+                   help="which tools wait for approval (default: config, else ask)")
+    p.add_argument("--workspace", default=".", help="workspace folder (default: .)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +143,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"simagent {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser(
+        "run", help="one headless turn (streams the answer to stdout)",
+        description="Run one turn headless. The answer streams to stdout, tool activity to "
+                    "stderr. Exit codes: 0 ok, 2 usage/config, 3 paused for approval, "
+                    "4 model/provider error, 5 cost ceiling, 6 kernel could not start.")
+    run.add_argument("prompt", nargs="*", metavar="PROMPT", help="what to do")
+    _session_options(run)
+    run.add_argument("--json", action="store_true",
+                     help="print one JSON object {session_id, final, tool_calls, usage, "
+                          "trace_path, state_dir}")
+    decide = run.add_mutually_exclusive_group()
+    decide.add_argument("--approve", action="store_true",
+                        help="approve what a paused session is waiting for, and continue")
+    decide.add_argument("--reject", action="store_true",
+                        help="reject what a paused session is waiting for, and continue")
+    run.set_defaults(handler=_cmd_run)
+
+    sessions = sub.add_parser("sessions", help="list this workspace's sessions",
+                              description="Sessions of the workspace, newest first.")
+    sessions.add_argument("--workspace", default=".", help="workspace folder (default: .)")
+    sessions.add_argument("--json", action="store_true", help="print JSON")
+    sessions.set_defaults(handler=_cmd_sessions)
+
+    transcript = sub.add_parser(
+        "transcript", help="render a session's transcript (markdown or HTML)",
+        description="Render a session from its trace: messages, tool calls with code and "
+                    "output, figures (embedded in HTML), attempts, approvals, token totals.")
+    transcript.add_argument("session_id", nargs="?", metavar="ID",
+                            help="session id or prefix (default: the last session)")
+    transcript.add_argument("--format", choices=("md", "html"), help="default: md, or html "
+                            "when -o ends in .html")
+    transcript.add_argument("-o", "--output", help="write to this file ('-' = stdout)")
+    transcript.add_argument("--workspace", default=".", help="workspace folder (default: .)")
+    transcript.set_defaults(handler=_cmd_transcript)
 
     bench = sub.add_parser("bench", help="measure simagent (kernel micro-benchmarks)",
                            description="Benchmarks, measured side by side in one run.")
@@ -94,6 +209,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("simagent: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # one line, not a traceback; SIMAGENT_DEBUG shows it
+        import os
+
+        if os.environ.get("SIMAGENT_DEBUG"):
+            raise
+        first = (str(exc).splitlines() or [""])[0]
+        print(f"simagent: internal error: {type(exc).__name__}: {first} "
+              "(set SIMAGENT_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,78 @@
+"""File and shell backend: real paths, rooted at the workspace, source read-only.
+
+The model sees the machine's real absolute paths (the same ones the kernel prints), so a
+path from a traceback can be opened directly. Relative paths resolve against the
+workspace. Installed simulator source and simagent's bundled content may be read but
+never written. Offloaded results and history (``large_tool_results/``,
+``conversation_history/``) land in the session's state folder, because the composite
+backend's ``artifacts_root`` is that folder's real path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from deepagents.backends import CompositeBackend, LocalShellBackend
+from deepagents.backends.protocol import DeleteResult, EditResult, WriteResult
+
+#: Seconds one shell command may run.
+SHELL_TIMEOUT_S = 600
+#: Bytes of shell output kept (the rest is cut by the backend).
+SHELL_OUTPUT_BYTES = 100_000
+
+
+class WorkspaceBackend(LocalShellBackend):
+    """``LocalShellBackend`` on real paths that refuses writes under read-only roots."""
+
+    def __init__(self, workspace: Path, *, read_only: Iterable[Path] = (),
+                 timeout: int = SHELL_TIMEOUT_S) -> None:
+        super().__init__(root_dir=workspace, virtual_mode=False, timeout=timeout,
+                         max_output_bytes=SHELL_OUTPUT_BYTES, inherit_env=True)
+        self.workspace = Path(workspace).resolve()
+        self.read_only = tuple(Path(p).resolve() for p in read_only)
+
+    def _protected(self, file_path: str) -> Path | None:
+        try:
+            target = Path(self._resolve_path(file_path)).resolve()
+        except (ValueError, OSError):
+            return None
+        for root in self.read_only:
+            if target == root or root in target.parents:
+                return root
+        return None
+
+    def _refusal(self, file_path: str, root: Path) -> str:
+        return (f"{file_path} is inside {root}, which is read-only (installed package "
+                "source or bundled content). Copy the file into the workspace to change it.")
+
+    def write(self, file_path: str, content: str) -> WriteResult:
+        if root := self._protected(file_path):
+            return WriteResult(error=self._refusal(file_path, root))
+        return super().write(file_path, content)
+
+    def edit(self, file_path: str, old_string: str, new_string: str,
+             replace_all: bool = False) -> EditResult:
+        if root := self._protected(file_path):
+            return EditResult(error=self._refusal(file_path, root))
+        return super().edit(file_path, old_string, new_string, replace_all)
+
+    def delete(self, file_path: str) -> DeleteResult:
+        if root := self._protected(file_path):
+            return DeleteResult(error=self._refusal(file_path, root))
+        return super().delete(file_path)
+
+    def inside_workspace(self, file_path: str) -> bool:
+        try:
+            target = Path(self._resolve_path(file_path)).resolve()
+        except (ValueError, OSError):
+            return False
+        return target == self.workspace or self.workspace in target.parents
+
+
+def build_backend(workspace: Path, session_dir: Path, *,
+                  read_only: Iterable[Path] = ()) -> CompositeBackend:
+    """The composite backend every agent of a session shares."""
+    default = WorkspaceBackend(workspace, read_only=read_only)
+    return CompositeBackend(default=default, routes={},
+                            artifacts_root=str(Path(session_dir).resolve()))

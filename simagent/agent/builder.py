@@ -1,0 +1,164 @@
+"""``build_agent``: the deepagents graph for a session and a model.
+
+Stock layers do the work (deepagents' filesystem tools, eviction, summarization,
+subagents, human-in-the-loop; langchain's middleware protocol). simagent adds its tools,
+its skills and memory indexes, recovery, and the trace recorder. The order of our
+middleware matters: skills and memory first, so the recorder, last and innermost, sees
+the request exactly as the model gets it. Building is cheap, so switching model or
+approval mode rebuilds the graph on the same checkpointer thread.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from deepagents import create_deep_agent
+from deepagents.middleware.memory import MemoryMiddleware
+from deepagents.middleware.skills import SkillsMiddleware
+from langchain_core.runnables import RunnableConfig
+
+from simagent.agent.approval import interrupt_on_for_mode
+from simagent.agent.backend import build_backend
+from simagent.agent.memory import INDEX
+from simagent.agent.prompts import RuntimeContext, build_system_prompt
+from simagent.agent.recovery import RecoveryMiddleware
+from simagent.agent.tools import session_tools
+from simagent.paths import content_dir
+from simagent.trace.recorder import TraceRecorder
+
+if TYPE_CHECKING:
+    from simagent.models import ResolvedModel
+    from simagent.session import Session
+
+MEMORY_PROMPT = """<workspace_memory>
+{agent_memory}
+</workspace_memory>
+Above is the index of this workspace's memory: notes saved in earlier sessions, one line \
+each. Read a note with `read_file` when its title matters for the task. Save new durable \
+findings with `remember` (never edit MEMORY.md by hand). Trust what you measure now over a \
+stale note, and update the note when it is wrong."""
+
+SKILLS_PROMPT = """## Skills
+Skills are verified recipes for this environment. Only their names and descriptions are \
+listed here; before a task a skill describes, read its SKILL.md with \
+`read_file(file_path=<path>, limit=1000)` and follow it. Files a skill mentions sit beside \
+its SKILL.md.
+{skills_locations}{skills_load_warnings}
+{skills_list}"""
+
+GENERAL_PURPOSE = "general-purpose"
+GENERAL_PURPOSE_PROMPT = """You are a general-purpose helper of simagent, working on one \
+delegated task in your own context window. You share the session's Python kernel \
+(`run_python`) and files. Do the task, then reply with a short digest: the answer, the \
+key values with units, the files you read or wrote, and anything left open. Do not paste \
+long outputs; give paths instead."""
+
+
+class WorkspaceMemoryMiddleware(MemoryMiddleware):
+    """MEMORY.md index in the prompt, re-read at the start of every turn.
+
+    Stock memory loads once per thread, so a note saved with ``remember`` would stay
+    invisible for the rest of the session; re-reading one small file per turn is cheap
+    and keeps the prompt prefix stable within a turn.
+    """
+
+    def before_agent(self, state: Any, runtime: Any, config: RunnableConfig) -> Any:
+        fresh = {k: v for k, v in state.items() if k != "memory_contents"}
+        return super().before_agent(fresh, runtime, config)
+
+    async def abefore_agent(self, state: Any, runtime: Any, config: RunnableConfig) -> Any:
+        fresh = {k: v for k, v in state.items() if k != "memory_contents"}
+        return await super().abefore_agent(fresh, runtime, config)
+
+
+@dataclass
+class BuiltAgent:
+    """A compiled graph plus what the runner and the UI need to know about it."""
+
+    graph: Any
+    model_id: str
+    window: int | None
+    system_prompt: str
+    backend: Any
+    tools: list[Any] = field(default_factory=list)
+
+
+def skill_sources(session: Session) -> list[tuple[str, str]]:
+    sources = [(str(content_dir("skills").resolve()), "Shared")]
+    sim = session.simulator
+    if sim is not None and sim.skills_dir.is_dir():
+        sources.append((str(sim.skills_dir.resolve()), sim.display_name))
+    return sources
+
+
+def runtime_context(session: Session) -> RuntimeContext:
+    sim = session.simulator
+    info = session.resume_info
+    return RuntimeContext(
+        workspace=session.workspace, session_dir=session.paths.root,
+        artifacts_dir=session.paths.artifacts, outputs_dir=session.paths.outputs,
+        memory_dir=session.memory_dir,
+        python=f"{sys.version.split()[0]} ({sys.executable})",
+        approval=session.approval,
+        resumed_at=info.resumed_at if info else None,
+        kernel_restarted=bool(info and info.kernel_restarted),
+        source_dirs=tuple(sim.package_dirs()) if sim else ())
+
+
+def _as_resolved(model: Any) -> tuple[Any, str, int | None]:
+    if hasattr(model, "chat_model"):
+        return model.chat_model, model.id, model.window
+    profile = getattr(model, "profile", None) or {}
+    name = getattr(model, "model_name", None) or type(model).__name__
+    return model, str(name), profile.get("max_input_tokens")
+
+
+def build_agent(session: Session, model: ResolvedModel | Any, *,
+                middleware: Sequence[Any] = (), subagents: Sequence[Any] = (),
+                extra_tools: Sequence[Any] = ()) -> BuiltAgent:
+    """Build the session's agent for ``model`` (a ``ResolvedModel`` or a chat model).
+
+    ``middleware`` (context layers) goes outside simagent's own; ``subagents`` are
+    deepagents ``SubAgent`` specs added beside the general-purpose one.
+    """
+    chat_model, model_id, window = _as_resolved(model)
+    sim = session.simulator
+    read_only = [content_dir(n).resolve() for n in ("skills", "simulators", "bench")]
+    read_only += sim.package_dirs() if sim else []
+    backend = build_backend(session.workspace, session.paths.root, read_only=read_only)
+    prompt = build_system_prompt(sim, runtime_context(session))
+    tools = [*session_tools(session), *extra_tools]
+    memory_path = str((session.memory_dir / INDEX).resolve())
+    # Listed memory-first so the skills index (stable) precedes the memory index
+    # (grows with `remember`) in the system message: a longer cacheable prefix.
+    own = [
+        WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
+                                  system_prompt=MEMORY_PROMPT, add_cache_control=True),
+        SkillsMiddleware(backend=backend, sources=skill_sources(session),
+                         system_prompt=SKILLS_PROMPT),
+        RecoveryMiddleware(session.trace),
+        TraceRecorder(session.trace, session.usage, agent="main", model_id=model_id),
+    ]
+    general = {
+        "name": GENERAL_PURPOSE,
+        "description": "A helper with the same tools and kernel, for a self-contained "
+                       "multi-step task whose details should not fill your context; "
+                       "it returns a short digest.",
+        "system_prompt": GENERAL_PURPOSE_PROMPT,
+        "tools": tools,
+        "middleware": [RecoveryMiddleware(session.trace, agent=GENERAL_PURPOSE),
+                       TraceRecorder(session.trace, session.usage, agent=GENERAL_PURPOSE,
+                                     model_id=model_id)],
+    }
+    inside = backend.default.inside_workspace
+    graph = create_deep_agent(
+        model=chat_model, tools=tools, system_prompt=prompt,
+        middleware=[*middleware, *own], subagents=[general, *subagents],
+        backend=backend, checkpointer=session.checkpointer,
+        interrupt_on=interrupt_on_for_mode(session.approval, inside) or None,
+        name="simagent")
+    return BuiltAgent(graph=graph, model_id=model_id, window=window, system_prompt=prompt,
+                      backend=backend, tools=tools)

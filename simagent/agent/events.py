@@ -1,0 +1,95 @@
+"""Typed events a turn emits, for every interface (CLI, TUI, bench) alike.
+
+Plain frozen dataclasses: renderers switch on the type, tests compare them, nothing
+here imports the agent stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+    agent: str = "main"
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+    agent: str = "main"
+
+
+@dataclass(frozen=True)
+class ToolRequested:
+    """The model asked for a tool call (before approval and execution)."""
+
+    id: str
+    name: str
+    args: dict[str, Any]
+    agent: str = "main"
+
+
+@dataclass(frozen=True)
+class ToolStarted:
+    id: str
+    name: str
+    args: dict[str, Any]
+    agent: str = "main"
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """Live output of a running tool (``kind``: stdout, stderr, display, error, clear)."""
+
+    id: str
+    kind: str
+    text: str
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolFinished:
+    id: str
+    name: str
+    status: str
+    content: str
+    elapsed_s: float
+    agent: str = "main"
+
+
+@dataclass(frozen=True)
+class ToolError(ToolFinished):
+    """A tool that finished with an error result (a subclass: handlers of
+    ``ToolFinished`` see it too)."""
+
+
+@dataclass(frozen=True)
+class ContextEvent:
+    """A context-management action (eviction, clearing, summary, checkpoint ...)."""
+
+    kind: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """The turn paused: these actions wait for the user's decision."""
+
+    interrupt_id: str
+    action_requests: list[dict[str, Any]]
+    review_configs: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A short harness message for the user (recovery, cancellation, kernel restart)."""
+
+    text: str
+    level: str = "info"
+
+
+Event = (TextDelta | ReasoningDelta | ToolRequested | ToolStarted | ToolOutput | ToolFinished
+         | ContextEvent | Interrupt | Notice)

@@ -1,0 +1,69 @@
+"""Workspace memory: a ``MEMORY.md`` index plus one markdown file per note.
+
+Only the index enters the prompt (progressive disclosure); notes are read on demand with
+``read_file``. ``remember`` writes a note and keeps its index line unique, so saving is
+cheap and never needs approval. The seed comes from the bundled ``memory/`` folder.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from simagent.paths import content_dir, workspace_state_dir
+
+INDEX = "MEMORY.md"
+KINDS = ("project", "user", "simulator", "preference", "reference")
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def memory_dir(workspace: str | Path) -> Path:
+    return workspace_state_dir(workspace) / "memory"
+
+
+def ensure_memory(workspace: str | Path) -> Path:
+    """The workspace's memory folder, seeded from the bundled ``memory/`` on first use."""
+    target = memory_dir(workspace)
+    if not (target / INDEX).is_file():
+        target.mkdir(parents=True, exist_ok=True)
+        seed = content_dir("memory")
+        for item in seed.iterdir() if seed.is_dir() else []:
+            dest = target / item.name
+            if item.is_file() and not dest.exists():
+                shutil.copyfile(item, dest)
+        if not (target / INDEX).exists():
+            (target / INDEX).write_text("# Workspace memory\n", encoding="utf-8")
+    return target
+
+
+def slugify(title: str) -> str:
+    return _SLUG.sub("-", title.lower()).strip("-")[:48] or "note"
+
+
+@dataclass(frozen=True)
+class SavedNote:
+    path: Path
+    created: bool
+
+
+def remember(folder: Path, title: str, content: str, kind: str = "project") -> SavedNote:
+    """Write ``<slug>.md`` (frontmatter + body) and add or refresh its index line."""
+    title = " ".join(title.split()) or "note"
+    kind = kind if kind in KINDS else "project"
+    slug = slugify(title)
+    path = folder / f"{slug}.md"
+    created = not path.exists()
+    first = next((ln.strip() for ln in content.splitlines() if ln.strip()), "")
+    summary = first if len(first) <= 100 else first[:99] + "…"
+    path.write_text(f"---\nname: {title}\ndescription: {summary}\ntype: {kind}\n---\n"
+                    f"{content.rstrip()}\n", encoding="utf-8")
+    index = folder / INDEX
+    lines = index.read_text(encoding="utf-8").splitlines() if index.exists() else [
+        "# Workspace memory"]
+    marker = f"({slug}.md)"
+    entry = f"- [{title}]({slug}.md) ({kind}) - {summary}"
+    lines = [ln for ln in lines if marker not in ln] + [entry]
+    index.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return SavedNote(path, created)

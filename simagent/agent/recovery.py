@@ -1,0 +1,114 @@
+"""Bounded self-healing for replies a turn cannot use.
+
+Two failure shapes end a turn silently if nothing intervenes: a tool call whose
+arguments are not valid JSON (common with local models and merged parallel calls), and
+an empty or reasoning-only reply. After such a reply this middleware replaces the bad
+message with a cleaned copy (so no provider ever sees a dangling malformed call), adds a
+short marked nudge, and sends the model back once more. At most
+:data:`MAX_CONSECUTIVE` nudges in a row; the marks live in the checkpointed messages, so
+the bound and the transcript survive a resume.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, hook_config
+from langchain_core.messages import AIMessage, HumanMessage
+
+from simagent.trace.log import TraceLog
+from simagent.trace.recorder import reasoning_text
+
+MAX_CONSECUTIVE = 2
+#: ``additional_kwargs`` key on nudges and on cleaned replies.
+MARK = "simagent_recovery"
+NUDGE_SOURCE = "simagent_recovery"
+
+
+def is_nudge(msg: Any) -> bool:
+    return isinstance(msg, HumanMessage) and msg.additional_kwargs.get("lc_source") == NUDGE_SOURCE
+
+
+def diagnose(msg: AIMessage) -> str | None:
+    """Why this reply cannot be used, or None when it is fine."""
+    if msg.invalid_tool_calls and not msg.tool_calls:
+        return "invalid_tool_call"
+    if not msg.tool_calls and not msg.invalid_tool_calls and not msg.text.strip():
+        return "reasoning_only" if reasoning_text(msg) else "empty"
+    return None
+
+
+def recent_nudges(messages: list[Any]) -> int:
+    """Nudges since the last usable step (a good reply, a tool result, the user)."""
+    count = 0
+    for msg in reversed(messages):
+        if is_nudge(msg):
+            count += 1
+        elif isinstance(msg, AIMessage) and MARK in msg.additional_kwargs:
+            continue
+        else:
+            break
+    return count
+
+
+def nudge_text(reason: str, msg: AIMessage) -> str:
+    if reason == "invalid_tool_call":
+        bad = msg.invalid_tool_calls[0]
+        return (f"[harness] Your call to `{bad.get('name')}` could not be run: its arguments "
+                f"were not a valid JSON object ({bad.get('error') or 'parse error'}). Call the "
+                "tool again with valid JSON arguments, one call at a time if needed.")
+    if reason == "reasoning_only":
+        return ("[harness] Your last reply contained only reasoning, with no answer and no "
+                "tool call. Continue: call a tool, or write your answer to the user.")
+    return ("[harness] Your last reply was empty. Continue the task: call a tool, or write "
+            "your answer to the user.")
+
+
+class RecoveryMiddleware(AgentMiddleware):
+    """Nudges after unusable replies, at most ``max_consecutive`` times in a row."""
+
+    def __init__(self, trace: TraceLog | None = None, *, agent: str = "main",
+                 max_consecutive: int = MAX_CONSECUTIVE) -> None:
+        super().__init__()
+        self.trace = trace
+        self.agent = agent
+        self.max_consecutive = max_consecutive
+
+    @property
+    def name(self) -> str:
+        return f"RecoveryMiddleware[{self.agent}]"
+
+    @hook_config(can_jump_to=["model"])
+    def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        messages = state.get("messages") or []
+        if not messages or not isinstance(messages[-1], AIMessage):
+            return None
+        msg = messages[-1]
+        reason = diagnose(msg)
+        if reason is None:
+            return None
+        attempt = recent_nudges(messages[:-1]) + 1
+        cleaned = AIMessage(
+            content=msg.content, id=msg.id, tool_calls=list(msg.tool_calls),
+            invalid_tool_calls=[], usage_metadata=msg.usage_metadata,
+            response_metadata=dict(msg.response_metadata),
+            additional_kwargs={**msg.additional_kwargs,
+                               MARK: {"reason": reason, "attempt": attempt,
+                                      "invalid_tool_calls": [dict(c) for c in
+                                                             msg.invalid_tool_calls]}})
+        if attempt > self.max_consecutive:
+            self._trace(reason, attempt, gave_up=True)
+            return {"messages": [cleaned]}
+        self._trace(reason, attempt, gave_up=False)
+        nudge = HumanMessage(content=nudge_text(reason, msg),
+                             additional_kwargs={"lc_source": NUDGE_SOURCE, "reason": reason})
+        return {"messages": [cleaned, nudge], "jump_to": "model"}
+
+    @hook_config(can_jump_to=["model"])
+    async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return self.after_model(state, runtime)
+
+    def _trace(self, reason: str, attempt: int, *, gave_up: bool) -> None:
+        if self.trace is not None:
+            self.trace.append("recovery", {"reason": reason, "attempt": attempt,
+                                           "gave_up": gave_up, "agent": self.agent})

@@ -1,0 +1,255 @@
+"""``TurnRunner``: runs one turn of the graph and turns its streams into typed events.
+
+One class for ``simagent run``, the TUI and the bench, so they cannot drift apart. It
+writes the user's message and every approval round trip to the trace (the recorder
+middleware writes the rest), streams assistant text only from the model node (tool
+output never leaks into prose), and turns provider failures into a clear error result
+instead of a traceback. ``cancel()`` may be called from another thread: it interrupts
+the kernel (state kept) and stops the turn at the next chunk.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import AIMessage, AIMessageChunk
+from langgraph.types import Command
+
+from simagent.agent.events import (
+    ContextEvent,
+    Event,
+    Interrupt,
+    Notice,
+    ReasoningDelta,
+    TextDelta,
+    ToolError,
+    ToolFinished,
+    ToolOutput,
+    ToolRequested,
+    ToolStarted,
+)
+from simagent.agent.usage import Usage
+
+if TYPE_CHECKING:
+    from simagent.agent.builder import BuiltAgent
+    from simagent.session import Session
+
+OnEvent = Callable[[Event], None]
+NO_RESPONSE = "(no response)"
+
+
+@dataclass
+class TurnResult:
+    """How a turn ended. ``status``: done | paused (approval) | cancelled | error."""
+
+    status: str
+    final: str = ""
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    interrupts: list[Interrupt] = field(default_factory=list)
+    error: str | None = None
+    provider_error: bool = False
+
+
+def _agent_name(namespace: tuple[str, ...], metadata: dict[str, Any] | None) -> str:
+    if not namespace:
+        return "main"
+    name = (metadata or {}).get("lc_agent_name")
+    return str(name) if name and name != "simagent" else "subagent"
+
+
+def _reasoning_delta(chunk: AIMessageChunk) -> str:
+    text = chunk.additional_kwargs.get("reasoning_content") or ""
+    if not text and isinstance(chunk.content, list):
+        for block in chunk.content:
+            if isinstance(block, dict) and block.get("type") in ("reasoning", "thinking"):
+                text += str(block.get("reasoning") or block.get("thinking") or "")
+    return text
+
+
+class TurnRunner:
+    """Runs turns of ``agent`` for ``session``; swap ``agent`` to switch models."""
+
+    def __init__(self, session: Session, agent: BuiltAgent) -> None:
+        self.session = session
+        self.agent = agent
+        self._cancel = threading.Event()
+        self.busy = False
+
+    # ------------------------------------------------------------------ API
+    def run(self, prompt: str, on_event: OnEvent | None = None) -> TurnResult:
+        """One user turn: ``prompt`` in, events out, the result when it ends or pauses."""
+        turn = len(self.session.trace.events(["message_user"])) + 1
+        self.session.trace.append("message_user", {"content": prompt, "turn": turn})
+        return self._drive({"messages": [{"role": "user", "content": prompt}]}, on_event)
+
+    def resume(self, decisions: list[dict[str, Any]] | dict[str, list[dict[str, Any]]],
+               on_event: OnEvent | None = None, *, pending: list[Interrupt] | None = None
+               ) -> TurnResult:
+        """Answer paused approvals and continue the turn.
+
+        ``decisions`` is a list (one decision per action of the single pending
+        interrupt) or ``{interrupt_id: [decisions]}`` when several are pending.
+        """
+        pending = pending if pending is not None else self.pending_interrupts()
+        if isinstance(decisions, dict):
+            by_id = decisions
+        else:
+            if len(pending) != 1:
+                raise ValueError(f"{len(pending)} approvals are pending; pass decisions "
+                                 "keyed by interrupt id")
+            by_id = {pending[0].interrupt_id: decisions}
+        for iid, decs in by_id.items():
+            self.session.trace.append("hitl_response", {"interrupt_id": iid, "decisions": decs})
+        if len(by_id) == 1 and len(pending) <= 1:
+            resume: Any = {"decisions": next(iter(by_id.values()))}
+        else:
+            resume = {iid: {"decisions": decs} for iid, decs in by_id.items()}
+        return self._drive(Command(resume=resume), on_event)
+
+    def pending_interrupts(self) -> list[Interrupt]:
+        """Approvals the thread is waiting for (also after a restart of the process)."""
+        state = self.agent.graph.get_state(self.session.thread_config)
+        found = []
+        for task in state.tasks or ():
+            for intr in getattr(task, "interrupts", ()) or ():
+                found.append(self._interrupt(intr))
+        return found
+
+    def cancel(self) -> None:
+        """Stop the running turn (thread-safe); a running cell is interrupted, state kept."""
+        if self.busy:
+            self._cancel.set()
+            self.session.interrupt_kernel()
+
+    # ------------------------------------------------------------ internals
+    @staticmethod
+    def _interrupt(intr: Any) -> Interrupt:
+        value = intr.value if isinstance(intr.value, dict) else {"value": intr.value}
+        return Interrupt(interrupt_id=str(getattr(intr, "id", "") or ""),
+                         action_requests=list(value.get("action_requests", [])),
+                         review_configs=list(value.get("review_configs", [])))
+
+    def _drive(self, graph_input: Any, on_event: OnEvent | None) -> TurnResult:
+        emit = on_event or (lambda _e: None)
+        before = self.session.usage.snapshot()
+        self._cancel.clear()
+        self.busy = True
+        result = TurnResult(status="done")
+        try:
+            self._stream(graph_input, emit, result)
+        except KeyboardInterrupt:
+            self.session.interrupt_kernel()
+            result.status = "cancelled"
+        except Exception as exc:  # provider and graph failures end the turn, not the app
+            from simagent.models import describe_provider_error
+
+            line = describe_provider_error(exc)
+            result.status = "error"
+            result.provider_error = line is not None
+            result.error = line or f"{type(exc).__name__}: {exc}".splitlines()[0]
+            self.session.trace.append("error", {"message": result.error, "where": "turn"})
+            emit(Notice(result.error, level="error"))
+        finally:
+            self.busy = False
+        if self._cancel.is_set() and result.status == "done":
+            result.status = "cancelled"
+        if result.status == "cancelled":
+            note = "Turn cancelled; the kernel kept its state."
+            self.session.trace.append("error", {"message": "turn cancelled by the user",
+                                                "where": "turn"})
+            emit(Notice(note, level="warning"))
+        if result.interrupts and result.status == "done":
+            result.status = "paused"
+            for intr in result.interrupts:
+                self.session.trace.append("hitl_request", {
+                    "interrupt_id": intr.interrupt_id,
+                    "action_requests": intr.action_requests})
+        if result.status == "done":
+            result.final = self._final_text()
+        result.usage = self.session.usage.snapshot().minus(before)
+        return result
+
+    def _final_text(self) -> str:
+        state = self.agent.graph.get_state(self.session.thread_config)
+        for msg in reversed(state.values.get("messages", [])):
+            if isinstance(msg, AIMessage):
+                return msg.text.strip() or NO_RESPONSE
+        return NO_RESPONSE
+
+    def _stream(self, graph_input: Any, emit: OnEvent, result: TurnResult) -> None:
+        stream = self.agent.graph.stream(
+            graph_input, self.session.thread_config,
+            stream_mode=["messages", "updates", "custom"], subgraphs=True)
+        try:
+            for namespace, mode, data in stream:
+                if mode == "messages":
+                    self._on_message(namespace, data, emit)
+                elif mode == "custom":
+                    self._on_custom(data, emit, result)
+                elif mode == "updates":
+                    self._on_update(namespace, data, emit, result)
+                if self._cancel.is_set():
+                    break
+        finally:
+            stream.close()
+
+    def _on_message(self, namespace: tuple[str, ...], data: Any, emit: OnEvent) -> None:
+        chunk, metadata = data
+        if not isinstance(chunk, AIMessageChunk):
+            return
+        if (metadata or {}).get("langgraph_node") != "model":
+            return  # only the model's own prose; never tool output or summaries
+        agent = _agent_name(namespace, metadata)
+        if thinking := _reasoning_delta(chunk):
+            emit(ReasoningDelta(thinking, agent))
+        if isinstance(chunk.content, str) and chunk.content:
+            emit(TextDelta(chunk.content, agent))
+        elif isinstance(chunk.content, list):
+            text = "".join(b.get("text", "") for b in chunk.content
+                           if isinstance(b, dict) and b.get("type") == "text")
+            if text:
+                emit(TextDelta(text, agent))
+
+    def _on_custom(self, item: Any, emit: OnEvent, result: TurnResult) -> None:
+        if not isinstance(item, dict):
+            return
+        kind = item.get("type")
+        if kind == "tool_started":
+            result.tool_calls += 1
+            emit(ToolStarted(item["tool_call_id"], item["name"], item.get("args") or {},
+                             item.get("agent", "main")))
+        elif kind == "tool_output":
+            emit(ToolOutput(item["tool_call_id"], item.get("kind", "stdout"),
+                            item.get("text", ""), item.get("path")))
+        elif kind == "tool_finished":
+            cls = ToolError if item.get("status") == "error" else ToolFinished
+            emit(cls(item["tool_call_id"], item["name"], item.get("status", "success"),
+                     item.get("content", ""), float(item.get("elapsed_s", 0.0)),
+                     item.get("agent", "main")))
+        elif kind == "context":
+            emit(ContextEvent(item.get("kind", "context"), dict(item.get("detail") or {})))
+        elif kind == "notice":
+            emit(Notice(str(item.get("text", "")), item.get("level", "info")))
+
+    def _on_update(self, namespace: tuple[str, ...], data: Any, emit: OnEvent,
+                   result: TurnResult) -> None:
+        if not isinstance(data, dict):
+            return
+        for node, update in data.items():
+            if node == "__interrupt__":
+                for intr in update or ():
+                    result.interrupts.append(self._interrupt(intr))
+                    emit(result.interrupts[-1])
+                continue
+            if node != "model" or not isinstance(update, dict):
+                continue
+            agent = "main" if not namespace else "subagent"
+            for msg in update.get("messages", []) or []:
+                if isinstance(msg, AIMessage):
+                    for call in msg.tool_calls:
+                        emit(ToolRequested(call["id"] or "", call["name"],
+                                           dict(call["args"]), agent))

@@ -1,0 +1,266 @@
+"""The ``scripted:`` model: a chat model that plays a fixed list of steps (design.md §9.2).
+
+No machine here reaches a model provider, so tests, ``make run`` and the replay bench
+drive the *real* deepagents graph with this model. Two properties make it honest:
+
+* its ``usage_metadata`` counts the request it actually received (messages + bound tool
+  schemas, with the same approximate counter for every run), so token figures measure
+  what the harness sends, not what a script claims;
+* the final text can quote earlier tool results (``{out[-1]}``, ``{out[-2]|regex}``), read
+  from the tool messages *in the request*, so an answer is only right if the harness kept
+  the needed result visible.
+
+Step forms (JSON list, ``{"steps": [...]}``, or TOML ``[[steps]]``)::
+
+    {"tool": "run_python", "args": {"code": "..."}}          one tool call
+    {"tools": [{"tool": ..., "args": ...}, ...]}              parallel tool calls
+    {"say": "text"}                                           text sent with the next step
+    {"final": "The value is {out[-1]|value (\\d+)}"}           the answer; ends the turn
+    {"tool": "task", "args": {...}, "steps": [...]}           a subagent call and its steps
+    {"invalid_tool_call": {"name": ..., "args": "not json"}}  malformed call (recovery tests)
+    {"empty": true}                                           an empty reply (recovery tests)
+    {"reasoning": "text", ...}                                reasoning attached to a step
+
+A script that runs out answers with a clear notice instead of raising.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import tomllib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
+from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import ConfigDict, Field
+
+PROVIDER = "scripted"
+DEFAULT_WINDOW = 128_000
+EXHAUSTED = "(scripted model: the script has no more steps)"
+
+_STEP_KEYS = {"tool", "tools", "args", "say", "final", "steps", "invalid_tool_call", "empty",
+              "reasoning", "id"}
+_OUT_REF = re.compile(r"\{out\[(-?\d+)\](?:\|((?:[^{}\\]|\\.|\{\d*,?\d*\})+))?\}")
+
+
+class ScriptError(ValueError):
+    """A script file that cannot be played; the message names the file and the step."""
+
+
+def load_steps(path: str | Path) -> list[dict[str, Any]]:
+    """Read a script file (JSON or TOML) and flatten subagent steps into play order."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScriptError(f"cannot read script {path}: {exc.strerror or exc}") from exc
+    try:
+        data: Any = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ScriptError(f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: "
+                          f"{exc}") from exc
+    steps = data.get("steps") if isinstance(data, dict) else data
+    if not isinstance(steps, list):
+        raise ScriptError(f"{path}: expected a list of steps or {{\"steps\": [...]}}")
+    return flatten_steps(steps, where=str(path))
+
+
+def flatten_steps(steps: Sequence[Any], *, where: str = "script") -> list[dict[str, Any]]:
+    """Validate steps; a subagent call's own ``steps`` play right after the call."""
+    out: list[dict[str, Any]] = []
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            raise ScriptError(f"{where}: step {i} must be a table/object, got {type(step).__name__}")
+        unknown = set(step) - _STEP_KEYS
+        if unknown:
+            raise ScriptError(f"{where}: step {i} has unknown field(s) {sorted(unknown)}")
+        if not ({"tool", "tools", "say", "final", "invalid_tool_call", "empty"} & set(step)):
+            raise ScriptError(f"{where}: step {i} needs one of tool, tools, say, final, "
+                              "invalid_tool_call, empty")
+        if "tool" in step and not isinstance(step.get("args", {}), dict):
+            raise ScriptError(f"{where}: step {i} args must be a table/object")
+        out.append({k: v for k, v in step.items() if k != "steps"})
+        if "steps" in step:
+            out.extend(flatten_steps(step["steps"], where=f"{where} step {i}"))
+    return out
+
+
+def tool_outputs(messages: Sequence[BaseMessage]) -> list[str]:
+    """Text of every tool result in a request, oldest first (what ``out[i]`` indexes)."""
+    return [m.text for m in messages if isinstance(m, ToolMessage)]
+
+
+def fill_template(template: str, outputs: Sequence[str]) -> str:
+    """Expand ``{out[i]}`` and ``{out[i]|regex}`` (first group, else whole match)."""
+
+    def sub(match: re.Match[str]) -> str:
+        idx, pattern = int(match.group(1)), match.group(2)
+        try:
+            text = outputs[idx]
+        except IndexError:
+            return f"<no tool result out[{idx}]>"
+        if not pattern:
+            return text
+        found = re.search(pattern, text)
+        if not found:
+            return f"<no match for {pattern!r}>"
+        return found.group(1) if found.groups() else found.group(0)
+
+    return _OUT_REF.sub(sub, template)
+
+
+class _Cursor:
+    """Play position, shared by every ``bind_tools`` copy (main agent and subagents)."""
+
+    def __init__(self, steps: list[dict[str, Any]]) -> None:
+        self.steps = steps
+        self.pos = 0
+        self.lock = threading.Lock()
+        self.requests: list[list[BaseMessage]] = []
+
+    def take(self) -> list[dict[str, Any]]:
+        """The next reply: leading ``say`` steps plus the step they introduce."""
+        with self.lock:
+            taken: list[dict[str, Any]] = []
+            while self.pos < len(self.steps):
+                step = self.steps[self.pos]
+                self.pos += 1
+                taken.append(step)
+                if set(step) - {"say", "reasoning", "id"}:
+                    break
+            return taken
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Plays a script; see the module docstring. Works with invoke, stream, sync and async."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    cursor: _Cursor
+    bound_tools: list[Any] = Field(default_factory=list)
+    model_name: str = "scripted"
+
+    @classmethod
+    def from_steps(cls, steps: Sequence[dict[str, Any]], *, window: int | None = None,
+                   name: str = "scripted") -> ScriptedChatModel:
+        return cls(cursor=_Cursor(flatten_steps(steps)), model_name=name,
+                   profile={"max_input_tokens": window or DEFAULT_WINDOW,
+                            "tool_calling": True})
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, window: int | None = None) -> ScriptedChatModel:
+        return cls(cursor=_Cursor(load_steps(path)), model_name=f"scripted:{Path(path).name}",
+                   profile={"max_input_tokens": window or DEFAULT_WINDOW,
+                            "tool_calling": True})
+
+    @property
+    def _llm_type(self) -> str:
+        return PROVIDER
+
+    @property
+    def requests(self) -> list[list[BaseMessage]]:
+        """Every request received so far (all copies), for tests and the bench."""
+        return self.cursor.requests
+
+    @property
+    def remaining(self) -> int:
+        return len(self.cursor.steps) - self.cursor.pos
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = PROVIDER  # matches response_metadata["model_provider"]
+        params["ls_model_name"] = self.model_name
+        return params
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None,
+                   **kwargs: Any) -> ScriptedChatModel:
+        return self.model_copy(update={"bound_tools": list(tools)})
+
+    def count_request(self, messages: Sequence[BaseMessage]) -> int:
+        """Approximate tokens of the exact request: messages plus bound tool schemas."""
+        schemas = [t if isinstance(t, dict) else convert_to_openai_tool(t)
+                   for t in self.bound_tools]
+        return count_tokens_approximately(list(messages), tools=schemas or None)
+
+    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+        self.cursor.requests.append(list(messages))
+        index = self.cursor.pos
+        steps = self.cursor.take()
+        text_parts = [s["say"] for s in steps if "say" in s]
+        reasoning = "\n".join(s["reasoning"] for s in steps if "reasoning" in s)
+        tool_calls: list[dict[str, Any]] = []
+        invalid: list[dict[str, Any]] = []
+        outputs = tool_outputs(messages)
+        for k, step in enumerate(steps):
+            calls = step.get("tools") or ([step] if "tool" in step else [])
+            for j, call in enumerate(calls):
+                tool_calls.append({"name": call["tool"], "args": dict(call.get("args", {})),
+                                   "id": call.get("id") or f"call_{index + k}_{j}",
+                                   "type": "tool_call"})
+            if "invalid_tool_call" in step:
+                bad = step["invalid_tool_call"]
+                invalid.append({"name": bad.get("name"), "args": bad.get("args", "{"),
+                                "id": bad.get("id") or f"call_{index + k}_bad",
+                                "error": "invalid JSON in tool arguments",
+                                "type": "invalid_tool_call"})
+            if "final" in step:
+                text_parts.append(fill_template(str(step["final"]), outputs))
+        if not steps:
+            text_parts.append(EXHAUSTED)
+        content = "\n\n".join(fill_template(t, outputs) for t in text_parts)
+        usage_in = self.count_request(messages)
+        usage_out = max(1, len(content) // 4 + sum(len(json.dumps(c["args"])) // 4
+                                                   for c in tool_calls))
+        kwargs: dict[str, Any] = {}
+        if reasoning:
+            kwargs["additional_kwargs"] = {"reasoning_content": reasoning}
+        return AIMessage(
+            content=content, tool_calls=tool_calls, invalid_tool_calls=invalid,
+            usage_metadata={"input_tokens": usage_in, "output_tokens": usage_out,
+                            "total_tokens": usage_in + usage_out},
+            response_metadata={"model_name": self.model_name, "model_provider": PROVIDER,
+                               "finish_reason": "tool_calls" if tool_calls else "stop"},
+            **kwargs)
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None,
+                  **kwargs: Any) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None,
+                **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        msg = self._reply(messages)
+        text = msg.text
+        parts = [p for p in re.split(r"(\s+)", text) if p] or [""]
+        reasoning = msg.additional_kwargs.get("reasoning_content")
+        if reasoning:
+            chunk = AIMessageChunk(content="", id=msg.id,
+                                   additional_kwargs={"reasoning_content": reasoning})
+            yield ChatGenerationChunk(message=chunk)
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            chunk = AIMessageChunk(
+                content=part, id=msg.id,
+                tool_call_chunks=[
+                    {"name": tc["name"], "args": json.dumps(tc["args"]), "id": tc["id"],
+                     "index": j, "type": "tool_call_chunk"}
+                    for j, tc in enumerate(msg.tool_calls)] + [
+                    {"name": bad["name"], "args": bad["args"], "id": bad["id"],
+                     "index": len(msg.tool_calls) + j, "type": "tool_call_chunk"}
+                    for j, bad in enumerate(msg.invalid_tool_calls)] if last else [],
+                usage_metadata=msg.usage_metadata if last else None,
+                response_metadata=dict(msg.response_metadata) if last else {},
+                chunk_position="last" if last else None)
+            gen = ChatGenerationChunk(message=chunk)
+            if run_manager:
+                run_manager.on_llm_new_token(part, chunk=gen)
+            yield gen

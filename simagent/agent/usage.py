@@ -1,0 +1,80 @@
+"""Token usage per model call, rolled up by agent and by model.
+
+One ledger per session, fed by the trace recorder for every call (main agent and
+subagents alike) and rebuilt from ``model_usage`` trace events on resume, so totals in
+``simagent run --json``, ``/context`` and the bench agree with the trace.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_FIELDS = ("input_tokens", "output_tokens", "cache_read", "cache_creation", "reasoning_tokens")
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read: int = 0
+    cache_creation: int = 0
+    reasoning_tokens: int = 0
+    calls: int = 0
+
+    def add(self, other: Mapping[str, Any]) -> None:
+        for name in _FIELDS:
+            setattr(self, name, getattr(self, name) + int(other.get(name) or 0))
+        self.calls += int(other.get("calls", 1))
+
+    def minus(self, other: Usage) -> Usage:
+        return Usage(*(getattr(self, f) - getattr(other, f) for f in (*_FIELDS, "calls")))
+
+    def as_dict(self) -> dict[str, int]:
+        return {f: getattr(self, f) for f in (*_FIELDS, "calls")}
+
+
+def usage_record(usage_metadata: Mapping[str, Any] | None) -> dict[str, int]:
+    """Flatten langchain ``usage_metadata`` (with its detail dicts) into ledger fields."""
+    um = dict(usage_metadata or {})
+    details_in = um.get("input_token_details") or {}
+    details_out = um.get("output_token_details") or {}
+    return {
+        "input_tokens": int(um.get("input_tokens") or 0),
+        "output_tokens": int(um.get("output_tokens") or 0),
+        "total_tokens": int(um.get("total_tokens") or 0),
+        "cache_read": int(details_in.get("cache_read") or 0),
+        "cache_creation": int(details_in.get("cache_creation") or 0),
+        "reasoning_tokens": int(details_out.get("reasoning") or 0),
+    }
+
+
+@dataclass
+class UsageLedger:
+    total: Usage = field(default_factory=Usage)
+    by_agent: dict[str, Usage] = field(default_factory=dict)
+    by_model: dict[str, Usage] = field(default_factory=dict)
+    last_input_tokens: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, agent: str, model: str, record: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.total.add(record)
+            self.by_agent.setdefault(agent, Usage()).add(record)
+            self.by_model.setdefault(model, Usage()).add(record)
+            if agent == "main":
+                self.last_input_tokens = int(record.get("input_tokens") or 0)
+
+    def snapshot(self) -> Usage:
+        with self._lock:
+            return Usage(**self.total.as_dict())
+
+    @classmethod
+    def from_trace(cls, events: Iterable[Any]) -> UsageLedger:
+        ledger = cls()
+        for event in events:
+            p = event.payload
+            ledger.record(p.get("agent") or "main", p.get("model") or "?", p)
+        return ledger

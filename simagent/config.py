@@ -1,0 +1,107 @@
+"""Configuration: workspace ``.simagent/config.toml`` over user ``<home>/config.toml``.
+
+Settings are plain TOML tables; later layers (context thresholds, prices, bench) read
+their own sections through :meth:`Config.section`, so this module never needs to know
+them. The model is resolved in the order design.md §3 fixes: ``--model``,
+``$SIMAGENT_MODEL``, workspace config, user config; the first that is set wins.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simagent.paths import state_home, workspace_config_path
+
+APPROVAL_MODES = ("ask", "workspace", "auto")
+DEFAULT_APPROVAL = "ask"
+MODEL_ENV = "SIMAGENT_MODEL"
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file and the key."""
+
+
+def user_config_path() -> Path:
+    return state_home() / "config.toml"
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass(frozen=True)
+class Config:
+    """Merged settings plus where each top-level layer came from."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+    workspace_data: dict[str, Any] = field(default_factory=dict)
+    user_data: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, workspace: str | os.PathLike[str]) -> Config:
+        user = _read(user_config_path())
+        ws = _read(workspace_config_path(workspace))
+        return cls(_merge(user, ws), ws, user)
+
+    def section(self, name: str) -> dict[str, Any]:
+        value = self.data.get(name, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"config: [{name}] must be a table")
+        return value
+
+    def model_spec(self, cli_value: str | None = None,
+                   environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+        """The model string and where it came from (for messages and `/model`)."""
+        env = os.environ if environ is None else environ
+        if cli_value:
+            return cli_value, "--model"
+        if env.get(MODEL_ENV):
+            return env[MODEL_ENV], f"${MODEL_ENV}"
+        for layer, where in ((self.workspace_data, "workspace config"),
+                             (self.user_data, "user config")):
+            model = layer.get("model")
+            spec = model.get("id") if isinstance(model, dict) else model
+            if spec:
+                return str(spec), where
+        return None, "unset"
+
+    @property
+    def model_settings(self) -> dict[str, Any]:
+        """The ``[model]`` table (window, num_ctx, api_key_env ...), if ``model`` is a table."""
+        model = self.data.get("model")
+        return dict(model) if isinstance(model, dict) else {}
+
+    def simulator(self, cli_value: str | None = None) -> str | None:
+        return cli_value or self.data.get("simulator") or None
+
+    def approval(self, cli_value: str | None = None) -> str:
+        mode = cli_value or self.data.get("approval") or DEFAULT_APPROVAL
+        if mode not in APPROVAL_MODES:
+            raise ConfigError(f"approval mode {mode!r} is not one of {', '.join(APPROVAL_MODES)}")
+        return mode
+
+    def kernel_name(self) -> str | None:
+        kernel = self.data.get("kernel")
+        return kernel.get("name") if isinstance(kernel, dict) else None

@@ -1,0 +1,179 @@
+"""``simagent run``: one headless turn, streamed to the terminal or reported as JSON.
+
+A thin shell over Session + build_agent + TurnRunner: it resolves the model and the
+session, prints assistant text to stdout as it streams (tool activity goes to stderr as
+one-line notes, so stdout stays the answer), and maps how the turn ended to the exit
+codes of design.md §3.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from simagent.agent.events import (
+    Event,
+    Interrupt,
+    Notice,
+    TextDelta,
+    ToolError,
+    ToolFinished,
+    ToolStarted,
+)
+
+EXIT_OK, EXIT_USAGE, EXIT_APPROVAL, EXIT_PROVIDER, EXIT_COST, EXIT_KERNEL = 0, 2, 3, 4, 5, 6
+EXIT_FAILED = 1
+EXIT_CANCELLED = 130
+
+
+class HeadlessError(Exception):
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class RunOptions:
+    prompt: str | None
+    workspace: Path
+    model: str | None = None
+    simulator: str | None = None
+    resume: str | None = None
+    continue_last: bool = False
+    approval: str | None = None
+    json: bool = False
+    decision: str | None = None  # approve | reject, for a paused turn
+
+
+def one_line(args: dict[str, Any], width: int = 70) -> str:
+    """A short summary of tool arguments (first line of code, or key=value pairs)."""
+    if "code" in args:
+        first = next((ln for ln in str(args["code"]).splitlines() if ln.strip()), "")
+        text = first.strip()
+    elif "command" in args:
+        text = str(args["command"]).splitlines()[0] if args["command"] else ""
+    else:
+        text = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class StreamPrinter:
+    """Renders events for a terminal: answer on ``out``, activity on ``err``."""
+
+    def __init__(self, out: TextIO, err: TextIO, *, stream_text: bool) -> None:
+        self.out, self.err, self.stream_text = out, err, stream_text
+        self.wrote_text = False
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TextDelta) and event.agent == "main" and self.stream_text:
+            self.out.write(event.text)
+            self.out.flush()
+            self.wrote_text = True
+        elif isinstance(event, ToolStarted):
+            who = "" if event.agent == "main" else f"[{event.agent}] "
+            print(f"· {who}{event.name}: {one_line(event.args)}", file=self.err, flush=True)
+        elif isinstance(event, ToolError):
+            first = event.content.strip().splitlines()[-1] if event.content.strip() else ""
+            print(f"  ✗ {event.name} failed ({event.elapsed_s:.1f}s): {first[:120]}",
+                  file=self.err, flush=True)
+        elif isinstance(event, ToolFinished):
+            print(f"  ✓ {event.name} ({event.elapsed_s:.1f}s)", file=self.err, flush=True)
+        elif isinstance(event, Interrupt):
+            for req in event.action_requests:
+                print(f"⏸ waiting for approval: {req.get('name')} "
+                      f"{one_line(req.get('args') or {})}", file=self.err, flush=True)
+        elif isinstance(event, Notice):
+            print(f"! {event.text}", file=self.err, flush=True)
+
+
+def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    from simagent.agent.builder import build_agent
+    from simagent.agent.runner import TurnRunner
+    from simagent.config import Config, ConfigError
+    from simagent.kernel import KernelStartError
+    from simagent.models import ModelError, resolve_model
+    from simagent.session import Session, SessionNotFound
+    from simagent.simulators import SimulatorError
+
+    try:
+        config = Config.load(opts.workspace)
+        spec, _where = config.model_spec(opts.model)
+        if not spec:
+            raise HeadlessError(
+                "no model configured: pass --model provider:model (e.g. "
+                "anthropic:claude-sonnet-4-5), set $SIMAGENT_MODEL, or put model = \"...\" in "
+                ".simagent/config.toml; scripted:PATH plays a script without a key", EXIT_USAGE)
+        resolved = resolve_model(spec, model_config=config.model_settings)
+        if opts.resume or opts.continue_last:
+            session = Session.resume(opts.workspace, opts.resume, approval=opts.approval,
+                                     model=resolved.id, config=config)
+        else:
+            session = Session.create(opts.workspace, simulator=opts.simulator,
+                                     approval=opts.approval, model=resolved.id, config=config)
+    except ModelError as exc:
+        raise HeadlessError(str(exc), exc.code) from exc
+    except (ConfigError, SimulatorError, SessionNotFound) as exc:
+        raise HeadlessError(str(exc), EXIT_USAGE) from exc
+
+    try:
+        note_model_switch(session, resolved.id)
+        try:
+            session.start_kernel()
+        except KernelStartError as exc:
+            raise HeadlessError(str(exc).splitlines()[0], EXIT_KERNEL) from exc
+        runner = TurnRunner(session, build_agent(session, resolved))
+        printer = StreamPrinter(out, err, stream_text=not opts.json)
+        if opts.decision:
+            pending = runner.pending_interrupts()
+            if not pending:
+                raise HeadlessError("nothing is waiting for approval in this session",
+                                    EXIT_USAGE)
+            decisions = {p.interrupt_id: [{"type": opts.decision}
+                                          for _ in p.action_requests] for p in pending}
+            result = runner.resume(decisions, printer, pending=pending)
+        else:
+            result = runner.run(opts.prompt or "", printer)
+        if not opts.json and printer.wrote_text:
+            out.write("\n")
+        elif not opts.json and result.final:
+            out.write(result.final + "\n")
+        if opts.json:
+            print(json.dumps({
+                "session_id": session.id, "status": result.status, "final": result.final,
+                "tool_calls": result.tool_calls,
+                "usage": {"input_tokens": result.usage.input_tokens,
+                          "output_tokens": result.usage.output_tokens,
+                          "cache_read": result.usage.cache_read},
+                "trace_path": str(session.paths.trace), "state_dir": str(session.paths.root),
+                "error": result.error}), file=out)
+        else:
+            print(f"[session {session.id}]", file=err)
+        if result.status == "paused":
+            print(f"simagent: turn paused for approval; continue with 'simagent run --resume "
+                  f"{session.id} --approve' (or --reject)", file=err)
+            return EXIT_APPROVAL
+        if result.status == "error":
+            print(f"simagent: error: {result.error}", file=err)
+            return EXIT_PROVIDER if result.provider_error else EXIT_FAILED
+        if result.status == "cancelled":
+            return EXIT_CANCELLED
+        return EXIT_OK
+    finally:
+        session.close()
+
+
+def note_model_switch(session: Any, model_id: str) -> None:
+    """Trace a switch when a resumed session continues with another model."""
+    if session.resume_info is None:
+        return
+    before = None
+    for event in session.trace.events(["session_start", "session_resume", "model_switch"])[:-1]:
+        if event.kind == "model_switch":
+            before = event.payload.get("to_model") or before
+        elif event.payload.get("model"):
+            before = event.payload["model"]
+    if before and before != model_id:
+        session.trace.append("model_switch", {"from_model": before, "to_model": model_id})

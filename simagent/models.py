@@ -1,0 +1,351 @@
+"""Model specs, context windows and provider errors: the one place that knows about providers.
+
+Everything else in simagent deals in a spec string (``--model``) and a :class:`ResolvedModel`.
+Keeping the parsing, API-key checks, window lookup and error wording here means the CLI, the
+TUI and the bench all report the same one-line errors and agree on the context window that
+summarization and the ``/context`` meter are computed against.
+
+Only the standard library is imported at module level: ``simagent --help`` imports this module
+and must stay fast, so langchain and the provider SDKs are imported inside functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+USAGE_ERROR = 2  # exit code for a malformed spec or bad model config
+PROVIDER_ERROR = 4  # exit code for anything provider-side (keys, packages, HTTP)
+
+EXPECTED_FORMS = (
+    "expected provider:model (e.g. anthropic:claude-sonnet-4-5, ollama:qwen3:8b), "
+    "openai-compatible:MODEL@BASE_URL, scripted:PATH or replay:WORKFLOW_ID"
+)
+
+# Checked before constructing the model: langchain's own missing-key errors are multi-line
+# pydantic dumps, and some providers only fail on the first request.
+KEY_VARS: dict[str, tuple[str, ...]] = {
+    "anthropic": ("ANTHROPIC_API_KEY",), "openai": ("OPENAI_API_KEY",),
+    "google_genai": ("GOOGLE_API_KEY", "GEMINI_API_KEY"), "mistralai": ("MISTRAL_API_KEY",),
+    "groq": ("GROQ_API_KEY",), "fireworks": ("FIREWORKS_API_KEY",),
+    "together": ("TOGETHER_API_KEY",), "deepseek": ("DEEPSEEK_API_KEY",), "xai": ("XAI_API_KEY",),
+}
+# Partner packages that simagent ships as an optional extra (pip install 'simagent[extra]').
+EXTRAS = {"ollama": "ollama"}
+COMPATIBLE_KEY_VAR = "OPENAI_COMPATIBLE_API_KEY"
+DEFAULT_NUM_CTX = 32768  # Ollama's loaded window; its own default (2-4k) is too small for agents
+DEFAULT_SCRIPTED_WINDOW = 128000
+# Generic constructor options a config may set; passed through unchanged.
+PASSTHROUGH = ("temperature", "max_retries", "timeout")
+
+_PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+class ModelError(Exception):
+    """A user-facing, single-line model problem; ``code`` is the CLI exit status."""
+
+    def __init__(self, message: str, *, code: int = PROVIDER_ERROR, env_var: str | None = None):
+        super().__init__(" ".join(str(message).split()))
+        self.code = code
+        self.env_var = env_var
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    raw: str
+    kind: str  # "provider" | "openai-compatible" | "scripted" | "replay"
+    provider: str
+    name: str
+    base_url: str | None = None
+
+
+@dataclass
+class ResolvedModel:
+    spec: ModelSpec
+    chat_model: Any  # langchain BaseChatModel
+    window: int | None  # context window actually loaded, in tokens
+    max_output: int | None
+
+    @property
+    def id(self) -> str:
+        return self.spec.raw
+
+
+def parse_model_spec(spec: str) -> ModelSpec:
+    """Split a ``--model`` string into its parts without importing anything heavy."""
+    raw = (spec or "").strip()
+
+    def bad(why: str) -> ModelError:
+        return ModelError(f"invalid model {raw!r} ({why}); {EXPECTED_FORMS}", code=USAGE_ERROR)
+
+    if not raw:
+        raise bad("empty")
+    prefix, sep, rest = raw.partition(":")
+    rest = rest.strip()
+    if not sep or not _PREFIX.match(prefix):
+        raise bad("no provider prefix")
+    if not rest or rest.startswith("//"):
+        raise bad("nothing after the prefix" if not rest else "looks like a bare URL")
+    kind = prefix.lower()
+    if kind == "openai-compatible":
+        model, at, url = rest.rpartition("@")
+        if not at or not model.strip():
+            raise bad("openai-compatible needs MODEL@BASE_URL")
+        url = url.strip()
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise bad("BASE_URL must start with http:// or https://")
+        return ModelSpec(raw, kind, kind, model.strip(), url)
+    if kind in ("scripted", "replay"):
+        return ModelSpec(raw, kind, kind, rest)
+    return ModelSpec(raw, "provider", kind, rest)
+
+
+def resolve_model(
+    spec: str,
+    *,
+    model_config: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ResolvedModel:
+    """Build the chat model for ``spec``; construction never touches the network."""
+    parsed = parse_model_spec(spec)
+    cfg = dict(model_config or {})
+    env = os.environ if environ is None else environ
+    for key in ("window", "num_ctx", "max_output"):
+        if key in cfg and not _positive_int(cfg[key]):
+            raise ModelError(f"model config {key!r} must be a positive integer, got {cfg[key]!r}",
+                             code=USAGE_ERROR)
+    if parsed.kind == "replay":
+        raise ModelError("replay models are provided by the bench (simagent bench run); "
+                         "use scripted:PATH for a headless scripted run", code=USAGE_ERROR)
+    if parsed.kind == "scripted":
+        chat = _scripted(parsed, cfg)
+    elif parsed.kind == "openai-compatible":
+        chat = _openai_compatible(parsed, cfg, env)
+    else:
+        chat = _provider(parsed, cfg, env)
+    window = context_window(chat, cfg)
+    _pin_window(chat, window)
+    return ResolvedModel(parsed, chat, window, max_output_tokens(chat, cfg))
+
+
+def _provider(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> Any:
+    from langchain.chat_models import init_chat_model
+
+    kwargs = {k: cfg[k] for k in PASSTHROUGH if k in cfg}
+    if spec.provider in KEY_VARS:
+        names = KEY_VARS[spec.provider]
+        key = next((env[n] for n in names if env.get(n)), None)
+        if key is None:
+            raise ModelError(f"{spec.raw} needs an API key: set {names[0]} "
+                             "(or choose another model with --model)", env_var=names[0])
+        kwargs["api_key"] = key  # explicit, so an injected environ is honoured
+    if spec.provider == "ollama":
+        # Ollama loads num_ctx tokens whatever the model was trained on; report that window.
+        num_ctx = cfg.get("num_ctx") or cfg.get("window") or DEFAULT_NUM_CTX
+        kwargs.update(num_ctx=num_ctx, profile={"max_input_tokens": num_ctx})
+    try:
+        # model_provider is explicit so a name containing ':' (ollama:qwen3:8b) stays whole.
+        return init_chat_model(spec.name, model_provider=spec.provider, **kwargs)
+    except ImportError as exc:
+        raise _missing_package(spec, exc) from exc
+    except ValueError as exc:
+        if str(exc).startswith("Unsupported provider"):
+            raise ModelError(f"unknown model provider {spec.provider!r} in {spec.raw!r}; "
+                             f"{EXPECTED_FORMS}", code=USAGE_ERROR) from exc
+        raise ModelError(f"cannot create {spec.raw}: {_first_line(exc)}") from exc
+
+
+def _missing_package(spec: ModelSpec, exc: ImportError) -> ModelError:
+    found = re.search(r"pip install ([\w.\-\[\]]+)", str(exc))
+    pkg = found.group(1) if found else "langchain-" + spec.provider.replace("_", "-")
+    extra = EXTRAS.get(spec.provider)
+    how = f"pip install 'simagent[{extra}]' (package {pkg})" if extra else f"pip install {pkg}"
+    return ModelError(f"{spec.raw} needs the {pkg} package: {how}")
+
+
+def _openai_compatible(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> Any:
+    """llama.cpp / vLLM / LM Studio: Chat Completions, since few of them speak Responses."""
+    from langchain_openai import ChatOpenAI
+
+    var = cfg.get("api_key_env")
+    if var:
+        if not env.get(var):
+            raise ModelError(f"{spec.raw} is configured to read its API key from {var}, "
+                             f"which is not set: set {var}", env_var=var)
+        key = env[var]
+    else:
+        key = env.get(COMPATIBLE_KEY_VAR) or "not-needed"  # local servers ignore the key
+    kwargs: dict[str, Any] = {k: cfg[k] for k in PASSTHROUGH if k in cfg}
+    if cfg.get("window"):
+        kwargs["profile"] = {"max_input_tokens": cfg["window"]}
+    return ChatOpenAI(model=spec.name, base_url=spec.base_url, api_key=key,
+                      use_responses_api=False, stream_usage=True, **kwargs)
+
+
+def _scripted(spec: ModelSpec, cfg: dict[str, Any]) -> Any:
+    path = Path(spec.name).expanduser()
+    if not path.is_file():
+        raise ModelError(f"scripted model file not found: {path}", code=USAGE_ERROR)
+    from simagent.agent.scripted import ScriptedChatModel
+
+    try:
+        window = cfg.get("window") or DEFAULT_SCRIPTED_WINDOW
+        return ScriptedChatModel.from_file(path, window=window)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"invalid scripted model: {exc}", code=USAGE_ERROR) from exc
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _profile(chat_model: Any) -> Mapping[str, Any]:
+    model = getattr(chat_model, "bound", chat_model)  # see through bind_tools() bindings
+    profile = getattr(model, "profile", None)
+    return profile if isinstance(profile, Mapping) else {}
+
+
+def context_window(chat_model: Any, model_config: Mapping[str, Any] | None = None) -> int | None:
+    """The input window in tokens: config, then the model profile, then Ollama's num_ctx."""
+    configured = (model_config or {}).get("window")
+    if _positive_int(configured):
+        return configured
+    from_profile = _profile(chat_model).get("max_input_tokens")
+    if _positive_int(from_profile):
+        return from_profile
+    num_ctx = getattr(getattr(chat_model, "bound", chat_model), "num_ctx", None)
+    return num_ctx if _positive_int(num_ctx) else None
+
+
+def max_output_tokens(chat_model: Any, model_config: Mapping[str, Any] | None = None) -> int | None:
+    configured = (model_config or {}).get("max_output")
+    if _positive_int(configured):
+        return configured
+    from_profile = _profile(chat_model).get("max_output_tokens")
+    return from_profile if _positive_int(from_profile) else None
+
+
+def _pin_window(chat_model: Any, window: int | None) -> None:
+    """deepagents sizes summarization from profile["max_input_tokens"]; make it agree with us."""
+    profile = _profile(chat_model)
+    if window is None or profile.get("max_input_tokens") == window:
+        return
+    # A model without a settable profile keeps its own; our window still governs the meter.
+    with contextlib.suppress(AttributeError, TypeError, ValueError):
+        chat_model.profile = {**profile, "max_input_tokens": window}
+
+
+# ---- provider errors -------------------------------------------------------------------------
+_PROVIDER_ROOTS = {"openai", "anthropic", "httpx", "httpcore", "ollama", "google",
+                   "langchain_core", "langchain_openai", "langchain_anthropic", "langchain_ollama",
+                   "langchain_google_genai"}
+_ENDPOINTS = ("/chat/completions", "/completions", "/responses", "/messages", "/api/chat")
+
+
+def _first_line(text: object, limit: int = 240) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen and len(seen) < 8:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return seen
+
+
+def _url(exc: BaseException) -> str | None:
+    """The endpoint's base URL, from the httpx request attached to SDK exceptions."""
+    for e in _chain(exc):
+        for getter in (lambda e: e.request.url, lambda e: e.response.request.url):
+            try:
+                url = str(getter(e))
+            except Exception:  # httpx raises RuntimeError when no request is attached
+                continue
+            for end in _ENDPOINTS:
+                url = url.removesuffix(end)
+            return url
+    return None
+
+
+def _api_message(exc: BaseException) -> str:
+    """The server's own message (openai/anthropic bodies), not the SDK's repr of the body."""
+    body = getattr(exc, "body", None)
+    inner = body.get("error", body) if isinstance(body, Mapping) else None
+    if isinstance(inner, Mapping) and inner.get("message"):
+        return _first_line(inner["message"])
+    return _first_line(getattr(exc, "message", None) or exc) or type(exc).__name__
+
+
+def _key_hint(exc: BaseException) -> str:
+    roots = {c.__module__.split(".")[0] for c in type(exc).__mro__}
+    if "anthropic" in roots:
+        return "ANTHROPIC_API_KEY"
+    if roots & {"google", "langchain_google_genai"}:
+        return "GOOGLE_API_KEY"
+    url = _url(exc) or ""
+    return "OPENAI_API_KEY" if not url or "api.openai.com" in url else COMPATIBLE_KEY_VAR
+
+
+def _reason(exc: BaseException) -> str:
+    for e in reversed(_chain(exc)):  # the innermost cause says what actually happened
+        text = str(e).lower()
+        if isinstance(e, ConnectionRefusedError) or "refused" in text:
+            return "connection refused"
+        if isinstance(e, TimeoutError) or "timed out" in text:
+            return "timed out"
+        if "name or service not known" in text or "getaddrinfo" in text:
+            return "host name not resolved"
+    return _first_line(_chain(exc)[-1], 120)
+
+
+def describe_provider_error(exc: BaseException) -> str | None:
+    """One line for a provider failure, or None when ``exc`` did not come from a provider."""
+    for e in _chain(exc):
+        line = _describe_one(e)
+        if line:
+            return "provider error: " + line
+    return None
+
+
+def _describe_one(exc: BaseException) -> str | None:
+    # Class names across the MRO, so the SDKs never need importing here; langchain's wrappers
+    # (e.g. OpenAIAuthenticationError) subclass both the SDK error and langchain_core's.
+    mro = type(exc).__mro__
+    if any(c.__module__.split(".")[0] in _PROVIDER_ROOTS for c in mro):
+        names = {c.__name__ for c in mro}
+    else:
+        if isinstance(exc, ConnectionError) and "ollama" in str(exc).lower():
+            return f"cannot reach Ollama ({_first_line(exc, 160)})"  # ollama's own client
+        return None
+    msg = _api_message(exc)
+    status = getattr(exc, "status_code", None)
+    context_words = ("context", "too long", "maximum", "token limit")
+    if "ContextOverflowError" in names or (
+        "BadRequestError" in names and any(w in msg.lower() for w in context_words)
+    ):
+        return f"context overflow — the request exceeds the model's window: {msg}"
+    if names & {"AuthenticationError", "ModelAuthenticationError"}:
+        return f"authentication failed ({status or 401}) — check {_key_hint(exc)}"
+    if names & {"PermissionDeniedError", "ModelPermissionDeniedError"}:
+        return f"permission denied ({status or 403}): {msg}"
+    if names & {"RateLimitError", "ModelRateLimitError"}:
+        return f"rate limited ({status or 429}): {msg}"
+    if names & {"APITimeoutError", "ModelTimeoutError", "TimeoutException"}:
+        return f"timed out talking to {_url(exc) or 'the provider'}"
+    if names & {"APIConnectionError", "ModelConnectionError", "ConnectError", "NetworkError"}:
+        return f"cannot reach {_url(exc) or 'the provider'} ({_reason(exc)})"
+    if "NotFoundError" in names:
+        return f"not found ({status or 404}) — check the model name and base URL: {msg}"
+    if isinstance(status, int):
+        return f"HTTP {status}: {msg}"
+    if "ResponseError" in names:  # ollama
+        return f"ollama: {msg}"
+    return None

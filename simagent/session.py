@@ -1,0 +1,238 @@
+"""A session: one conversation thread with its workspace, kernel, trace and checkpoints.
+
+Everything that must outlive a process lives in the session's state folder (design.md
+§4): the trace, the langgraph checkpoints (the thread id is the session id), raw kernel
+outputs, artifacts and the attempt log. Resuming opens the same folder; the Python
+kernel cannot be carried across processes, so a resumed session starts a fresh one and
+the system prompt says so, unless the caller hands over the still-running kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simagent.agent.memory import ensure_memory
+from simagent.agent.tools import AttemptLog
+from simagent.agent.usage import UsageLedger
+from simagent.config import Config
+from simagent.paths import SessionPaths, new_session_id, workspace_state_dir
+from simagent.simulators import Simulator, get_simulator
+from simagent.trace import TraceLog
+
+if TYPE_CHECKING:
+    from simagent.kernel import ExecResult, Kernel
+
+LAST_SESSION = "last-session"
+
+
+class SessionNotFound(LookupError):
+    """No session matches; the message lists what exists."""
+
+
+@dataclass
+class ResumeInfo:
+    """How this process joined the session (shown to the model once, in the prompt)."""
+
+    resumed_at: str
+    kernel_restarted: bool
+
+
+def sessions_dir(workspace: str | os.PathLike[str]) -> Path:
+    return workspace_state_dir(workspace) / "sessions"
+
+
+def resolve_session_id(workspace: str | os.PathLike[str], prefix: str | None) -> str:
+    """A full session id from a prefix, or the last session when ``prefix`` is None."""
+    root = sessions_dir(workspace)
+    if prefix is None:
+        marker = workspace_state_dir(workspace) / LAST_SESSION
+        if marker.is_file() and (root / marker.read_text().strip()).is_dir():
+            return marker.read_text().strip()
+        ids = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        if not ids:
+            raise SessionNotFound("no earlier session in this workspace to continue")
+        return ids[-1]
+    ids = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith(prefix)) \
+        if root.is_dir() else []
+    if len(ids) == 1:
+        return ids[0]
+    if not ids:
+        raise SessionNotFound(f"no session matches {prefix!r} in this workspace "
+                              "(see 'simagent sessions')")
+    raise SessionNotFound(f"{prefix!r} matches {len(ids)} sessions: {', '.join(ids[-5:])}")
+
+
+class Session:
+    """Workspace + state folder + kernel + trace + checkpointer for one thread."""
+
+    def __init__(self, workspace: Path, session_id: str, *, config: Config,
+                 simulator: Simulator | None, approval: str,
+                 kernel: Kernel | None = None, resume: ResumeInfo | None = None) -> None:
+        self.workspace = workspace
+        self.id = session_id
+        self.config = config
+        self.simulator = simulator
+        self.approval = approval
+        self.resume_info = resume
+        self.paths = SessionPaths.for_session(workspace, session_id).ensure()
+        self.trace = TraceLog(self.paths.trace)
+        self.memory_dir = ensure_memory(workspace)
+        self.attempts = AttemptLog(self.paths.root / "attempts.jsonl")
+        self.usage = UsageLedger.from_trace(self.trace.iter_events(["model_usage"]))
+        self._kernel = kernel
+        self._kernel_lock = threading.Lock()
+        self._warmed = kernel is not None and kernel.is_alive()
+        self._checkpoint_conn: sqlite3.Connection | None = None
+        self._checkpointer: Any = None
+        self.closed = False
+
+    # ------------------------------------------------------------ lifecycle
+    @classmethod
+    def create(cls, workspace: str | os.PathLike[str], *, simulator: str | None = None,
+               approval: str | None = None, model: str | None = None,
+               config: Config | None = None) -> Session:
+        ws = Path(workspace).expanduser().resolve()
+        config = config or Config.load(ws)
+        sim = get_simulator(config.simulator(simulator))
+        session = cls(ws, new_session_id(), config=config, simulator=sim,
+                      approval=config.approval(approval))
+        session.trace.append("session_start", {
+            "session_id": session.id, "workspace": str(ws),
+            "simulator": sim.name if sim else None, "model": model,
+            "approval": session.approval, "pid": os.getpid()})
+        session._mark_last()
+        return session
+
+    @classmethod
+    def resume(cls, workspace: str | os.PathLike[str], session_id: str | None = None, *,
+               approval: str | None = None, model: str | None = None,
+               config: Config | None = None, kernel: Kernel | None = None) -> Session:
+        """Reopen a session (``session_id`` may be a prefix; None = the last one)."""
+        ws = Path(workspace).expanduser().resolve()
+        config = config or Config.load(ws)
+        full_id = resolve_session_id(ws, session_id)
+        start = TraceLog(SessionPaths.for_session(ws, full_id).trace, readonly=True)
+        try:
+            first = start.first("session_start")
+        finally:
+            start.close()
+        sim_name = first.payload.get("simulator") if first else None
+        sim = get_simulator(sim_name) if sim_name else None
+        keep_kernel = kernel is not None and kernel.is_alive()
+        from datetime import datetime
+
+        info = ResumeInfo(resumed_at=datetime.now().strftime("%Y-%m-%d %H:%M"),
+                          kernel_restarted=not keep_kernel)
+        mode = approval or (first.payload.get("approval") if first else None)
+        session = cls(ws, full_id, config=config, simulator=sim,
+                      approval=config.approval(mode), kernel=kernel if keep_kernel else None,
+                      resume=info)
+        session.trace.append("session_resume", {"session_id": full_id, "model": model,
+                                                "kernel_restarted": info.kernel_restarted,
+                                                "pid": os.getpid()})
+        session._mark_last()
+        return session
+
+    def _mark_last(self) -> None:
+        (workspace_state_dir(self.workspace) / LAST_SESSION).write_text(self.id)
+
+    @property
+    def thread_config(self) -> dict[str, Any]:
+        return {"configurable": {"thread_id": self.id}}
+
+    @property
+    def checkpointer(self) -> Any:
+        """The langgraph SQLite checkpointer (sync; the agent runs in a worker thread)."""
+        if self._checkpointer is None:
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            self._checkpoint_conn = sqlite3.connect(self.paths.checkpoints,
+                                                    check_same_thread=False)
+            self._checkpointer = SqliteSaver(self._checkpoint_conn)
+        return self._checkpointer
+
+    def close(self, reason: str = "exit", *, keep_kernel: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.trace.append("session_end", {"session_id": self.id, "reason": reason})
+        if self._kernel is not None and not keep_kernel:
+            self._kernel.shutdown()
+        if self._checkpoint_conn is not None:
+            self._checkpoint_conn.close()
+        self.trace.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close("error" if exc[0] else "exit")
+
+    # --------------------------------------------------------------- kernel
+    @property
+    def kernel(self) -> Kernel:
+        with self._kernel_lock:
+            if self._kernel is None:
+                from simagent.kernel import Kernel
+
+                self._kernel = Kernel(self.paths, cwd=self.workspace,
+                                      kernel_name=self.config.kernel_name())
+            return self._kernel
+
+    @property
+    def kernel_state(self) -> str:
+        return "stopped" if self._kernel is None else self._kernel.state
+
+    def start_kernel(self) -> None:
+        """Start the kernel now (raises ``KernelStartError``) and run the warm-up once."""
+        kernel = self.kernel
+        if kernel.state in ("stopped", "dead"):
+            kernel.start()
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        if self._warmed:
+            return
+        self._warmed = True
+        if self.simulator and self.simulator.warmup:
+            self._traced_execute(self.simulator.warmup, None, 600.0, None, warmup=True)
+
+    def execute(self, code: str, *, on_output: Any = None, timeout: float | None = None,
+                tool_call_id: str | None = None) -> ExecResult:
+        """Run code for a tool call: warm-up first if needed, then trace the execution."""
+        self._warm_up()
+        return self._traced_execute(code, on_output, timeout, tool_call_id)
+
+    def _traced_execute(self, code: str, on_output: Any, timeout: float | None,
+                        tool_call_id: str | None, *, warmup: bool = False) -> ExecResult:
+        result = self.kernel.execute(code, on_output=on_output, timeout=timeout)
+        self.trace.append("kernel_exec", {
+            "tool_call_id": tool_call_id, "code": code, "status": result.status,
+            "elapsed_s": round(result.elapsed_s, 3), "execution_count": result.execution_count,
+            "raw_path": str(result.raw_path) if result.raw_path else None,
+            "state_lost": result.state_lost, "warmup": warmup})
+        for display in result.displays:
+            if display.path is not None:
+                self.trace.append("artifact", {"path": str(display.path), "mime": display.mime,
+                                               "tool_call_id": tool_call_id})
+        return result
+
+    def restart_kernel(self) -> float:
+        kernel = self.kernel
+        if kernel.state == "stopped":
+            kernel.start()
+            seconds = 0.0
+        else:
+            seconds = kernel.restart()
+        self._warmed = False
+        self._warm_up()
+        return seconds
+
+    def interrupt_kernel(self) -> None:
+        if self._kernel is not None:
+            self._kernel.interrupt()

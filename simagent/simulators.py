@@ -1,0 +1,129 @@
+"""Simulators as data (design.md §8): discovery and parsing of ``simulator.toml`` folders.
+
+A simulator is a folder: ``simulator.toml`` plus ``skills/`` and ``subagents/``. The
+bundled ``simulators/`` content folder is searched first, then installed packages that
+declare an entry point in the ``simagent.simulators`` group (the entry point resolves to
+the folder path, or to a module whose directory holds ``simulator.toml``); an installed
+simulator overrides a bundled one of the same name. Adding a simulator never touches
+agent code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tomllib
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from simagent.paths import content_dir
+
+ENTRY_POINT_GROUP = "simagent.simulators"
+#: The simulator a workspace gets when none is chosen (when it is bundled).
+DEFAULT_SIMULATOR = "scipy"
+
+_REQUIRED = ("name", "display_name", "description")
+
+
+class SimulatorError(ValueError):
+    """A bad ``simulator.toml`` or an unknown simulator name; one line."""
+
+
+@dataclass(frozen=True)
+class Simulator:
+    name: str
+    display_name: str
+    description: str
+    root: Path
+    packages: tuple[str, ...] = ()
+    pip: tuple[str, ...] = ()
+    domain_hints: str = ""
+    warmup: str = ""
+    example_prompts: tuple[str, ...] = ()
+
+    @property
+    def skills_dir(self) -> Path:
+        return self.root / "skills"
+
+    @property
+    def subagents_dir(self) -> Path:
+        return self.root / "subagents"
+
+    def installed(self) -> bool:
+        """True when every import package is importable in this interpreter."""
+        return all(importlib.util.find_spec(p) is not None for p in self.packages)
+
+    def package_dirs(self) -> list[Path]:
+        """Source folders of the installed import packages (readable, never writable)."""
+        dirs = []
+        for pkg in self.packages:
+            spec = importlib.util.find_spec(pkg)
+            if spec and spec.submodule_search_locations:
+                dirs.extend(Path(p) for p in spec.submodule_search_locations)
+            elif spec and spec.origin:
+                dirs.append(Path(spec.origin).parent)
+        return dirs
+
+
+def parse_simulator(folder: Path) -> Simulator:
+    path = folder / "simulator.toml"
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SimulatorError(f"{path}: {exc}") from exc
+    missing = [k for k in _REQUIRED if not data.get(k)]
+    if missing:
+        raise SimulatorError(f"{path}: missing {', '.join(missing)}")
+    for key in ("packages", "pip", "example_prompts"):
+        if not isinstance(data.get(key, []), list):
+            raise SimulatorError(f"{path}: {key} must be a list")
+    return Simulator(
+        name=str(data["name"]), display_name=str(data["display_name"]),
+        description=str(data["description"]).strip(), root=folder,
+        packages=tuple(data.get("packages", [])), pip=tuple(data.get("pip", [])),
+        domain_hints=str(data.get("domain_hints", "")).strip(),
+        warmup=str(data.get("warmup", "")).strip(),
+        example_prompts=tuple(data.get("example_prompts", [])))
+
+
+def _entry_point_folders() -> list[Path]:
+    from importlib.metadata import entry_points
+
+    folders = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            target = ep.load()
+        except Exception:  # a broken plug-in must not take simagent down
+            continue
+        if callable(target):
+            target = target()
+        if hasattr(target, "__file__") and target.__file__:
+            target = Path(target.__file__).parent
+        if isinstance(target, (str, Path)) and (Path(target) / "simulator.toml").is_file():
+            folders.append(Path(target))
+    return folders
+
+
+@cache
+def discover() -> dict[str, Simulator]:
+    """Every simulator, bundled first, installed ones overriding by name."""
+    found: dict[str, Simulator] = {}
+    bundled = content_dir("simulators")
+    folders = sorted(p for p in bundled.iterdir() if (p / "simulator.toml").is_file()) \
+        if bundled.is_dir() else []
+    for folder in [*folders, *_entry_point_folders()]:
+        sim = parse_simulator(folder)
+        found[sim.name] = sim
+    return found
+
+
+def get_simulator(name: str | None) -> Simulator | None:
+    """The named simulator, the default one when ``name`` is None, or None if not bundled."""
+    sims = discover()
+    if name is None:
+        return sims.get(DEFAULT_SIMULATOR)
+    if name not in sims:
+        known = ", ".join(sorted(sims)) or "none bundled"
+        raise SimulatorError(f"unknown simulator {name!r} (known: {known})")
+    return sims[name]

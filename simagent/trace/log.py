@@ -1,0 +1,142 @@
+"""``TraceLog``: one table of events in ``trace.sqlite``, WAL, append-only (design.md §5).
+
+Payloads are schemaless JSON, so there are no migrations; readers use the small payload
+shapes documented in :data:`EVENT_KINDS`. Every write is redacted (see ``redact.py``) and
+committed at once, so a killed process loses at most the event being written.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from simagent.trace.redact import Redactor
+
+#: Every kind the trace may hold, with the payload fields its writer sets.
+EVENT_KINDS: dict[str, str] = {
+    "session_start": "session_id, workspace, simulator, model, approval, pid",
+    "session_resume": "session_id, model, kernel_restarted, pid",
+    "session_end": "session_id, reason",
+    "message_user": "content, turn",
+    "message_assistant": "content, agent",
+    "message_reasoning": "content, agent",
+    "model_usage": "agent, model, input_tokens, output_tokens, total_tokens, cache_read, "
+                   "cache_creation, reasoning_tokens, source (provider|estimated)",
+    "tool_call": "id, name, args, agent",
+    "tool_result": "tool_call_id, name, content, status (success|error), elapsed_s, agent",
+    "kernel_exec": "tool_call_id, code, status, elapsed_s, raw_path, execution_count, state_lost",
+    "artifact": "path, mime, tool_call_id",
+    "attempt": "index, id, parent, rationale, parameters, metrics, outcome, notes",
+    "memory_write": "path, title, kind",
+    "recovery": "reason, attempt, agent",
+    "model_switch": "from_model, to_model",
+    "context_eviction": "tool_call_id, path, chars",
+    "context_clear": "cleared, tokens_freed",
+    "context_summary": "cutoff_index, path, manual",
+    "context_checkpoint": "note, path",
+    "context_emergency": "kept, error",
+    "watchdog_alert": "tool, args, repeats",
+    "cost_ceiling": "scope, limit, spent",
+    "subagent_start": "name, description, tool_call_id",
+    "subagent_end": "name, tool_call_id, status",
+    "hitl_request": "interrupt_id, action_requests",
+    "hitl_response": "interrupt_id, decisions",
+    "error": "message, where",
+}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    ts TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_kind ON events(kind);
+"""
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    ts: str
+    kind: str
+    payload: dict[str, Any]
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class TraceLog:
+    """Append-only event log. Safe to share between the agent thread and tool threads."""
+
+    def __init__(self, path: str | Path, *, redactor: Redactor | None = None,
+                 readonly: bool = False) -> None:
+        self.path = Path(path)
+        self._redact = Redactor() if redactor is None else redactor
+        self._lock = threading.Lock()
+        if readonly:
+            uri = f"file:{self.path}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.executescript(_SCHEMA)
+        self._readonly = readonly
+
+    def append(self, kind: str, payload: dict[str, Any] | None = None) -> int:
+        if kind not in EVENT_KINDS:
+            raise ValueError(f"unknown trace event kind {kind!r}")
+        if self._readonly:
+            raise PermissionError(f"{self.path} is open read-only")
+        text = json.dumps(payload or {}, default=str, ensure_ascii=False)
+        if self._redact:
+            text = self._redact(text)
+        with self._lock:
+            cur = self._db.execute("INSERT INTO events(ts, kind, payload) VALUES (?, ?, ?)",
+                                   (_now(), kind, text))
+            return int(cur.lastrowid)
+
+    def events(self, kinds: Iterable[str] | None = None, *, after_id: int = 0) -> list[Event]:
+        return list(self.iter_events(kinds, after_id=after_id))
+
+    def iter_events(self, kinds: Iterable[str] | None = None, *,
+                    after_id: int = 0) -> Iterator[Event]:
+        sql = "SELECT id, ts, kind, payload FROM events WHERE id > ?"
+        params: list[Any] = [after_id]
+        if kinds is not None:
+            kinds = list(kinds)
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            params += kinds
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY id", params).fetchall()
+        for id_, ts, kind, payload in rows:
+            yield Event(id_, ts, kind, json.loads(payload))
+
+    def first(self, kind: str) -> Event | None:
+        with self._lock:
+            row = self._db.execute("SELECT id, ts, kind, payload FROM events WHERE kind = ? "
+                                   "ORDER BY id LIMIT 1", (kind,)).fetchone()
+        return Event(row[0], row[1], row[2], json.loads(row[3])) if row else None
+
+    def max_id(self) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT MAX(id) FROM events").fetchone()
+        return int(row[0] or 0)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> TraceLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,191 @@
+"""``TraceRecorder``: the middleware that writes model calls and tool calls to the trace.
+
+It sits innermost in simagent's middleware list (after skills and memory are added), so
+the request it sees is the request the model gets: when a provider reports no usage it
+estimates tokens on exactly that request and marks the figure ``estimated``. Around tool
+calls it records the call and its result, emits ``tool_started``/``tool_finished``
+stream records for ``TurnRunner``, and turns a tool's exception into an error result so
+one broken tool never kills the turn. langgraph control flow (interrupts, parent
+commands) passes through untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages.utils import count_tokens_approximately
+from langgraph.errors import GraphBubbleUp
+from langgraph.types import Command
+
+from simagent.agent.usage import UsageLedger, usage_record
+from simagent.trace.log import TraceLog
+
+TASK_TOOL = "task"  # deepagents' subagent tool
+
+
+def ai_message_of(response: Any) -> AIMessage | None:
+    """The AIMessage inside whatever a model handler returned."""
+    if isinstance(response, AIMessage):
+        return response
+    inner = getattr(response, "model_response", response)
+    for msg in reversed(getattr(inner, "result", []) or []):
+        if isinstance(msg, AIMessage):
+            return msg
+    return None
+
+
+def reasoning_text(msg: AIMessage) -> str:
+    parts = []
+    try:
+        for block in msg.content_blocks:
+            if block.get("type") == "reasoning" and block.get("reasoning"):
+                parts.append(str(block["reasoning"]))
+    except Exception:  # odd provider blocks must not break recording
+        pass
+    if not parts and msg.additional_kwargs.get("reasoning_content"):
+        parts.append(str(msg.additional_kwargs["reasoning_content"]))
+    return "\n".join(parts)
+
+
+def tool_message_of(result: Any) -> ToolMessage | None:
+    if isinstance(result, ToolMessage):
+        return result
+    if isinstance(result, Command) and isinstance(result.update, dict):
+        for msg in reversed(result.update.get("messages", []) or []):
+            if isinstance(msg, ToolMessage):
+                return msg
+    return None
+
+
+class TraceRecorder(AgentMiddleware):
+    """Records one agent's model and tool calls (``agent`` = main or a subagent name)."""
+
+    def __init__(self, trace: TraceLog, ledger: UsageLedger, *, agent: str = "main",
+                 model_id: str = "?") -> None:
+        super().__init__()
+        self.trace = trace
+        self.ledger = ledger
+        self.agent = agent
+        self.model_id = model_id
+
+    @property
+    def name(self) -> str:  # unique per agent so subagent stacks may hold their own
+        return f"TraceRecorder[{self.agent}]"
+
+    # ------------------------------------------------------------ model calls
+    def _estimate(self, request: Any) -> int:
+        msgs: list[BaseMessage] = list(request.messages)
+        if request.system_message is not None:
+            msgs.insert(0, request.system_message)
+        try:
+            return count_tokens_approximately(msgs, tools=list(request.tools) or None)
+        except Exception:
+            return count_tokens_approximately(msgs)
+
+    def _record_response(self, request: Any, response: Any) -> None:
+        msg = ai_message_of(response)
+        if msg is None:
+            return
+        if thinking := reasoning_text(msg):
+            self.trace.append("message_reasoning", {"content": thinking, "agent": self.agent})
+        if msg.text:
+            self.trace.append("message_assistant", {"content": msg.text, "agent": self.agent})
+        record = usage_record(msg.usage_metadata)
+        if record["input_tokens"] or record["output_tokens"]:
+            record["source"] = "provider"
+        else:
+            record["input_tokens"] = self._estimate(request)
+            record["output_tokens"] = max(1, len(msg.text) // 4)
+            record["total_tokens"] = record["input_tokens"] + record["output_tokens"]
+            record["source"] = "estimated"
+        model = (msg.response_metadata or {}).get("model_name") or self.model_id
+        self.ledger.record(self.agent, self.model_id, record)
+        self.trace.append("model_usage", {"agent": self.agent, "model": self.model_id,
+                                          "provider_model": model, **record})
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        response = handler(request)
+        self._record_response(request, response)
+        return response
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        response = await handler(request)
+        self._record_response(request, response)
+        return response
+
+    # ------------------------------------------------------------- tool calls
+    def _before_tool(self, request: Any) -> tuple[dict[str, Any], float]:
+        call = request.tool_call
+        self.trace.append("tool_call", {"id": call.get("id"), "name": call.get("name"),
+                                        "args": call.get("args"), "agent": self.agent})
+        if call.get("name") == TASK_TOOL:
+            args = call.get("args") or {}
+            self.trace.append("subagent_start", {"name": args.get("subagent_type"),
+                                                 "description": args.get("description"),
+                                                 "tool_call_id": call.get("id")})
+        self._emit(request, {"type": "tool_started", "tool_call_id": call.get("id"),
+                             "name": call.get("name"), "args": call.get("args"),
+                             "agent": self.agent})
+        return call, time.monotonic()
+
+    def _error_result(self, call: dict[str, Any], exc: BaseException) -> ToolMessage:
+        text = str(exc).strip() or "(no message)"
+        return ToolMessage(content=f"Error: tool `{call.get('name')}` failed: "
+                                   f"{type(exc).__name__}: {text}",
+                           tool_call_id=call.get("id") or "", name=call.get("name"),
+                           status="error")
+
+    def _after_tool(self, request: Any, call: dict[str, Any], t0: float, result: Any) -> None:
+        elapsed = round(time.monotonic() - t0, 3)
+        msg = tool_message_of(result)
+        content = msg.text if msg is not None else ""
+        status = getattr(msg, "status", "success") or "success"
+        self.trace.append("tool_result", {"tool_call_id": call.get("id"),
+                                          "name": call.get("name"), "content": content,
+                                          "status": status, "elapsed_s": elapsed,
+                                          "agent": self.agent})
+        if call.get("name") == TASK_TOOL:
+            self.trace.append("subagent_end", {"name": (call.get("args") or {}).get(
+                "subagent_type"), "tool_call_id": call.get("id"), "status": status})
+        self._emit(request, {"type": "tool_finished", "tool_call_id": call.get("id"),
+                             "name": call.get("name"), "status": status, "content": content,
+                             "elapsed_s": elapsed, "agent": self.agent})
+
+    @staticmethod
+    def _emit(request: Any, item: dict[str, Any]) -> None:
+        writer = getattr(getattr(request, "runtime", None), "stream_writer", None)
+        if callable(writer):
+            try:
+                writer(item)
+            except Exception:  # no stream consumer (plain invoke)
+                pass
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        call, t0 = self._before_tool(request)
+        try:
+            result = handler(request)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:  # a broken tool becomes an error result, not a dead turn
+            self.trace.append("error", {"message": f"{type(exc).__name__}: {exc}",
+                                        "where": f"tool {call.get('name')}"})
+            result = self._error_result(call, exc)
+        self._after_tool(request, call, t0, result)
+        return result
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        call, t0 = self._before_tool(request)
+        try:
+            result = await handler(request)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            self.trace.append("error", {"message": f"{type(exc).__name__}: {exc}",
+                                        "where": f"tool {call.get('name')}"})
+            result = self._error_result(call, exc)
+        self._after_tool(request, call, t0, result)
+        return result

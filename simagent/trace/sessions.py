@@ -1,0 +1,179 @@
+"""List and find a workspace's sessions from their traces (design.md §4, §5).
+
+The trace is the source of truth for what a session was, so the listing reads it rather than
+keeping a separate index that could drift. Traces are opened read-only, so listing never
+disturbs a live session, and one unreadable trace shows up as such instead of hiding the
+others.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from simagent import paths
+from simagent.trace.log import TraceLog
+
+TITLE_MAX = 60
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One row of ``simagent sessions``; ``path`` is the session folder."""
+
+    id: str
+    path: Path
+    started: str | None
+    last_activity: str | None
+    title: str
+    model: str | None
+    simulator: str | None
+    turns: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+
+
+def sessions_dir(workspace: str | os.PathLike[str]) -> Path:
+    return paths.workspace_state_dir(workspace) / "sessions"
+
+
+def _session_dirs(workspace: str | os.PathLike[str]) -> list[Path]:
+    """Session folders holding a trace, newest first (ids sort by time)."""
+    root = sessions_dir(workspace)
+    if not root.is_dir():
+        return []
+    found = [d for d in root.iterdir() if d.is_dir() and (d / "trace.sqlite").is_file()]
+    return sorted(found, key=lambda d: d.name, reverse=True)
+
+
+def _title(content: object) -> str:
+    lines = str(content or "").strip().splitlines()
+    first = lines[0].strip() if lines else ""
+    return first if len(first) <= TITLE_MAX else first[: TITLE_MAX - 3] + "..."
+
+
+def _int(value: object) -> int:
+    try:
+        return int(value or 0)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 0
+
+
+def _read(session: Path) -> SessionInfo:
+    """Summarize one trace; any failure becomes an "(unreadable trace: ...)" entry."""
+    try:
+        with TraceLog(session / "trace.sqlite", readonly=True) as log:
+            events = log.events()
+    except Exception as exc:  # corrupt file, locked db, bad JSON: list it, don't crash
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return SessionInfo(session.name, session, None, None, f"(unreadable trace: {reason})",
+                           None, None, 0, 0, 0, 0)
+    started = model = simulator = title = None
+    turns = tools = tok_in = tok_out = 0
+    for ev in events:
+        p = ev.payload if isinstance(ev.payload, dict) else {}
+        if ev.kind == "session_start":
+            started = started or ev.ts
+            model = p.get("model") or model
+            simulator = p.get("simulator") or simulator
+        elif ev.kind == "session_resume":
+            model = p.get("model") or model
+        elif ev.kind == "model_switch":
+            model = p.get("to_model") or model
+        elif ev.kind == "message_user":
+            turns += 1
+            if title is None:
+                title = _title(p.get("content"))
+        elif ev.kind == "tool_call":
+            tools += 1
+        elif ev.kind == "model_usage":
+            tok_in += _int(p.get("input_tokens"))
+            tok_out += _int(p.get("output_tokens"))
+    return SessionInfo(
+        id=session.name, path=session,
+        started=started or (events[0].ts if events else None),
+        last_activity=events[-1].ts if events else None,
+        title=title if title is not None else "(no messages)",
+        model=str(model) if model else None, simulator=str(simulator) if simulator else None,
+        turns=turns, tool_calls=tools, input_tokens=tok_in, output_tokens=tok_out)
+
+
+def list_sessions(workspace: str | os.PathLike[str]) -> list[SessionInfo]:
+    """Every session of ``workspace`` with a trace, newest first."""
+    infos = [_read(d) for d in _session_dirs(workspace)]
+    # Ids carry local time to the second; the start timestamp breaks ties within a second.
+    return sorted(infos, key=lambda i: (i.id[:15], i.started or "", i.id), reverse=True)
+
+
+def _last_session(workspace: str | os.PathLike[str]) -> str | None:
+    marker = paths.workspace_state_dir(workspace) / "last-session"
+    try:
+        text = marker.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return Path(text).name if text else None  # tolerate a marker holding a full path
+
+
+def find_session(workspace: str | os.PathLike[str], prefix: str | None) -> Path:
+    """Folder of the session whose id starts with ``prefix``.
+
+    ``None`` means the session named in ``last-session``, else the newest. Raises
+    :class:`LookupError` with a one-line message naming up to 5 candidates when nothing or
+    more than one session matches.
+    """
+    dirs = _session_dirs(workspace)
+    if not dirs:
+        raise LookupError(f"no sessions for workspace {workspace}")
+    ids = [d.name for d in dirs]
+    if prefix is None:
+        last = _last_session(workspace)
+        if last in ids:
+            return dirs[ids.index(last)]
+        return list_sessions(workspace)[0].path
+    prefix = prefix.strip()
+    if prefix in ids:
+        return dirs[ids.index(prefix)]
+    matches = [d for d in dirs if d.name.startswith(prefix)]
+    if len(matches) == 1:
+        return matches[0]
+
+    def names(ds: Sequence[Path]) -> str:
+        more = f" (+{len(ds) - 5} more)" if len(ds) > 5 else ""
+        return ", ".join(d.name for d in ds[:5]) + more
+
+    if matches:
+        raise LookupError(f"session prefix {prefix!r} is ambiguous: {names(matches)}")
+    raise LookupError(f"no session matches {prefix!r}; recent: {names(dirs)}")
+
+
+def _when(ts: str | None) -> str:
+    if not ts:
+        return "-"
+    try:
+        return datetime.fromisoformat(ts).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return ts[:16]
+
+
+def _tokens(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f}M"
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def format_sessions_table(infos: Sequence[SessionInfo]) -> str:
+    """Plain-text table for the terminal: id, started, turns, tools, tokens, model, title."""
+    if not infos:
+        return "(no sessions)"
+    head = ("id", "started", "turns", "tools", "tokens in/out", "model", "title")
+    rows = [head] + [(i.id, _when(i.started), str(i.turns), str(i.tool_calls),
+                      f"{_tokens(i.input_tokens)}/{_tokens(i.output_tokens)}",
+                      i.model or "-", i.title) for i in infos]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(head) - 1)]
+    lines = ["  ".join([*(r[c].ljust(widths[c]) for c in range(len(widths))), r[-1]]).rstrip()
+             for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,496 @@
+"""Render a session's trace as a readable transcript (Markdown or one self-contained HTML file).
+
+The trace (design.md §5) is the only complete record of a session: what the user asked, what
+the model said and ran, what came back, and what it cost. These renderers are pure functions
+of the event list, so they work the same on a live session, a finished one or a crashed one,
+and never touch the kernel or the model. Payloads are schemaless JSON written by many hands,
+so every field read here is defensive: a missing or odd-typed field degrades the output, it
+never raises. HTML output escapes every payload string; nothing from the trace is ever
+emitted as markup.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from simagent.trace.log import Event
+
+#: Tool output shown inline; the rest stays in the raw output file named in the note.
+DISPLAY_CAP = 4000
+_CONTEXT_KINDS = ("context_eviction", "context_clear", "context_summary", "context_checkpoint",
+                  "context_emergency", "watchdog_alert", "cost_ceiling")
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- payload helpers
+def _p(ev: Event) -> dict[str, Any]:
+    return ev.payload if isinstance(ev.payload, dict) else {}
+
+
+def _s(value: Any, compact: bool = False) -> str:
+    """Any payload value as display text (JSON for structures; one line when ``compact``)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, default=str, ensure_ascii=False, indent=None if compact else 2)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _key(value: Any) -> str | int | None:
+    """A tool-call id usable as a dict key (odd payloads may hold lists or dicts)."""
+    return value if isinstance(value, (str, int)) and value != "" else None
+
+
+def _agent(payload: dict[str, Any]) -> str | None:
+    """Name of the subagent that produced an event, or None for the main agent."""
+    agent = payload.get("agent")
+    return str(agent) if agent and agent != "main" else None
+
+
+def _cap(text: str, raw_path: Any = None) -> tuple[str, str | None]:
+    """Shown text and, when cut, the note saying how much is missing and where it is."""
+    if len(text) <= DISPLAY_CAP:
+        return text, None
+    more = len(text) - DISPLAY_CAP
+    note = f"({more} more chars; full output: {raw_path})" if raw_path else f"({more} more chars)"
+    return text[:DISPLAY_CAP], note
+
+
+def _summary(payload: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_s(v)}" for k, v in payload.items()
+                     if not isinstance(v, (dict, list)) and v not in (None, ""))
+
+
+# --------------------------------------------------------------------------- shared walk
+def _walk(events: Sequence[Event]) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
+    """Events as display items ``(item, agent, data)``.
+
+    Pairing happens here so both renderers agree: a tool call carries its result, its
+    ``kernel_exec`` and its artifacts, and those are not shown again at their own place.
+    Consecutive ``attempt`` events become one table. Unknown kinds are dropped.
+    """
+    call_ids = {_key(_p(e).get("id")) for e in events if e.kind == "tool_call"} - {None}
+    results: dict[Any, dict[str, Any]] = {}
+    execs: dict[Any, dict[str, Any]] = {}
+    arts: dict[Any, list[dict[str, Any]]] = {}
+    for e in events:
+        cid = _key(_p(e).get("tool_call_id"))
+        if cid not in call_ids:
+            continue
+        if e.kind == "tool_result":
+            results.setdefault(cid, _p(e))
+        elif e.kind == "kernel_exec":
+            execs.setdefault(cid, _p(e))
+        elif e.kind == "artifact":
+            arts.setdefault(cid, []).append(_p(e))
+    used: set[Any] = set()
+    attempts: list[dict[str, Any]] = []
+    for e in events:
+        p, kind = _p(e), e.kind
+        if kind != "attempt" and attempts:
+            yield "attempts", None, {"rows": attempts}
+            attempts = []
+        if kind in ("tool_result", "kernel_exec", "artifact") and \
+                _key(p.get("tool_call_id")) in call_ids:
+            continue
+        if kind == "session_start":
+            yield "header", None, {**p, "ts": e.ts}
+        elif kind == "session_resume":
+            yield "resume", None, {**p, "ts": e.ts}
+        elif kind == "model_switch":
+            yield "notice", None, {"text": f"Model switched: {_s(p.get('from_model')) or '?'} "
+                                           f"→ {_s(p.get('to_model')) or '?'}"}
+        elif kind == "message_user":
+            yield "user", None, p
+        elif kind in ("message_assistant", "message_reasoning"):
+            yield kind[8:], _agent(p), p
+        elif kind == "tool_call":
+            cid = _key(p.get("id"))
+            fresh = cid is not None and cid not in used
+            used.add(cid)
+            yield "tool", _agent(p), {"call": p, "result": results.get(cid) if fresh else None,
+                                      "exec": execs.get(cid) if fresh else None,
+                                      "artifacts": arts.get(cid, []) if fresh else []}
+        elif kind == "tool_result":
+            yield "tool", _agent(p), {"call": None, "result": p, "exec": None, "artifacts": []}
+        elif kind == "kernel_exec":
+            call = {"name": "run_python", "args": {"code": p.get("code")}}
+            yield "tool", None, {"call": call, "result": None, "exec": p, "artifacts": []}
+        elif kind == "artifact":
+            yield "artifact", None, p
+        elif kind == "attempt":
+            attempts.append(p)
+        elif kind in ("hitl_request", "hitl_response", "error"):
+            yield kind, _agent(p), p
+        elif kind == "recovery":
+            yield "notice", _agent(p), {"text": f"Recovery: {_s(p.get('reason'))} "
+                                                f"(attempt {_s(p.get('attempt')) or '?'})"}
+        elif kind in _CONTEXT_KINDS:
+            yield "notice", _agent(p), {"text": f"{kind}: {_summary(p)}"}
+        elif kind in ("subagent_start", "subagent_end"):
+            what = "started" if kind == "subagent_start" else f"ended ({_s(p.get('status'))})"
+            desc = _s(p.get("description")).splitlines()[:1] if kind == "subagent_start" else []
+            text = f"Subagent {_s(p.get('name')) or '?'} {what}" + (f": {desc[0]}" if desc else "")
+            yield "notice", None, {"text": text}
+        elif kind == "memory_write":
+            yield "notice", None, {"text": f"Memory written: {_s(p.get('title'))} "
+                                           f"({_s(p.get('path'))})"}
+        elif kind == "session_end":
+            yield "notice", None, {"text": f"Session ended ({_s(p.get('reason')) or 'no reason'})"
+                                           f" at {e.ts}"}
+    if attempts:
+        yield "attempts", None, {"rows": attempts}
+
+
+def _usage(events: Sequence[Event]) -> tuple[str, list[tuple[list[str], list[list[str]]]]]:
+    """Sums of ``model_usage``: a one-line total, then tables by agent and by model."""
+    groups: dict[str, dict[str, list[int]]] = {"total": {}, "agent": {}, "model": {}}
+    for e in events:
+        if e.kind != "model_usage":
+            continue
+        p = _p(e)
+        nums = [1] + [_int(p.get(k)) for k in ("input_tokens", "output_tokens", "cache_read")]
+        for group, key in (("total", ""), ("agent", _s(p.get("agent"), True) or "main"),
+                           ("model", _s(p.get("model"), True) or "?")):
+            row = groups[group].setdefault(key, [0, 0, 0, 0])
+            row[:] = [x + y for x, y in zip(row, nums, strict=True)]
+    c, i, o, r = groups["total"].get("", [0, 0, 0, 0])
+    line = f"{c} model calls; input {i} tokens, output {o} tokens, cache read {r} tokens."
+    tables = [([g, "calls", "input", "output", "cache read"],
+               [[k, *map(str, v)] for k, v in groups[g].items()])
+              for g in ("agent", "model") if groups[g]]
+    return line, tables
+
+
+_ATTEMPT_COLS = ("index", "outcome", "rationale", "parameters", "metrics")
+
+
+def _header_fields(p: dict[str, Any]) -> list[tuple[str, str]]:
+    keys = ("workspace", "simulator", "model", "approval")
+    return [(k, _s(p.get(k)) or "?") for k in keys] + [("started", _s(p.get("ts")))]
+
+
+def _resume_text(p: dict[str, Any]) -> str:
+    text = f"Session resumed at {_s(p.get('ts'))}"
+    if p.get("model"):
+        text += f" with model {_s(p.get('model'))}"
+    if p.get("kernel_restarted"):
+        text += "; the kernel was restarted, so earlier kernel state is lost"
+    return text
+
+
+def _session_id(events: Sequence[Event], session_dir: Path | None) -> str:
+    for e in events:
+        if e.kind in ("session_start", "session_resume") and _p(e).get("session_id"):
+            return _s(_p(e)["session_id"])
+    return session_dir.name if session_dir else "session"
+
+
+def _tool_parts(d: dict[str, Any]) -> dict[str, Any]:
+    """What a tool card shows, independent of the output format."""
+    call, result, ex = d["call"] or {}, d["result"] or {}, d["exec"] or {}
+    name = _s(call.get("name") or result.get("name")) or "tool"
+    args = call.get("args")
+    code = args.get("code") if name == "run_python" and isinstance(args, dict) else None
+    status = [f"status {_s(ex.get('status'))}" if ex.get("status") else "",
+              f"{_s(ex.get('elapsed_s'))} s" if ex.get("elapsed_s") is not None else "",
+              "kernel state lost" if ex.get("state_lost") else ""]
+    if not ex and result.get("status"):
+        status[0] = f"status {_s(result.get('status'))}"
+    out, note = (_cap(_s(result.get("content")), ex.get("raw_path"))
+                 if d["result"] is not None else ("", None))
+    return {"name": name, "code": None if code is None else _s(code),
+            "args": None if code is not None or args in (None, {}, "") else _s(args),
+            "status": ", ".join(s for s in status if s), "has_result": d["result"] is not None,
+            "output": out, "note": note, "error": result.get("status") == "error"}
+
+
+def _fmt_decisions(p: dict[str, Any]) -> str:
+    ds = p.get("decisions")
+    if isinstance(ds, list):
+        parts = [(_s(d.get("type") or d.get("decision")) or _s(d)) if isinstance(d, dict)
+                 else _s(d) for d in ds]
+        return ", ".join(parts) or "(none)"
+    return _s(ds) or "(none)"
+
+
+def _fmt_requests(p: dict[str, Any]) -> list[str]:
+    reqs = p.get("action_requests")
+    if not isinstance(reqs, list):
+        return [_s(reqs)] if reqs else []
+    lines = []
+    for r in reqs:
+        if isinstance(r, dict):
+            name = _s(r.get("name") or r.get("action") or "?")
+            args = r.get("args", r.get("arguments"))
+            lines.append(f"{name}({_s(args, True).replace(chr(10), ' ')[:300]})" if args else name)
+        else:
+            lines.append(_s(r))
+    return lines
+
+
+# --------------------------------------------------------------------------- markdown
+def _fence(text: str, lang: str = "") -> str:
+    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, run + 1)
+    return f"{ticks}{lang}\n{text.rstrip(chr(10))}\n{ticks}"
+
+
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("\n", " ").replace("|", "\\|")[:200]
+                                 for c in cells) + " |"
+    return "\n".join([line(head), "|" + "---|" * len(head), *map(line, rows)])
+
+
+def _md_item(item: str, data: dict[str, Any], expand: bool) -> str:
+    if item == "resume":
+        return f"*{_resume_text(data)}.*"
+    if item == "notice":
+        return f"*{data['text']}*"
+    if item == "user":
+        turn = f" (turn {_s(data.get('turn'))})" if data.get("turn") is not None else ""
+        return f"## User{turn}\n\n{_s(data.get('content'))}"
+    if item == "assistant":
+        return f"## Assistant\n\n{_s(data.get('content'))}"
+    if item == "reasoning":
+        return "\n".join("> " + line for line in (_s(data.get("content")) or " ").splitlines())
+    if item == "tool":
+        t = _tool_parts(data)
+        status = f" ({t['status']})" if t["status"] else ""
+        if not expand:
+            return f"- tool `{t['name']}`{status}"
+        parts = [f"### Tool `{t['name']}`{status}"]
+        if t["code"] is not None:
+            parts.append(_fence(t["code"], "python"))
+        elif t["args"]:
+            parts.append(_fence(t["args"], "json"))
+        if t["has_result"]:
+            parts.append(("Result (error):" if t["error"] else "Result:") + "\n\n"
+                         + _fence(t["output"]))
+            if t["note"]:
+                parts.append(f"*{t['note']}*")
+        parts += [_md_item("artifact", a, expand) for a in data["artifacts"]]
+        return "\n\n".join(parts)
+    if item == "artifact":
+        return f"![artifact]({_s(data.get('path'))})"
+    if item == "attempts":
+        rows = [[_s(a.get(k), True) for k in _ATTEMPT_COLS] for a in data["rows"]]
+        return "### Attempts\n\n" + _md_table(["#", *_ATTEMPT_COLS[1:]], rows)
+    if item == "hitl_request":
+        reqs = "".join(f"\n- `{r}`" for r in _fmt_requests(data))
+        return f"**Approval requested** ({_s(data.get('interrupt_id'))}):{reqs}"
+    if item == "hitl_response":
+        return f"**Approval decision** ({_s(data.get('interrupt_id'))}): {_fmt_decisions(data)}"
+    if item == "error":
+        where = f" in {_s(data.get('where'))}" if data.get("where") else ""
+        return f"**Error**{where}: {_s(data.get('message'))}"
+    return ""
+
+
+def render_markdown(events: Sequence[Event], *, session_dir: Path | None = None,
+                    expand_tools: bool = True) -> str:
+    """Markdown transcript; assistant text is passed through as the model wrote it."""
+    out = [f"# Session {_session_id(events, session_dir)}"]
+    for item, agent, data in _walk(events):
+        if item == "header":
+            out.append("\n".join(f"- **{k}**: {v}" for k, v in _header_fields(data)))
+            continue
+        block = _md_item(item, data, expand_tools)
+        if block and agent:  # subagent output: a labelled blockquote, set off from main
+            block = "\n".join(f"> {line}".rstrip() for line in
+                               f"**[{agent}]**\n\n{block}".splitlines())
+        if block:
+            out.append(block)
+    line, tables = _usage(events)
+    foot = ["## Usage", line] + [_md_table(head, rows) for head, rows in tables]
+    out.append("\n\n".join(foot))
+    return "\n\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- html
+_CSS = """body{font:15px/1.5 system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em;
+color:#1d1d1f;background:#fff}pre{background:#f5f5f7;padding:.6em;overflow-x:auto;
+white-space:pre-wrap;word-break:break-word;border-radius:4px}code{background:#f0f0f2;
+padding:0 .2em}.card{border:1px solid #ddd;border-radius:6px;padding:.5em 1em;margin:1em 0}
+.user{background:#eef5ff}.tool{background:#fafafa}.err{border-color:#d33;background:#fff4f4}
+.notice{color:#666;font-style:italic;margin:.5em 0}.sub{margin-left:2em;border-left:3px solid
+#b9c;padding-left:.8em}.label{font-size:12px;color:#836;font-weight:bold}.meta{color:#666;
+font-size:13px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;
+font-size:13px;vertical-align:top}img{max-width:100%}h1{font-size:1.5em}"""
+
+
+def _inline(text: str) -> str:
+    """Escape, then apply `code` and **bold**; code spans are left alone inside."""
+    parts = re.split(r"(`[^`\n]+`)", text)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append(f"<code>{html.escape(part[1:-1])}</code>")
+        else:
+            out.append(re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(part)))
+    return "".join(out)
+
+
+def _md_lines(lines: list[str]) -> list[str]:
+    """One blank-line-separated block: headings, bullet/numbered lists, paragraphs."""
+    out: list[str] = []
+    para: list[str] = []
+    items: list[str] = []
+
+    def flush() -> None:
+        if para:
+            out.append("<p>" + "<br>".join(para) + "</p>")
+            para.clear()
+        if items:
+            out.append("<ul>" + "".join(f"<li>{x}</li>" for x in items) + "</ul>")
+            items.clear()
+
+    for ln in lines:
+        head = re.match(r"^(#{1,6})\s+(.*)$", ln)
+        bullet = re.match(r"^\s*(?:[-*+]|\d+[.)])\s+(.*)$", ln)
+        if head:
+            flush()
+            level = min(6, len(head.group(1)) + 2)
+            out.append(f"<h{level}>{_inline(head.group(2))}</h{level}>")
+        elif bullet:
+            if para:
+                flush()
+            items.append(_inline(bullet.group(1)))
+        else:
+            if items:
+                flush()
+            para.append(_inline(ln))
+    flush()
+    return out
+
+
+def _safe_markdown(text: str) -> str:
+    """A tiny markdown subset built only from escaped text: no payload markup gets through."""
+    out: list[str] = []
+    chunks = re.split(r"^```[^\n]*\n(.*?)^```[ \t]*$", text, flags=re.M | re.S)
+    for i, chunk in enumerate(chunks):
+        if i % 2:
+            out.append(f"<pre>{html.escape(chunk.rstrip(chr(10)))}</pre>")
+            continue
+        for block in re.split(r"\n\s*\n", chunk):
+            out += _md_lines([ln for ln in block.splitlines() if ln.strip()])
+    return "\n".join(out)
+
+
+def _html_table(head: list[str], rows: list[list[str]]) -> str:
+    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<table><tr>{cells}</tr>{body}</table>"
+
+
+def _resolve(path_text: str, session_dir: Path | None) -> Path:
+    path = Path(path_text)
+    return path if path.is_absolute() or session_dir is None else session_dir / path
+
+
+def _html_artifact(p: dict[str, Any], session_dir: Path | None, embed: bool) -> str:
+    raw = _s(p.get("path"))
+    if not raw:
+        return '<div class="notice">artifact without a path</div>'
+    path = _resolve(raw, session_dir)
+    if embed and (session_dir is not None or path.is_absolute()):  # never guess from the cwd
+        try:
+            data = path.read_bytes()
+        except OSError:
+            data = b""
+        if data.startswith(_PNG_MAGIC):
+            b64 = base64.b64encode(data).decode("ascii")
+            return (f'<figure><img alt="{html.escape(raw)}" src="data:image/png;base64,{b64}">'
+                    f"<figcaption class=meta>{html.escape(raw)}</figcaption></figure>")
+    href = path.as_uri() if path.is_absolute() else "./" + raw.lstrip("/")
+    return f'<p>artifact: <a href="{html.escape(href)}">{html.escape(raw)}</a></p>'
+
+
+def _html_item(item: str, data: dict[str, Any], sd: Path | None, embed: bool) -> str:
+    e = html.escape
+    if item == "header":
+        rows = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in _header_fields(data))
+        return f"<table>{rows}</table>"
+    if item in ("resume", "notice"):
+        text = _resume_text(data) if item == "resume" else data["text"]
+        return f'<div class="notice">{e(text)}</div>'
+    if item == "user":
+        turn = f" (turn {e(_s(data.get('turn')))})" if data.get("turn") is not None else ""
+        return (f'<div class="card user"><div class="label">User{turn}</div>'
+                f"<pre>{e(_s(data.get('content')))}</pre></div>")
+    if item == "assistant":
+        return (f'<div class="card"><div class="label">Assistant</div>'
+                f"{_safe_markdown(_s(data.get('content')))}</div>")
+    if item == "reasoning":
+        return (f"<details><summary class=meta>reasoning</summary>"
+                f"<pre>{e(_s(data.get('content')))}</pre></details>")
+    if item == "tool":
+        t = _tool_parts(data)
+        parts = [f'<div class="card tool{" err" if t["error"] else ""}"><div class="label">'
+                 f"tool {e(t['name'])}</div>"]
+        if t["status"]:
+            parts.append(f'<div class="meta">{e(t["status"])}</div>')
+        if t["code"] is not None:
+            parts.append(f'<pre class="code">{e(t["code"])}</pre>')
+        elif t["args"]:
+            parts.append(f"<pre>{e(t['args'])}</pre>")
+        if t["has_result"]:
+            parts.append(f'<div class="meta">result</div><pre>{e(t["output"])}</pre>')
+            if t["note"]:
+                parts.append(f'<div class="notice">{e(t["note"])}</div>')
+        parts += [_html_artifact(a, sd, embed) for a in data["artifacts"]]
+        return "".join(parts) + "</div>"
+    if item == "artifact":
+        return _html_artifact(data, sd, embed)
+    if item == "attempts":
+        rows = [[_s(a.get(k), True) for k in _ATTEMPT_COLS] for a in data["rows"]]
+        return (f'<div class="card"><div class="label">Attempts</div>'
+                f"{_html_table(['#', *_ATTEMPT_COLS[1:]], rows)}</div>")
+    if item == "hitl_request":
+        reqs = "".join(f"<li><code>{e(r)}</code></li>" for r in _fmt_requests(data))
+        return (f'<div class="card"><div class="label">Approval requested '
+                f"({e(_s(data.get('interrupt_id')))})</div><ul>{reqs}</ul></div>")
+    if item == "hitl_response":
+        return (f'<div class="card"><div class="label">Approval decision '
+                f"({e(_s(data.get('interrupt_id')))})</div>{e(_fmt_decisions(data))}</div>")
+    if item == "error":
+        where = f" in {e(_s(data.get('where')))}" if data.get("where") else ""
+        return (f'<div class="card err"><div class="label">Error{where}</div>'
+                f"<pre>{e(_s(data.get('message')))}</pre></div>")
+    return ""
+
+
+def render_html(events: Sequence[Event], *, session_dir: Path | None = None,
+                embed_images: bool = True) -> str:
+    """One self-contained HTML page; every payload string is escaped, PNGs are inlined."""
+    sid = html.escape(_session_id(events, session_dir))
+    body = [f"<h1>Session {sid}</h1>"]
+    for item, agent, data in _walk(events):
+        block = _html_item(item, data, session_dir, embed_images)
+        if block and agent:
+            block = f'<div class="sub"><div class="label">{html.escape(agent)}</div>{block}</div>'
+        if block:
+            body.append(block)
+    line, tables = _usage(events)
+    body += ["<h2>Usage</h2>", f"<p>{line}</p>"] + [_html_table(h, r) for h, r in tables]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{sid}</title><style>{_CSS}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")
