@@ -58,6 +58,11 @@ def workspace_state_dir(workspace: str | os.PathLike[str]) -> Path:
     return state_home() / "workspaces" / workspace_key(workspace)
 
 
+def last_session_marker(workspace: str | os.PathLike[str]) -> Path:
+    """File naming the workspace's most recent session (``--continue`` reads it)."""
+    return workspace_state_dir(workspace) / "last-session"
+
+
 def workspace_config_path(workspace: str | os.PathLike[str]) -> Path:
     return Path(workspace) / ".simagent" / "config.toml"
 

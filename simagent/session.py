@@ -20,14 +20,12 @@ from simagent.agent.memory import ensure_memory
 from simagent.agent.tools import AttemptLog
 from simagent.agent.usage import UsageLedger
 from simagent.config import Config
-from simagent.paths import SessionPaths, new_session_id, workspace_state_dir
+from simagent.paths import SessionPaths, last_session_marker, new_session_id
 from simagent.simulators import Simulator, get_simulator
 from simagent.trace import TraceLog
 
 if TYPE_CHECKING:
     from simagent.kernel import ExecResult, Kernel
-
-LAST_SESSION = "last-session"
 
 
 class SessionNotFound(LookupError):
@@ -42,29 +40,14 @@ class ResumeInfo:
     kernel_restarted: bool
 
 
-def sessions_dir(workspace: str | os.PathLike[str]) -> Path:
-    return workspace_state_dir(workspace) / "sessions"
-
-
 def resolve_session_id(workspace: str | os.PathLike[str], prefix: str | None) -> str:
     """A full session id from a prefix, or the last session when ``prefix`` is None."""
-    root = sessions_dir(workspace)
-    if prefix is None:
-        marker = workspace_state_dir(workspace) / LAST_SESSION
-        if marker.is_file() and (root / marker.read_text().strip()).is_dir():
-            return marker.read_text().strip()
-        ids = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-        if not ids:
-            raise SessionNotFound("no earlier session in this workspace to continue")
-        return ids[-1]
-    ids = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name.startswith(prefix)) \
-        if root.is_dir() else []
-    if len(ids) == 1:
-        return ids[0]
-    if not ids:
-        raise SessionNotFound(f"no session matches {prefix!r} in this workspace "
-                              "(see 'simagent sessions')")
-    raise SessionNotFound(f"{prefix!r} matches {len(ids)} sessions: {', '.join(ids[-5:])}")
+    from simagent.trace.sessions import find_session
+
+    try:
+        return find_session(workspace, prefix).name
+    except LookupError as exc:
+        raise SessionNotFound(str(exc).strip("'\"")) from exc
 
 
 class Session:
@@ -87,6 +70,7 @@ class Session:
         self._kernel = kernel
         self._kernel_lock = threading.Lock()
         self._warmed = kernel is not None and kernel.is_alive()
+        self.cancel_requested = threading.Event()  # set by TurnRunner.cancel, per turn
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._checkpointer: Any = None
         self.closed = False
@@ -139,7 +123,7 @@ class Session:
         return session
 
     def _mark_last(self) -> None:
-        (workspace_state_dir(self.workspace) / LAST_SESSION).write_text(self.id)
+        last_session_marker(self.workspace).write_text(self.id)
 
     @property
     def thread_config(self) -> dict[str, Any]:
@@ -204,8 +188,16 @@ class Session:
 
     def execute(self, code: str, *, on_output: Any = None, timeout: float | None = None,
                 tool_call_id: str | None = None) -> ExecResult:
-        """Run code for a tool call: warm-up first if needed, then trace the execution."""
+        """Run code for a tool call: warm-up first if needed, then trace the execution.
+
+        A turn cancelled while the kernel was still starting must not run its cell.
+        """
         self._warm_up()
+        if self.cancel_requested.is_set():
+            from simagent.kernel import ExecResult
+
+            return ExecResult(status="interrupted",
+                              notice="not run: the user cancelled the turn")
         return self._traced_execute(code, on_output, timeout, tool_call_id)
 
     def _traced_execute(self, code: str, on_output: Any, timeout: float | None,

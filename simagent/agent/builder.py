@@ -132,13 +132,11 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     prompt = build_system_prompt(sim, runtime_context(session))
     tools = [*session_tools(session), *extra_tools]
     memory_path = str((session.memory_dir / INDEX).resolve())
-    # Listed memory-first so the skills index (stable) precedes the memory index
-    # (grows with `remember`) in the system message: a longer cacheable prefix.
     own = [
-        WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
-                                  system_prompt=MEMORY_PROMPT, add_cache_control=True),
         SkillsMiddleware(backend=backend, sources=skill_sources(session),
                          system_prompt=SKILLS_PROMPT),
+        WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
+                                  system_prompt=MEMORY_PROMPT, add_cache_control=True),
         RecoveryMiddleware(session.trace),
         TraceRecorder(session.trace, session.usage, agent="main", model_id=model_id),
     ]

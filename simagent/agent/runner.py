@@ -121,9 +121,23 @@ class TurnRunner:
 
     def cancel(self) -> None:
         """Stop the running turn (thread-safe); a running cell is interrupted, state kept."""
-        if self.busy:
-            self._cancel.set()
-            self.session.interrupt_kernel()
+        if not self.busy:
+            return
+        self._cancel.set()
+        self.session.cancel_requested.set()
+        self.session.interrupt_kernel()
+        threading.Thread(target=self._keep_interrupting, daemon=True).start()
+
+    def _keep_interrupting(self, period_s: float = 0.25, limit_s: float = 15.0) -> None:
+        """Re-send the interrupt while the turn runs: a cell may start just after the
+        first one (the kernel was still starting), and a SIGINT can land between cells."""
+        import time
+
+        deadline = time.monotonic() + limit_s
+        while self.busy and time.monotonic() < deadline:
+            time.sleep(period_s)
+            if self.session.kernel_state == "busy":
+                self.session.interrupt_kernel()
 
     # ------------------------------------------------------------ internals
     @staticmethod
@@ -137,6 +151,7 @@ class TurnRunner:
         emit = on_event or (lambda _e: None)
         before = self.session.usage.snapshot()
         self._cancel.clear()
+        self.session.cancel_requested.clear()
         self.busy = True
         result = TurnResult(status="done")
         try:

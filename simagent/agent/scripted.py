@@ -117,6 +117,12 @@ def fill_template(template: str, outputs: Sequence[str]) -> str:
     return _OUT_REF.sub(sub, template)
 
 
+def _tool_name(t: Any) -> str:
+    if isinstance(t, dict):
+        return str(t.get("name") or t.get("function", {}).get("name", "?"))
+    return str(getattr(t, "name", "?"))
+
+
 class _Cursor:
     """Play position, shared by every ``bind_tools`` copy (main agent and subagents)."""
 
@@ -125,6 +131,8 @@ class _Cursor:
         self.pos = 0
         self.lock = threading.Lock()
         self.requests: list[list[BaseMessage]] = []
+        self.request_tools: list[list[str]] = []
+        self.request_tokens: list[int] = []
 
     def take(self) -> list[dict[str, Any]]:
         """The next reply: leading ``say`` steps plus the step they introduce."""
@@ -192,6 +200,7 @@ class ScriptedChatModel(BaseChatModel):
 
     def _reply(self, messages: list[BaseMessage]) -> AIMessage:
         self.cursor.requests.append(list(messages))
+        self.cursor.request_tools.append([_tool_name(t) for t in self.bound_tools])
         index = self.cursor.pos
         steps = self.cursor.take()
         text_parts = [s["say"] for s in steps if "say" in s]
@@ -217,6 +226,7 @@ class ScriptedChatModel(BaseChatModel):
             text_parts.append(EXHAUSTED)
         content = "\n\n".join(fill_template(t, outputs) for t in text_parts)
         usage_in = self.count_request(messages)
+        self.cursor.request_tokens.append(usage_in)
         usage_out = max(1, len(content) // 4 + sum(len(json.dumps(c["args"])) // 4
                                                    for c in tool_calls))
         kwargs: dict[str, Any] = {}

@@ -110,7 +110,7 @@ def list_sessions(workspace: str | os.PathLike[str]) -> list[SessionInfo]:
 
 
 def _last_session(workspace: str | os.PathLike[str]) -> str | None:
-    marker = paths.workspace_state_dir(workspace) / "last-session"
+    marker = paths.last_session_marker(workspace)
     try:
         text = marker.read_text(encoding="utf-8").strip()
     except OSError:

@@ -1,0 +1,332 @@
+"""The agent core end to end: the real deepagents graph, a real kernel, real SQLite.
+
+The only stand-in is the model (the ``scripted`` model, design.md §9.2), whose final
+answers quote tool results from the request it received, so a right answer proves the
+harness carried the kernel's output to the model.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+
+from simagent.agent.builder import build_agent
+from simagent.agent.events import (
+    TextDelta,
+    ToolError,
+    ToolFinished,
+    ToolOutput,
+    ToolRequested,
+    ToolStarted,
+)
+from simagent.agent.recovery import MARK, NUDGE_SOURCE
+from simagent.agent.runner import TurnRunner
+from simagent.agent.scripted import ScriptedChatModel
+from simagent.paths import content_dir
+from simagent.session import Session
+
+
+def make(workspace: Path, steps: list[dict], *, approval: str = "auto", **kw):
+    session = Session.create(workspace, approval=approval)
+    model = ScriptedChatModel.from_steps(steps)
+    runner = TurnRunner(session, build_agent(session, model, **kw))
+    return session, model, runner
+
+
+@pytest.fixture
+def opened(workspace):
+    sessions = []
+
+    def _open(steps, **kw):
+        session, model, runner = make(workspace, steps, **kw)
+        sessions.append(session)
+        return session, model, runner
+
+    yield _open
+    for s in sessions:
+        s.close()
+
+
+def test_two_kernel_calls_then_an_answer_computed_by_the_kernel(opened):
+    session, model, runner = opened([
+        {"tool": "run_python", "args": {"code": "import hashlib\n"
+                                        "h = int(hashlib.sha256(b'simagent').hexdigest()[:8], 16)\n"
+                                        "print('h =', h)"}},
+        {"tool": "run_python", "args": {"code": "h % 9973"}},
+        {"final": "h is {out[-2]|h = (\\d+)}; h mod 9973 is {out[-1]|Out\\[\\d+\\]: (\\d+)}"}])
+    events = []
+    result = runner.run("compute h", events.append)
+    import hashlib
+
+    h = int(hashlib.sha256(b"simagent").hexdigest()[:8], 16)
+    assert result.status == "done"
+    assert result.final == f"h is {h}; h mod 9973 is {h % 9973}"
+    assert result.tool_calls == 2
+    # usage is what the scripted model counted on the requests it received
+    assert result.usage.calls == 3
+    assert result.usage.input_tokens == sum(model.cursor.request_tokens)
+    # ... which includes the tool schemas, not only the messages
+    assert model.cursor.request_tokens[0] > model.count_request(model.requests[0]) + 1000
+
+    kinds = [type(e) for e in events]
+    first_call = [e for e in events if getattr(e, "id", None) == "call_0_0"]
+    assert [type(e) for e in first_call] == [ToolRequested, ToolStarted, ToolOutput, ToolFinished]
+    assert any(isinstance(e, ToolOutput) and f"h = {h}" in e.text for e in events)
+    assert kinds.index(TextDelta) > max(i for i, k in enumerate(kinds) if k is ToolFinished)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == result.final
+
+    # trace: user, then usage/tool events in order, then the assistant's answer
+    trace = [(e.kind, e.payload) for e in session.trace.events()]
+    kinds = [k for k, _ in trace if k != "artifact"]
+    assert kinds == ["session_start", "message_user", "model_usage", "tool_call", "kernel_exec",
+                     "tool_result", "model_usage", "tool_call", "kernel_exec", "tool_result",
+                     "message_assistant", "model_usage"]
+    results = [p for k, p in trace if k == "tool_result"]
+    assert results[1]["content"] == f"Out[2]: {h % 9973}"
+    assert [p for k, p in trace if k == "message_assistant"][0]["content"] == result.final
+    usage = [p for k, p in trace if k == "model_usage"]
+    assert all(u["agent"] == "main" and u["source"] == "provider" for u in usage)
+
+
+def test_system_prompt_has_rules_simulator_runtime_and_indexes(opened, workspace):
+    session, model, runner = opened([{"final": "ok"}])
+    runner.run("hi")
+    system = model.requests[0][0].text
+    assert system.startswith("You are simagent")
+    assert f"Workspace (kernel working directory): {workspace.resolve()}" in system
+    assert str(session.paths.artifacts) in system
+    assert "Plotting: matplotlib" in system
+    assert "<workspace_memory>" in system and "MEMORY.md" in system
+    assert "**python-and-kernel**" in system and "SKILL.md" in system
+    assert "resumed" not in system  # a fresh session says nothing about a restart
+
+
+def test_skill_body_is_read_on_demand_only(opened):
+    skill = content_dir("skills").resolve() / "python-and-kernel" / "SKILL.md"
+    body_line = "Native code that never returns to Python cannot be interrupted"
+    assert body_line in skill.read_text()
+    session, model, runner = opened([
+        {"tool": "read_file", "args": {"file_path": str(skill), "limit": 1000}},
+        {"final": "read it"}])
+    runner.run("how do interrupts work?")
+    first, second = model.requests
+    assert "python-and-kernel" in first[0].text  # the index is there
+    assert all(body_line not in m.text for m in first)  # the body is not
+    assert any(isinstance(m, ToolMessage) and body_line in m.text for m in second)
+
+
+def test_offered_tools_are_ours_plus_stock_file_shell_and_task(opened):
+    session, model, runner = opened([{"final": "ok"}])
+    runner.run("hi")
+    offered = set(model.cursor.request_tools[0])
+    assert {"run_python", "reset_kernel", "remember", "record_attempt", "read_file",
+            "write_file", "edit_file", "ls", "glob", "grep", "execute", "task"} <= offered
+
+
+def test_remember_and_record_attempt_persist_and_reach_the_next_turn(opened):
+    session, model, runner = opened([
+        {"tool": "remember", "args": {"title": "Cell capacity", "content":
+                                      "Chen2020 cell: 5.0 Ah nominal, validated.",
+                                      "kind": "simulator"}},
+        {"tool": "record_attempt", "args": {"rationale": "baseline",
+                                            "parameters": {"c_rate": 1.0},
+                                            "metrics": {"capacity_Ah": 4.87},
+                                            "outcome": "accepted"}},
+        {"final": "saved"},
+        {"final": "second turn"}])
+    assert runner.run("save it").final == "saved"
+    note = session.memory_dir / "cell-capacity.md"
+    assert "5.0 Ah nominal" in note.read_text()
+    index = (session.memory_dir / "MEMORY.md").read_text()
+    assert "[Cell capacity](cell-capacity.md)" in index
+    attempts = session.attempts.all()
+    assert attempts[0]["index"] == 1 and attempts[0]["metrics"] == {"capacity_Ah": 4.87}
+    assert [e.payload["parameters"] for e in session.trace.events(["attempt"])] == [
+        {"c_rate": 1.0}]
+    runner.run("next")
+    assert "[Cell capacity](cell-capacity.md)" in model.requests[-1][0].text
+
+
+def test_tool_exception_becomes_an_error_result_and_the_turn_goes_on(opened):
+    @tool
+    def flaky(n: int) -> str:
+        """Always fails."""
+        raise RuntimeError(f"sensor {n} offline")
+
+    session, model, runner = opened([
+        {"tool": "flaky", "args": {"n": 3}},
+        {"final": "saw: {out[-1]}"}], extra_tools=[flaky])
+    events = []
+    result = runner.run("try", events.append)
+    assert result.status == "done"
+    assert "RuntimeError: sensor 3 offline" in result.final
+    errors = [e for e in events if isinstance(e, ToolError)]
+    assert errors and errors[0].name == "flaky"
+    statuses = [e.payload["status"] for e in session.trace.events(["tool_result"])]
+    assert statuses == ["error"]
+
+
+def test_invalid_tool_call_gets_a_marked_nudge_and_recovers(opened):
+    session, model, runner = opened([
+        {"invalid_tool_call": {"name": "run_python", "args": "{code: print(1)}"}},
+        {"tool": "run_python", "args": {"code": "print(7 * 6)"}},
+        {"final": "answer {out[-1]}"}])
+    result = runner.run("go")
+    assert result.final == "answer 42"
+    nudge_request = model.requests[1]
+    assert isinstance(nudge_request[-1], HumanMessage)
+    assert nudge_request[-1].additional_kwargs["lc_source"] == NUDGE_SOURCE
+    # the malformed call never reaches the provider again
+    bad = [m for m in nudge_request if isinstance(m, AIMessage) and MARK in m.additional_kwargs]
+    assert bad and not bad[0].invalid_tool_calls and not bad[0].tool_calls
+    rec = session.trace.events(["recovery"])
+    assert [(e.payload["reason"], e.payload["attempt"]) for e in rec] == [
+        ("invalid_tool_call", 1)]
+    # the marks are in the checkpoint, so a resumed process sees them
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    import sqlite3
+
+    saver = SqliteSaver(sqlite3.connect(session.paths.checkpoints, check_same_thread=False))
+    stored = saver.get_tuple(session.thread_config).checkpoint
+    assert stored is not None
+    state = runner.agent.graph.get_state(session.thread_config).values["messages"]
+    assert any(m.additional_kwargs.get("lc_source") == NUDGE_SOURCE for m in state)
+
+
+def test_empty_replies_are_nudged_at_most_twice_in_a_row(opened):
+    session, model, runner = opened([{"empty": True}, {"empty": True}, {"empty": True},
+                                     {"final": "never reached"}])
+    result = runner.run("go")
+    assert len(model.requests) == 3  # the reply, and two nudged retries
+    assert result.final == "(no response)"
+    rec = [(e.payload["attempt"], e.payload["gave_up"]) for e in
+           session.trace.events(["recovery"])]
+    assert rec == [(1, False), (2, False), (3, True)]
+    assert model.remaining == 1
+
+
+def test_approval_ask_pauses_execute_then_approve_runs_it(opened, workspace):
+    (workspace / "data.csv").write_text("a,b\n1,2\n")
+    session, model, runner = opened([
+        {"tool": "execute", "args": {"command": "wc -l data.csv"}},
+        {"final": "lines: {out[-1]|(\\d+) data.csv}"}], approval="ask")
+    result = runner.run("count lines")
+    assert result.status == "paused"
+    assert result.interrupts[0].action_requests[0]["name"] == "execute"
+    assert [e.kind for e in session.trace.events(["hitl_request"])] == ["hitl_request"]
+    assert runner.pending_interrupts()
+    result = runner.resume([{"type": "approve"}])
+    assert result.status == "done" and result.final == "lines: 2"
+    assert session.trace.events(["hitl_response"])[0].payload["decisions"] == [
+        {"type": "approve"}]
+
+
+def test_workspace_mode_writes_inside_freely_and_asks_outside(opened, workspace, tmp_path):
+    outside = tmp_path / "elsewhere.txt"
+    session, model, runner = opened([
+        {"tool": "write_file", "args": {"file_path": str(workspace / "notes.txt"),
+                                        "content": "hello"}},
+        {"tool": "write_file", "args": {"file_path": str(outside), "content": "x"}},
+        {"final": "done"}], approval="workspace")
+    result = runner.run("write")
+    assert (workspace / "notes.txt").read_text() == "hello"
+    assert result.status == "paused"
+    assert result.interrupts[0].action_requests[0]["args"]["file_path"] == str(outside)
+    assert runner.resume([{"type": "reject", "message": "not there"}]).status == "done"
+    assert not outside.exists()
+
+
+def test_installed_source_and_bundled_content_are_read_only(opened):
+    target = content_dir("skills").resolve() / "python-and-kernel" / "SKILL.md"
+    before = target.read_text()
+    session, model, runner = opened([
+        {"tool": "edit_file", "args": {"file_path": str(target), "old_string": "kernel",
+                                       "new_string": "KERNEL"}},
+        {"final": "{out[-1]}"}], approval="auto")
+    result = runner.run("edit")
+    assert "read-only" in result.final
+    assert target.read_text() == before
+
+
+def test_cancel_interrupts_the_kernel_and_keeps_state(opened):
+    session, model, runner = opened([
+        {"tool": "run_python", "args": {"code": "kept = 123\nimport time\ntime.sleep(60)"}},
+        {"final": "unreachable"},
+        {"tool": "run_python", "args": {"code": "print(kept)"}},
+        {"final": "kept={out[-1]}"}])
+    started = threading.Event()
+
+    def on_event(e):
+        if isinstance(e, ToolStarted):
+            started.set()
+
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", runner.run("sleep", on_event)))
+    t.start()
+    assert started.wait(30)
+    time.sleep(0.5)
+    runner.cancel()
+    t.join(30)
+    assert out["r"].status == "cancelled"
+    # the next turn sees state kept, and the graph is consistent after the cancel
+    model.cursor.pos = 2
+    assert runner.run("again").final == "kept=123"
+
+
+def test_reset_kernel_loses_state(opened):
+    session, model, runner = opened([
+        {"tool": "run_python", "args": {"code": "y = 5"}},
+        {"tool": "reset_kernel", "args": {}},
+        {"tool": "run_python", "args": {"code": "y"}},
+        {"final": "{out[-2]} / {out[-1]|(NameError)}"}])
+    final = runner.run("go").final
+    assert final.startswith("Kernel restarted in") and final.endswith("/ NameError")
+
+
+def test_resume_in_process_with_live_kernel_keeps_state(workspace):
+    s1 = Session.create(workspace, approval="auto")
+    m1 = ScriptedChatModel.from_steps([{"tool": "run_python", "args": {"code": "z = 9"}},
+                                       {"final": "set"}])
+    TurnRunner(s1, build_agent(s1, m1)).run("set z")
+    kernel = s1.kernel
+    s1.close(keep_kernel=True)
+    s2 = Session.resume(workspace, s1.id, kernel=kernel)
+    try:
+        m2 = ScriptedChatModel.from_steps([{"tool": "run_python", "args": {"code": "z * 2"}},
+                                           {"final": "{out[-1]}"}])
+        result = TurnRunner(s2, build_agent(s2, m2)).run("double z")
+        assert result.final == "Out[2]: 18"
+        assert "the kernel kept running" in m2.requests[0][0].text
+        assert s2.trace.events(["session_resume"])[0].payload["kernel_restarted"] is False
+    finally:
+        s2.close()
+
+
+def test_secrets_in_the_environment_never_reach_the_trace(opened, monkeypatch):
+    secret = "sk-test-9f8e7d6c5b4a39281706"
+    monkeypatch.setenv("ACME_API_KEY", secret)
+    session, model, runner = opened([
+        {"tool": "run_python", "args": {"code": "import os\nprint(os.environ['ACME_API_KEY'])"}},
+        {"final": "the key is {out[-1]}"}])
+    result = runner.run(f"print my key {secret}")
+    assert secret in result.final  # the model did see it; only the trace must not
+    session.trace.close()
+    raw = b"".join(p.read_bytes() for p in session.paths.root.glob("trace.sqlite*"))
+    assert secret.encode() not in raw
+    assert b"[redacted:ACME_API_KEY]" in raw
+    session.trace = type(session.trace)(session.paths.trace)
+
+
+def test_scripted_usage_counts_the_request_not_the_script():
+    short = ScriptedChatModel.from_steps([{"final": "a"}])
+    long = ScriptedChatModel.from_steps([{"final": "a"}])
+    r1 = short.invoke([HumanMessage("hi")])
+    r2 = long.invoke([HumanMessage("hi " * 4000)])
+    assert r2.usage_metadata["input_tokens"] > r1.usage_metadata["input_tokens"] + 2500
+    assert json.dumps(r1.usage_metadata)
