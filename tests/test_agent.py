@@ -330,3 +330,40 @@ def test_scripted_usage_counts_the_request_not_the_script():
     r2 = long.invoke([HumanMessage("hi " * 4000)])
     assert r2.usage_metadata["input_tokens"] > r1.usage_metadata["input_tokens"] + 2500
     assert json.dumps(r1.usage_metadata)
+
+
+def test_switching_model_mid_session_keeps_the_thread(opened):
+    session, model, runner = opened([
+        {"tool": "run_python", "args": {"code": "print('from A')"}}, {"final": "A done"}])
+    runner.run("first")
+    other = ScriptedChatModel.from_steps([{"final": "B sees: {out[-1]}"}], name="model-b")
+    runner.switch_agent(build_agent(session, other))
+    assert runner.run("second").final == "B sees: from A"
+    assert [m.type for m in other.requests[0]] == ["system", "human", "ai", "tool", "ai",
+                                                   "human"]
+    switch = session.trace.events(["model_switch"])[0].payload
+    assert switch == {"from_model": "scripted", "to_model": "model-b"}
+
+
+def test_subagent_calls_are_traced_under_their_own_name(opened):
+    session, model, runner = opened([
+        {"tool": "task", "args": {"description": "Compute 17 * 23 in the kernel and report it.",
+                                  "subagent_type": "general-purpose"},
+         "steps": [{"tool": "run_python", "args": {"code": "print(17 * 23)"}},
+                   {"final": "digest: 17*23 = {out[-1]}"}]},
+        {"final": "The helper found {out[-1]|= (\\d+)}."}])
+    result = runner.run("delegate it")
+    assert result.final == "The helper found 391."
+    usage = session.trace.events(["model_usage"])
+    agents = [u.payload["agent"] for u in usage]
+    assert agents == ["main", "general-purpose", "general-purpose", "main"]
+    assert session.usage.by_agent["general-purpose"].calls == 2
+    assert result.usage.calls == 4  # the turn's totals include the subagent
+    sub_tools = [e.payload for e in session.trace.events(["tool_call"])
+                 if e.payload["agent"] == "general-purpose"]
+    assert [t["name"] for t in sub_tools] == ["run_python"]
+    kinds = [e.kind for e in session.trace.events(["subagent_start", "subagent_end"])]
+    assert kinds == ["subagent_start", "subagent_end"]
+    # the subagent worked in its own context: the parent never saw its run_python output
+    parent_tools = [m for m in model.requests[-1] if isinstance(m, ToolMessage)]
+    assert [m.name for m in parent_tools] == ["task"]

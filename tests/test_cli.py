@@ -19,7 +19,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["bench", "--help"], ["bench", "kernel", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["bench", "--help"], ["bench", "kernel", "--help"],
+                                  ["run", "--help"], ["sessions", "--help"],
+                                  ["transcript", "--help"]])
 def test_help_does_not_import_heavy_libraries(argv: list[str]) -> None:
     probe = (
         "import sys\nfrom simagent.cli import main\n"

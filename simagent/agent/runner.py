@@ -110,6 +110,19 @@ class TurnRunner:
             resume = {iid: {"decisions": decs} for iid, decs in by_id.items()}
         return self._drive(Command(resume=resume), on_event)
 
+    def switch_agent(self, agent: BuiltAgent) -> None:
+        """Continue the same thread with another agent (a new model or approval mode).
+
+        The checkpointer thread is the session's, so history, summaries and pending
+        approvals carry over; the trace records the switch when the model changes.
+        """
+        if self.busy:
+            raise RuntimeError("cannot switch models while a turn is running")
+        if agent.model_id != self.agent.model_id:
+            self.session.trace.append("model_switch", {"from_model": self.agent.model_id,
+                                                       "to_model": agent.model_id})
+        self.agent = agent
+
     def pending_interrupts(self) -> list[Interrupt]:
         """Approvals the thread is waiting for (also after a restart of the process)."""
         state = self.agent.graph.get_state(self.session.thread_config)
