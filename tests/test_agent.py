@@ -367,3 +367,14 @@ def test_subagent_calls_are_traced_under_their_own_name(opened):
     # the subagent worked in its own context: the parent never saw its run_python output
     parent_tools = [m for m in model.requests[-1] if isinstance(m, ToolMessage)]
     assert [m.name for m in parent_tools] == ["task"]
+
+
+def test_relative_file_paths_mean_the_workspace(opened, workspace):
+    (workspace / "params.txt").write_text("dt = 0.01\n")
+    session, model, runner = opened([
+        {"tool": "read_file", "args": {"file_path": "params.txt"}},
+        {"tool": "write_file", "args": {"file_path": "out/result.txt", "content": "ok"}},
+        {"final": "{out[-2]|dt = ([\\d.]+)}"}])
+    assert runner.run("read").final == "0.01"
+    assert (workspace / "out" / "result.txt").read_text() == "ok"
+    assert not Path("/out/result.txt").exists()

@@ -13,9 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from typing import Any
+
 from deepagents.backends import CompositeBackend, LocalShellBackend
 from deepagents.backends.protocol import DeleteResult, EditResult, WriteResult
+from langchain.agents.middleware import AgentMiddleware
 
+#: File tools and the argument that names their path.
+PATH_ARGS = {"read_file": "file_path", "write_file": "file_path", "edit_file": "file_path",
+             "delete": "file_path", "ls": "path", "glob": "path", "grep": "path"}
 #: Seconds one shell command may run.
 SHELL_TIMEOUT_S = 600
 #: Bytes of shell output kept (the rest is cut by the backend).
@@ -76,3 +82,38 @@ def build_backend(workspace: Path, session_dir: Path, *,
     default = WorkspaceBackend(workspace, read_only=read_only)
     return CompositeBackend(default=default, routes={},
                             artifacts_root=str(Path(session_dir).resolve()))
+
+
+def absolute_path(path: str, workspace: Path) -> str:
+    """``path`` made absolute: ``~`` expanded, relative paths taken from the workspace."""
+    expanded = Path(path).expanduser()
+    return str(expanded if expanded.is_absolute() else (workspace / expanded).resolve())
+
+
+class WorkspacePathsMiddleware(AgentMiddleware):
+    """Resolves relative file-tool paths against the workspace before the tool runs.
+
+    deepagents' tools normalise ``data.csv`` to ``/data.csv`` (a virtual-filesystem
+    habit), which on real paths means the filesystem root. Models pass relative paths
+    often; they mean the workspace, which is also the kernel's working directory.
+    """
+
+    def __init__(self, workspace: Path) -> None:
+        super().__init__()
+        self.workspace = Path(workspace).resolve()
+
+    def _fix(self, request: Any) -> Any:
+        call = request.tool_call
+        key = PATH_ARGS.get(call.get("name", ""))
+        args = call.get("args") or {}
+        value = args.get(key) if key else None
+        if not isinstance(value, str) or not value or value.startswith("/"):
+            return request
+        fixed = {**call, "args": {**args, key: absolute_path(value, self.workspace)}}
+        return request.override(tool_call=fixed)
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return handler(self._fix(request))
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return await handler(self._fix(request))

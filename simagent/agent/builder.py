@@ -21,7 +21,7 @@ from deepagents.middleware.skills import SkillsMiddleware
 from langchain_core.runnables import RunnableConfig
 
 from simagent.agent.approval import interrupt_on_for_mode
-from simagent.agent.backend import build_backend
+from simagent.agent.backend import WorkspacePathsMiddleware, build_backend
 from simagent.agent.memory import INDEX
 from simagent.agent.prompts import RuntimeContext, build_system_prompt
 from simagent.agent.recovery import RecoveryMiddleware
@@ -138,6 +138,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
         WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
                                   system_prompt=MEMORY_PROMPT, add_cache_control=True),
         RecoveryMiddleware(session.trace),
+        WorkspacePathsMiddleware(session.workspace),
         TraceRecorder(session.trace, session.usage, agent="main", model_id=model_id),
     ]
     general = {
@@ -148,6 +149,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
         "system_prompt": GENERAL_PURPOSE_PROMPT,
         "tools": tools,
         "middleware": [RecoveryMiddleware(session.trace, agent=GENERAL_PURPOSE),
+                       WorkspacePathsMiddleware(session.workspace),
                        TraceRecorder(session.trace, session.usage, agent=GENERAL_PURPOSE,
                                      model_id=model_id)],
     }
