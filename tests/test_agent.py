@@ -378,3 +378,22 @@ def test_relative_file_paths_mean_the_workspace(opened, workspace):
     assert runner.run("read").final == "0.01"
     assert (workspace / "out" / "result.txt").read_text() == "ok"
     assert not Path("/out/result.txt").exists()
+
+
+def test_control_flow_raised_inside_a_tool_is_not_turned_into_an_error(opened):
+    from langgraph.types import interrupt
+
+    @tool
+    def ask_user(question: str) -> str:
+        """Ask the user a question and wait for the answer."""
+        return str(interrupt({"question": question}))
+
+    session, model, runner = opened([
+        {"tool": "ask_user", "args": {"question": "which cell?"}},
+        {"final": "user said {out[-1]}"}], extra_tools=[ask_user])
+    paused = runner.run("go")
+    assert paused.status == "paused"
+    assert not session.trace.events(["error"])
+    assert not session.trace.events(["tool_result"])
+    done = runner.resume([{"type": "respond", "message": "cell 3"}])
+    assert done.status == "done" and "cell 3" in done.final

@@ -229,3 +229,45 @@ def test_transcript_markdown_and_html_with_an_embedded_figure(workspace, tmp_pat
 def test_approve_needs_a_session(workspace, args):
     proc = cli(workspace, *args)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_killed_process_leaves_trace_and_checkpoints_resumable(workspace, tmp_path):
+    import signal
+    import time
+
+    model = script(tmp_path / "a.json", [
+        {"tool": "run_python", "args": {"code": "import time\nprint('working', flush=True)\n"
+                                        "time.sleep(60)"}},
+        {"final": "never"}])
+    env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
+    proc = subprocess.Popen([*SIMAGENT, "run", "--model", model, "--json", "long job"],
+                            cwd=workspace, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        traces: list[Path] = []
+        while time.monotonic() < deadline:
+            traces = list(Path(os.environ["SIMAGENT_HOME"]).glob("workspaces/*/sessions/*/"
+                                                                  "trace.sqlite"))
+            if traces and "tool_call" in trace_kinds(str(traces[0].parent)):
+                break
+            time.sleep(0.2)
+        assert traces, "the run never started its tool call"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    state_dir = traces[0].parent
+    for name in ("trace.sqlite", "checkpoints.sqlite"):
+        db = sqlite3.connect(state_dir / name)
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        db.close()
+    assert trace_kinds(str(state_dir))[-1] == "tool_call"  # written before the kill
+
+    again = script(tmp_path / "b.json", [{"final": "resumed fine"}])
+    p2 = cli(workspace, "run", "--model", again, "--resume", state_dir.name, "--json",
+             "are you there?")
+    assert p2.returncode == 0, p2.stderr
+    assert json.loads(p2.stdout)["final"] == "resumed fine"
