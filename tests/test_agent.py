@@ -189,8 +189,9 @@ def test_invalid_tool_call_gets_a_marked_nudge_and_recovers(opened):
     assert [(e.payload["reason"], e.payload["attempt"]) for e in rec] == [
         ("invalid_tool_call", 1)]
     # the marks are in the checkpoint, so a resumed process sees them
-    from langgraph.checkpoint.sqlite import SqliteSaver
     import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
 
     saver = SqliteSaver(sqlite3.connect(session.paths.checkpoints, check_same_thread=False))
     stored = saver.get_tuple(session.thread_config).checkpoint

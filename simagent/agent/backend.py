@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-
 from typing import Any
 
 from deepagents.backends import CompositeBackend, LocalShellBackend

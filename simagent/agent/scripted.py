@@ -78,7 +78,8 @@ def flatten_steps(steps: Sequence[Any], *, where: str = "script") -> list[dict[s
     out: list[dict[str, Any]] = []
     for i, step in enumerate(steps):
         if not isinstance(step, dict):
-            raise ScriptError(f"{where}: step {i} must be a table/object, got {type(step).__name__}")
+            raise ScriptError(f"{where}: step {i} must be a table/object, "
+                              f"got {type(step).__name__}")
         unknown = set(step) - _STEP_KEYS
         if unknown:
             raise ScriptError(f"{where}: step {i} has unknown field(s) {sorted(unknown)}")

@@ -133,6 +133,8 @@ class TraceRecorder(AgentMiddleware):
         return call, time.monotonic()
 
     def _error_result(self, call: dict[str, Any], exc: BaseException) -> ToolMessage:
+        self.trace.append("error", {"message": f"{type(exc).__name__}: {exc}",
+                                    "where": f"tool {call.get('name')}"})
         text = str(exc).strip() or "(no message)"
         return ToolMessage(content=f"Error: tool `{call.get('name')}` failed: "
                                    f"{type(exc).__name__}: {text}",
@@ -171,8 +173,6 @@ class TraceRecorder(AgentMiddleware):
         except GraphBubbleUp:
             raise
         except Exception as exc:  # a broken tool becomes an error result, not a dead turn
-            self.trace.append("error", {"message": f"{type(exc).__name__}: {exc}",
-                                        "where": f"tool {call.get('name')}"})
             result = self._error_result(call, exc)
         self._after_tool(request, call, t0, result)
         return result
@@ -183,9 +183,7 @@ class TraceRecorder(AgentMiddleware):
             result = await handler(request)
         except GraphBubbleUp:
             raise
-        except Exception as exc:
-            self.trace.append("error", {"message": f"{type(exc).__name__}: {exc}",
-                                        "where": f"tool {call.get('name')}"})
+        except Exception as exc:  # a broken tool becomes an error result, not a dead turn
             result = self._error_result(call, exc)
         self._after_tool(request, call, t0, result)
         return result
