@@ -11,28 +11,20 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from simagent import __version__
-
-# Exit codes (design.md §3); one home, read by every command.
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_APPROVAL = 3
-EXIT_PROVIDER = 4
-EXIT_COST_CEILING = 5
-EXIT_KERNEL = 6
+from simagent import __version__, exit_codes
 
 
 class CliError(Exception):
     """A one-line error for the user, with the exit code to leave with."""
 
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+    def __init__(self, message: str, code: int = exit_codes.USAGE) -> None:
         super().__init__(message)
         self.code = code
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one clear line, not a usage dump
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        self.exit(exit_codes.USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def _cmd_bench_kernel(args: argparse.Namespace) -> int:
@@ -42,20 +34,20 @@ def _cmd_bench_kernel(args: argparse.Namespace) -> int:
     try:
         results, detail = run_kernel_bench(progress=None if args.json else _progress)
     except KernelStartError as exc:
-        raise CliError(str(exc).splitlines()[0], EXIT_KERNEL) from exc
+        raise CliError(str(exc).splitlines()[0], exit_codes.KERNEL) from exc
     if args.json:
         import json
 
         print(json.dumps(results, indent=2))
     else:
         print(format_table(results, detail))
-    return EXIT_OK
+    return exit_codes.OK
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from simagent.headless import HeadlessError, RunOptions, run_headless
+    from simagent.headless import RunOptions, run_headless
 
     decision = "approve" if args.approve else "reject" if args.reject else None
     if not args.prompt and decision is None:
@@ -68,10 +60,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                       simulator=args.sim, resume=args.resume,
                       continue_last=args.continue_last, approval=args.approval,
                       json=args.json, decision=decision)
-    try:
-        return run_headless(opts)
-    except HeadlessError as exc:
-        raise CliError(str(exc), exc.code) from exc
+    return run_headless(opts)
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
@@ -89,7 +78,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
         print("no sessions in this workspace yet", file=sys.stderr)
     else:
         print(format_sessions_table(infos))
-    return EXIT_OK
+    return exit_codes.OK
 
 
 def _cmd_transcript(args: argparse.Namespace) -> int:
@@ -102,7 +91,7 @@ def _cmd_transcript(args: argparse.Namespace) -> int:
     try:
         session_dir = find_session(args.workspace, args.session_id)
     except LookupError as exc:
-        raise CliError(str(exc).strip("'\"")) from exc
+        raise CliError(str(exc)) from exc
     trace = TraceLog(session_dir / "trace.sqlite", readonly=True)
     try:
         events = trace.events()
@@ -116,7 +105,7 @@ def _cmd_transcript(args: argparse.Namespace) -> int:
         print(args.output, file=sys.stderr)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    return EXIT_OK
+    return exit_codes.OK
 
 
 def _progress(message: str) -> None:
@@ -200,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()
-        return EXIT_OK
+        return exit_codes.OK
     try:
         return handler(args)
     except CliError as exc:
@@ -208,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.code
     except KeyboardInterrupt:
         print("simagent: interrupted", file=sys.stderr)
-        return 130
+        return exit_codes.CANCELLED
     except Exception as exc:  # one line, not a traceback; SIMAGENT_DEBUG shows it
         import os
 
@@ -217,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = (str(exc).splitlines() or [""])[0]
         print(f"simagent: internal error: {type(exc).__name__}: {first} "
               "(set SIMAGENT_DEBUG=1 for the traceback)", file=sys.stderr)
-        return 1
+        return exit_codes.FAILED
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from simagent import exit_codes
 from simagent.agent.events import (
     Event,
     Interrupt,
@@ -23,16 +24,6 @@ from simagent.agent.events import (
     ToolFinished,
     ToolStarted,
 )
-
-EXIT_OK, EXIT_USAGE, EXIT_APPROVAL, EXIT_PROVIDER, EXIT_COST, EXIT_KERNEL = 0, 2, 3, 4, 5, 6
-EXIT_FAILED = 1
-EXIT_CANCELLED = 130
-
-
-class HeadlessError(Exception):
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass
@@ -92,6 +83,7 @@ class StreamPrinter:
 def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
+    from simagent.cli import CliError
     from simagent.config import Config, ConfigError
     from simagent.kernel import KernelStartError
     from simagent.models import ModelError, resolve_model
@@ -102,10 +94,11 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
         config = Config.load(opts.workspace)
         spec, _where = config.model_spec(opts.model)
         if not spec:
-            raise HeadlessError(
+            raise CliError(
                 "no model configured: pass --model provider:model (e.g. "
                 "anthropic:claude-sonnet-4-5), set $SIMAGENT_MODEL, or put model = \"...\" in "
-                ".simagent/config.toml; scripted:PATH plays a script without a key", EXIT_USAGE)
+                ".simagent/config.toml; scripted:PATH plays a script without a key",
+                exit_codes.USAGE)
         resolved = resolve_model(spec, model_config=config.model_settings)
         if opts.resume or opts.continue_last:
             session = Session.resume(opts.workspace, opts.resume, approval=opts.approval,
@@ -114,23 +107,23 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             session = Session.create(opts.workspace, simulator=opts.simulator,
                                      approval=opts.approval, model=resolved.id, config=config)
     except ModelError as exc:
-        raise HeadlessError(str(exc), exc.code) from exc
+        raise CliError(str(exc), exc.code) from exc
     except (ConfigError, SimulatorError, SessionNotFound) as exc:
-        raise HeadlessError(str(exc), EXIT_USAGE) from exc
+        raise CliError(str(exc), exit_codes.USAGE) from exc
 
     try:
         note_model_switch(session, resolved.id)
         try:
             session.start_kernel()
         except KernelStartError as exc:
-            raise HeadlessError(str(exc).splitlines()[0], EXIT_KERNEL) from exc
+            raise CliError(str(exc).splitlines()[0], exit_codes.KERNEL) from exc
         runner = TurnRunner(session, build_agent(session, resolved))
         printer = StreamPrinter(out, err, stream_text=not opts.json)
         if opts.decision:
             pending = runner.pending_interrupts()
             if not pending:
-                raise HeadlessError("nothing is waiting for approval in this session",
-                                    EXIT_USAGE)
+                raise CliError("nothing is waiting for approval in this session",
+                               exit_codes.USAGE)
             decisions = {p.interrupt_id: [{"type": opts.decision}
                                           for _ in p.action_requests] for p in pending}
             result = runner.resume(decisions, printer, pending=pending)
@@ -154,26 +147,24 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
         if result.status == "paused":
             print(f"simagent: turn paused for approval; continue with 'simagent run --resume "
                   f"{session.id} --approve' (or --reject)", file=err)
-            return EXIT_APPROVAL
+            return exit_codes.APPROVAL
         if result.status == "error":
             print(f"simagent: error: {result.error}", file=err)
-            return EXIT_PROVIDER if result.provider_error else EXIT_FAILED
+            return exit_codes.PROVIDER if result.provider_error else exit_codes.FAILED
         if result.status == "cancelled":
-            return EXIT_CANCELLED
-        return EXIT_OK
+            return exit_codes.CANCELLED
+        return exit_codes.OK
     finally:
         session.close()
 
 
 def note_model_switch(session: Any, model_id: str) -> None:
     """Trace a switch when a resumed session continues with another model."""
+    from simagent.trace.sessions import MODEL_EVENTS, latest_model
+
     if session.resume_info is None:
         return
-    before = None
-    for event in session.trace.events(["session_start", "session_resume", "model_switch"])[:-1]:
-        if event.kind == "model_switch":
-            before = event.payload.get("to_model") or before
-        elif event.payload.get("model"):
-            before = event.payload["model"]
+    # the last event is this process's own session_resume; the model before it counts
+    before = latest_model(session.trace.events(MODEL_EVENTS)[:-1])
     if before and before != model_id:
         session.trace.append("model_switch", {"from_model": before, "to_model": model_id})

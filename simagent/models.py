@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-USAGE_ERROR = 2  # exit code for a malformed spec or bad model config
-PROVIDER_ERROR = 4  # exit code for anything provider-side (keys, packages, HTTP)
+from simagent.exit_codes import PROVIDER as PROVIDER_ERROR  # keys, packages, HTTP
+from simagent.exit_codes import USAGE as USAGE_ERROR  # malformed spec or bad model config
 
 EXPECTED_FORMS = (
     "expected provider:model (e.g. anthropic:claude-sonnet-4-5, ollama:qwen3:8b), "

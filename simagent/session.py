@@ -47,7 +47,7 @@ def resolve_session_id(workspace: str | os.PathLike[str], prefix: str | None) ->
     try:
         return find_session(workspace, prefix).name
     except LookupError as exc:
-        raise SessionNotFound(str(exc).strip("'\"")) from exc
+        raise SessionNotFound(str(exc)) from exc
 
 
 class Session:

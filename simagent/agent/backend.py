@@ -37,15 +37,16 @@ class WorkspaceBackend(LocalShellBackend):
         self.workspace = Path(workspace).resolve()
         self.read_only = tuple(Path(p).resolve() for p in read_only)
 
-    def _protected(self, file_path: str) -> Path | None:
+    def _target(self, file_path: str) -> Path | None:
+        """The real path a tool call would touch (None when it cannot be resolved)."""
         try:
-            target = Path(self._resolve_path(file_path)).resolve()
+            return Path(self._resolve_path(file_path)).resolve()
         except (ValueError, OSError):
             return None
-        for root in self.read_only:
-            if target == root or root in target.parents:
-                return root
-        return None
+
+    def _protected(self, file_path: str) -> Path | None:
+        target = self._target(file_path)
+        return next((root for root in self.read_only if _within(target, root)), None)
 
     def _refusal(self, file_path: str, root: Path) -> str:
         return (f"{file_path} is inside {root}, which is read-only (installed package "
@@ -68,11 +69,11 @@ class WorkspaceBackend(LocalShellBackend):
         return super().delete(file_path)
 
     def inside_workspace(self, file_path: str) -> bool:
-        try:
-            target = Path(self._resolve_path(file_path)).resolve()
-        except (ValueError, OSError):
-            return False
-        return target == self.workspace or self.workspace in target.parents
+        return _within(self._target(file_path), self.workspace)
+
+
+def _within(target: Path | None, root: Path) -> bool:
+    return target is not None and (target == root or root in target.parents)
 
 
 def build_backend(workspace: Path, session_dir: Path, *,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deepagents import create_deep_agent
@@ -94,8 +95,7 @@ def skill_sources(session: Session) -> list[tuple[str, str]]:
     return sources
 
 
-def runtime_context(session: Session) -> RuntimeContext:
-    sim = session.simulator
+def runtime_context(session: Session, source_dirs: Sequence[Path] = ()) -> RuntimeContext:
     info = session.resume_info
     return RuntimeContext(
         workspace=session.workspace, session_dir=session.paths.root,
@@ -105,7 +105,7 @@ def runtime_context(session: Session) -> RuntimeContext:
         approval=session.approval,
         resumed_at=info.resumed_at if info else None,
         kernel_restarted=bool(info and info.kernel_restarted),
-        source_dirs=tuple(sim.package_dirs()) if sim else ())
+        source_dirs=tuple(source_dirs))
 
 
 def _as_resolved(model: Any) -> tuple[Any, str, int | None]:
@@ -126,10 +126,11 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     """
     chat_model, model_id, window = _as_resolved(model)
     sim = session.simulator
+    source_dirs = sim.package_dirs() if sim else []
     read_only = [content_dir(n).resolve() for n in ("skills", "simulators", "bench")]
-    read_only += sim.package_dirs() if sim else []
-    backend = build_backend(session.workspace, session.paths.root, read_only=read_only)
-    prompt = build_system_prompt(sim, runtime_context(session))
+    backend = build_backend(session.workspace, session.paths.root,
+                            read_only=[*read_only, *source_dirs])
+    prompt = build_system_prompt(sim, runtime_context(session, source_dirs))
     tools = [*session_tools(session), *extra_tools]
     memory_path = str((session.memory_dir / INDEX).resolve())
     own = [

@@ -222,7 +222,7 @@ class ScriptedChatModel(BaseChatModel):
                                 "error": "invalid JSON in tool arguments",
                                 "type": "invalid_tool_call"})
             if "final" in step:
-                text_parts.append(fill_template(str(step["final"]), outputs))
+                text_parts.append(str(step["final"]))
         if not steps:
             text_parts.append(EXHAUSTED)
         content = "\n\n".join(fill_template(t, outputs) for t in text_parts)

@@ -15,6 +15,14 @@ from typing import Any
 _FIELDS = ("input_tokens", "output_tokens", "cache_read", "cache_creation", "reasoning_tokens")
 
 
+def token_count(value: Any) -> int:
+    """A token count from a payload; odd values (a hand-edited or foreign trace) count 0."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 @dataclass
 class Usage:
     input_tokens: int = 0
@@ -26,8 +34,8 @@ class Usage:
 
     def add(self, other: Mapping[str, Any]) -> None:
         for name in _FIELDS:
-            setattr(self, name, getattr(self, name) + int(other.get(name) or 0))
-        self.calls += int(other.get("calls", 1))
+            setattr(self, name, getattr(self, name) + token_count(other.get(name)))
+        self.calls += token_count(other.get("calls", 1))
 
     def minus(self, other: Usage) -> Usage:
         return Usage(*(getattr(self, f) - getattr(other, f) for f in (*_FIELDS, "calls")))
@@ -65,7 +73,7 @@ class UsageLedger:
             self.by_agent.setdefault(agent, Usage()).add(record)
             self.by_model.setdefault(model, Usage()).add(record)
             if agent == "main":
-                self.last_input_tokens = int(record.get("input_tokens") or 0)
+                self.last_input_tokens = token_count(record.get("input_tokens"))
 
     def snapshot(self) -> Usage:
         with self._lock:
@@ -75,6 +83,6 @@ class UsageLedger:
     def from_trace(cls, events: Iterable[Any]) -> UsageLedger:
         ledger = cls()
         for event in events:
-            p = event.payload
-            ledger.record(p.get("agent") or "main", p.get("model") or "?", p)
+            p = event.payload if isinstance(event.payload, dict) else {}
+            ledger.record(str(p.get("agent") or "main"), str(p.get("model") or "?"), p)
         return ledger

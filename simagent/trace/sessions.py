@@ -15,7 +15,8 @@ from datetime import datetime
 from pathlib import Path
 
 from simagent import paths
-from simagent.trace.log import TraceLog
+from simagent.agent.usage import token_count
+from simagent.trace.log import Event, TraceLog
 
 TITLE_MAX = 60
 
@@ -56,11 +57,18 @@ def _title(content: object) -> str:
     return first if len(first) <= TITLE_MAX else first[: TITLE_MAX - 3] + "..."
 
 
-def _int(value: object) -> int:
-    try:
-        return int(value or 0)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return 0
+#: Events that name the model a session runs with, in the order they take effect.
+MODEL_EVENTS = ("session_start", "session_resume", "model_switch")
+
+
+def latest_model(events: Sequence[Event]) -> str | None:
+    """The model in use after ``events``: the last start/resume model or switch target."""
+    model = None
+    for ev in events:
+        p = ev.payload if isinstance(ev.payload, dict) else {}
+        if ev.kind in MODEL_EVENTS:
+            model = p.get("to_model" if ev.kind == "model_switch" else "model") or model
+    return str(model) if model else None
 
 
 def _read(session: Path) -> SessionInfo:
@@ -72,18 +80,13 @@ def _read(session: Path) -> SessionInfo:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return SessionInfo(session.name, session, None, None, f"(unreadable trace: {reason})",
                            None, None, 0, 0, 0, 0)
-    started = model = simulator = title = None
+    started = simulator = title = None
     turns = tools = tok_in = tok_out = 0
     for ev in events:
         p = ev.payload if isinstance(ev.payload, dict) else {}
         if ev.kind == "session_start":
             started = started or ev.ts
-            model = p.get("model") or model
             simulator = p.get("simulator") or simulator
-        elif ev.kind == "session_resume":
-            model = p.get("model") or model
-        elif ev.kind == "model_switch":
-            model = p.get("to_model") or model
         elif ev.kind == "message_user":
             turns += 1
             if title is None:
@@ -91,14 +94,14 @@ def _read(session: Path) -> SessionInfo:
         elif ev.kind == "tool_call":
             tools += 1
         elif ev.kind == "model_usage":
-            tok_in += _int(p.get("input_tokens"))
-            tok_out += _int(p.get("output_tokens"))
+            tok_in += token_count(p.get("input_tokens"))
+            tok_out += token_count(p.get("output_tokens"))
     return SessionInfo(
         id=session.name, path=session,
         started=started or (events[0].ts if events else None),
         last_activity=events[-1].ts if events else None,
         title=title if title is not None else "(no messages)",
-        model=str(model) if model else None, simulator=str(simulator) if simulator else None,
+        model=latest_model(events), simulator=str(simulator) if simulator else None,
         turns=turns, tool_calls=tools, input_tokens=tok_in, output_tokens=tok_out)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from simagent.agent.usage import UsageLedger
 from simagent.trace.log import Event
 
 #: Tool output shown inline; the rest stays in the raw output file named in the note.
@@ -43,13 +44,6 @@ def _s(value: Any, compact: bool = False) -> str:
         return json.dumps(value, default=str, ensure_ascii=False, indent=None if compact else 2)
     except (TypeError, ValueError):
         return str(value)
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
 
 
 def _key(value: Any) -> str | int | None:
@@ -160,21 +154,15 @@ def _walk(events: Sequence[Event]) -> Iterator[tuple[str, str | None, dict[str, 
 
 def _usage(events: Sequence[Event]) -> tuple[str, list[tuple[list[str], list[list[str]]]]]:
     """Sums of ``model_usage``: a one-line total, then tables by agent and by model."""
-    groups: dict[str, dict[str, list[int]]] = {"total": {}, "agent": {}, "model": {}}
-    for e in events:
-        if e.kind != "model_usage":
-            continue
-        p = _p(e)
-        nums = [1] + [_int(p.get(k)) for k in ("input_tokens", "output_tokens", "cache_read")]
-        for group, key in (("total", ""), ("agent", _s(p.get("agent"), True) or "main"),
-                           ("model", _s(p.get("model"), True) or "?")):
-            row = groups[group].setdefault(key, [0, 0, 0, 0])
-            row[:] = [x + y for x, y in zip(row, nums, strict=True)]
-    c, i, o, r = groups["total"].get("", [0, 0, 0, 0])
-    line = f"{c} model calls; input {i} tokens, output {o} tokens, cache read {r} tokens."
-    tables = [([g, "calls", "input", "output", "cache read"],
-               [[k, *map(str, v)] for k, v in groups[g].items()])
-              for g in ("agent", "model") if groups[g]]
+    ledger = UsageLedger.from_trace(e for e in events if e.kind == "model_usage")
+    t = ledger.total
+    line = (f"{t.calls} model calls; input {t.input_tokens} tokens, output "
+            f"{t.output_tokens} tokens, cache read {t.cache_read} tokens.")
+    tables = [([group, "calls", "input", "output", "cache read"],
+               [[k, *map(str, (u.calls, u.input_tokens, u.output_tokens, u.cache_read))]
+                for k, u in rows.items()])
+              for group, rows in (("agent", ledger.by_agent), ("model", ledger.by_model))
+              if rows]
     return line, tables
 
 

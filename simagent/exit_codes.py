@@ -1,0 +1,10 @@
+"""Exit codes of every command (design.md §3); the one home, read by cli, run and models."""
+
+OK = 0
+FAILED = 1  # an unexpected internal error (reported in one line)
+USAGE = 2  # usage or configuration error
+APPROVAL = 3  # the turn paused for approval
+PROVIDER = 4  # model/provider error (missing key, package, HTTP)
+COST_CEILING = 5  # cost ceiling reached
+KERNEL = 6  # the kernel could not start
+CANCELLED = 130  # Ctrl+C
