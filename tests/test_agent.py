@@ -326,7 +326,6 @@ def test_scripted_usage_counts_the_request_not_the_script():
     r1 = short.invoke([HumanMessage("hi")])
     r2 = long.invoke([HumanMessage("hi " * 4000)])
     assert r2.usage_metadata["input_tokens"] > r1.usage_metadata["input_tokens"] + 2500
-    assert json.dumps(r1.usage_metadata)
 
 
 def test_switching_model_mid_session_keeps_the_thread(opened):
