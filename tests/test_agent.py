@@ -7,7 +7,6 @@ harness carried the kernel's output to the model.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
