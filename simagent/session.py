@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from simagent.agent.memory import ensure_memory
 from simagent.agent.tools import AttemptLog
 from simagent.agent.usage import UsageLedger
+from simagent.context.thresholds import ContextSettings
 from simagent.config import Config
 from simagent.paths import SessionPaths, last_session_marker, new_session_id
 from simagent.simulators import Simulator, get_simulator
@@ -59,6 +60,7 @@ class Session:
         self.workspace = workspace
         self.id = session_id
         self.config = config
+        self.context_settings = ContextSettings.from_config(config)
         self.simulator = simulator
         self.approval = approval
         self.resume_info = resume

@@ -24,31 +24,22 @@ from langchain_core.runnables import RunnableConfig
 from simagent.agent.approval import interrupt_on_for_mode
 from simagent.agent.backend import WorkspacePathsMiddleware, build_backend
 from simagent.agent.memory import INDEX
-from simagent.agent.prompts import RuntimeContext, build_system_prompt
+from simagent.agent.prompts import (
+    MEMORY_PROMPT,
+    SKILLS_PROMPT,
+    RuntimeContext,
+    build_system_prompt,
+)
 from simagent.agent.recovery import RecoveryMiddleware
 from simagent.agent.tools import session_tools
 from simagent.paths import content_dir
 from simagent.trace.recorder import TraceRecorder
 
 if TYPE_CHECKING:
+    from simagent.context.middleware import ContextMiddleware
+    from simagent.context.thresholds import ContextSettings
     from simagent.models import ResolvedModel
     from simagent.session import Session
-
-MEMORY_PROMPT = """<workspace_memory>
-{agent_memory}
-</workspace_memory>
-Above is the index of this workspace's memory: notes saved in earlier sessions, one line \
-each. Read a note with `read_file` when its title matters for the task. Save new durable \
-findings with `remember` (never edit MEMORY.md by hand). Trust what you measure now over a \
-stale note, and update the note when it is wrong."""
-
-SKILLS_PROMPT = """## Skills
-Skills are verified recipes for this environment. Only their names and descriptions are \
-listed here; before a task a skill describes, read its SKILL.md with \
-`read_file(file_path=<path>, limit=1000)` and follow it. Files a skill mentions sit beside \
-its SKILL.md.
-{skills_locations}{skills_load_warnings}
-{skills_list}"""
 
 GENERAL_PURPOSE = "general-purpose"
 GENERAL_PURPOSE_PROMPT = """You are a general-purpose helper of simagent, working on one \
@@ -85,6 +76,8 @@ class BuiltAgent:
     system_prompt: str
     backend: Any
     tools: list[Any] = field(default_factory=list)
+    #: The main agent's ContextMiddleware (manual /compact and /done use it).
+    context: ContextMiddleware | None = None
 
 
 def skill_sources(session: Session) -> list[tuple[str, str]]:
@@ -118,13 +111,18 @@ def _as_resolved(model: Any) -> tuple[Any, str, int | None]:
 
 def build_agent(session: Session, model: ResolvedModel | Any, *,
                 middleware: Sequence[Any] = (), subagents: Sequence[Any] = (),
-                extra_tools: Sequence[Any] = ()) -> BuiltAgent:
+                extra_tools: Sequence[Any] = (),
+                context_settings: ContextSettings | None = None) -> BuiltAgent:
     """Build the session's agent for ``model`` (a ``ResolvedModel`` or a chat model).
 
-    ``middleware`` (context layers) goes outside simagent's own; ``subagents`` are
-    deepagents ``SubAgent`` specs added beside the general-purpose one.
+    ``middleware`` goes outside simagent's own; ``subagents`` are deepagents ``SubAgent``
+    specs added beside the general-purpose one; ``context_settings`` (default: the
+    session's, from config) shapes the context layers — the bench's policies vary it.
     """
+    from simagent.context.layers import context_layers
+
     chat_model, model_id, window = _as_resolved(model)
+    max_out = getattr(model, "max_output", None)
     sim = session.simulator
     source_dirs = sim.package_dirs() if sim else []
     read_only = [content_dir(n).resolve() for n in ("skills", "simulators", "bench")]
@@ -133,14 +131,21 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     prompt = build_system_prompt(sim, runtime_context(session, source_dirs))
     tools = [*session_tools(session), *extra_tools]
     memory_path = str((session.memory_dir / INDEX).resolve())
+    layers = context_layers(session, chat_model=chat_model, model_id=model_id, window=window,
+                            max_output=max_out, backend=backend, settings=context_settings)
+    sub_layers = context_layers(session, chat_model=chat_model, model_id=model_id,
+                                window=window, max_output=max_out, backend=backend,
+                                agent=GENERAL_PURPOSE, settings=context_settings)
     own = [
         SkillsMiddleware(backend=backend, sources=skill_sources(session),
                          system_prompt=SKILLS_PROMPT),
         WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
                                   system_prompt=MEMORY_PROMPT, add_cache_control=True),
+        *layers.middleware,
         RecoveryMiddleware(session.trace),
         WorkspacePathsMiddleware(session.workspace),
-        TraceRecorder(session.trace, session.usage, agent="main", model_id=model_id),
+        TraceRecorder(session.trace, session.usage, agent="main", model_id=model_id,
+                      window=layers.context.thresholds.window),
     ]
     general = {
         "name": GENERAL_PURPOSE,
@@ -149,10 +154,12 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                        "it returns a short digest.",
         "system_prompt": GENERAL_PURPOSE_PROMPT,
         "tools": tools,
-        "middleware": [RecoveryMiddleware(session.trace, agent=GENERAL_PURPOSE),
+        "middleware": [*sub_layers.middleware,
+                       RecoveryMiddleware(session.trace, agent=GENERAL_PURPOSE),
                        WorkspacePathsMiddleware(session.workspace),
                        TraceRecorder(session.trace, session.usage, agent=GENERAL_PURPOSE,
-                                     model_id=model_id)],
+                                     model_id=model_id,
+                                     window=sub_layers.context.thresholds.window)],
     }
     inside = backend.default.inside_workspace
     graph = create_deep_agent(
@@ -162,4 +169,4 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
         interrupt_on=interrupt_on_for_mode(session.approval, inside) or None,
         name="simagent")
     return BuiltAgent(graph=graph, model_id=model_id, window=window, system_prompt=prompt,
-                      backend=backend, tools=tools)
+                      backend=backend, tools=tools, context=layers.context)

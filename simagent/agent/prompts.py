@@ -14,6 +14,27 @@ from pathlib import Path
 
 from simagent.simulators import Simulator
 
+#: Openings of the two indexes the middleware appends to the system prompt; the context
+#: layer splits a request's system message at these to count each index.
+SKILLS_MARKER = "## Skills\n"
+MEMORY_MARKER = "<workspace_memory>"
+
+MEMORY_PROMPT = MEMORY_MARKER + """
+{agent_memory}
+</workspace_memory>
+Above is the index of this workspace's memory: notes saved in earlier sessions, one line \
+each. Read a note with `read_file` when its title matters for the task. Save new durable \
+findings with `remember` (never edit MEMORY.md by hand). Trust what you measure now over a \
+stale note, and update the note when it is wrong."""
+
+SKILLS_PROMPT = SKILLS_MARKER + """\
+Skills are verified recipes for this environment. Only their names and descriptions are \
+listed here; before a task a skill describes, read its SKILL.md with \
+`read_file(file_path=<path>, limit=1000)` and follow it. Files a skill mentions sit beside \
+its SKILL.md.
+{skills_locations}{skills_load_warnings}
+{skills_list}"""
+
 GROUND_RULES = """\
 You are simagent, an assistant for scientists who study systems by simulation. You work \
 in a persistent Python kernel: you write code, run it with `run_python`, read the results \

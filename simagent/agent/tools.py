@@ -17,6 +17,7 @@ from langchain.tools import ToolRuntime
 from langchain_core.tools import BaseTool, tool
 
 from simagent.agent import memory as memory_notes
+from simagent.context.thresholds import tool_cap
 
 if TYPE_CHECKING:
     from simagent.session import Session
@@ -36,16 +37,19 @@ def _writer(runtime: ToolRuntime | None):
 
 
 def make_run_python(session: Session) -> BaseTool:
-    @tool(RUN_PYTHON)
-    def run_python(code: str, runtime: ToolRuntime, timeout_s: float | None = None) -> str:
+    cap = tool_cap(RUN_PYTHON, session.context_settings)
+
+    @tool(RUN_PYTHON, response_format="content_and_artifact")
+    def run_python(code: str, runtime: ToolRuntime,
+                   timeout_s: float | None = None) -> tuple[str, dict[str, Any]]:
         """Run Python code in the session's persistent IPython kernel and return its output.
 
         Variables, imports and open figures persist between calls (one kernel for the
         whole session; the working directory is the workspace). Returns the rendered
         text: stdout, then `[stderr]`, then `Out[n]: <value of the last expression>`,
         then displays and any error with a compact traceback. Progress bars collapse to
-        their final state. Long output is tail-capped with a marker giving the path of
-        the full raw output, which `read_file` can page through. Matplotlib figures are
+        their final state. Long output keeps its head and tail around a marker giving
+        the path of the full raw output, which `read_file` can page through. Matplotlib figures are
         saved as PNG files and their paths are listed. If the run exceeds `timeout_s`
         (default 1800 s) it is interrupted and the kernel state is kept.
         """
@@ -59,7 +63,8 @@ def make_run_python(session: Session) -> BaseTool:
         result = session.execute(code, on_output=on_output,
                                  timeout=timeout_s or DEFAULT_RUN_TIMEOUT_S,
                                  tool_call_id=call_id)
-        return result.model_text()
+        raw = str(result.raw_path) if result.raw_path else None
+        return result.model_text(cap), {"raw_path": raw, "status": result.status}
 
     return run_python
 

@@ -124,8 +124,15 @@ class ExecResult:
     def ok(self) -> bool:
         return self.status == "ok"
 
-    def model_text(self) -> str:
-        """The text a model sees: streams, value, displays, error, notice; tail-capped."""
+    def model_text(self, cap: int | None = None, head_share: float = 0.25) -> str:
+        """The text a model sees: streams, value, displays, error, notice; capped.
+
+        Value, displays, error and notice are always kept whole (errors teach). Streams
+        over the budget keep their head (setup, parameters) and their longer tail
+        (results) around a marker naming the raw output file; when capture already
+        dropped the head of a huge output, only the tail is left to show.
+        """
+        cap = cap or self.cap
         tail_parts: list[str] = []
         if self.value is not None:
             tail_parts.append(f"Out[{self.execution_count}]: {self.value}"
@@ -140,15 +147,20 @@ class ExecResult:
         streams = self.stdout
         if self.stderr:
             streams = f"{streams}\n[stderr]\n{self.stderr}" if streams else f"[stderr]\n{self.stderr}"
-        budget = max(self.cap - len(tail), self.cap // 4)
-        truncated = len(streams) > budget or self.rows_dropped > 0
-        if len(streams) > budget:
-            streams = streams[-budget:]
-            nl = streams.find("\n")
-            if 0 <= nl < 200:  # start on a whole line
-                streams = streams[nl + 1 :]
-        if truncated:
-            streams = f"{self.truncation_marker(len(streams))}\n{streams}"
+        budget = max(cap - len(tail), cap // 4)
+        if self.rows_dropped > 0 or len(streams) > budget:
+            head = ""
+            if self.rows_dropped == 0:
+                head = streams[: int(budget * head_share)]
+                nl = head.rfind("\n")
+                head = head[: nl + 1] if nl > len(head) // 2 else head
+            rest = streams[len(head):]
+            kept = rest[-(budget - len(head)):] if len(rest) > budget - len(head) else rest
+            nl = kept.find("\n")
+            if 0 <= nl < 200 and len(kept) < len(rest):  # start on a whole line
+                kept = kept[nl + 1 :]
+            marker = self.truncation_marker(len(head) + len(kept))
+            streams = f"{head}{marker}\n{kept}" if head else f"{marker}\n{kept}"
         text = "\n".join(p for p in (streams, tail) if p)
         if not text:
             return "(no output)" if self.status == "ok" else f"[{self.status}]"
@@ -156,6 +168,9 @@ class ExecResult:
 
     def truncation_marker(self, shown_chars: int) -> str:
         where = f"full output: {self.raw_path}" if self.raw_path else "full output not kept"
+        if self.rows_dropped == 0:
+            return (f"[output truncated: {_size(shown_chars)} of {_size(self.raw_chars)} "
+                    f"printed are shown (head and tail); {where}]")
         return (f"[output truncated: showing the last {_size(shown_chars)} of "
                 f"{_size(self.raw_chars)} printed; {self.rows_dropped:,} earlier lines "
                 f"not shown; {where}]")

@@ -27,7 +27,10 @@ EVENT_KINDS: dict[str, str] = {
     "message_assistant": "content, agent",
     "message_reasoning": "content, agent",
     "model_usage": "agent, model, input_tokens, output_tokens, total_tokens, cache_read, "
-                   "cache_creation, reasoning_tokens, source (provider|estimated)",
+                   "cache_creation, reasoning_tokens, source (provider|estimated), "
+                   "request (tokens by category of the request sent: system_prompt, "
+                   "tool_schemas, skills_index, memory_index, conversation, tool_results, "
+                   "summaries), window",
     "tool_call": "id, name, args, agent",
     "tool_result": "tool_call_id, name, content, status (success|error), elapsed_s, agent",
     "kernel_exec": "tool_call_id, code, status, elapsed_s, raw_path, execution_count, state_lost",
@@ -36,13 +39,17 @@ EVENT_KINDS: dict[str, str] = {
     "memory_write": "path, title, kind",
     "recovery": "reason, attempt, agent",
     "model_switch": "from_model, to_model",
-    "context_eviction": "tool_call_id, path, chars",
-    "context_clear": "cleared, tokens_freed",
-    "context_summary": "cutoff_index, path, manual",
-    "context_checkpoint": "note, path",
-    "context_emergency": "kept, error",
-    "watchdog_alert": "tool, args, repeats",
-    "cost_ceiling": "scope, limit, spent",
+    "context_eviction": "tool_call_id, tool, path, chars, tokens_before, tokens_after, agent",
+    "context_clear": "cleared (newly cleared results), total_cleared, tokens_before, "
+                     "tokens_after, agent",
+    "context_summary": "cutoff_index, messages, path, reason (threshold|budget|manual), "
+                       "focus, summarizer, tokens_before, tokens_after, summary_tokens, agent",
+    "context_checkpoint": "note, source (tool|command), cutoff_index, messages, path, "
+                          "tokens_before, tokens_after, agent",
+    "context_emergency": "error, kept, dropped, path, tokens_before, tokens_after, agent",
+    "watchdog_alert": "tool, args, repeats, mode (warn|enforce), agent",
+    "cost_ceiling": "action (tripped|reset|refused), scope (turn|session), limit, spent, "
+                    "unit (usd|tokens)",
     "subagent_start": "name, description, tool_call_id",
     "subagent_end": "name, tool_call_id, status",
     "hitl_request": "interrupt_id, action_requests",

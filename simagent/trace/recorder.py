@@ -16,12 +16,12 @@ from collections.abc import Callable
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from simagent.agent.usage import UsageLedger, usage_record
+from simagent.context.counting import RequestSize, measure
 from simagent.trace.log import TraceLog
 
 TASK_TOOL = "task"  # deepagents' subagent tool
@@ -65,26 +65,25 @@ class TraceRecorder(AgentMiddleware):
     """Records one agent's model and tool calls (``agent`` = main or a subagent name)."""
 
     def __init__(self, trace: TraceLog, ledger: UsageLedger, *, agent: str = "main",
-                 model_id: str = "?") -> None:
+                 model_id: str = "?", window: int | None = None) -> None:
         super().__init__()
         self.trace = trace
         self.ledger = ledger
         self.agent = agent
         self.model_id = model_id
+        self.window = window
 
     @property
     def name(self) -> str:  # unique per agent so subagent stacks may hold their own
         return f"TraceRecorder[{self.agent}]"
 
     # ------------------------------------------------------------ model calls
-    def _estimate(self, request: Any) -> int:
-        msgs: list[BaseMessage] = list(request.messages)
-        if request.system_message is not None:
-            msgs.insert(0, request.system_message)
+    @staticmethod
+    def _measure(request: Any) -> RequestSize:
         try:
-            return count_tokens_approximately(msgs, tools=list(request.tools) or None)
-        except Exception:
-            return count_tokens_approximately(msgs)
+            return measure(request.system_message, list(request.messages), request.tools)
+        except Exception:  # never let accounting break a model call
+            return RequestSize()
 
     def _record_response(self, request: Any, response: Any) -> None:
         msg = ai_message_of(response)
@@ -94,18 +93,20 @@ class TraceRecorder(AgentMiddleware):
             self.trace.append("message_reasoning", {"content": thinking, "agent": self.agent})
         if msg.text:
             self.trace.append("message_assistant", {"content": msg.text, "agent": self.agent})
-        record = usage_record(msg.usage_metadata)
+        record: dict[str, Any] = usage_record(msg.usage_metadata)
+        size = self._measure(request)
         if record["input_tokens"] or record["output_tokens"]:
             record["source"] = "provider"
         else:
-            record["input_tokens"] = self._estimate(request)
+            record["input_tokens"] = size.total
             record["output_tokens"] = max(1, len(msg.text) // 4)
             record["total_tokens"] = record["input_tokens"] + record["output_tokens"]
             record["source"] = "estimated"
         model = (msg.response_metadata or {}).get("model_name") or self.model_id
         self.ledger.record(self.agent, self.model_id, record)
         self.trace.append("model_usage", {"agent": self.agent, "model": self.model_id,
-                                          "provider_model": model, **record})
+                                          "provider_model": model, **record,
+                                          "request": size.as_dict(), "window": self.window})
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         response = handler(request)

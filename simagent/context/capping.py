@@ -1,0 +1,58 @@
+"""Per-tool output cap at execution time (design.md §7, layer 1).
+
+The cheapest layer: a result longer than its tool's cap reaches the model as head + tail
+around a marker, and the whole text is written to ``large_tool_results/<call_id>`` so it
+stays one ``read_file`` away. Error results are never cut: the end of an error is what
+the model needs, and errors are short after the kernel's own traceback compaction.
+``run_python`` caps itself (it knows where its raw output already is), so its results
+arrive under the cap and pass through untouched.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from langchain_core.messages import ToolMessage
+
+#: Share of the cap given to the head; the tail (results, errors) gets the rest.
+HEAD_SHARE = 0.3
+#: Slack for markers a self-capping tool adds on top of its cap.
+MARKER_SLACK = 1_000
+
+
+def safe_name(call_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", call_id or "call")[:120]
+
+
+def cap_text(text: str, cap: int, where: str) -> str:
+    """Head + tail of ``text`` in at most about ``cap`` chars, with a marker naming ``where``."""
+    if len(text) <= cap:
+        return text
+    head_n = int(cap * HEAD_SHARE)
+    head = text[:head_n]
+    nl = head.rfind("\n")
+    head = head[: nl + 1] if nl > head_n // 2 else head
+    tail = text[-(cap - len(head)):]
+    nl = tail.find("\n")
+    tail = tail[nl + 1:] if 0 <= nl < 200 else tail
+    omitted = len(text) - len(head) - len(tail)
+    return (f"{head}\n[... {omitted:,} of {len(text):,} chars not shown; full result: {where} "
+            f"(read_file with offset/limit) ...]\n{tail}")
+
+
+def cap_tool_message(msg: ToolMessage, cap: int, folder: Path | str | None) -> ToolMessage:
+    """``msg`` with its text capped (full text saved first); errors and small results as is."""
+    text = msg.text
+    if msg.status == "error" or len(text) <= cap + MARKER_SLACK or not isinstance(msg.content, str):
+        return msg
+    where = "(not saved)"
+    if folder is not None:
+        path = Path(folder) / safe_name(msg.tool_call_id)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            where = str(path)
+        except OSError as exc:
+            where = f"(could not be saved: {exc.strerror or exc})"
+    return msg.model_copy(update={"content": cap_text(text, cap, where)})

@@ -1,0 +1,23 @@
+"""One way for every context layer to report: a trace event plus a live stream item.
+
+The trace is the record (``/context``, transcripts, the bench read it); the stream item
+(``{"type": "context", "kind": ..., "detail": ...}``) is what ``TurnRunner`` turns into a
+``ContextEvent`` so an interface can show a short notice while the turn runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simagent.trace.log import TraceLog
+
+
+def emit(trace: TraceLog | None, kind: str, payload: dict[str, Any]) -> None:
+    if trace is not None:
+        trace.append(kind, payload)
+    try:
+        from langgraph.config import get_stream_writer
+
+        get_stream_writer()({"type": "context", "kind": kind, "detail": payload})
+    except Exception:  # outside a streamed run (manual /compact, plain invoke)
+        pass

@@ -1,0 +1,125 @@
+"""Assembling the context layers for one agent (main or a subagent).
+
+Stock parts are reused where they do the job: deepagents' ``FilesystemMiddleware`` evicts
+a single large result (here rooted in the session directory through the backend's
+``artifacts_root``, and traced); its stock summarization is switched off in place because
+it sits outside the skills and memory middleware and so cannot see the whole request —
+``ContextMiddleware`` does summarization, clearing, the budget check and emergencies on
+the exact request instead. The guards (watchdog, cost ceiling) ride along.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from deepagents.middleware.filesystem import FilesystemMiddleware
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import ToolMessage
+
+from simagent.context import thresholds as th
+from simagent.context.compaction import Compactor
+from simagent.context.counting import count_messages
+from simagent.context.events import emit
+from simagent.context.manual import make_mark_task_done
+from simagent.context.middleware import ContextMiddleware
+from simagent.context.summary import ExtractiveSummarizer, ModelSummarizer, Summarizer
+
+if TYPE_CHECKING:
+    from simagent.session import Session
+    from simagent.trace.log import TraceLog
+
+
+class TracedFilesystemMiddleware(FilesystemMiddleware):
+    """Stock eviction (same name, so it replaces the default in place), plus a trace event."""
+
+    def __init__(self, *, trace: TraceLog | None, agent: str = "main", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._trace = trace
+        self._agent = agent
+
+    @property
+    def name(self) -> str:
+        return "FilesystemMiddleware"
+
+    def _note(self, before: ToolMessage, after: ToolMessage) -> None:
+        path = self._large_tool_results_prefix + "/" + before.tool_call_id
+        for line in after.text.splitlines():
+            if "saved in the filesystem at this path:" in line:
+                path = line.rsplit(":", 1)[1].strip()
+                break
+        emit(self._trace, "context_eviction", {
+            "tool_call_id": before.tool_call_id, "tool": before.name, "path": path,
+            "chars": len(before.text), "tokens_before": count_messages([before]),
+            "tokens_after": count_messages([after]), "agent": self._agent})
+
+    def _process_large_message(self, message: ToolMessage, resolved_backend: Any
+                               ) -> tuple[ToolMessage, bool]:
+        out, evicted = super()._process_large_message(message, resolved_backend)
+        if evicted:
+            self._note(message, out)
+        return out, evicted
+
+    async def _aprocess_large_message(self, message: ToolMessage, resolved_backend: Any
+                                      ) -> tuple[ToolMessage, bool]:
+        out, evicted = await super()._aprocess_large_message(message, resolved_backend)
+        if evicted:
+            self._note(message, out)
+        return out, evicted
+
+
+class SummarizationOff(AgentMiddleware):
+    """Takes the stock summarization's slot (by name) and does nothing."""
+
+    @property
+    def name(self) -> str:
+        return "SummarizationMiddleware"
+
+
+def build_summarizer(settings: th.ContextSettings, chat_model: Any, model_id: str) -> Summarizer:
+    """``auto``: the agent's model (extractive for scripted/replay models, which cannot
+    summarize); ``extractive``; or any model spec for a cheaper summarizer."""
+    choice = settings.summary_model
+    if choice == "extractive":
+        return ExtractiveSummarizer()
+    if choice == "auto":
+        from simagent.agent.scripted import ScriptedChatModel
+
+        if isinstance(chat_model, ScriptedChatModel):
+            return ExtractiveSummarizer()
+        return ModelSummarizer(chat_model, name=model_id)
+    from simagent.models import resolve_model
+
+    return ModelSummarizer(resolve_model(choice).chat_model, name=choice)
+
+
+@dataclass
+class ContextLayers:
+    """The middleware list for ``create_deep_agent`` plus handles the UI needs."""
+
+    middleware: list[Any]
+    context: ContextMiddleware
+    tools: list[Any] = field(default_factory=list)
+
+
+def context_layers(session: Session, *, chat_model: Any, model_id: str, window: int | None,
+                   max_output: int | None, backend: Any, agent: str = "main",
+                   settings: th.ContextSettings | None = None) -> ContextLayers:
+    settings = settings or session.context_settings
+    suffix = "" if agent == "main" else f"-{agent}"
+    history = session.paths.conversation_history / f"{session.id}{suffix}.md"
+    compactor = Compactor(history, build_summarizer(settings, chat_model, model_id))
+    tools = [make_mark_task_done()] if settings.checkpoints and agent == "main" else []
+    context = ContextMiddleware(
+        trace=session.trace, compactor=compactor, settings=settings, model_id=model_id,
+        window=window, max_output=max_output,
+        large_results_dir=session.paths.large_tool_results, agent=agent, tools=tools)
+    fs = TracedFilesystemMiddleware(trace=session.trace, agent=agent, backend=backend,
+                                    tool_token_limit_before_evict=th.evict_tokens(settings))
+    middleware: list[Any] = [fs, SummarizationOff(), context]
+    if agent == "main":
+        from simagent.context.guards import CostCeilingMiddleware, WatchdogMiddleware
+
+        middleware += [WatchdogMiddleware(session.trace, settings, agent=agent),
+                       CostCeilingMiddleware(session.trace, session.usage, settings)]
+    return ContextLayers(middleware=middleware, context=context, tools=tools)

@@ -1,0 +1,142 @@
+"""Manual compaction: ``/compact [focus]``, ``/done [note]`` and the ``mark_task_done`` tool.
+
+``/compact`` and ``/done`` run between turns, outside the graph: they read the checkpointed
+thread, write a boundary with the same ``Compactor`` the middleware uses, and store it
+with ``update_state``; the raw messages are untouched. ``mark_task_done`` runs inside a
+turn, so it only leaves a pending note; the middleware writes the task record when the
+next user turn starts (a task that is done cannot be sliced while it is still running).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain.tools import ToolRuntime
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.types import Command
+
+from simagent.context.compaction import (
+    BOUNDARY_KEY,
+    CLEARED_KEY,
+    PENDING_CHECKPOINT_KEY,
+    cutoff_of,
+    view_of,
+)
+from simagent.context.counting import count_messages
+from simagent.context.events import emit
+
+if TYPE_CHECKING:
+    from simagent.context.middleware import ContextMiddleware
+
+MARK_TASK_DONE = "mark_task_done"
+
+
+def make_mark_task_done() -> BaseTool:
+    @tool(MARK_TASK_DONE)
+    def mark_task_done(detail: str, runtime: ToolRuntime) -> Command:
+        """Mark the current task as finished, at a natural task boundary.
+
+        Call it once the user's task is complete and verified, before moving to an
+        unrelated one. `detail`: one or two sentences with the outcome (key values with
+        units, files written). When the next user request starts, the finished task's
+        messages are condensed into a six-section record (task, files & changes,
+        technical context, strategy, verification & next steps, where we are) and the
+        full history is saved to a file the record names. Returns a confirmation.
+        """
+        at = len(runtime.state.get("messages") or [])
+        note = ToolMessage(content="Task marked done; its record is written when the next "
+                                   "request starts.", tool_call_id=runtime.tool_call_id,
+                           name=MARK_TASK_DONE)
+        return Command(update={PENDING_CHECKPOINT_KEY: {"detail": detail, "at": at},
+                               "messages": [note]})
+
+    return mark_task_done
+
+
+@dataclass
+class ManualResult:
+    """What a manual compaction did; ``message`` is one line for the user."""
+
+    done: bool
+    message: str
+    path: str | None = None
+    dropped: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+
+
+def _thread(graph: Any, config: dict[str, Any]) -> tuple[list[Any], dict[str, Any], str | None]:
+    state = graph.get_state(config)
+    if state.next:
+        return [], {}, "the turn is paused (approval pending); answer it first"
+    values = dict(state.values or {})
+    return list(values.get("messages") or []), values, None
+
+
+def _tokens(context: ContextMiddleware, values: dict[str, Any], messages: list[Any],
+            boundary: dict[str, Any] | None) -> int:
+    """Estimated request size for a boundary: last measured fixed part + the new view."""
+    from simagent.context.clearing import apply_cleared
+
+    view = apply_cleared(view_of(messages, boundary), values.get(CLEARED_KEY) or ())
+    return _last_fixed(context) + count_messages(view)
+
+
+def _last_fixed(context: ContextMiddleware) -> int:
+    for event in reversed(context.trace.events(["model_usage"])):
+        req = event.payload.get("request") or {}
+        if event.payload.get("agent", "main") == context.agent and req:
+            return sum(int(req.get(k) or 0) for k in ("system_prompt", "tool_schemas",
+                                                       "skills_index", "memory_index"))
+    return 0
+
+
+def compact_now(graph: Any, config: dict[str, Any], context: ContextMiddleware,
+                focus: str | None = None) -> ManualResult:
+    """``/compact [focus]``: summarize now, keeping a little of the newest verbatim."""
+    messages, values, refused = _thread(graph, config)
+    if refused:
+        return ManualResult(False, f"cannot compact: {refused}")
+    boundary = values.get(BOUNDARY_KEY)
+    tail = messages[cutoff_of(messages, boundary):]
+    keep = min(context.thresholds.summary_keep, count_messages(tail) // 4)
+    done = context.compactor.summarize(messages, boundary, keep, focus=focus)
+    if done is None:
+        return ManualResult(False, "nothing to compact: the conversation since the last "
+                                   "boundary is already minimal")
+    before = _tokens(context, values, messages, boundary)
+    after = _tokens(context, values, messages, done.boundary)
+    graph.update_state(config, {BOUNDARY_KEY: done.boundary})
+    emit(context.trace, "context_summary", {
+        "cutoff_index": done.boundary["cutoff"], "messages": done.dropped,
+        "path": str(done.path), "reason": "manual", "focus": focus,
+        "summarizer": context.compactor.summarizer.name, "tokens_before": before,
+        "tokens_after": after, "agent": context.agent})
+    return ManualResult(True, f"compacted {done.dropped} messages (~{before:,} → ~{after:,} "
+                              f"tokens); full history in {done.path}", str(done.path),
+                        done.dropped, before, after)
+
+
+def checkpoint_now(graph: Any, config: dict[str, Any], context: ContextMiddleware,
+                   note: str | None = None) -> ManualResult:
+    """``/done [note]``: close the finished task; the next request starts clean."""
+    messages, values, refused = _thread(graph, config)
+    if refused:
+        return ManualResult(False, f"cannot checkpoint: {refused}")
+    boundary = values.get(BOUNDARY_KEY)
+    done = context.compactor.checkpoint(messages, boundary, len(messages), note=note,
+                                        how="/done")
+    if done is None:
+        return ManualResult(False, "nothing to checkpoint since the last boundary")
+    before = _tokens(context, values, messages, boundary)
+    after = _tokens(context, values, messages, done.boundary)
+    graph.update_state(config, {BOUNDARY_KEY: done.boundary, PENDING_CHECKPOINT_KEY: None})
+    emit(context.trace, "context_checkpoint", {
+        "note": note, "source": "command", "cutoff_index": done.boundary["cutoff"],
+        "messages": done.dropped, "path": str(done.path), "tokens_before": before,
+        "tokens_after": after, "agent": context.agent})
+    return ManualResult(True, f"task checkpoint written ({done.dropped} messages → record); "
+                              f"full history in {done.path}", str(done.path), done.dropped,
+                        before, after)

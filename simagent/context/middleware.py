@@ -1,0 +1,258 @@
+"""``ContextMiddleware``: every history layer around each model call (design.md §7).
+
+It sits inside the skills and memory middleware, so the request it measures is the one
+the model gets (system prompt with both indexes, tool schemas, messages). Per call, in
+order, cheapest first:
+
+1. a task checkpoint left pending by ``mark_task_done`` is written at the new turn;
+2. the latest boundary (summary / checkpoint / emergency) rebuilds the view from the raw
+   messages; cleared results are swapped for placeholders;
+3. a clearing epoch runs if the request is over the clearing trigger and the epoch frees
+   enough;
+4. summarization runs if the request is still over the tier's trigger, or over the
+   history budget (``window − system − summary − tool_defs − max_output``);
+5. the call; on a context-overflow error, one emergency truncation and one retry.
+
+Per tool call, results over the tool's cap keep head and tail, the full text goes to
+``large_tool_results/``. State keeps every raw message; decisions live in private state
+keys, so a resumed or rebuilt agent (another model) sees the same view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents.middleware.types import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    PrivateStateAttr,
+)
+from langchain_core.messages import BaseMessage, ToolMessage
+from langgraph.types import Command
+
+from simagent.context import thresholds as th
+from simagent.context.boundaries import turn_starts
+from simagent.context.capping import cap_tool_message
+from simagent.context.clearing import apply_cleared, plan_epoch
+from simagent.context.compaction import (
+    BOUNDARY_KEY,
+    CLEARED_KEY,
+    PENDING_CHECKPOINT_KEY,
+    Compaction,
+    Compactor,
+    cutoff_of,
+    view_of,
+)
+from simagent.context.counting import RequestSize, calibrate, measure
+from simagent.context.events import emit
+from simagent.context.overflow import is_context_overflow
+from simagent.trace.log import TraceLog
+
+
+class ContextState(AgentState):
+    simagent_boundary: Annotated[NotRequired[dict[str, Any] | None], PrivateStateAttr]
+    simagent_cleared: Annotated[NotRequired[list[str] | None], PrivateStateAttr]
+    simagent_pending_checkpoint: Annotated[NotRequired[dict[str, Any] | None], PrivateStateAttr]
+
+
+@dataclass
+class Prepared:
+    view: list[BaseMessage]
+    size: RequestSize
+    tokens: int  # calibrated total of the view
+    update: dict[str, Any] = field(default_factory=dict)
+    boundary: dict[str, Any] | None = None
+    cleared: frozenset[str] = frozenset()
+
+
+class ContextMiddleware(AgentMiddleware):
+    """Checkpoints, clearing epochs, summarization, budget check, emergency, output caps."""
+
+    state_schema = ContextState
+
+    def __init__(self, *, trace: TraceLog, compactor: Compactor, settings: th.ContextSettings,
+                 model_id: str, window: int | None, max_output: int | None,
+                 large_results_dir: Any, agent: str = "main", tools: list[Any] | None = None
+                 ) -> None:
+        super().__init__()
+        self.trace = trace
+        self.compactor = compactor
+        self.settings = settings
+        self.model_id = model_id
+        self.agent = agent
+        self.large_results_dir = large_results_dir
+        self.thresholds = th.thresholds_for(window, model_id, settings, max_output)
+        self.tools = list(tools or [])
+        self._last_sent: int | None = None  # our estimate of the previous request
+        self._last_reported: int | None = None  # the provider's figure for it
+
+    @property
+    def name(self) -> str:
+        return f"ContextMiddleware[{self.agent}]"
+
+    # ------------------------------------------------------------------ helpers
+    def _emit(self, kind: str, payload: dict[str, Any]) -> None:
+        emit(self.trace, kind, {**payload, "agent": self.agent})
+
+    def _measure(self, request: Any, view: list[BaseMessage]) -> tuple[RequestSize, int]:
+        size = measure(request.system_message, view, request.tools)
+        return size, calibrate(size.total, self._last_sent, self._last_reported)
+
+    def _clear_view(self, view: list[BaseMessage], cleared: frozenset[str]) -> list[BaseMessage]:
+        return apply_cleared(view, cleared)
+
+    def over_budget(self, size: RequestSize, tokens: int) -> bool:
+        if not self.settings.budget_check:
+            return False
+        scale = tokens / size.total if size.total else 1.0
+        budget = th.history_budget(
+            self.thresholds.window, system=int((size.fixed - size.tool_schemas) * scale),
+            summary=int(size.summaries * scale), tool_defs=int(size.tool_schemas * scale),
+            max_output_tokens=self.thresholds.max_output)
+        return (size.conversation + size.tool_results) * scale > budget
+
+    # ------------------------------------------------------------------ layers
+    def prepare(self, request: Any) -> Prepared:
+        state = request.state or {}
+        messages = list(request.messages)
+        boundary = state.get(BOUNDARY_KEY)
+        cleared = frozenset(state.get(CLEARED_KEY) or ())
+        update: dict[str, Any] = {}
+
+        pending = state.get(PENDING_CHECKPOINT_KEY)
+        if pending and self.settings.checkpoints:
+            starts = [i for i in turn_starts(messages) if i >= int(pending.get("at", 0))]
+            if starts:
+                before = self._measure(request, self._clear_view(view_of(messages, boundary),
+                                                                 cleared))[1]
+                done = self.compactor.checkpoint(messages, boundary, starts[0],
+                                                 note=pending.get("detail"), how="mark_task_done")
+                update[PENDING_CHECKPOINT_KEY] = None
+                if done is not None:
+                    boundary = update[BOUNDARY_KEY] = done.boundary
+                    after = self._measure(request, self._clear_view(
+                        view_of(messages, boundary), cleared))[1]
+                    self._record("context_checkpoint", done, before, after,
+                                 note=pending.get("detail"), source="tool")
+
+        view = self._clear_view(view_of(messages, boundary), cleared)
+        size, tokens = self._measure(request, view)
+        thr = self.thresholds
+
+        epoch = plan_epoch(view, cleared, total_tokens=tokens, trigger=thr.clear_trigger,
+                           keep=thr.clear_keep, min_freed=thr.clear_min_freed)
+        if epoch is not None:
+            new_cleared, _freed = epoch
+            newly = len(new_cleared - cleared)
+            cleared = new_cleared
+            update[CLEARED_KEY] = sorted(cleared)
+            view = self._clear_view(view_of(messages, boundary), cleared)
+            before, (size, tokens) = tokens, self._measure(request, view)
+            self._emit("context_clear", {"cleared": newly, "total_cleared": len(cleared),
+                                         "tokens_before": before, "tokens_after": tokens})
+
+        due = thr.summary_trigger is not None and tokens >= thr.summary_trigger
+        if due or self.over_budget(size, tokens):
+            done = self.compactor.summarize(messages, boundary, thr.summary_keep)
+            if done is not None:
+                boundary = update[BOUNDARY_KEY] = done.boundary
+                view = self._clear_view(view_of(messages, boundary), cleared)
+                before, (size, tokens) = tokens, self._measure(request, view)
+                self._record("context_summary", done, before, tokens,
+                             reason="threshold" if due else "budget", focus=None,
+                             summarizer=self.compactor.summarizer.name)
+        return Prepared(view, size, tokens, update, boundary, cleared)
+
+    def _record(self, kind: str, done: Compaction, before: int, after: int, **extra: Any) -> None:
+        self._emit(kind, {"cutoff_index": done.boundary["cutoff"], "messages": done.dropped,
+                          "path": str(done.path), "tokens_before": before,
+                          "tokens_after": after, **extra})
+
+    def emergency(self, request: Any, prep: Prepared, error: Exception) -> Prepared:
+        """Truncate to a safe boundary keeping half; raise ``error`` if nothing can go."""
+        messages = list(request.messages)
+        done = self.compactor.emergency(messages, prep.boundary, th.EMERGENCY_MIN_MESSAGES)
+        if done is None:
+            raise error
+        view = self._clear_view(view_of(messages, done.boundary), prep.cleared)
+        size, tokens = self._measure(request, view)
+        self._emit("context_emergency", {
+            "error": str(error).splitlines()[0][:300] if str(error) else type(error).__name__,
+            "kept": done.kept, "dropped": done.dropped, "path": str(done.path),
+            "tokens_before": prep.tokens, "tokens_after": tokens})
+        return Prepared(view, size, tokens, {**prep.update, BOUNDARY_KEY: done.boundary},
+                        done.boundary, prep.cleared)
+
+    # --------------------------------------------------------------- model call
+    def _finish(self, prep: Prepared, response: Any) -> Any:
+        from simagent.trace.recorder import ai_message_of
+
+        msg = ai_message_of(response)
+        reported = (msg.usage_metadata or {}).get("input_tokens") if msg is not None else None
+        self._last_sent, self._last_reported = prep.size.total, reported or None
+        if not prep.update:
+            return response
+        if isinstance(response, ExtendedModelResponse):
+            inner = response.command.update if response.command else None
+            merged = {**(inner if isinstance(inner, dict) else {}), **prep.update}
+            return ExtendedModelResponse(model_response=response.model_response,
+                                         command=Command(update=merged))
+        return ExtendedModelResponse(model_response=response, command=Command(update=prep.update))
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        prep = self.prepare(request)
+        try:
+            response = handler(request.override(messages=prep.view))
+        except Exception as exc:
+            if not (self.settings.emergency and is_context_overflow(exc)):
+                raise
+            prep = self.emergency(request, prep, exc)
+            response = handler(request.override(messages=prep.view))
+        return self._finish(prep, response)
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        prep = self.prepare(request)
+        try:
+            response = await handler(request.override(messages=prep.view))
+        except Exception as exc:
+            if not (self.settings.emergency and is_context_overflow(exc)):
+                raise
+            prep = self.emergency(request, prep, exc)
+            response = await handler(request.override(messages=prep.view))
+        return self._finish(prep, response)
+
+    # ---------------------------------------------------------------- tool call
+    def _cap(self, request: Any, result: Any) -> Any:
+        name = request.tool_call.get("name") or ""
+        cap = th.tool_cap(name, self.settings)
+        if cap is None:
+            return result
+        if isinstance(result, ToolMessage):
+            return cap_tool_message(result, cap, self.large_results_dir)
+        if isinstance(result, Command) and isinstance(result.update, dict):
+            msgs = result.update.get("messages")
+            if isinstance(msgs, list):
+                capped = [cap_tool_message(m, cap, self.large_results_dir)
+                          if isinstance(m, ToolMessage) else m for m in msgs]
+                return Command(goto=result.goto, graph=result.graph,
+                               update={**result.update, "messages": capped})
+        return result
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return self._cap(request, handler(request))
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return self._cap(request, await handler(request))
+
+
+def current_view(state: dict[str, Any]) -> list[BaseMessage]:
+    """The model's view of a checkpointed state (for the bench's recall and for tests)."""
+    messages = list(state.get("messages") or [])
+    boundary = state.get(BOUNDARY_KEY)
+    return apply_cleared(view_of(messages, boundary), state.get(CLEARED_KEY) or ())
+
+
+__all__ = ["ContextMiddleware", "ContextState", "current_view", "cutoff_of"]

@@ -1,0 +1,235 @@
+"""Summaries and task records: offload first, then condense (design.md §7, layer 4 and /done).
+
+Older messages are appended to ``conversation_history/<thread>.md`` *before* anything is
+condensed, and every summary names that file, so whatever a summary leaves out is one
+``read_file`` away. Two writers share one interface:
+
+* :class:`ModelSummarizer` asks a chat model (the agent's, or a cheaper one from config)
+  for a structured summary;
+* :class:`ExtractiveSummarizer` needs no model: it lifts the user's requests, the
+  assistant's conclusions, the files and the number-bearing lines out of the messages.
+  It serves scripted and replay runs, emergencies (when the model is what just failed),
+  and is the fallback when the summary model errors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from simagent.context.counting import is_summary
+
+SUMMARY_SECTIONS = ("Session intent", "Decisions and reasons", "Artifacts and files",
+                    "Numbers that matter", "Next steps")
+CHECKPOINT_SECTIONS = ("Task", "Files & changes", "Technical context", "Strategy & approach",
+                       "Verification & next steps", "Where we are")
+#: ``lc_source`` of the message each kind of boundary writes.
+SOURCES = {"summary": "simagent_summary", "checkpoint": "simagent_checkpoint",
+           "emergency": "simagent_emergency"}
+#: Chars of one tool result shown to a summary model (head and tail).
+RESULT_CHARS_FOR_SUMMARY = 2_000
+
+_PROMPT = """You are condensing part of a working session between a scientist and an \
+assistant that runs simulations in a persistent Python kernel. The messages below will be \
+removed from the assistant's context and replaced by what you write, so keep everything \
+the assistant needs to continue without re-doing work. Their full text stays on disk.
+
+{purpose}
+Write Markdown with exactly these sections, in this order:
+{sections}
+Be concrete: exact parameter values, results with units, file paths, function names, \
+which approaches failed and why. No preamble.{focus}
+
+<messages>
+{messages}
+</messages>"""
+_SUMMARY_PURPOSE = ("Summarize the session so far as a handover to a teammate who "
+                    "continues the work.")
+_CHECKPOINT_PURPOSE = ("The task below is finished. Write its completion record, so the "
+                       "next task starts clean while this one stays known.{note}")
+
+
+class Summarizer(Protocol):
+    name: str
+
+    def __call__(self, messages: Sequence[BaseMessage], *, kind: str,
+                 focus: str | None = None) -> str: ...
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return f"{text[:head]}\n[... {len(text) - limit:,} chars omitted ...]\n{text[-(limit - head):]}"
+
+
+def render_for_summary(messages: Sequence[BaseMessage]) -> str:
+    """Messages as compact tagged text; long tool results clipped (the file has them whole)."""
+    out = []
+    for msg in messages:
+        if isinstance(msg, ToolMessage):
+            out.append(f'<tool_result name="{msg.name or ""}">\n'
+                        f"{_clip(msg.text, RESULT_CHARS_FOR_SUMMARY)}\n</tool_result>")
+        elif isinstance(msg, AIMessage):
+            calls = "".join(f'\n<tool_call name="{c["name"]}">{_clip(json.dumps(c["args"]), 1500)}'
+                            "</tool_call>" for c in msg.tool_calls)
+            out.append(f"<assistant>{msg.text}{calls}</assistant>")
+        elif isinstance(msg, HumanMessage):
+            tag = "previous_summary" if is_summary(msg) else "user"
+            out.append(f"<{tag}>{msg.text}</{tag}>")
+    return "\n".join(out)
+
+
+def summary_prompt(messages: Sequence[BaseMessage], *, kind: str, focus: str | None = None) -> str:
+    sections = CHECKPOINT_SECTIONS if kind == "checkpoint" else SUMMARY_SECTIONS
+    if kind == "checkpoint":
+        purpose = _CHECKPOINT_PURPOSE.format(note=f" The user's note: {focus}" if focus else "")
+        focus_line = ""
+    else:
+        purpose = _SUMMARY_PURPOSE
+        focus_line = f"\nGive most detail to: {focus}." if focus else ""
+    return _PROMPT.format(purpose=purpose, focus=focus_line,
+                          sections="\n".join(f"# {s}" for s in sections),
+                          messages=render_for_summary(messages))
+
+
+class ModelSummarizer:
+    """A chat model writes the summary; on any failure the extractive one does."""
+
+    def __init__(self, model: Any, name: str = "model") -> None:
+        self.model = model
+        self.name = name
+        self.fallback = ExtractiveSummarizer()
+
+    def __call__(self, messages: Sequence[BaseMessage], *, kind: str,
+                 focus: str | None = None) -> str:
+        try:
+            reply = self.model.invoke([HumanMessage(summary_prompt(messages, kind=kind,
+                                                                   focus=focus))])
+            text = reply.text.strip() if hasattr(reply, "text") else str(reply).strip()
+        except Exception:  # a failing summary model must not lose the session
+            text = ""
+        return text or self.fallback(messages, kind=kind, focus=focus)
+
+
+_NUMBER_LINE = re.compile(r"[A-Za-z_][\w .()/\[\]-]{0,60}\s*(?:=|:)\s*[-+]?\d[\d.,eE+-]*")
+_PATH = re.compile(r"(?<![\w.])(?:/|\./)?(?:[\w.-]+/)*[\w.-]+\.(?:png|svg|pdf|csv|txt|json|"
+                   r"npz|npy|h5|hdf5|nc|parquet|md|py|toml|yaml|yml|dat|log|xyz|traj|cif)\b")
+
+
+class ExtractiveSummarizer:
+    """No model: structured sections lifted from the messages themselves."""
+
+    name = "extractive"
+
+    def __init__(self, max_numbers: int = 40, max_items: int = 12) -> None:
+        self.max_numbers = max_numbers
+        self.max_items = max_items
+
+    def __call__(self, messages: Sequence[BaseMessage], *, kind: str,
+                 focus: str | None = None) -> str:
+        asks, said, previous, files, numbers, calls = [], [], [], [], [], {}
+        for msg in messages:
+            if is_summary(msg):
+                previous.append(msg.text)
+            elif isinstance(msg, HumanMessage) and not msg.additional_kwargs.get("lc_source"):
+                asks.append(_clip(msg.text.strip(), 600))
+            elif isinstance(msg, AIMessage):
+                if msg.text.strip():
+                    said.append(_clip(msg.text.strip(), 400))
+                for call in msg.tool_calls:
+                    calls[call["name"]] = calls.get(call["name"], 0) + 1
+                    files.extend(_PATH.findall(json.dumps(call["args"])))
+            elif isinstance(msg, ToolMessage):
+                files.extend(_PATH.findall(msg.text))
+                for line in msg.text.splitlines():
+                    if _NUMBER_LINE.search(line) and len(line) <= 200:
+                        numbers.append(line.strip())
+        numbers = _unique(numbers)[-self.max_numbers:]
+        files = _unique(files)[-self.max_items * 2:]
+        work = ", ".join(f"{n} × {name}" for name, n in calls.items()) or "no tool calls"
+        sections = CHECKPOINT_SECTIONS if kind == "checkpoint" else SUMMARY_SECTIONS
+        bodies = {
+            sections[0]: _bullets(asks[-self.max_items:]) or "(no user request in this part)",
+            sections[1]: _bullets(files) or "(no files named)",
+            sections[2]: f"Work done: {work}.\n" + (_bullets(said[-self.max_items:]) or ""),
+            sections[3]: _bullets(numbers) or "(no numeric results)",
+        }
+        if kind == "checkpoint":
+            bodies = {
+                "Task": bodies[sections[0]] + (f"\nNote: {focus}" if focus else ""),
+                "Files & changes": _bullets(files) or "(no files named)",
+                "Technical context": f"Work done: {work}.\n" + _bullets(numbers),
+                "Strategy & approach": _bullets(said[-self.max_items:]) or "(none stated)",
+                "Verification & next steps": said[-1] if said else "(none stated)",
+                "Where we are": "The task above is finished; its full history is on disk.",
+            }
+        else:
+            bodies = {
+                "Session intent": bodies[sections[0]],
+                "Decisions and reasons": bodies[sections[2]],
+                "Artifacts and files": bodies[sections[1]],
+                "Numbers that matter": bodies[sections[3]],
+                "Next steps": (said[-1] if said else "Continue with the latest request.")
+                + (f"\nFocus: {focus}" if focus else ""),
+            }
+        text = "\n\n".join(f"# {s}\n{bodies[s]}" for s in sections)
+        if previous:
+            text = "# Earlier summary\n" + "\n".join(_clip(p, 6000) for p in previous) + "\n\n" + text
+        return text
+
+
+def _unique(items: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _bullets(items: Sequence[str]) -> str:
+    return "\n".join(f"- {i}" for i in items)
+
+
+# --------------------------------------------------------------------- offload
+def offload(path: Path, messages: Sequence[BaseMessage], *, kind: str, first_index: int) -> Path:
+    """Append ``messages`` to the thread's history file (whole, nothing clipped)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    lines = [f"## {kind.capitalize()} at {stamp}: messages {first_index}–"
+             f"{first_index + len(messages) - 1}\n"]
+    for msg in messages:
+        if is_summary(msg):
+            continue
+        if isinstance(msg, ToolMessage):
+            lines.append(f"### tool result ({msg.name or '?'}, {msg.tool_call_id})\n{msg.text}\n")
+        elif isinstance(msg, AIMessage):
+            lines.append(f"### assistant\n{msg.text}\n")
+            for call in msg.tool_calls:
+                lines.append(f"tool call `{call['name']}` ({call.get('id')}):\n```json\n"
+                             f"{json.dumps(call['args'], indent=1)}\n```\n")
+        else:
+            lines.append(f"### {'user' if isinstance(msg, HumanMessage) else msg.type}\n"
+                         f"{msg.text}\n")
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return path
+
+
+_HEADERS = {
+    "summary": "[Context summary: {n} earlier messages were condensed to save context.]",
+    "checkpoint": "[Task checkpoint: the finished task below was closed ({how}); its {n} "
+                  "messages were condensed into this record.]",
+    "emergency": "[Emergency compaction: the provider rejected the request as too long, so "
+                 "{n} earlier messages were dropped from view.]",
+}
+
+
+def boundary_message(kind: str, text: str, path: Path, n: int, how: str = "") -> HumanMessage:
+    header = _HEADERS[kind].format(n=n, how=how)
+    body = (f"{header}\nTheir full text is saved at {path}; page it with `read_file` "
+            f"(offset/limit) or search it with `grep` when you need an exact value, code or "
+            f"output.\n\n<summary>\n{text}\n</summary>")
+    return HumanMessage(content=body, additional_kwargs={"lc_source": SOURCES[kind]})

@@ -1,0 +1,234 @@
+"""Every context threshold, as small pure functions of the loaded window (design.md §7).
+
+One home: the middleware that acts and the ``/context`` panel that explains read the same
+functions, so what the panel promises is what happens. Defaults follow the seeds
+(eviction 20k tokens; clearing at 60 % keeping 6, or 3 below a 100k window; summarization
+per model tier keeping 10 %); every number can be overridden in the ``[context]`` table of
+``.simagent/config.toml``::
+
+    [context]
+    clear_fraction = 0.5
+    summary_fraction = 0.7            # for every tier
+    [context.summary_tiers]
+    small = 0.3
+    [context.tool_caps]
+    run_python = 20000                # chars; 0 disables the cap for that tool
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from simagent.config import ConfigError
+
+#: Window assumed when a model reports none (a cautious mid-size window).
+FALLBACK_WINDOW = 128_000
+#: A single tool result above this many tokens is evicted to disk (deepagents counts 4 chars/token).
+EVICT_TOKENS = 20_000
+#: Old tool results are cleared from the model's view once the request passes this share.
+CLEAR_FRACTION = 0.60
+#: Most recent tool results clearing always keeps verbatim ...
+CLEAR_KEEP = 6
+#: ... and in a small window, where six results may not fit.
+CLEAR_KEEP_SMALL = 3
+SMALL_WINDOW = 100_000
+#: A clearing epoch happens only when it frees at least this share of the window, so the
+#: prompt prefix (and provider prompt caches / local KV caches) stays stable in between.
+CLEAR_MIN_FREED_FRACTION = 0.10
+#: Summarization trigger by model tier; unknown models use ``summary_fraction``.
+SUMMARY_TIERS = {"frontier": 0.85, "mid": 0.65, "small": 0.35}
+SUMMARY_FRACTION = 0.85
+#: Share of the window kept verbatim after a summary.
+SUMMARY_KEEP_FRACTION = 0.10
+#: Model-id patterns that place a model in a tier, tried small, then mid, then frontier
+#: (substrings, plus parameter counts such as ``:8b`` matched as whole tokens).
+TIER_PATTERNS = {
+    "small": r"haiku|flash|(?<![a-z])mini|nano|lite|small|(?<![\d.])[1-9](\.\d+)?b\b",
+    "mid": r"sonnet|gemini-2\.5-pro|gpt-4o|gpt-4\.1|medium|(?<![\d.])[1-5]\d(\.\d+)?b\b",
+    "frontier": r"opus|gpt-5|(?<![a-z0-9])o[134]\b|gemini-3|-pro\b|deepseek-r1|"
+                r"(?<![\d.])([6-9]\d|\d{3,})(\.\d+)?b\b",
+}
+#: Per-tool output cap at execution time (head + tail chars reaching the model).
+TOOL_CAP_CHARS = 30_000
+#: Output reserved for the reply when the model reports no maximum.
+MAX_OUTPUT_FALLBACK = 4_096
+#: Emergency compaction keeps half of what the failed request held, never fewer messages.
+EMERGENCY_MIN_MESSAGES = 4
+#: Watchdog: this many identical consecutive tool calls (same name, same literal args).
+WATCHDOG_REPEATS = 5
+WATCHDOG_MODES = ("off", "warn", "enforce")
+#: Summaries: "auto" (the agent's model; a no-model extractive summary for scripted
+#: models), "extractive", or a model spec for a cheaper summarizer.
+SUMMARY_MODEL = "auto"
+
+
+class ContextConfigError(ConfigError):
+    """A ``[context]`` setting that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    """The configurable numbers; ``enabled`` switches whole layers (the bench's policies)."""
+
+    evict_tokens: int | None = EVICT_TOKENS
+    clear_fraction: float | None = CLEAR_FRACTION
+    clear_keep: int | None = None  # None: CLEAR_KEEP, or CLEAR_KEEP_SMALL in a small window
+    clear_min_freed_fraction: float = CLEAR_MIN_FREED_FRACTION
+    summary_fraction: float | None = None  # None: by tier
+    summary_tiers: Mapping[str, float] = field(default_factory=lambda: dict(SUMMARY_TIERS))
+    summary_keep_fraction: float = SUMMARY_KEEP_FRACTION
+    summary_model: str = SUMMARY_MODEL
+    tool_cap_chars: int = TOOL_CAP_CHARS
+    tool_caps: Mapping[str, int] = field(default_factory=dict)
+    window: int | None = None  # overrides the model's reported window
+    max_output_tokens: int | None = None
+    watchdog: str = "warn"
+    watchdog_repeats: int = WATCHDOG_REPEATS
+    max_turn_usd: float | None = None
+    max_session_usd: float | None = None
+    max_turn_tokens: int | None = None
+    max_session_tokens: int | None = None
+    summarize: bool = True
+    checkpoints: bool = True
+    budget_check: bool = True
+    emergency: bool = True
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> ContextSettings:
+        """Settings from a ``[context]`` table; unknown keys and bad values are errors."""
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ContextConfigError(f"[context]: unknown setting(s) {', '.join(unknown)}; "
+                                     f"known: {', '.join(sorted(known))}")
+        base = cls()
+        tiers = dict(SUMMARY_TIERS)
+        tiers.update(_fractions("summary_tiers", data.pop("summary_tiers", {}) or {}))
+        for key in ("clear_fraction", "summary_fraction", "clear_min_freed_fraction",
+                    "summary_keep_fraction"):
+            if data.get(key) is not None:
+                _fractions(key, {key: data[key]})
+        if data.get("watchdog", "warn") not in WATCHDOG_MODES:
+            raise ContextConfigError(f"[context] watchdog must be one of "
+                                     f"{', '.join(WATCHDOG_MODES)}")
+        caps = data.pop("tool_caps", {}) or {}
+        if not isinstance(caps, Mapping) or not all(
+                isinstance(v, int) and v >= 0 for v in caps.values()):
+            raise ContextConfigError("[context.tool_caps] values must be whole numbers of "
+                                     "characters (0 disables a tool's cap)")
+        try:
+            return replace(base, summary_tiers=tiers, tool_caps=dict(caps), **data)
+        except TypeError as exc:
+            raise ContextConfigError(f"[context]: {exc}") from exc
+
+    @classmethod
+    def from_config(cls, config: Any) -> ContextSettings:
+        return cls.from_mapping(config.section("context") if config is not None else {})
+
+
+def _fractions(where: str, values: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, value in values.items():
+        if not isinstance(value, int | float) or not 0 < float(value) <= 1:
+            raise ContextConfigError(f"[context] {where}: {key} must be a fraction in (0, 1]")
+        out[key] = float(value)
+    return out
+
+
+# ----------------------------------------------------------------- window and budget
+def effective_window(model_window: int | None, settings: ContextSettings) -> int:
+    """The window every threshold is a share of: config, else the model's, else a fallback."""
+    return settings.window or model_window or FALLBACK_WINDOW
+
+
+def max_output(model_max_output: int | None, settings: ContextSettings) -> int:
+    return settings.max_output_tokens or model_max_output or MAX_OUTPUT_FALLBACK
+
+
+def history_budget(window: int, *, system: int, summary: int, tool_defs: int,
+                   max_output_tokens: int) -> int:
+    """Tokens left for the conversation: ``window − system − summary − tool_defs − max_output``."""
+    return window - system - summary - tool_defs - max_output_tokens
+
+
+# --------------------------------------------------------------------------- layers
+def tool_cap(tool_name: str, settings: ContextSettings) -> int | None:
+    """Chars of one tool result that reach the model (None: uncapped)."""
+    cap = settings.tool_caps.get(tool_name, settings.tool_cap_chars)
+    return cap or None
+
+
+def evict_tokens(settings: ContextSettings) -> int | None:
+    return settings.evict_tokens or None
+
+
+def clear_trigger_tokens(window: int, settings: ContextSettings) -> int | None:
+    return int(window * settings.clear_fraction) if settings.clear_fraction else None
+
+
+def clear_keep(window: int, settings: ContextSettings) -> int:
+    if settings.clear_keep is not None:
+        return settings.clear_keep
+    return CLEAR_KEEP_SMALL if window < SMALL_WINDOW else CLEAR_KEEP
+
+
+def clear_min_freed_tokens(window: int, settings: ContextSettings) -> int:
+    return int(window * settings.clear_min_freed_fraction)
+
+
+def model_tier(model_id: str | None) -> str | None:
+    """frontier | mid | small by substring of the model id; None when unknown."""
+    name = (model_id or "").lower()
+    for tier in ("small", "mid", "frontier"):
+        if re.search(TIER_PATTERNS[tier], name):
+            return tier
+    return None
+
+
+def summary_fraction(model_id: str | None, settings: ContextSettings) -> float | None:
+    if settings.summary_fraction is not None:
+        return settings.summary_fraction
+    tier = model_tier(model_id)
+    return settings.summary_tiers.get(tier, SUMMARY_FRACTION) if tier else SUMMARY_FRACTION
+
+
+def summary_trigger_tokens(window: int, model_id: str | None,
+                           settings: ContextSettings) -> int | None:
+    frac = summary_fraction(model_id, settings)
+    return int(window * frac) if frac and settings.summarize else None
+
+
+def summary_keep_tokens(window: int, settings: ContextSettings) -> int:
+    return int(window * settings.summary_keep_fraction)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """All thresholds for one window and model, as the panel shows them."""
+
+    window: int
+    tier: str | None
+    evict_tokens: int | None
+    clear_trigger: int | None
+    clear_keep: int
+    clear_min_freed: int
+    summary_trigger: int | None
+    summary_keep: int
+    max_output: int
+
+
+def thresholds_for(model_window: int | None, model_id: str | None,
+                   settings: ContextSettings, model_max_output: int | None = None) -> Thresholds:
+    window = effective_window(model_window, settings)
+    return Thresholds(
+        window=window, tier=model_tier(model_id), evict_tokens=evict_tokens(settings),
+        clear_trigger=clear_trigger_tokens(window, settings),
+        clear_keep=clear_keep(window, settings),
+        clear_min_freed=clear_min_freed_tokens(window, settings),
+        summary_trigger=summary_trigger_tokens(window, model_id, settings),
+        summary_keep=summary_keep_tokens(window, settings),
+        max_output=max_output(model_max_output, settings))
