@@ -108,6 +108,34 @@ def _cmd_transcript(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+def _cmd_context(args: argparse.Namespace) -> int:
+    from simagent.config import Config, ConfigError
+    from simagent.context.panel import render_context
+    from simagent.context.stats import stats_from_trace
+    from simagent.context.thresholds import ContextConfigError, ContextSettings
+    from simagent.trace.sessions import find_session
+
+    try:
+        session_dir = find_session(args.workspace, args.session_id)
+    except LookupError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        settings = ContextSettings.from_config(Config.load(args.workspace))
+    except (ConfigError, ContextConfigError) as exc:
+        raise CliError(str(exc).splitlines()[0]) from exc
+    stats = stats_from_trace(session_dir / "trace.sqlite", settings)
+    if args.json:
+        import json
+
+        print(json.dumps({"session_id": session_dir.name, **stats.as_dict()}, indent=2))
+    else:
+        import shutil
+
+        width = min(100, shutil.get_terminal_size((80, 24)).columns)
+        sys.stdout.write(f"Session {session_dir.name}\n" + render_context(stats, width=width))
+    return exit_codes.OK
+
+
 def _progress(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
 
@@ -167,6 +195,17 @@ def build_parser() -> argparse.ArgumentParser:
     transcript.add_argument("-o", "--output", help="write to this file ('-' = stdout)")
     transcript.add_argument("--workspace", default=".", help="workspace folder (default: .)")
     transcript.set_defaults(handler=_cmd_transcript)
+
+    context = sub.add_parser(
+        "context", help="the /context panel of a session (window, categories, thresholds)",
+        description="What a session's context holds, from its trace: usage by category, "
+                    "free space, the clearing and summary thresholds, compaction history, "
+                    "subagent tokens, per-model usage and cost.")
+    context.add_argument("session_id", nargs="?", metavar="ID",
+                         help="session id or prefix (default: the last session)")
+    context.add_argument("--json", action="store_true", help="print one JSON object")
+    context.add_argument("--workspace", default=".", help="workspace folder (default: .)")
+    context.set_defaults(handler=_cmd_context)
 
     bench = sub.add_parser("bench", help="measure simagent (kernel micro-benchmarks)",
                            description="Benchmarks, measured side by side in one run.")

@@ -1,0 +1,330 @@
+"""``ContextStats``: what ``/context`` and ``simagent context`` show, rebuilt from the trace.
+
+The trace is the one record every layer writes to (``model_usage`` with the request split by
+category, and one event per eviction, clear, summary, checkpoint and emergency), so the panel
+is a pure function of its events: the TUI, the CLI and a resumed session all agree, and tests
+need no agent. Thresholds come from :func:`thresholds_for`, the same functions the middleware
+acts on, so what the panel promises is what happens.
+
+A compaction makes no model call, so the last measured figure goes stale the moment one
+happens. The rule (from the issue): right after a clear, summary, checkpoint or emergency
+the stats show that event's ``tokens_after`` flagged as *estimated*, never the stale figure;
+the next main-agent call replaces it with a measured one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simagent.agent.usage import UsageLedger, token_count
+from simagent.context.counting import CATEGORIES, RequestSize
+from simagent.context.thresholds import ContextSettings, Thresholds, thresholds_for
+
+#: Events that move the boundary of what the model sees, with their short names.
+BOUNDARY_KINDS = {"context_clear": "clear", "context_summary": "summary",
+                  "context_checkpoint": "checkpoint", "context_emergency": "emergency"}
+#: Events counted on the panel, by the ContextStats field that tallies them.
+TALLIED = {"context_eviction": "evictions", "context_clear": "clears",
+           "context_summary": "summaries", "context_checkpoint": "checkpoints",
+           "context_emergency": "emergencies", "watchdog_alert": "watchdog_alerts"}
+_FIXED = ("system_prompt", "tool_schemas", "skills_index", "memory_index")
+_LIMITS = ("max_turn_usd", "max_session_usd", "max_turn_tokens", "max_session_tokens")
+
+
+@dataclass(frozen=True)
+class Tally:
+    count: int = 0
+    last: str | None = None  # ISO time of the latest one
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One compaction, as the history list shows it."""
+
+    ts: str
+    kind: str  # clear | summary | checkpoint | emergency
+    tokens_before: int | None
+    tokens_after: int | None
+    detail: str  # reason/focus, note, error; and the path that holds what left the view
+    agent: str
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    """Usage of one agent or one model; ``usd`` is None when no price is known."""
+
+    name: str
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read: int = 0
+    usd: float | None = None
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The latest ``cost_ceiling`` event."""
+
+    ts: str
+    action: str  # tripped | reset | refused
+    scope: str | None
+    limit: float | None
+    spent: float | None
+    unit: str | None
+
+
+@dataclass(frozen=True)
+class ContextStats:
+    model_id: str | None
+    window: int
+    window_known: bool  # False: nobody reported a window; ``window`` is the fallback
+    thresholds: Thresholds
+    no_calls: bool  # the main agent has made no model call yet
+    used: int  # tokens in the main agent's context now
+    estimated: bool
+    estimated_after: str | None  # the compaction that made ``used`` an estimate
+    categories: RequestSize | None  # sums to ``used``; None when the trace has no split
+    free_tokens: int
+    percent: float  # of the window
+    main_calls: int = 0
+    last_input_tokens: int = 0
+    last_output_tokens: int = 0
+    last_cache_read: int = 0
+    last_call_at: str | None = None
+    evictions: Tally = field(default_factory=Tally)
+    clears: Tally = field(default_factory=Tally)
+    summaries: Tally = field(default_factory=Tally)
+    checkpoints: Tally = field(default_factory=Tally)
+    emergencies: Tally = field(default_factory=Tally)
+    watchdog_alerts: Tally = field(default_factory=Tally)
+    boundaries: tuple[Boundary, ...] = ()
+    subagents: tuple[TokenRow, ...] = ()
+    models: tuple[TokenRow, ...] = ()  # by cost, highest first
+    total_input_tokens: int = 0
+    total_output_tokens: int = 0
+    cost_usd: float | None = None  # None when any model has no price
+    priced_usd: float = 0.0  # what the priced models cost
+    unpriced_models: tuple[str, ...] = ()
+    ceiling: Ceiling | None = None
+    limits: Mapping[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (``simagent context --json``)."""
+        data = asdict(self)
+        data["limits"] = dict(self.limits)
+        return data
+
+
+def _payload(event: Any) -> dict[str, Any]:
+    p = getattr(event, "payload", None)
+    return p if isinstance(p, dict) else {}
+
+
+def _is_main(p: Mapping[str, Any]) -> bool:
+    return (p.get("agent") or "main") == "main"
+
+
+def _opt_int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and value != "" else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_float(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _apportion(weights: Mapping[str, int], total: int) -> dict[str, int]:
+    """Split ``total`` in proportion to ``weights`` (largest remainder: sums exactly)."""
+    whole = sum(max(0, w) for w in weights.values())
+    if total <= 0 or whole <= 0:
+        return {k: 0 for k in weights}
+    raw = {k: max(0, w) * total / whole for k, w in weights.items()}
+    out = {k: int(v) for k, v in raw.items()}
+    for k in sorted(raw, key=lambda k: raw[k] - out[k], reverse=True)[: total - sum(out.values())]:
+        out[k] += 1
+    return out
+
+
+def scale_categories(request: RequestSize, total: int) -> RequestSize:
+    """The counter's split of a request, scaled so its parts sum to the measured total."""
+    return RequestSize(**_apportion(request.as_dict(), total))
+
+
+def after_compaction(cats: RequestSize, kind: str, payload: Mapping[str, Any],
+                     tokens_after: int) -> RequestSize:
+    """Best guess of the split after a compaction: the fixed parts stay, history shrinks.
+
+    A clear frees tool results first; a summary or checkpoint replaces older turns with a
+    summary (``summary_tokens`` when the event says) and keeps the newest turns in their
+    old proportions; an emergency truncation shrinks every part of the history alike.
+    """
+    fixed = {k: getattr(cats, k) for k in _FIXED}
+    if cats.fixed > tokens_after:  # odd event: shrink everything to fit
+        fixed = _apportion(fixed, tokens_after)
+    rest = max(0, tokens_after - sum(fixed.values()))
+    hist = {"conversation": cats.conversation, "tool_results": cats.tool_results,
+            "summaries": cats.summaries}
+    if kind == "context_clear":
+        excess = sum(hist.values()) - rest
+        for key in ("tool_results", "conversation", "summaries"):
+            take = min(max(0, excess), hist[key])
+            hist[key] -= take
+            excess -= take
+        if excess < 0:  # the event says more is held than we knew of
+            hist["conversation"] -= excess
+    elif kind in ("context_summary", "context_checkpoint"):
+        summary = min(rest, token_count(payload.get("summary_tokens")))
+        kept = _apportion({"conversation": cats.conversation,
+                           "tool_results": cats.tool_results}, rest - summary)
+        if not any(kept.values()) and rest - summary > 0:
+            kept["conversation"] = rest - summary
+        hist = {**kept, "summaries": summary}
+        if not summary and kind == "context_checkpoint":  # the task record replaces turns
+            hist = {"conversation": 0, "tool_results": 0, "summaries": rest}
+    else:
+        hist = _apportion(hist, rest) if sum(hist.values()) else {**hist, "conversation": rest}
+    return RequestSize(**fixed, **hist)
+
+
+def _detail(kind: str, p: Mapping[str, Any]) -> str:
+    def first_line(value: Any) -> str:
+        return (str(value or "").strip().splitlines() or [""])[0]
+
+    if kind == "context_clear":
+        parts = [f"{token_count(p.get('cleared'))} results cleared",
+                 f"{token_count(p.get('total_cleared'))} in all"]
+    elif kind == "context_summary":
+        parts = [first_line(p.get("reason")), first_line(p.get("focus")), first_line(p.get("path"))]
+    elif kind == "context_checkpoint":
+        parts = [first_line(p.get("note")), first_line(p.get("path"))]
+    else:
+        parts = [first_line(p.get("error")), first_line(p.get("path"))]
+    return "; ".join(x for x in parts if x)
+
+
+def _costs(ledger: UsageLedger) -> tuple[dict[str, float | None], float | None, float,
+                                         tuple[str, ...]]:
+    """Per-model USD, total (None if any model is unpriced), priced part, unpriced models."""
+    models = sorted(ledger.by_model)
+    try:
+        from simagent.context import prices
+    except ImportError:  # no price table: show tokens only
+        return {m: None for m in models}, None, 0.0, tuple(models)
+    per_model = {m: prices.cost_usd(m, u) for m, u in ledger.by_model.items()}
+    usd, unknown = prices.ledger_cost(ledger)
+    unknown = tuple(sorted(str(m) for m in unknown))
+    return per_model, (None if unknown else float(usd)), float(usd or 0.0), unknown
+
+
+def _agent_costs(usage_events: list[Any]) -> dict[str, float | None]:
+    """USD per subagent (None once any of its calls used an unpriced model)."""
+    try:
+        from simagent.context import prices
+    except ImportError:
+        return {}
+    out: dict[str, float | None] = {}
+    for ev in usage_events:
+        p = _payload(ev)
+        agent = str(p.get("agent") or "main")
+        usd = prices.cost_usd(str(p.get("model") or "?"), p)
+        prev = out.get(agent, 0.0)
+        out[agent] = None if usd is None or prev is None else prev + usd
+    return out
+
+
+def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
+                      model_id: str | None = None, window: int | None = None) -> ContextStats:
+    """Everything ``/context`` shows, from trace events (``.id, .ts, .kind, .payload``)."""
+    events = list(events)
+    usage_events = [e for e in events if e.kind == "model_usage"]
+    tallies: dict[str, list[Any]] = {name: [0, None] for name in TALLIED.values()}
+    boundaries: list[Boundary] = []
+    ceiling: Ceiling | None = None
+    used, estimated, after = 0, False, None
+    cats: RequestSize | None = None
+    last: dict[str, Any] = {}
+    last_ts: str | None = None
+    main_calls, trace_window, trace_model, session_model = 0, None, None, None
+    for ev in events:
+        p = _payload(ev)
+        if ev.kind in ("session_start", "session_resume", "model_switch"):
+            key = "to_model" if ev.kind == "model_switch" else "model"
+            session_model = p.get(key) or session_model
+        elif ev.kind == "model_usage" and _is_main(p):
+            main_calls += 1
+            last, last_ts = p, ev.ts
+            used = token_count(p.get("input_tokens"))
+            estimated, after = p.get("source") == "estimated", None
+            request = RequestSize.from_dict(p.get("request")) if isinstance(
+                p.get("request"), dict) else None
+            cats = scale_categories(request, used) if request and request.total else None
+            trace_window = _opt_int(p.get("window")) or trace_window
+            trace_model = p.get("model") or trace_model
+        elif ev.kind == "cost_ceiling":
+            ceiling = Ceiling(ev.ts, str(p.get("action") or "?"), p.get("scope"),
+                              _opt_float(p.get("limit")), _opt_float(p.get("spent")),
+                              p.get("unit"))
+        if ev.kind in TALLIED:
+            tally = tallies[TALLIED[ev.kind]]
+            tally[0] += 1
+            tally[1] = ev.ts
+        if ev.kind in BOUNDARY_KINDS:
+            before, tokens_after = _opt_int(p.get("tokens_before")), _opt_int(p.get("tokens_after"))
+            boundaries.append(Boundary(ev.ts, BOUNDARY_KINDS[ev.kind], before, tokens_after,
+                                       _detail(ev.kind, p), str(p.get("agent") or "main")))
+            if _is_main(p):  # the last measured figure is stale now: estimate
+                estimated, after = True, BOUNDARY_KINDS[ev.kind]
+                if tokens_after is not None:
+                    if cats is not None:
+                        cats = after_compaction(cats, ev.kind, p, tokens_after)
+                    used = tokens_after
+
+    model_id = model_id or (str(session_model) if session_model else None) or trace_model
+    model_window = window or trace_window
+    th = thresholds_for(model_window, model_id, settings)
+    ledger = UsageLedger.from_trace(usage_events)
+    per_model, cost, priced, unpriced = _costs(ledger)
+    rows = [TokenRow(m, u.calls, u.input_tokens, u.output_tokens, u.cache_read, per_model.get(m))
+            for m, u in ledger.by_model.items()]
+    rows.sort(key=lambda r: (r.usd is None, -(r.usd or 0.0), -r.input_tokens, r.name))
+    agent_usd = _agent_costs(usage_events)
+    subagents = tuple(TokenRow(a, u.calls, u.input_tokens, u.output_tokens, u.cache_read,
+                               agent_usd.get(a)) for a, u in sorted(ledger.by_agent.items())
+                      if a != "main")
+    return ContextStats(
+        model_id=model_id, window=th.window, window_known=bool(settings.window or model_window),
+        thresholds=th, no_calls=main_calls == 0, used=used, estimated=estimated,
+        estimated_after=after, categories=cats, free_tokens=th.window - used,
+        percent=round(100.0 * used / th.window, 1) if th.window else 0.0,
+        main_calls=main_calls, last_input_tokens=token_count(last.get("input_tokens")),
+        last_output_tokens=token_count(last.get("output_tokens")),
+        last_cache_read=token_count(last.get("cache_read")), last_call_at=last_ts,
+        **{name: Tally(n, ts) for name, (n, ts) in tallies.items()},
+        boundaries=tuple(boundaries), subagents=subagents, models=tuple(rows),
+        total_input_tokens=ledger.total.input_tokens,
+        total_output_tokens=ledger.total.output_tokens,
+        cost_usd=cost, priced_usd=priced, unpriced_models=unpriced, ceiling=ceiling,
+        limits={k: getattr(settings, k) for k in _LIMITS if getattr(settings, k) is not None})
+
+
+def stats_from_trace(trace_path: str | Path, settings: ContextSettings, *,
+                     model_id: str | None = None, window: int | None = None) -> ContextStats:
+    """:func:`stats_from_events` over a ``trace.sqlite`` opened read-only."""
+    from simagent.trace.log import TraceLog
+
+    with TraceLog(trace_path, readonly=True) as log:
+        events = log.events()
+    return stats_from_events(events, settings=settings, model_id=model_id, window=window)
+
+
+__all__ = ["BOUNDARY_KINDS", "CATEGORIES", "Boundary", "Ceiling", "ContextStats", "Tally",
+           "TokenRow", "after_compaction", "scale_categories", "stats_from_events",
+           "stats_from_trace"]
