@@ -49,6 +49,20 @@ key values with units, the files you read or wrote, and anything left open. Do n
 long outputs; give paths instead."""
 
 
+class IndexedSkillsMiddleware(SkillsMiddleware):
+    """Stock skills index under a name of our own, so it stays where we list it.
+
+    deepagents moves a middleware named ``SkillsMiddleware`` to its innermost slot, past
+    the context layers and the recorder, which then could not count the index they
+    send. Listed before memory, the (stable) skills index also precedes the (changing)
+    memory index in the prompt, which keeps the cached prefix longer.
+    """
+
+    @property
+    def name(self) -> str:
+        return "IndexedSkillsMiddleware"
+
+
 class WorkspaceMemoryMiddleware(MemoryMiddleware):
     """MEMORY.md index in the prompt, re-read at the start of every turn.
 
@@ -129,7 +143,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     backend = build_backend(session.workspace, session.paths.root,
                             read_only=[*read_only, *source_dirs])
     prompt = build_system_prompt(sim, runtime_context(session, source_dirs))
-    tools = [*session_tools(session), *extra_tools]
+    tools = [*session_tools(session, context_settings), *extra_tools]
     memory_path = str((session.memory_dir / INDEX).resolve())
     layers = context_layers(session, chat_model=chat_model, model_id=model_id, window=window,
                             max_output=max_out, backend=backend, settings=context_settings)
@@ -137,7 +151,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                                 window=window, max_output=max_out, backend=backend,
                                 agent=GENERAL_PURPOSE, settings=context_settings)
     own = [
-        SkillsMiddleware(backend=backend, sources=skill_sources(session),
+        IndexedSkillsMiddleware(backend=backend, sources=skill_sources(session),
                          system_prompt=SKILLS_PROMPT),
         WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
                                   system_prompt=MEMORY_PROMPT, add_cache_control=True),

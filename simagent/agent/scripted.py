@@ -124,6 +124,12 @@ def _tool_name(t: Any) -> str:
     return str(getattr(t, "name", "?"))
 
 
+class ScriptedContextOverflow(ValueError):
+    """What a provider answers when a request exceeds the window (``enforce_window``)."""
+
+    status_code = 400
+
+
 class _Cursor:
     """Play position, shared by every ``bind_tools`` copy (main agent and subagents)."""
 
@@ -134,6 +140,7 @@ class _Cursor:
         self.requests: list[list[BaseMessage]] = []
         self.request_tools: list[list[str]] = []
         self.request_tokens: list[int] = []
+        self.rejected: list[int] = []  # token counts of requests refused as too long
 
     def take(self) -> list[dict[str, Any]]:
         """The next reply: leading ``say`` steps plus the step they introduce."""
@@ -156,11 +163,14 @@ class ScriptedChatModel(BaseChatModel):
     cursor: _Cursor
     bound_tools: list[Any] = Field(default_factory=list)
     model_name: str = "scripted"
+    #: Refuse requests over the window like a provider does (no step is consumed).
+    enforce_window: bool = False
 
     @classmethod
     def from_steps(cls, steps: Sequence[dict[str, Any]], *, window: int | None = None,
-                   name: str = "scripted") -> ScriptedChatModel:
+                   name: str = "scripted", enforce_window: bool = False) -> ScriptedChatModel:
         return cls(cursor=_Cursor(flatten_steps(steps)), model_name=name,
+                   enforce_window=enforce_window,
                    profile={"max_input_tokens": window or DEFAULT_WINDOW,
                             "tool_calling": True})
 
@@ -200,6 +210,14 @@ class ScriptedChatModel(BaseChatModel):
         return count_tokens_approximately(list(messages), tools=schemas or None)
 
     def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+        window = (self.profile or {}).get("max_input_tokens")
+        if self.enforce_window and window:
+            size = self.count_request(messages)
+            if size > window:
+                self.cursor.rejected.append(size)
+                raise ScriptedContextOverflow(
+                    f"This model's maximum context length is {window} tokens. However, your "
+                    f"messages resulted in {size} tokens (context_length_exceeded).")
         self.cursor.requests.append(list(messages))
         self.cursor.request_tools.append([_tool_name(t) for t in self.bound_tools])
         index = self.cursor.pos

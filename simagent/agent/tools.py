@@ -17,7 +17,7 @@ from langchain.tools import ToolRuntime
 from langchain_core.tools import BaseTool, tool
 
 from simagent.agent import memory as memory_notes
-from simagent.context.thresholds import tool_cap
+from simagent.context.thresholds import ContextSettings, tool_cap
 
 if TYPE_CHECKING:
     from simagent.session import Session
@@ -36,8 +36,8 @@ def _writer(runtime: ToolRuntime | None):
     return writer if callable(writer) else (lambda _item: None)
 
 
-def make_run_python(session: Session) -> BaseTool:
-    cap = tool_cap(RUN_PYTHON, session.context_settings)
+def make_run_python(session: Session, settings: ContextSettings | None = None) -> BaseTool:
+    cap = tool_cap(RUN_PYTHON, settings or session.context_settings)
 
     @tool(RUN_PYTHON, response_format="content_and_artifact")
     def run_python(code: str, runtime: ToolRuntime,
@@ -155,6 +155,7 @@ class AttemptLog:
         return record
 
 
-def session_tools(session: Session) -> list[BaseTool]:
-    return [make_run_python(session), make_reset_kernel(session), make_remember(session),
-            make_record_attempt(session)]
+def session_tools(session: Session, settings: ContextSettings | None = None) -> list[BaseTool]:
+    """The session's own tools; ``settings`` (default: the session's) sets output caps."""
+    return [make_run_python(session, settings), make_reset_kernel(session),
+            make_remember(session), make_record_attempt(session)]

@@ -44,7 +44,9 @@ def cap_text(text: str, cap: int, where: str) -> str:
 def cap_tool_message(msg: ToolMessage, cap: int, folder: Path | str | None) -> ToolMessage:
     """``msg`` with its text capped (full text saved first); errors and small results as is."""
     text = msg.text
-    if msg.status == "error" or len(text) <= cap + MARKER_SLACK or not isinstance(msg.content, str):
+    artifact = msg.artifact if isinstance(msg.artifact, dict) else {}
+    if (msg.status == "error" or "raw_path" in artifact  # errors; tools that cap themselves
+            or len(text) <= cap + MARKER_SLACK or not isinstance(msg.content, str)):
         return msg
     where = "(not saved)"
     if folder is not None:

@@ -30,11 +30,27 @@ def count_messages(messages: Sequence[BaseMessage]) -> int:
     return count_tokens_approximately(list(messages)) if messages else 0
 
 
+_SCHEMAS: dict[int, tuple[Any, dict[str, Any]]] = {}
+
+
+def tool_schema(tool: Any) -> dict[str, Any]:
+    """The tool as a provider receives it (OpenAI function format), memoized per object."""
+    if isinstance(tool, dict):
+        return tool
+    hit = _SCHEMAS.get(id(tool))
+    if hit is None or hit[0] is not tool:
+        from langchain_core.utils.function_calling import convert_to_openai_tool
+
+        hit = _SCHEMAS[id(tool)] = (tool, convert_to_openai_tool(tool))
+    return hit[1]
+
+
 def count_tools(tools: Sequence[Any] | None) -> int:
+    """Tokens of the tool schemas in the format they are sent in."""
     if not tools:
         return 0
     try:
-        return count_tokens_approximately([], tools=list(tools))
+        return count_tokens_approximately([], tools=[tool_schema(t) for t in tools])
     except Exception:  # an odd tool object must not break a model call
         return 0
 
