@@ -55,11 +55,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if decision and not (args.resume or args.continue_last):
         raise CliError("--approve/--reject continue a paused session: add --resume ID "
                        "or --continue")
+    if args.reset_cost_ceiling and not (args.resume or args.continue_last):
+        raise CliError("--reset-cost-ceiling clears the ceiling of an existing session: add "
+                       "--resume ID or --continue")
     opts = RunOptions(prompt=" ".join(args.prompt) or None,
                       workspace=Path(args.workspace).resolve(), model=args.model,
                       simulator=args.sim, resume=args.resume,
                       continue_last=args.continue_last, approval=args.approval,
-                      json=args.json, decision=decision)
+                      json=args.json, decision=decision,
+                      reset_cost_ceiling=args.reset_cost_ceiling)
     return run_headless(opts)
 
 
@@ -170,7 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     _session_options(run)
     run.add_argument("--json", action="store_true",
                      help="print one JSON object {session_id, final, tool_calls, usage, "
-                          "trace_path, state_dir}")
+                          "trace_path, state_dir, error, cost_ceiling}")
+    run.add_argument("--reset-cost-ceiling", action="store_true",
+                     help="clear a tripped cost ceiling of the resumed session, then run the "
+                          "turn (the configured limits still apply)")
     decide = run.add_mutually_exclusive_group()
     decide.add_argument("--approve", action="store_true",
                         help="approve what a paused session is waiting for, and continue")

@@ -3,7 +3,8 @@
 A thin shell over Session + build_agent + TurnRunner: it resolves the model and the
 session, prints assistant text to stdout as it streams (tool activity goes to stderr as
 one-line notes, so stdout stays the answer), and maps how the turn ended to the exit
-codes of design.md §3.
+codes of design.md §3 (a cost-ceiling trip or refusal is 5, with the command that resets
+it). ``context_line`` formats context-management events for any interface.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, TextIO
 
 from simagent import exit_codes
 from simagent.agent.events import (
+    ContextEvent,
     Event,
     Interrupt,
     Notice,
@@ -37,6 +39,7 @@ class RunOptions:
     approval: str | None = None
     json: bool = False
     decision: str | None = None  # approve | reject, for a paused turn
+    reset_cost_ceiling: bool = False  # clear a tripped ceiling before the turn
 
 
 def one_line(args: dict[str, Any], width: int = 70) -> str:
@@ -51,12 +54,89 @@ def one_line(args: dict[str, Any], width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _n(value: Any) -> str:
+    """A token or char count with thousands separators ("?" when missing)."""
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _tokens(detail: dict[str, Any]) -> str:
+    return f"{_n(detail.get('tokens_before'))} → {_n(detail.get('tokens_after'))} tokens"
+
+
+def _amount(value: Any, unit: Any) -> str:
+    try:
+        return f"${float(value):,.4f}" if unit == "usd" else f"{int(value):,} tokens"
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _history(detail: dict[str, Any]) -> str:
+    return f"; history in {detail['path']}" if detail.get("path") else ""
+
+
+def context_line(event: Any) -> str | None:
+    """One short line for a ``ContextEvent`` (None for any other event).
+
+    Pure, so the terminal printer and the TUI show the same words. ``~`` marks routine
+    context management, ``!`` a guard (watchdog, cost ceiling) the user should notice.
+    Payload fields are those of ``simagent.trace.log.EVENT_KINDS``.
+    """
+    if not isinstance(event, ContextEvent):
+        return None
+    d, kind = event.detail, event.kind
+    agent = d.get("agent")
+    who = f"[{agent}] " if agent and agent != "main" else ""
+    if kind == "context_summary":
+        reason = d.get("reason")
+        why = f"{reason}; " if reason and reason != "threshold" else ""
+        return f"~ context: {who}summary ({why}{_tokens(d)}{_history(d)})"
+    if kind == "context_clear":
+        n = d.get("cleared")
+        what = "1 old tool result" if n == 1 else f"{_n(n)} old tool results"
+        return f"~ context: {who}cleared {what} ({_tokens(d)})"
+    if kind == "context_eviction":
+        where = f" to {d['path']}" if d.get("path") else ""
+        return (f"~ context: {who}evicted a {_n(d.get('chars'))}-char result of "
+                f"{d.get('tool') or 'a tool'}{where}")
+    if kind == "context_checkpoint":
+        note = str(d.get("note") or "").strip().splitlines()
+        label = f" \"{note[0][:60]}\"" if note else ""
+        return f"~ context: {who}checkpoint{label} ({_tokens(d)}{_history(d)})"
+    if kind == "context_emergency":
+        return (f"~ context: {who}emergency compaction after a context-length error: kept "
+                f"{_n(d.get('kept'))}, dropped {_n(d.get('dropped'))} messages "
+                f"({_tokens(d)}{_history(d)})")
+    if kind == "watchdog_alert":
+        stopped = "; turn stopped" if d.get("mode") == "enforce" else ""
+        return (f"! watchdog: {who}{d.get('tool') or 'a tool'} called {_n(d.get('repeats'))} "
+                f"times in a row with the same arguments{stopped}")
+    if kind == "cost_ceiling":
+        action = d.get("action")
+        if action == "reset":
+            return "~ context: cost ceiling reset"
+        what = "this turn" if d.get("scope") == "turn" else "this session"
+        spend = (f"{what} used {_amount(d.get('spent'), d.get('unit'))} "
+                 f"(limit {_amount(d.get('limit'), d.get('unit'))})")
+        if action == "refused":
+            return f"! cost ceiling: turn refused, {spend}; reset it to go on"
+        return f"! cost ceiling reached: {spend}; turn stopped"
+    return f"~ context: {who}{kind.removeprefix('context_')}"
+
+
+#: Guard notices that repeat what a guard's context line already said.
+_GUARD_NOTICES = {"watchdog_alert": "watchdog:", "cost_ceiling": "cost ceiling reached"}
+
+
 class StreamPrinter:
     """Renders events for a terminal: answer on ``out``, activity on ``err``."""
 
     def __init__(self, out: TextIO, err: TextIO, *, stream_text: bool) -> None:
         self.out, self.err, self.stream_text = out, err, stream_text
         self.wrote_text = False
+        self._muted: set[str] = set()  # notice prefixes a context line already covered
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TextDelta) and event.agent == "main" and self.stream_text:
@@ -76,8 +156,14 @@ class StreamPrinter:
             for req in event.action_requests:
                 print(f"⏸ waiting for approval: {req.get('name')} "
                       f"{one_line(req.get('args') or {})}", file=self.err, flush=True)
+        elif isinstance(event, ContextEvent):
+            if line := context_line(event):
+                print(line, file=self.err, flush=True)
+            if event.kind in _GUARD_NOTICES:
+                self._muted.add(_GUARD_NOTICES[event.kind])
         elif isinstance(event, Notice):
-            print(f"! {event.text}", file=self.err, flush=True)
+            if not any(event.text.startswith(p) for p in self._muted):
+                print(f"! {event.text}", file=self.err, flush=True)
 
 
 def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -90,6 +176,9 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
     from simagent.session import Session, SessionNotFound
     from simagent.simulators import SimulatorError
 
+    if opts.reset_cost_ceiling and not (opts.resume or opts.continue_last):
+        raise CliError("--reset-cost-ceiling clears the ceiling of an existing session: add "
+                       "--resume ID or --continue", exit_codes.USAGE)
     try:
         config = Config.load(opts.workspace)
         spec, _where = config.model_spec(opts.model)
@@ -119,6 +208,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             raise CliError(str(exc).splitlines()[0], exit_codes.KERNEL) from exc
         runner = TurnRunner(session, build_agent(session, resolved))
         printer = StreamPrinter(out, err, stream_text=not opts.json)
+        if opts.reset_cost_ceiling and runner.reset_cost_ceiling():
+            print("simagent: cost ceiling reset; the configured limits still apply", file=err)
         if opts.decision:
             pending = runner.pending_interrupts()
             if not pending:
@@ -131,7 +222,7 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             result = runner.run(opts.prompt or "", printer)
         if not opts.json and printer.wrote_text:
             out.write("\n")
-        elif not opts.json and result.final:
+        elif not opts.json and result.final and result.status != "error":
             out.write(result.final + "\n")
         if opts.json:
             print(json.dumps({
@@ -141,13 +232,18 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                           "output_tokens": result.usage.output_tokens,
                           "cache_read": result.usage.cache_read},
                 "trace_path": str(session.paths.trace), "state_dir": str(session.paths.root),
-                "error": result.error}), file=out)
+                "error": result.error, "cost_ceiling": result.cost_ceiling}), file=out)
         else:
             print(f"[session {session.id}]", file=err)
         if result.status == "paused":
             print(f"simagent: turn paused for approval; continue with 'simagent run --resume "
                   f"{session.id} --approve' (or --reject)", file=err)
             return exit_codes.APPROVAL
+        if result.cost_ceiling is not None:
+            what = (result.error or "").removeprefix("cost ceiling reached: ")
+            print(f"simagent: cost ceiling reached: {what}; resume with 'simagent run --resume "
+                  f"{session.id} --reset-cost-ceiling PROMPT'", file=err)
+            return exit_codes.COST_CEILING
         if result.status == "error":
             print(f"simagent: error: {result.error}", file=err)
             return exit_codes.PROVIDER if result.provider_error else exit_codes.FAILED

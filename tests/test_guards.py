@@ -236,7 +236,7 @@ def test_cost_ceiling_stops_the_turn_midway_and_holds_until_reset(opened):
     runner.switch_agent(build_agent(session, model, context_settings=limited))
     events = []
     result = runner.run("compute", events.append)
-    assert result.status == "done" and result.final.startswith("[cost ceiling]")
+    assert result.status == "error" and result.final.startswith("[cost ceiling]")
     assert len(session.trace.events(["tool_result"])) == 1  # 3 scripted, 1 ran
     assert model.remaining == 2
     _no_orphans(session, runner)

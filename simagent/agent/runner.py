@@ -6,6 +6,11 @@ middleware writes the rest), streams assistant text only from the model node (to
 output never leaks into prose), and turns provider failures into a clear error result
 instead of a traceback. ``cancel()`` may be called from another thread: it interrupts
 the kernel (state kept) and stops the turn at the next chunk.
+
+The cost ceiling is enforced in two places: mid-turn by ``CostCeilingMiddleware`` (the
+turn ends as an error carrying the trip), and here before a turn starts: while a trip
+stands in the trace, ``run``/``resume`` refuse without calling the model until the host
+calls ``reset_cost_ceiling()`` (the user's explicit decision, e.g. a slash command).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from simagent.agent.events import (
     ToolStarted,
 )
 from simagent.agent.usage import Usage
+from simagent.context.guards import ceiling_tripped, reset_ceiling
 
 if TYPE_CHECKING:
     from simagent.agent.builder import BuiltAgent
@@ -52,6 +58,9 @@ class TurnResult:
     interrupts: list[Interrupt] = field(default_factory=list)
     error: str | None = None
     provider_error: bool = False
+    #: The ``cost_ceiling`` trip payload (scope, limit, spent, unit, message) when the
+    #: ceiling stopped or refused this turn; not retryable until the ceiling is reset.
+    cost_ceiling: dict[str, Any] | None = None
 
 
 def _agent_name(namespace: tuple[str, ...], metadata: dict[str, Any] | None) -> str:
@@ -59,6 +68,15 @@ def _agent_name(namespace: tuple[str, ...], metadata: dict[str, Any] | None) -> 
         return "main"
     name = (metadata or {}).get("lc_agent_name")
     return str(name) if name and name != "simagent" else "subagent"
+
+
+def _ceiling_message(trip: dict[str, Any]) -> str:
+    """The trip's message as one line (a payload from an older trace may lack it)."""
+    text = str(trip.get("message") or "").strip()
+    if not text:
+        text = (f"cost ceiling reached: {trip.get('scope', '?')} limit {trip.get('limit')} "
+                f"{trip.get('unit', '')}".rstrip())
+    return text.splitlines()[0]
 
 
 def _reasoning_delta(chunk: AIMessageChunk) -> str:
@@ -82,6 +100,8 @@ class TurnRunner:
     # ------------------------------------------------------------------ API
     def run(self, prompt: str, on_event: OnEvent | None = None) -> TurnResult:
         """One user turn: ``prompt`` in, events out, the result when it ends or pauses."""
+        if (refused := self._refuse_if_tripped(on_event)) is not None:
+            return refused
         turn = len(self.session.trace.events(["message_user"])) + 1
         self.session.trace.append("message_user", {"content": prompt, "turn": turn})
         return self._drive({"messages": [{"role": "user", "content": prompt}]}, on_event)
@@ -94,6 +114,8 @@ class TurnRunner:
         ``decisions`` is a list (one decision per action of the single pending
         interrupt) or ``{interrupt_id: [decisions]}`` when several are pending.
         """
+        if (refused := self._refuse_if_tripped(on_event)) is not None:
+            return refused  # the approvals stay pending for after the reset
         pending = pending if pending is not None else self.pending_interrupts()
         if isinstance(decisions, dict):
             by_id = decisions
@@ -109,6 +131,17 @@ class TurnRunner:
         else:
             resume = {iid: {"decisions": decs} for iid, decs in by_id.items()}
         return self._drive(Command(resume=resume), on_event)
+
+    def reset_cost_ceiling(self) -> bool:
+        """Clear a tripped cost ceiling so turns run again; False when none was tripped.
+
+        The trip lives in the trace (it holds across restarts), so the reset is a trace
+        event too; the configured limits still apply to the turns that follow.
+        """
+        if ceiling_tripped(self.session.trace.events(["cost_ceiling"])) is None:
+            return False
+        reset_ceiling(self.session.trace)
+        return True
 
     def switch_agent(self, agent: BuiltAgent) -> None:
         """Continue the same thread with another agent (a new model or approval mode).
@@ -153,6 +186,24 @@ class TurnRunner:
                 self.session.interrupt_kernel()
 
     # ------------------------------------------------------------ internals
+    def _refuse_if_tripped(self, on_event: OnEvent | None) -> TurnResult | None:
+        """An error result, without touching the graph, while a trip stands; else None.
+
+        Nothing of the turn is written (no user message, no approval answer), only a
+        ``refused`` event, so the refusal costs nothing and the turn can be retried as is.
+        """
+        trip = ceiling_tripped(self.session.trace.events(["cost_ceiling"]))
+        if trip is None:
+            return None
+        emit = on_event or (lambda _e: None)
+        payload = {"action": "refused", **{k: trip.get(k)
+                                            for k in ("scope", "limit", "spent", "unit")}}
+        self.session.trace.append("cost_ceiling", payload)
+        message = _ceiling_message(trip)
+        emit(ContextEvent("cost_ceiling", payload))
+        emit(Notice(message, level="error"))
+        return TurnResult(status="error", error=message, cost_ceiling=dict(trip))
+
     @staticmethod
     def _interrupt(intr: Any) -> Interrupt:
         value = intr.value if isinstance(intr.value, dict) else {"value": intr.value}
@@ -190,6 +241,12 @@ class TurnRunner:
             self.session.trace.append("error", {"message": "turn cancelled by the user",
                                                 "where": "turn"})
             emit(Notice(note, level="warning"))
+        if result.cost_ceiling is not None and result.status == "done":
+            # the guard ended the turn early: an error, not an answer (final keeps its note)
+            result.status = "error"
+            result.error = _ceiling_message(result.cost_ceiling)
+            result.final = self._final_text()
+            emit(Notice(result.error, level="error"))
         if result.interrupts and result.status == "done":
             result.status = "paused"
             for intr in result.interrupts:
@@ -259,7 +316,10 @@ class TurnRunner:
                      item.get("content", ""), float(item.get("elapsed_s", 0.0)),
                      item.get("agent", "main")))
         elif kind == "context":
-            emit(ContextEvent(item.get("kind", "context"), dict(item.get("detail") or {})))
+            event = ContextEvent(item.get("kind", "context"), dict(item.get("detail") or {}))
+            if event.kind == "cost_ceiling" and event.detail.get("action") == "tripped":
+                result.cost_ceiling = dict(event.detail)
+            emit(event)
         elif kind == "notice":
             emit(Notice(str(item.get("text", "")), item.get("level", "info")))
 

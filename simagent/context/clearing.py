@@ -62,11 +62,22 @@ def is_cleared(msg: BaseMessage) -> bool:
 
 
 def candidates(messages: Sequence[BaseMessage], cleared: Collection[str], keep: int,
-               excluded: Collection[str] = EXCLUDED_TOOLS) -> list[ToolMessage]:
-    """Results an epoch may clear: not among the ``keep`` newest, not excluded, no errors."""
+               excluded: Collection[str] = EXCLUDED_TOOLS,
+               keep_tokens: int | None = None) -> list[ToolMessage]:
+    """Results an epoch may clear: not among the newest kept, not excluded, no errors.
+
+    The newest ``keep`` results stay, but only while they fit in ``keep_tokens``: six
+    capped multi-megabyte logs would otherwise pin a third of the window.
+    """
     names = tool_names(messages)
     results = [m for m in messages if isinstance(m, ToolMessage)]
-    older = results[: max(0, len(results) - keep)]
+    kept, used = 0, 0
+    for msg in reversed(results):
+        size = count_messages([msg])
+        if kept >= keep or (keep_tokens is not None and kept and used + size > keep_tokens):
+            break
+        kept, used = kept + 1, used + size
+    older = results[: len(results) - kept]
     return [m for m in older
             if m.tool_call_id not in cleared and names.get(m.tool_call_id) not in excluded
             and not is_error(m) and not is_cleared(m)]
@@ -80,7 +91,8 @@ def is_error(msg: ToolMessage) -> bool:
 
 def plan_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *, total_tokens: int,
                trigger: int | None, keep: int, min_freed: int,
-               excluded: Collection[str] = EXCLUDED_TOOLS) -> tuple[frozenset[str], int] | None:
+               excluded: Collection[str] = EXCLUDED_TOOLS,
+               keep_tokens: int | None = None) -> tuple[frozenset[str], int] | None:
     """The new cleared set and the tokens it frees, or None when no epoch is due.
 
     Due when the request is over ``trigger`` and clearing every candidate frees at least
@@ -89,7 +101,7 @@ def plan_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *, tot
     if trigger is None or total_tokens <= trigger:
         return None
     names = tool_names(messages)
-    todo = candidates(messages, cleared, keep, excluded)
+    todo = candidates(messages, cleared, keep, excluded, keep_tokens)
     freed = sum(count_messages([m]) - count_messages([_cleared_copy(m, names)]) for m in todo)
     if not todo or freed < max(1, min_freed):
         return None

@@ -143,7 +143,8 @@ class ContextMiddleware(AgentMiddleware):
         thr = self.thresholds
 
         epoch = plan_epoch(view, cleared, total_tokens=tokens, trigger=thr.clear_trigger,
-                           keep=thr.clear_keep, min_freed=thr.clear_min_freed)
+                           keep=thr.clear_keep, min_freed=thr.clear_min_freed,
+                           keep_tokens=thr.clear_keep_tokens)
         if epoch is not None:
             new_cleared, _freed = epoch
             newly = len(new_cleared - cleared)

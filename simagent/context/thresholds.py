@@ -35,6 +35,8 @@ CLEAR_KEEP = 6
 #: ... and in a small window, where six results may not fit.
 CLEAR_KEEP_SMALL = 3
 SMALL_WINDOW = 100_000
+#: ... while they fit in this share of the window (the newest one always stays).
+CLEAR_KEEP_FRACTION = 0.10
 #: A clearing epoch happens only when it frees at least this share of the window, so the
 #: prompt prefix (and provider prompt caches / local KV caches) stays stable in between.
 CLEAR_MIN_FREED_FRACTION = 0.10
@@ -76,6 +78,7 @@ class ContextSettings:
     evict_tokens: int | None = EVICT_TOKENS
     clear_fraction: float | None = CLEAR_FRACTION
     clear_keep: int | None = None  # None: CLEAR_KEEP, or CLEAR_KEEP_SMALL in a small window
+    clear_keep_fraction: float | None = CLEAR_KEEP_FRACTION  # None: count only
     clear_min_freed_fraction: float = CLEAR_MIN_FREED_FRACTION
     summary_fraction: float | None = None  # None: by tier
     summary_tiers: Mapping[str, float] = field(default_factory=lambda: dict(SUMMARY_TIERS))
@@ -109,7 +112,7 @@ class ContextSettings:
         tiers = dict(SUMMARY_TIERS)
         tiers.update(_fractions("summary_tiers", data.pop("summary_tiers", {}) or {}))
         for key in ("clear_fraction", "summary_fraction", "clear_min_freed_fraction",
-                    "summary_keep_fraction"):
+                    "summary_keep_fraction", "clear_keep_fraction"):
             if data.get(key) is not None:
                 _fractions(key, {key: data[key]})
         if data.get("watchdog", "warn") not in WATCHDOG_MODES:
@@ -176,6 +179,11 @@ def clear_keep(window: int, settings: ContextSettings) -> int:
     return CLEAR_KEEP_SMALL if window < SMALL_WINDOW else CLEAR_KEEP
 
 
+def clear_keep_tokens(window: int, settings: ContextSettings) -> int | None:
+    frac = settings.clear_keep_fraction
+    return int(window * frac) if frac else None
+
+
 def clear_min_freed_tokens(window: int, settings: ContextSettings) -> int:
     return int(window * settings.clear_min_freed_fraction)
 
@@ -215,6 +223,7 @@ class Thresholds:
     evict_tokens: int | None
     clear_trigger: int | None
     clear_keep: int
+    clear_keep_tokens: int | None
     clear_min_freed: int
     summary_trigger: int | None
     summary_keep: int
@@ -228,6 +237,7 @@ def thresholds_for(model_window: int | None, model_id: str | None,
         window=window, tier=model_tier(model_id), evict_tokens=evict_tokens(settings),
         clear_trigger=clear_trigger_tokens(window, settings),
         clear_keep=clear_keep(window, settings),
+        clear_keep_tokens=clear_keep_tokens(window, settings),
         clear_min_freed=clear_min_freed_tokens(window, settings),
         summary_trigger=summary_trigger_tokens(window, model_id, settings),
         summary_keep=summary_keep_tokens(window, settings),
