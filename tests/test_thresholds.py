@@ -1,0 +1,80 @@
+"""Thresholds are pure functions of the window and the model id, overridable in config."""
+
+from __future__ import annotations
+
+import pytest
+
+from simagent.config import Config, ConfigError
+from simagent.context import thresholds as th
+from simagent.context.capping import cap_text
+from simagent.context.overflow import is_context_overflow
+
+
+def test_defaults_follow_the_seeds():
+    t = th.thresholds_for(200_000, "anthropic:claude-opus-4-7", th.ContextSettings())
+    assert (t.window, t.tier, t.evict_tokens) == (200_000, "frontier", 20_000)
+    assert (t.clear_trigger, t.clear_keep, t.clear_min_freed) == (120_000, 6, 20_000)
+    assert (t.summary_trigger, t.summary_keep) == (170_000, 20_000)
+
+
+@pytest.mark.parametrize("model, tier, fraction", [
+    ("anthropic:claude-opus-4-7", "frontier", 0.85), ("gemini-3.5-pro", "frontier", 0.85),
+    ("anthropic:claude-sonnet-4-6", "mid", 0.65), ("gemini-2.5-pro", "mid", 0.65),
+    ("anthropic:claude-haiku-4-5", "small", 0.35), ("gemini-2.5-flash", "small", 0.35),
+    ("openai:gpt-4o-mini", "small", 0.35), ("ollama:llama3.1:8b", "small", 0.35),
+    ("ollama:qwen3.6:27b", "mid", 0.65), ("scripted:x.json", None, 0.85),
+    ("openai-compatible:my-model@http://127.0.0.1:8000/v1", None, 0.85),
+])
+def test_summary_trigger_by_tier(model, tier, fraction):
+    assert th.model_tier(model) == tier
+    assert th.summary_trigger_tokens(100_000, model, th.ContextSettings()) == int(100_000 * fraction)
+
+
+def test_small_windows_keep_fewer_results_and_unknown_windows_fall_back():
+    s = th.ContextSettings()
+    assert th.clear_keep(99_999, s) == 3 and th.clear_keep(100_000, s) == 6
+    assert th.effective_window(None, s) == th.FALLBACK_WINDOW
+    assert th.effective_window(None, th.ContextSettings(window=32_768)) == 32_768
+
+
+def test_history_budget_formula():
+    assert th.history_budget(100_000, system=3_000, summary=2_000, tool_defs=4_000,
+                             max_output_tokens=8_000) == 83_000
+
+
+def test_config_overrides_and_clear_errors(workspace):
+    cfg = workspace / ".simagent" / "config.toml"
+    cfg.parent.mkdir()
+    cfg.write_text("[context]\nclear_fraction = 0.5\nclear_keep = 2\nwatchdog = 'enforce'\n"
+                   "[context.summary_tiers]\nsmall = 0.3\n[context.tool_caps]\nrun_python = 9000\n")
+    s = th.ContextSettings.from_config(Config.load(workspace))
+    assert th.clear_trigger_tokens(100_000, s) == 50_000 and th.clear_keep(50_000, s) == 2
+    assert th.summary_fraction("claude-haiku-4-5", s) == 0.3
+    assert th.summary_fraction("claude-sonnet-4-5", s) == 0.65  # other tiers keep defaults
+    assert th.tool_cap("run_python", s) == 9000 and th.tool_cap("grep", s) == th.TOOL_CAP_CHARS
+    for bad, word in (("clear_fraction = 1.5", "clear_fraction"), ("nonsense = 1", "nonsense"),
+                      ("watchdog = 'loud'", "watchdog")):
+        cfg.write_text(f"[context]\n{bad}\n")
+        with pytest.raises(ConfigError, match=word):
+            th.ContextSettings.from_config(Config.load(workspace))
+
+
+def test_cap_text_keeps_head_and_tail_and_names_the_file():
+    text = "HEAD\n" + "".join(f"line {i}\n" for i in range(10_000)) + "TAIL"
+    out = cap_text(text, 2_000, "/tmp/full.txt")
+    assert out.startswith("HEAD\n") and out.endswith("TAIL") and len(out) < 2_200
+    assert "full result: /tmp/full.txt" in out
+    assert cap_text("short", 2_000, "x") == "short"
+
+
+@pytest.mark.parametrize("message", [
+    "This model's maximum context length is 8192 tokens", "Error: context_length_exceeded",
+    "prompt exceeds the context window", "too many tokens in request",
+    "Please reduce the length of the messages.", "input token limit reached"])
+def test_overflow_messages_are_recognised(message):
+    assert is_context_overflow(ValueError(message))
+
+
+def test_other_errors_are_not_overflows():
+    assert not is_context_overflow(ValueError("invalid api key"))
+    assert not is_context_overflow(RuntimeError("rate limit exceeded"))
