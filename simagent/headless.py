@@ -161,9 +161,9 @@ class StreamPrinter:
                 print(line, file=self.err, flush=True)
             if event.kind in _GUARD_NOTICES:
                 self._muted.add(_GUARD_NOTICES[event.kind])
-        elif isinstance(event, Notice):
-            if not any(event.text.startswith(p) for p in self._muted):
-                print(f"! {event.text}", file=self.err, flush=True)
+        elif isinstance(event, Notice) and not any(event.text.startswith(p)
+                                                   for p in self._muted):
+            print(f"! {event.text}", file=self.err, flush=True)
 
 
 def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:

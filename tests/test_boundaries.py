@@ -27,6 +27,7 @@ from simagent.context.clearing import apply_cleared
 from simagent.context.compaction import Compactor, view_of
 from simagent.context.summary import ExtractiveSummarizer
 
+
 # Conversations come from a seed (cheap to draw, so 10,000 examples run in seconds):
 # turns of steps; a step makes 0-3 parallel calls whose results arrive in any order.
 def spec_from_seed(seed: int):

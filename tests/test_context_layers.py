@@ -7,6 +7,7 @@ assumed. Windows are small so that a few dozen kernel calls cross every threshol
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def state_of(agent, session):
 def test_run_python_cap_keeps_head_tail_and_the_error(opened):
     code = ("print('HEAD-MARK')\nfor i in range(3000):\n    print(f'line {i:05d} ' + 'x' * 40)\n"
             "raise ValueError('boom at the end')")
-    session, model, agent, runner = opened(
+    session, _model, agent, runner = opened(
         [{"tool": "run_python", "args": {"code": code}}, {"final": "ok"}],
         settings=th.ContextSettings(tool_caps={"run_python": 8_000}), window=128_000)
     assert runner.run("go").status == "done"
@@ -84,7 +85,7 @@ def test_run_python_cap_keeps_head_tail_and_the_error(opened):
 
 
 def test_generic_tool_cap_saves_the_full_result(opened):
-    session, model, agent, runner = opened(
+    session, _model, agent, runner = opened(
         [{"tool": "dump", "args": {"n": 100_000}}, {"final": "{out[-1]|REPORT-END}"}],
         settings=th.ContextSettings(), window=128_000, tools=[dump])
     assert runner.run("go").final == "REPORT-END"
@@ -164,13 +165,13 @@ def test_clearing_happens_in_epochs_and_keeps_the_prefix_stable(opened):
     steps = [{"tool": "run_python", "args": {"code": f"print('R{i}', 'v' * 3000)"}}
              for i in range(24)] + [{"final": "done"}]
     settings = th.ContextSettings(summarize=False, budget_check=False)
-    session, model, agent, runner = opened(steps, settings=settings, window=30_000)
+    session, model, _agent, runner = opened(steps, settings=settings, window=30_000)
     assert runner.run("go").status == "done"
     clears = kinds(session, "context_clear")
     assert 1 <= len(clears) <= 4
     changed = 0
     reqs = model.requests
-    for prev, cur in zip(reqs, reqs[1:], strict=False):
+    for prev, cur in itertools.pairwise(reqs):
         if [m.text for m in cur[: len(prev)]] != [m.text for m in prev]:
             changed += 1
     assert changed == len(clears)  # the prefix only changes at an epoch
@@ -190,7 +191,7 @@ def test_record_attempt_and_errors_are_never_cleared(opened):
              {"tool": "run_python", "args": {"code": "1/0"}}]
     steps += [{"tool": "run_python", "args": {"code": f"print('R{i}', 'v' * 3000)"}}
               for i in range(20)] + [{"final": "done"}]
-    session, model, agent, runner = opened(
+    session, model, _agent, runner = opened(
         steps, settings=th.ContextSettings(summarize=False, budget_check=False), window=30_000)
     runner.run("go")
     assert kinds(session, "context_clear")
@@ -207,7 +208,7 @@ def test_overflow_triggers_one_emergency_compaction_and_one_retry(opened):
              for i in range(12)] + [{"final": "{out[-1]|E\\d+}"}]
     settings = th.ContextSettings(window=500_000, summarize=False, clear_fraction=None,
                                   budget_check=False)
-    session, model, agent, runner = opened(steps, settings=settings, window=10_000)
+    session, model, _agent, runner = opened(steps, settings=settings, window=10_000)
     result = runner.run("go")
     assert result.status == "done", result.error
     assert result.final == "E11"
@@ -227,7 +228,7 @@ def test_overflow_that_compaction_cannot_fix_fails_after_one_retry(opened):
              {"tool": "dump", "args": {"n": 12_000}}, {"final": "never"}]
     settings = th.ContextSettings(window=500_000, summarize=False, clear_fraction=None,
                                   budget_check=False, evict_tokens=None, tool_caps={"dump": 0})
-    session, model, agent, runner = opened(steps, settings=settings, window=7_000,
+    session, model, _agent, runner = opened(steps, settings=settings, window=7_000,
                                            tools=[dump])
     result = runner.run("go")
     assert result.status == "error" and "maximum context length" in (result.error or "")
@@ -242,7 +243,7 @@ def test_budget_check_compacts_before_the_call(opened):
     # the tier trigger alone would never fire; the reply reserve leaves little history room
     settings = th.ContextSettings(summary_fraction=1.0, clear_fraction=None,
                                   max_output_tokens=14_000)
-    session, model, agent, runner = opened(steps, settings=settings, window=24_000)
+    session, model, _agent, runner = opened(steps, settings=settings, window=24_000)
     assert runner.run("go").status == "done"
     summaries = kinds(session, "context_summary")
     assert summaries and summaries[0][2]["reason"] == "budget"
@@ -250,7 +251,7 @@ def test_budget_check_compacts_before_the_call(opened):
 
 
 def test_trace_counts_match_what_the_model_received(opened):
-    session, model, agent, runner = opened(
+    session, model, _agent, runner = opened(
         [{"tool": "run_python", "args": {"code": "print(1)"}}, {"final": "ok"}],
         settings=th.ContextSettings(), window=128_000)
     runner.run("go")
@@ -288,7 +289,7 @@ def test_mark_task_done_slices_the_finished_task_at_the_next_turn(opened):
     steps = [{"tool": "run_python", "args": {"code": "print('T1 result =', 6 * 7)"}},
              {"tool": "mark_task_done", "args": {"detail": "T1 computed: 42"}},
              {"final": "task one done"}, {"final": "task two"}]
-    session, model, agent, runner = opened(steps, settings=th.ContextSettings(),
+    session, model, _agent, runner = opened(steps, settings=th.ContextSettings(),
                                            window=128_000)
     runner.run("task one")
     assert not kinds(session, "context_checkpoint")  # nothing sliced mid-task
@@ -327,7 +328,7 @@ def test_a_rebuilt_agent_sees_the_same_view(opened, workspace):
     steps = [{"tool": "run_python", "args": {"code": f"print('S{i}', 'v' * 3000)"}}
              for i in range(22)] + [{"final": "done"}, {"final": "again"}]
     settings = th.ContextSettings(summarize=False, budget_check=False)
-    session, model, agent, runner = opened(steps, settings=settings, window=30_000)
+    session, model, _agent, runner = opened(steps, settings=settings, window=30_000)
     runner.run("go")
     assert kinds(session, "context_clear")
     # another model object (a /model switch) on the same thread

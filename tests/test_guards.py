@@ -164,7 +164,7 @@ def _no_orphans(session: Session, runner: TurnRunner) -> None:
 
 
 def test_five_identical_calls_warn_once_and_the_turn_goes_on(opened):
-    session, model, runner = opened([ONE_PLUS_ONE] * 5 + [{"final": "{out[-1]}"}],
+    session, _model, runner = opened([ONE_PLUS_ONE] * 5 + [{"final": "{out[-1]}"}],
                                     ContextSettings(watchdog="warn"))
     assert sorted(_guards(runner.agent)) == ["CostCeilingMiddleware[main].after_model",
                                              "WatchdogMiddleware[main].after_model"]
@@ -182,7 +182,7 @@ def test_five_identical_calls_warn_once_and_the_turn_goes_on(opened):
 
 def test_alternating_calls_never_alert(opened):
     other = {"tool": "run_python", "args": {"code": "2+2"}}
-    session, model, runner = opened([ONE_PLUS_ONE, other, ONE_PLUS_ONE, other, ONE_PLUS_ONE,
+    session, _model, runner = opened([ONE_PLUS_ONE, other, ONE_PLUS_ONE, other, ONE_PLUS_ONE,
                                      {"final": "ok"}], ContextSettings(watchdog="warn"))
     assert runner.run("go").status == "done"
     assert not session.trace.events(["watchdog_alert"])
@@ -200,7 +200,7 @@ def test_the_run_is_read_from_the_thread_so_a_rebuilt_agent_keeps_counting(opene
 
 
 def test_off_never_alerts(opened):
-    session, model, runner = opened([ONE_PLUS_ONE] * 5 + [{"final": "ok"}],
+    session, _model, runner = opened([ONE_PLUS_ONE] * 5 + [{"final": "ok"}],
                                     ContextSettings(watchdog="off"))
     assert runner.run("go").final == "ok"
     assert not session.trace.events(["watchdog_alert"])

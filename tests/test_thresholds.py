@@ -27,7 +27,8 @@ def test_defaults_follow_the_seeds():
 ])
 def test_summary_trigger_by_tier(model, tier, fraction):
     assert th.model_tier(model) == tier
-    assert th.summary_trigger_tokens(100_000, model, th.ContextSettings()) == int(100_000 * fraction)
+    trigger = th.summary_trigger_tokens(100_000, model, th.ContextSettings())
+    assert trigger == int(100_000 * fraction)
 
 
 def test_small_windows_keep_fewer_results_and_unknown_windows_fall_back():

@@ -57,7 +57,8 @@ def turn_starts(messages: Sequence[BaseMessage]) -> list[int]:
     """Safe cuts that open a user turn (a real user message, not a summary or nudge)."""
     safe = set(safe_cuts(messages))
     return [i for i, m in enumerate(messages)
-            if i in safe and isinstance(m, HumanMessage) and not m.additional_kwargs.get("lc_source")]
+            if i in safe and isinstance(m, HumanMessage)
+            and not m.additional_kwargs.get("lc_source")]
 
 
 def cut_keeping_tokens(messages: Sequence[BaseMessage], keep_tokens: int,

@@ -60,7 +60,8 @@ def count_text(text: str) -> int:
 
 
 def is_summary(msg: BaseMessage) -> bool:
-    return isinstance(msg, HumanMessage) and msg.additional_kwargs.get("lc_source") in SUMMARY_SOURCES
+    source = msg.additional_kwargs.get("lc_source") if isinstance(msg, HumanMessage) else None
+    return source in SUMMARY_SOURCES
 
 
 def split_system(text: str) -> tuple[str, str, str]:
@@ -134,7 +135,7 @@ def measure(system_message: BaseMessage | None, messages: Sequence[BaseMessage],
 
 
 def calibrate(estimate: int, previous_estimate: int | None, previous_reported: int | None) -> int:
-    """Scale ``estimate`` by the provider/estimate ratio of the previous call (0.5x–3x)."""
+    """Scale ``estimate`` by the provider/estimate ratio of the previous call (0.5x-3x)."""
     if not previous_estimate or not previous_reported:
         return estimate
     ratio = min(3.0, max(0.5, previous_reported / previous_estimate))

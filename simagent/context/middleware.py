@@ -10,7 +10,7 @@ order, cheapest first:
 3. a clearing epoch runs if the request is over the clearing trigger and the epoch frees
    enough;
 4. summarization runs if the request is still over the tier's trigger, or over the
-   history budget (``window − system − summary − tool_defs − max_output``);
+   history budget (``window - system - summary - tool_defs - max_output``);
 5. the call; on a context-overflow error, one emergency truncation and one retry.
 
 Per tool call, results over the tool's cap keep head and tail, the full text goes to

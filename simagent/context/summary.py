@@ -181,7 +181,8 @@ class ExtractiveSummarizer:
             }
         text = "\n\n".join(f"# {s}\n{bodies[s]}" for s in sections)
         if previous:
-            text = "# Earlier summary\n" + "\n".join(_clip(p, 6000) for p in previous) + "\n\n" + text
+            earlier = "\n".join(_clip(p, 6000) for p in previous)
+            text = f"# Earlier summary\n{earlier}\n\n{text}"
         return text
 
 

@@ -154,7 +154,7 @@ def max_output(model_max_output: int | None, settings: ContextSettings) -> int:
 
 def history_budget(window: int, *, system: int, summary: int, tool_defs: int,
                    max_output_tokens: int) -> int:
-    """Tokens left for the conversation: ``window − system − summary − tool_defs − max_output``."""
+    """Tokens left for the conversation: ``window - system - summary - tool_defs - max_output``."""
     return window - system - summary - tool_defs - max_output_tokens
 
 
