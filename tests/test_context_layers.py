@@ -91,7 +91,7 @@ def test_generic_tool_cap_saves_the_full_result(opened):
     assert runner.run("go").final == "REPORT-END"
     msg = next(m for m in state_of(agent, session)["messages"] if isinstance(m, ToolMessage))
     assert len(msg.text) < th.TOOL_CAP_CHARS + 500 and msg.text.startswith("REPORT-START")
-    path = session.paths.large_tool_results / msg.tool_call_id
+    path = session.paths.large_tool_results / f"{msg.tool_call_id}.full.txt"
     assert f"full result: {path}" in msg.text
     assert len(path.read_text()) == 100_000
 
@@ -353,3 +353,64 @@ def test_summary_model_is_configurable(workspace, tmp_path):
     assert isinstance(cheap, ModelSummarizer)
     text = cheap([HumanMessage("hello")], kind="summary")
     assert text == "# Session intent\nfrom the cheap model"
+
+
+# ----------------------------------------------------- regressions from review
+def test_a_summary_never_hides_the_result_just_asked_for():
+    from langchain_core.messages import AIMessage
+
+    from simagent.context.boundaries import cut_keeping_tokens
+    from simagent.context.counting import count_messages
+
+    msgs = [HumanMessage("go", id="h"),
+            AIMessage("", id="a", tool_calls=[{"name": "run_python", "args": {}, "id": "c"}]),
+            ToolMessage("r" * 40_000, tool_call_id="c", id="t")]
+    cut = cut_keeping_tokens(msgs, 1_000, count_messages)
+    assert cut == 1 and isinstance(msgs[cut], AIMessage)  # the call and its result stay
+
+
+def test_model_summaries_do_not_stream_as_the_answer_and_are_accounted(opened, tmp_path):
+    from simagent.agent.events import TextDelta
+
+    script = tmp_path / "summ.json"
+    script.write_text('[{"final": "SUMMARY-TEXT from the cheap model"}]')
+    steps = [{"tool": "run_python", "args": {"code": f"print('S{i}', 'v' * 3000)"}}
+             for i in range(14)] + [{"final": "THE-ANSWER"}]
+    settings = th.ContextSettings(summary_model=f"scripted:{script}", clear_fraction=None)
+    session, _model, _agent, runner = opened(steps, settings=settings, window=16_000)
+    events = []
+    assert runner.run("go", events.append).final == "THE-ANSWER"
+    streamed = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert "SUMMARY-TEXT" not in streamed and "THE-ANSWER" in streamed
+    assert any(p["summarizer"].startswith("scripted:") for _, _, p in
+               kinds(session, "context_summary"))
+    assert [p for _, _, p in kinds(session, "model_usage") if p["agent"] == "summarizer"]
+    assert "summarizer" in session.usage.by_agent
+
+
+def test_two_task_marks_in_one_reply_and_compact_after_a_failed_turn(opened):
+    steps = [{"tools": [{"tool": "mark_task_done", "args": {"detail": "a"}},
+                        {"tool": "mark_task_done", "args": {"detail": "b"}}]},
+             {"final": "done"}]
+    session, _model, agent, runner = opened(steps, settings=th.ContextSettings(),
+                                           window=128_000)
+    assert runner.run("go").status == "done"
+    assert state_of(agent, session)["simagent_pending_checkpoint"]["detail"] == "b"
+    # a turn that fails (the script is exhausted mid-way is fine; force a provider error)
+    failing = ScriptedChatModel.from_steps([], window=1_000, enforce_window=True)
+    runner.switch_agent(build_agent(session, failing, context_settings=th.ContextSettings(
+        emergency=False, summarize=False, clear_fraction=None, budget_check=False)))
+    assert runner.run("again").status == "error"
+    res = compact_now(agent.graph, session.thread_config, agent.context)
+    assert "paused" not in res.message
+
+
+def test_capped_full_text_survives_eviction_of_the_preview(opened):
+    session, _model, agent, runner = opened(
+        [{"tool": "dump", "args": {"n": 300_000}}, {"final": "ok"}],
+        settings=th.ContextSettings(evict_tokens=5_000), window=128_000, tools=[dump])
+    runner.run("go")
+    msg = next(m for m in state_of(agent, session)["messages"] if isinstance(m, ToolMessage))
+    full = session.paths.large_tool_results / f"{msg.tool_call_id}.full.txt"
+    assert len(full.read_text()) == 300_000  # eviction wrote the preview elsewhere
+    assert kinds(session, "context_eviction")

@@ -66,9 +66,11 @@ def cut_keeping_tokens(messages: Sequence[BaseMessage], keep_tokens: int,
     """The earliest safe cut whose kept tail fits in ``keep_tokens`` (prefers turn starts).
 
     Returns 0 when everything fits. If even the shortest safe tail is over budget, the
-    latest safe cut (keeping the least) is returned, never an unsafe one.
+    latest safe cut (keeping the least) is returned, never an unsafe one; the newest
+    call/result group is always kept, so the model still sees what it just asked for.
     """
-    cuts = safe_cuts(messages)
+    n = len(messages)
+    cuts = [i for i in safe_cuts(messages) if i < n] or [0]  # never keep nothing
     fitting = [i for i in cuts if count(messages[i:]) <= keep_tokens]
     if not fitting:
         return cuts[-1]

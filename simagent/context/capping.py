@@ -1,7 +1,7 @@
 """Per-tool output cap at execution time (design.md §7, layer 1).
 
 The cheapest layer: a result longer than its tool's cap reaches the model as head + tail
-around a marker, and the whole text is written to ``large_tool_results/<call_id>`` so it
+around a marker, and the whole text is written to ``large_tool_results/<call_id>.full.txt`` so it
 stays one ``read_file`` away. Error results are never cut: the end of an error is what
 the model needs, and errors are short after the kernel's own traceback compaction.
 ``run_python`` caps itself (it knows where its raw output already is), so its results
@@ -50,7 +50,8 @@ def cap_tool_message(msg: ToolMessage, cap: int, folder: Path | str | None) -> T
         return msg
     where = "(not saved)"
     if folder is not None:
-        path = Path(folder) / safe_name(msg.tool_call_id)
+        # not ``<call_id>`` itself: eviction may write that name with the capped text
+        path = Path(folder) / f"{safe_name(msg.tool_call_id)}.full.txt"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")

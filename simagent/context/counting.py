@@ -30,19 +30,25 @@ def count_messages(messages: Sequence[BaseMessage]) -> int:
     return count_tokens_approximately(list(messages)) if messages else 0
 
 
-_SCHEMAS: dict[int, tuple[Any, dict[str, Any]]] = {}
+_SCHEMAS: dict[tuple[str, str, str], dict[str, Any]] = {}
+_SCHEMAS_MAX = 512
 
 
 def tool_schema(tool: Any) -> dict[str, Any]:
-    """The tool as a provider receives it (OpenAI function format), memoized per object."""
+    """The tool as a provider receives it (OpenAI function format), memoized by content
+    (never by object: tools close over their session, which must be free to go)."""
     if isinstance(tool, dict):
         return tool
-    hit = _SCHEMAS.get(id(tool))
-    if hit is None or hit[0] is not tool:
+    key = (str(getattr(tool, "name", "")), str(getattr(tool, "description", "")),
+           repr(getattr(tool, "args", "")))
+    schema = _SCHEMAS.get(key)
+    if schema is None:
         from langchain_core.utils.function_calling import convert_to_openai_tool
 
-        hit = _SCHEMAS[id(tool)] = (tool, convert_to_openai_tool(tool))
-    return hit[1]
+        if len(_SCHEMAS) >= _SCHEMAS_MAX:
+            _SCHEMAS.clear()
+        schema = _SCHEMAS[key] = convert_to_openai_tool(tool)
+    return schema
 
 
 def count_tools(tools: Sequence[Any] | None) -> int:

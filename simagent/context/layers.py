@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from simagent.trace.log import TraceLog
 
 
+SUMMARIZER_AGENT = "summarizer"
+
+
 class TracedFilesystemMiddleware(FilesystemMiddleware):
     """Stock eviction (same name, so it replaces the default in place), plus a trace event."""
 
@@ -76,21 +79,36 @@ class SummarizationOff(AgentMiddleware):
         return "SummarizationMiddleware"
 
 
-def build_summarizer(settings: th.ContextSettings, chat_model: Any, model_id: str) -> Summarizer:
+def build_summarizer(settings: th.ContextSettings, chat_model: Any, model_id: str,
+                     session: Session | None = None) -> Summarizer:
     """``auto``: the agent's model (extractive for scripted/replay models, which cannot
-    summarize); ``extractive``; or any model spec for a cheaper summarizer."""
+    summarize); ``extractive``; or any model spec for a cheaper summarizer. Summary calls
+    are traced as ``agent=summarizer`` so their tokens count in totals and ceilings."""
     choice = settings.summary_model
     if choice == "extractive":
         return ExtractiveSummarizer()
+    on_usage = _usage_recorder(session) if session is not None else None
     if choice == "auto":
         from simagent.agent.scripted import ScriptedChatModel
 
         if isinstance(chat_model, ScriptedChatModel):
             return ExtractiveSummarizer()
-        return ModelSummarizer(chat_model, name=model_id)
+        return ModelSummarizer(chat_model, name=model_id, on_usage=on_usage)
     from simagent.models import resolve_model
 
-    return ModelSummarizer(resolve_model(choice).chat_model, name=choice)
+    return ModelSummarizer(resolve_model(choice).chat_model, name=choice, on_usage=on_usage)
+
+
+def _usage_recorder(session: Session) -> Any:
+    from simagent.agent.usage import usage_record
+
+    def record(model: str, usage: dict[str, Any] | None) -> None:
+        rec: dict[str, Any] = usage_record(usage)
+        rec["source"] = "provider" if usage else "estimated"
+        session.usage.record(SUMMARIZER_AGENT, model, rec)
+        session.trace.append("model_usage", {"agent": SUMMARIZER_AGENT, "model": model, **rec})
+
+    return record
 
 
 @dataclass
@@ -108,7 +126,7 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
     settings = settings or session.context_settings
     suffix = "" if agent == "main" else f"-{agent}"
     history = session.paths.conversation_history / f"{session.id}{suffix}.md"
-    compactor = Compactor(history, build_summarizer(settings, chat_model, model_id))
+    compactor = Compactor(history, build_summarizer(settings, chat_model, model_id, session))
     tools = [make_mark_task_done()] if settings.checkpoints and agent == "main" else []
     context = ContextMiddleware(
         trace=session.trace, compactor=compactor, settings=settings, model_id=model_id,

@@ -69,7 +69,7 @@ class ManualResult:
 
 def _thread(graph: Any, config: dict[str, Any]) -> tuple[list[Any], dict[str, Any], str | None]:
     state = graph.get_state(config)
-    if state.next:
+    if any(getattr(task, "interrupts", ()) for task in state.tasks or ()):
         return [], {}, "the turn is paused (approval pending); answer it first"
     values = dict(state.values or {})
     return list(values.get("messages") or []), values, None

@@ -52,10 +52,16 @@ from simagent.context.overflow import is_context_overflow
 from simagent.trace.log import TraceLog
 
 
+def _last(_old: Any, new: Any) -> Any:
+    return new
+
+
 class ContextState(AgentState):
     simagent_boundary: Annotated[NotRequired[dict[str, Any] | None], PrivateStateAttr]
     simagent_cleared: Annotated[NotRequired[list[str] | None], PrivateStateAttr]
-    simagent_pending_checkpoint: Annotated[NotRequired[dict[str, Any] | None], PrivateStateAttr]
+    # last wins: two mark_task_done calls in one reply must not crash the step
+    simagent_pending_checkpoint: Annotated[NotRequired[dict[str, Any] | None],
+                                           PrivateStateAttr, _last]
 
 
 @dataclass
@@ -203,8 +209,23 @@ class ContextMiddleware(AgentMiddleware):
                                          command=Command(update=merged))
         return ExtendedModelResponse(model_response=response, command=Command(update=prep.update))
 
+    def safe_prepare(self, request: Any) -> Prepared:
+        """``prepare``, or on any failure the last good view: a broken layer (a full disk,
+        a summarizer bug) must cost a compaction, never the turn."""
+        try:
+            return self.prepare(request)
+        except Exception as exc:
+            self.trace.append("error", {"message": f"{type(exc).__name__}: {exc}"[:500],
+                                        "where": f"context layer ({self.agent})"})
+            state = request.state or {}
+            cleared = frozenset(state.get(CLEARED_KEY) or ())
+            boundary = state.get(BOUNDARY_KEY)
+            view = self._clear_view(view_of(list(request.messages), boundary), cleared)
+            size, tokens = self._measure(request, view)
+            return Prepared(view, size, tokens, {}, boundary, cleared)
+
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        prep = self.prepare(request)
+        prep = self.safe_prepare(request)
         try:
             response = handler(request.override(messages=prep.view))
         except Exception as exc:
@@ -215,7 +236,7 @@ class ContextMiddleware(AgentMiddleware):
         return self._finish(prep, response)
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        prep = self.prepare(request)
+        prep = self.safe_prepare(request)
         try:
             response = await handler(request.override(messages=prep.view))
         except Exception as exc:

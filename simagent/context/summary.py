@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -102,17 +102,22 @@ def summary_prompt(messages: Sequence[BaseMessage], *, kind: str, focus: str | N
 class ModelSummarizer:
     """A chat model writes the summary; on any failure the extractive one does."""
 
-    def __init__(self, model: Any, name: str = "model") -> None:
+    def __init__(self, model: Any, name: str = "model", *,
+                 on_usage: Callable[[str, dict[str, Any] | None], None] | None = None) -> None:
         self.model = model
         self.name = name
+        self.on_usage = on_usage  # (model name, usage_metadata): the ledger and trace
         self.fallback = ExtractiveSummarizer()
 
     def __call__(self, messages: Sequence[BaseMessage], *, kind: str,
                  focus: str | None = None) -> str:
+        prompt = [HumanMessage(summary_prompt(messages, kind=kind, focus=focus))]
         try:
-            reply = self.model.invoke([HumanMessage(summary_prompt(messages, kind=kind,
-                                                                   focus=focus))])
+            # no inherited callbacks: the summary must not stream out as the answer
+            reply = self.model.invoke(prompt, config={"callbacks": [], "tags": ["nostream"]})
             text = reply.text.strip() if hasattr(reply, "text") else str(reply).strip()
+            if self.on_usage is not None:
+                self.on_usage(self.name, getattr(reply, "usage_metadata", None))
         except Exception:  # a failing summary model must not lose the session
             text = ""
         return text or self.fallback(messages, kind=kind, focus=focus)
