@@ -68,16 +68,21 @@ def cut_keeping_tokens(messages: Sequence[BaseMessage], keep_tokens: int,
     Returns 0 when everything fits. If even the shortest safe tail is over budget, the
     latest safe cut (keeping the least) is returned, never an unsafe one; the newest
     call/result group is always kept, so the model still sees what it just asked for.
+    ``count`` must add up per message (the approximate counter rounds per message), so
+    each message is counted once and tails are suffix sums.
     """
     n = len(messages)
+    tail = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        tail[i] = tail[i + 1] + count([messages[i]])
     cuts = [i for i in safe_cuts(messages) if i < n] or [0]  # never keep nothing
-    fitting = [i for i in cuts if count(messages[i:]) <= keep_tokens]
+    fitting = [i for i in cuts if tail[i] <= keep_tokens]
     if not fitting:
         return cuts[-1]
     best = fitting[0]
     starts = [i for i in turn_starts(messages) if i >= best]
     # a turn start that keeps at least half as much is worth the cleaner cut
-    if starts and count(messages[starts[0]:]) * 2 >= count(messages[best:]):
+    if starts and tail[starts[0]] * 2 >= tail[best]:
         return starts[0]
     return best
 

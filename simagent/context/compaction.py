@@ -9,7 +9,7 @@ so nothing is lost and each kind of compaction composes with the others.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +45,14 @@ def view_of(messages: Sequence[BaseMessage], boundary: dict[str, Any] | None) ->
     if not boundary:
         return list(messages)
     return [boundary["message"], *messages[cutoff_of(messages, boundary):]]
+
+
+def visible(messages: Sequence[BaseMessage], boundary: dict[str, Any] | None,
+            cleared: Collection[str]) -> list[BaseMessage]:
+    """The model's view: the boundary's view with cleared results as placeholders."""
+    from simagent.context.clearing import apply_cleared
+
+    return apply_cleared(view_of(messages, boundary), cleared)
 
 
 @dataclass

@@ -90,6 +90,15 @@ def strip_pending_calls(messages: Sequence[Any], note: str,
                      additional_kwargs={**extra, MARK: dict(mark)})
 
 
+def stop_turn(messages: Sequence[Any], note: str, mark: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``after_model`` update that ends the turn with no pending call left behind."""
+    update: dict[str, Any] = {"jump_to": "end"}
+    cleaned = strip_pending_calls(messages, note, mark)
+    if cleaned is not None:
+        update["messages"] = [cleaned]
+    return update
+
+
 # ------------------------------------------------------------------------ watchdog
 def call_key(name: str, args: Any) -> str:
     """Identity of a call: the name plus canonical JSON of the literal arguments."""
@@ -160,11 +169,7 @@ class WatchdogMiddleware(AgentMiddleware):
             return None
         note = (f"[watchdog] Turn stopped: `{details[0]['tool']}` was requested {repeats} "
                 "times in a row with the same arguments, so the repeated call was not run.")
-        cleaned = strip_pending_calls(messages, note, {"guard": "watchdog", **details[0]})
-        update: dict[str, Any] = {"jump_to": "end"}
-        if cleaned is not None:
-            update["messages"] = [cleaned]
-        return update
+        return stop_turn(messages, note, {"guard": "watchdog", **details[0]})
 
     @hook_config(can_jump_to=["end"])
     async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
@@ -301,12 +306,7 @@ class CostCeilingMiddleware(AgentMiddleware):
         notice(trip.message)
         messages = list(state.get("messages") or [])
         note = "[cost ceiling] Reached: " + trip.message.removeprefix("cost ceiling reached: ")
-        cleaned = strip_pending_calls(messages, note + ".",
-                                      {"guard": "cost_ceiling", **payload})
-        update: dict[str, Any] = {"jump_to": "end"}
-        if cleaned is not None:
-            update["messages"] = [cleaned]
-        return update
+        return stop_turn(messages, note + ".", {"guard": "cost_ceiling", **payload})
 
     @hook_config(can_jump_to=["end"])
     async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:

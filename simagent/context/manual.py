@@ -22,10 +22,9 @@ from simagent.context.compaction import (
     CLEARED_KEY,
     PENDING_CHECKPOINT_KEY,
     cutoff_of,
-    view_of,
+    visible,
 )
 from simagent.context.counting import count_messages
-from simagent.context.events import emit
 
 if TYPE_CHECKING:
     from simagent.context.middleware import ContextMiddleware
@@ -78,9 +77,7 @@ def _thread(graph: Any, config: dict[str, Any]) -> tuple[list[Any], dict[str, An
 def _tokens(context: ContextMiddleware, values: dict[str, Any], messages: list[Any],
             boundary: dict[str, Any] | None) -> int:
     """Estimated request size for a boundary: last measured fixed part + the new view."""
-    from simagent.context.clearing import apply_cleared
-
-    view = apply_cleared(view_of(messages, boundary), values.get(CLEARED_KEY) or ())
+    view = visible(messages, boundary, values.get(CLEARED_KEY) or ())
     return _last_fixed(context) + count_messages(view)
 
 
@@ -109,11 +106,8 @@ def compact_now(graph: Any, config: dict[str, Any], context: ContextMiddleware,
     before = _tokens(context, values, messages, boundary)
     after = _tokens(context, values, messages, done.boundary)
     graph.update_state(config, {BOUNDARY_KEY: done.boundary})
-    emit(context.trace, "context_summary", {
-        "cutoff_index": done.boundary["cutoff"], "messages": done.dropped,
-        "path": str(done.path), "reason": "manual", "focus": focus,
-        "summarizer": context.compactor.summarizer.name, "tokens_before": before,
-        "tokens_after": after, "agent": context.agent})
+    context.record("context_summary", done, before, after, reason="manual", focus=focus,
+                   summarizer=context.compactor.summarizer.name)
     return ManualResult(True, f"compacted {done.dropped} messages (~{before:,} → ~{after:,} "
                               f"tokens); full history in {done.path}", str(done.path),
                         done.dropped, before, after)
@@ -133,10 +127,7 @@ def checkpoint_now(graph: Any, config: dict[str, Any], context: ContextMiddlewar
     before = _tokens(context, values, messages, boundary)
     after = _tokens(context, values, messages, done.boundary)
     graph.update_state(config, {BOUNDARY_KEY: done.boundary, PENDING_CHECKPOINT_KEY: None})
-    emit(context.trace, "context_checkpoint", {
-        "note": note, "source": "command", "cutoff_index": done.boundary["cutoff"],
-        "messages": done.dropped, "path": str(done.path), "tokens_before": before,
-        "tokens_after": after, "agent": context.agent})
+    context.record("context_checkpoint", done, before, after, note=note, source="command")
     return ManualResult(True, f"task checkpoint written ({done.dropped} messages → record); "
                               f"full history in {done.path}", str(done.path), done.dropped,
                         before, after)

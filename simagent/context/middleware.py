@@ -36,7 +36,7 @@ from langgraph.types import Command
 from simagent.context import thresholds as th
 from simagent.context.boundaries import turn_starts
 from simagent.context.capping import cap_tool_message
-from simagent.context.clearing import apply_cleared, plan_epoch
+from simagent.context.clearing import plan_epoch
 from simagent.context.compaction import (
     BOUNDARY_KEY,
     CLEARED_KEY,
@@ -44,7 +44,7 @@ from simagent.context.compaction import (
     Compaction,
     Compactor,
     cutoff_of,
-    view_of,
+    visible,
 )
 from simagent.context.counting import RequestSize, calibrate, measure
 from simagent.context.events import emit
@@ -107,9 +107,6 @@ class ContextMiddleware(AgentMiddleware):
         size = measure(request.system_message, view, request.tools)
         return size, calibrate(size.total, self._last_sent, self._last_reported)
 
-    def _clear_view(self, view: list[BaseMessage], cleared: frozenset[str]) -> list[BaseMessage]:
-        return apply_cleared(view, cleared)
-
     def over_budget(self, size: RequestSize, tokens: int) -> bool:
         if not self.settings.budget_check:
             return False
@@ -132,19 +129,17 @@ class ContextMiddleware(AgentMiddleware):
         if pending and self.settings.checkpoints:
             starts = [i for i in turn_starts(messages) if i >= int(pending.get("at", 0))]
             if starts:
-                before = self._measure(request, self._clear_view(view_of(messages, boundary),
-                                                                 cleared))[1]
+                before = self._measure(request, visible(messages, boundary, cleared))[1]
                 done = self.compactor.checkpoint(messages, boundary, starts[0],
                                                  note=pending.get("detail"), how="mark_task_done")
                 update[PENDING_CHECKPOINT_KEY] = None
                 if done is not None:
                     boundary = update[BOUNDARY_KEY] = done.boundary
-                    after = self._measure(request, self._clear_view(
-                        view_of(messages, boundary), cleared))[1]
-                    self._record("context_checkpoint", done, before, after,
+                    after = self._measure(request, visible(messages, boundary, cleared))[1]
+                    self.record("context_checkpoint", done, before, after,
                                  note=pending.get("detail"), source="tool")
 
-        view = self._clear_view(view_of(messages, boundary), cleared)
+        view = visible(messages, boundary, cleared)
         size, tokens = self._measure(request, view)
         thr = self.thresholds
 
@@ -156,7 +151,7 @@ class ContextMiddleware(AgentMiddleware):
             newly = len(new_cleared - cleared)
             cleared = new_cleared
             update[CLEARED_KEY] = sorted(cleared)
-            view = self._clear_view(view_of(messages, boundary), cleared)
+            view = visible(messages, boundary, cleared)
             before, (size, tokens) = tokens, self._measure(request, view)
             self._emit("context_clear", {"cleared": newly, "total_cleared": len(cleared),
                                          "tokens_before": before, "tokens_after": tokens})
@@ -166,14 +161,15 @@ class ContextMiddleware(AgentMiddleware):
             done = self.compactor.summarize(messages, boundary, thr.summary_keep)
             if done is not None:
                 boundary = update[BOUNDARY_KEY] = done.boundary
-                view = self._clear_view(view_of(messages, boundary), cleared)
+                view = visible(messages, boundary, cleared)
                 before, (size, tokens) = tokens, self._measure(request, view)
-                self._record("context_summary", done, before, tokens,
+                self.record("context_summary", done, before, tokens,
                              reason="threshold" if due else "budget", focus=None,
                              summarizer=self.compactor.summarizer.name)
         return Prepared(view, size, tokens, update, boundary, cleared)
 
-    def _record(self, kind: str, done: Compaction, before: int, after: int, **extra: Any) -> None:
+    def record(self, kind: str, done: Compaction, before: int, after: int, **extra: Any) -> None:
+        """Trace and stream one compaction (automatic here, manual in ``manual.py``)."""
         self._emit(kind, {"cutoff_index": done.boundary["cutoff"], "messages": done.dropped,
                           "path": str(done.path), "tokens_before": before,
                           "tokens_after": after, **extra})
@@ -184,7 +180,7 @@ class ContextMiddleware(AgentMiddleware):
         done = self.compactor.emergency(messages, prep.boundary, th.EMERGENCY_MIN_MESSAGES)
         if done is None:
             raise error
-        view = self._clear_view(view_of(messages, done.boundary), prep.cleared)
+        view = visible(messages, done.boundary, prep.cleared)
         size, tokens = self._measure(request, view)
         self._emit("context_emergency", {
             "error": str(error).splitlines()[0][:300] if str(error) else type(error).__name__,
@@ -220,7 +216,7 @@ class ContextMiddleware(AgentMiddleware):
             state = request.state or {}
             cleared = frozenset(state.get(CLEARED_KEY) or ())
             boundary = state.get(BOUNDARY_KEY)
-            view = self._clear_view(view_of(list(request.messages), boundary), cleared)
+            view = visible(list(request.messages), boundary, cleared)
             size, tokens = self._measure(request, view)
             return Prepared(view, size, tokens, {}, boundary, cleared)
 
@@ -272,9 +268,8 @@ class ContextMiddleware(AgentMiddleware):
 
 def current_view(state: dict[str, Any]) -> list[BaseMessage]:
     """The model's view of a checkpointed state (for the bench's recall and for tests)."""
-    messages = list(state.get("messages") or [])
-    boundary = state.get(BOUNDARY_KEY)
-    return apply_cleared(view_of(messages, boundary), state.get(CLEARED_KEY) or ())
+    return visible(list(state.get("messages") or []), state.get(BOUNDARY_KEY),
+                   state.get(CLEARED_KEY) or ())
 
 
 __all__ = ["ContextMiddleware", "ContextState", "current_view", "cutoff_of"]
