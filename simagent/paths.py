@@ -2,7 +2,8 @@
 
 Two kinds of location matter:
 
-* **Content** (``skills/``, ``memory/``, ``simulators/``, ``bench/``) lives at the top of a
+* **Content** (``skills/``, ``memory/``, ``simulators/``, ``subagents/``, ``bench/``)
+  lives at the top of a
   checkout and is force-included into the wheel as ``simagent/_content/<name>``. One
   function, :func:`content_dir`, finds it in either layout, so no other module ever
   guesses.
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-CONTENT_FOLDERS = ("skills", "memory", "simulators", "bench")
+CONTENT_FOLDERS = ("skills", "memory", "simulators", "subagents", "bench")
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 

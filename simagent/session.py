@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from simagent.agent.memory import ensure_memory
 from simagent.agent.tools import AttemptLog
 from simagent.agent.usage import UsageLedger
-from simagent.context.thresholds import ContextSettings
 from simagent.config import Config
+from simagent.context.thresholds import ContextSettings
 from simagent.paths import SessionPaths, last_session_marker, new_session_id
 from simagent.simulators import Simulator, get_simulator
 from simagent.trace import TraceLog
@@ -166,8 +166,9 @@ class Session:
             if self._kernel is None:
                 from simagent.kernel import Kernel
 
+                env = dict(self.simulator.env) if self.simulator else None
                 self._kernel = Kernel(self.paths, cwd=self.workspace,
-                                      kernel_name=self.config.kernel_name())
+                                      kernel_name=self.config.kernel_name(), env=env)
             return self._kernel
 
     @property
@@ -186,7 +187,10 @@ class Session:
             return
         self._warmed = True
         if self.simulator and self.simulator.warmup:
-            self._traced_execute(self.simulator.warmup, None, 600.0, None, warmup=True)
+            result = self._traced_execute(self.simulator.warmup, None, 600.0, None,
+                                          warmup=True)
+            if result.status in ("interrupted", "died", "timeout"):
+                self._warmed = False  # cut short (e.g. a cancelled turn): run it next time
 
     def execute(self, code: str, *, on_output: Any = None, timeout: float | None = None,
                 tool_call_id: str | None = None) -> ExecResult:

@@ -11,6 +11,7 @@ agent code.
 from __future__ import annotations
 
 import importlib.util
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import cache
@@ -41,6 +42,8 @@ class Simulator:
     domain_hints: str = ""
     warmup: str = ""
     example_prompts: tuple[str, ...] = ()
+    #: Environment variables for the kernel (e.g. opting out of an import-time prompt).
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def skills_dir(self) -> Path:
@@ -50,9 +53,41 @@ class Simulator:
     def subagents_dir(self) -> Path:
         return self.root / "subagents"
 
+    def skill_names(self) -> list[str]:
+        d = self.skills_dir
+        return sorted(p.parent.name for p in d.glob("*/SKILL.md")) if d.is_dir() else []
+
     def installed(self) -> bool:
-        """True when every import package is importable in this interpreter."""
-        return all(importlib.util.find_spec(p) is not None for p in self.packages)
+        """True when every import package is found by this interpreter (not imported)."""
+        def found(pkg: str) -> bool:
+            try:
+                return importlib.util.find_spec(pkg) is not None
+            except (ImportError, ValueError):
+                return False
+
+        return all(found(p) for p in self.packages)
+
+    def versions(self) -> dict[str, str | None]:
+        """Installed distribution version per pip name (None when not installed)."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        out: dict[str, str | None] = {}
+        for req in self.pip:
+            name = re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0]
+            try:
+                out[name] = version(name)
+            except PackageNotFoundError:
+                out[name] = None
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``simagent simulators --json`` record (design.md §3)."""
+        return {"name": self.name, "display_name": self.display_name,
+                "installed": self.installed(), "packages": list(self.packages),
+                "pip": list(self.pip), "versions": self.versions(),
+                "skills": self.skill_names(),
+                "subagents": sorted({p.stem for p in subagent_files(self)}),
+                "root": str(self.root)}
 
     def package_dirs(self) -> list[Path]:
         """Source folders of the installed import packages (readable, never writable)."""
@@ -64,6 +99,16 @@ class Simulator:
             elif spec and spec.origin:
                 dirs.append(Path(spec.origin).parent)
         return dirs
+
+
+def subagent_files(simulator: Simulator | None) -> list[Path]:
+    """Subagent definitions a session with ``simulator`` gets: shared first, then its own
+    (an own file overrides a shared one of the same name)."""
+    shared = content_dir("subagents")
+    files = sorted(shared.glob("*.md")) if shared.is_dir() else []
+    if simulator is not None and simulator.subagents_dir.is_dir():
+        files += sorted(simulator.subagents_dir.glob("*.md"))
+    return [f for f in files if f.name.lower() != "readme.md"]
 
 
 def parse_simulator(folder: Path) -> Simulator:
@@ -78,13 +123,17 @@ def parse_simulator(folder: Path) -> Simulator:
     for key in ("packages", "pip", "example_prompts"):
         if not isinstance(data.get(key, []), list):
             raise SimulatorError(f"{path}: {key} must be a list")
+    env = data.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise SimulatorError(f"{path}: env must be a table of strings")
     return Simulator(
         name=str(data["name"]), display_name=str(data["display_name"]),
         description=str(data["description"]).strip(), root=folder,
         packages=tuple(data.get("packages", [])), pip=tuple(data.get("pip", [])),
         domain_hints=str(data.get("domain_hints", "")).strip(),
         warmup=str(data.get("warmup", "")).strip(),
-        example_prompts=tuple(data.get("example_prompts", [])))
+        example_prompts=tuple(data.get("example_prompts", [])),
+        env=tuple(sorted(env.items())))
 
 
 def _entry_point_folders() -> list[Path]:

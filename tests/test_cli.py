@@ -21,7 +21,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("argv", [["--help"], ["bench", "--help"], ["bench", "kernel", "--help"],
                                   ["run", "--help"], ["sessions", "--help"],
-                                  ["transcript", "--help"]])
+                                  ["transcript", "--help"], ["init", "--help"],
+                                  ["simulators", "--help"], ["doctor", "--help"],
+                                  ["memory", "--help"]])
 def test_help_does_not_import_heavy_libraries(argv: list[str]) -> None:
     probe = (
         "import sys\nfrom simagent.cli import main\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -47,9 +48,16 @@ def test_wheel_installs_and_finds_content_and_runs_its_kernel(tmp_path: Path) ->
     assert lines[0].startswith(site)
     assert lines[1] == str(Path(site) / "simagent" / "_content")
     assert "python-and-kernel" in lines[2]
-    assert lines[3] == "['bench', 'memory', 'simulators', 'skills']"
+    assert lines[3] == "['bench', 'memory', 'simulators', 'skills', 'subagents']"
     assert lines[4] == "ok" and lines[5] == str(py)  # the kernel runs the wheel's interpreter
     assert site in lines[6]
     cli = subprocess.run([env_dir / "bin" / "simagent", "--version"], capture_output=True,
                          text=True, env=env)
     assert cli.returncode == 0 and cli.stdout.startswith("simagent ")
+    sims = subprocess.run([env_dir / "bin" / "simagent", "simulators", "--json"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert sims.returncode == 0, sims.stderr
+    listed = {r["name"]: r for r in json.loads(sims.stdout)}
+    assert {"ase", "cantera", "pybamm", "scipy", "simpy"} <= set(listed)
+    assert listed["pybamm"]["root"].startswith(site)
+    assert {"source-explorer", "run-analyst"} <= set(listed["pybamm"]["subagents"])

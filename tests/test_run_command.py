@@ -57,7 +57,9 @@ def test_run_json_reports_the_contract_fields(workspace, tmp_path):
     assert data["usage"]["input_tokens"] > 1000  # system prompt + tool schemas, counted
     assert Path(data["trace_path"]).is_file()
     assert Path(data["state_dir"], "checkpoints.sqlite").is_file()
-    assert trace_kinds(data["state_dir"])[:2] == ["session_start", "message_user"]
+    # the kernel starts (and the default simulator warms up) before the turn
+    assert trace_kinds(data["state_dir"])[:3] == ["session_start", "kernel_exec",
+                                                  "message_user"]
 
 
 def test_plain_run_streams_the_answer_to_stdout_and_activity_to_stderr(workspace, tmp_path):

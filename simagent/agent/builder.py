@@ -115,6 +115,57 @@ def runtime_context(session: Session, source_dirs: Sequence[Path] = ()) -> Runti
         source_dirs=tuple(source_dirs))
 
 
+def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any],
+                            backend: Any, main: tuple[Any, str, int | None, int | None],
+                            settings: ContextSettings | None,
+                            source_dirs: Sequence[Path]) -> list[dict[str, Any]]:
+    """deepagents specs for the markdown-defined subagents (shared + simulator's own).
+
+    Each runs on its configured model (resolved once per model string, so subagents
+    naming the same one share it) with its own context layers and trace recorder.
+    """
+    from simagent.agent.subagents import (
+        FILE_TOOLS,
+        SubagentError,
+        build_specs,
+        model_spec_for,
+        runtime_note,
+    )
+    from simagent.context.layers import context_layers
+    from simagent.models import ModelError, resolve_model
+
+    resolved: dict[str, tuple[Any, str, int | None, int | None]] = {}
+
+    def model_for(defn: Any) -> tuple[Any, str, int | None, int | None]:
+        spec = model_spec_for(defn, session.config)
+        if spec is None:
+            return main
+        if spec not in resolved:
+            try:
+                r = resolve_model(spec)
+            except ModelError as exc:
+                raise SubagentError(f"subagent {defn.name!r}: model {spec!r}: {exc}") from exc
+            resolved[spec] = (r.chat_model, r.id, r.window, r.max_output)
+        return resolved[spec]
+
+    def layers_for(defn: Any) -> tuple[list[Any], Any]:
+        chat, mid, win, max_out = model_for(defn)
+        fs_tools = ["read_file", *[t for t in defn.tools if t in FILE_TOOLS and
+                                   t != "read_file"]]
+        layers = context_layers(session, chat_model=chat, model_id=mid, window=win,
+                                max_output=max_out, backend=backend, agent=defn.name,
+                                settings=settings, fs_tools=fs_tools)
+        return [*layers.middleware,
+                RecoveryMiddleware(session.trace, agent=defn.name),
+                WorkspacePathsMiddleware(session.workspace),
+                TraceRecorder(session.trace, session.usage, agent=defn.name, model_id=mid,
+                              window=layers.context.thresholds.window)], chat
+
+    note = runtime_note(session.workspace, session.paths.outputs, session.simulator,
+                        source_dirs)
+    return build_specs(defs, tools=tools, layers_for=layers_for, prompt_suffix=note)
+
+
 def _as_resolved(model: Any) -> tuple[Any, str, int | None]:
     if hasattr(model, "chat_model"):
         return model.chat_model, model.id, model.window
@@ -139,7 +190,8 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     max_out = getattr(model, "max_output", None)
     sim = session.simulator
     source_dirs = sim.package_dirs() if sim else []
-    read_only = [content_dir(n).resolve() for n in ("skills", "simulators", "bench")]
+    read_only = [content_dir(n).resolve()
+                 for n in ("skills", "simulators", "subagents", "bench")]
     backend = build_backend(session.workspace, session.paths.root,
                             read_only=[*read_only, *source_dirs])
     prompt = build_system_prompt(sim, runtime_context(session, source_dirs))
@@ -175,10 +227,16 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                                      model_id=model_id,
                                      window=sub_layers.context.thresholds.window)],
     }
+    from simagent.agent.subagents import discover_subagents
+
+    defined = build_defined_subagents(
+        session, discover_subagents(sim), tools=tools, backend=backend,
+        main=(chat_model, model_id, window, max_out), settings=context_settings,
+        source_dirs=source_dirs)
     inside = backend.default.inside_workspace
     graph = create_deep_agent(
         model=chat_model, tools=tools, system_prompt=prompt,
-        middleware=[*middleware, *own], subagents=[general, *subagents],
+        middleware=[*middleware, *own], subagents=[general, *defined, *subagents],
         backend=backend, checkpointer=session.checkpointer,
         interrupt_on=interrupt_on_for_mode(session.approval, inside) or None,
         name="simagent")

@@ -67,3 +67,57 @@ def remember(folder: Path, title: str, content: str, kind: str = "project") -> S
     lines = [ln for ln in lines if marker not in ln] + [entry]
     index.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return SavedNote(path, created)
+
+
+_ENTRY = re.compile(r"^- \[(?P<title>[^\]]+)\]\((?P<file>[^)]+)\)(?: \((?P<kind>[a-z]+)\))?"
+                    r"(?: - (?P<summary>.*))?$")
+
+
+@dataclass(frozen=True)
+class NoteInfo:
+    title: str
+    file: str
+    kind: str
+    summary: str
+    exists: bool
+
+
+def list_notes(folder: Path) -> list[NoteInfo]:
+    """The index entries (what the model sees), each checked against the note files."""
+    index = folder / INDEX
+    if not index.exists():
+        return []
+    notes = []
+    for line in index.read_text(encoding="utf-8").splitlines():
+        m = _ENTRY.match(line.strip())
+        if m:
+            notes.append(NoteInfo(m["title"], m["file"], m["kind"] or "", m["summary"] or "",
+                                  (folder / m["file"]).is_file()))
+    return notes
+
+
+def read_note(folder: Path, name: str) -> tuple[Path, str]:
+    """A note by file name, slug or title (case-insensitive prefix); LookupError lists them."""
+    notes = list_notes(folder)
+    key = name.strip().lower()
+    for match in (lambda n: n.file.lower() in (key, f"{key}.md"),
+                  lambda n: n.title.lower() == key or slugify(n.title) == slugify(name),
+                  lambda n: n.title.lower().startswith(key)):
+        hits = [n for n in notes if match(n)]
+        if len(hits) == 1 and hits[0].exists:
+            path = folder / hits[0].file
+            return path, path.read_text(encoding="utf-8")
+    known = ", ".join(n.file for n in notes) or "none yet"
+    raise LookupError(f"no single memory note matches {name!r} (notes: {known})")
+
+
+def render_notes(notes: list[NoteInfo], folder: Path) -> str:
+    """The ``/memory`` listing: one line per note, missing files flagged."""
+    if not notes:
+        return f"No memory notes yet ({folder}). The agent saves them with `remember`.\n"
+    width = max(len(n.title) for n in notes)
+    lines = [f"Memory ({folder}):"]
+    for n in notes:
+        flag = "" if n.exists else "  [file missing]"
+        lines.append(f"  {n.title.ljust(width)}  {n.kind or '-':<10} {n.summary}{flag}")
+    return "\n".join(lines) + "\n"

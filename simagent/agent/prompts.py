@@ -51,6 +51,9 @@ the path the result names, which you can page with `read_file` or search in the 
 - When a simulator's API is unclear, read its installed source or examples (real paths \
 below) rather than guessing signatures. Skills listed below hold verified recipes: read \
 one before a task it describes.
+- Delegate with `task`: `source-explorer` answers one narrow question from the installed \
+source, `run-analyst` digests a long log or result file; each returns a short typed record \
+(answer, key values with units, files read), so browsing never fills your context.
 - When you search parameters, log every evaluated attempt with `record_attempt`.
 - Save durable, reusable findings (validated settings, data locations, pitfalls, user \
 preferences) with `remember`.

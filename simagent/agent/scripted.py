@@ -20,6 +20,7 @@ Step forms (JSON list, ``{"steps": [...]}``, or TOML ``[[steps]]``)::
     {"invalid_tool_call": {"name": ..., "args": "not json"}}  malformed call (recovery tests)
     {"empty": true}                                           an empty reply (recovery tests)
     {"reasoning": "text", ...}                                reasoning attached to a step
+    {"tool": ..., "args": {...}, "fill": true}                expand {out[..]} in string args
 
 A script that runs out answers with a clear notice instead of raising.
 """
@@ -47,7 +48,7 @@ DEFAULT_WINDOW = 128_000
 EXHAUSTED = "(scripted model: the script has no more steps)"
 
 _STEP_KEYS = {"tool", "tools", "args", "say", "final", "steps", "invalid_tool_call", "empty",
-              "reasoning", "id"}
+              "reasoning", "id", "fill"}
 _OUT_REF = re.compile(r"\{out\[(-?\d+)\](?:\|((?:[^{}\\]|\\.|\{\d*,?\d*\})+))?\}")
 
 
@@ -97,6 +98,17 @@ def flatten_steps(steps: Sequence[Any], *, where: str = "script") -> list[dict[s
 def tool_outputs(messages: Sequence[BaseMessage]) -> list[str]:
     """Text of every tool result in a request, oldest first (what ``out[i]`` indexes)."""
     return [m.text for m in messages if isinstance(m, ToolMessage)]
+
+
+def _fill_args(value: Any, outputs: Sequence[str]) -> Any:
+    """``fill_template`` applied to every string inside tool arguments."""
+    if isinstance(value, str):
+        return fill_template(value, outputs)
+    if isinstance(value, dict):
+        return {k: _fill_args(v, outputs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill_args(v, outputs) for v in value]
+    return value
 
 
 def fill_template(template: str, outputs: Sequence[str]) -> str:
@@ -230,7 +242,10 @@ class ScriptedChatModel(BaseChatModel):
         for k, step in enumerate(steps):
             calls = step.get("tools") or ([step] if "tool" in step else [])
             for j, call in enumerate(calls):
-                tool_calls.append({"name": call["tool"], "args": dict(call.get("args", {})),
+                args = dict(call.get("args", {}))
+                if step.get("fill"):
+                    args = _fill_args(args, outputs)
+                tool_calls.append({"name": call["tool"], "args": args,
                                    "id": call.get("id") or f"call_{index + k}_{j}",
                                    "type": "tool_call"})
             if "invalid_tool_call" in step:

@@ -122,7 +122,9 @@ class ContextLayers:
 
 def context_layers(session: Session, *, chat_model: Any, model_id: str, window: int | None,
                    max_output: int | None, backend: Any, agent: str = "main",
-                   settings: th.ContextSettings | None = None) -> ContextLayers:
+                   settings: th.ContextSettings | None = None,
+                   fs_tools: list[str] | None = None) -> ContextLayers:
+    """The context layers of one agent; ``fs_tools`` limits its file tools (None = stock)."""
     settings = settings or session.context_settings
     suffix = "" if agent == "main" else f"-{agent}"
     history = session.paths.conversation_history / f"{session.id}{suffix}.md"
@@ -133,7 +135,8 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
         window=window, max_output=max_output,
         large_results_dir=session.paths.large_tool_results, agent=agent, tools=tools)
     fs = TracedFilesystemMiddleware(trace=session.trace, agent=agent, backend=backend,
-                                    tool_token_limit_before_evict=th.evict_tokens(settings))
+                                    tool_token_limit_before_evict=th.evict_tokens(settings),
+                                    tools=fs_tools)
     middleware: list[Any] = [fs, SummarizationOff(), context]
     if agent == "main":
         from simagent.context.guards import CostCeilingMiddleware, WatchdogMiddleware

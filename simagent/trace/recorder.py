@@ -11,6 +11,7 @@ commands) passes through untouched.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,6 +60,17 @@ def tool_message_of(result: Any) -> ToolMessage | None:
             if isinstance(msg, ToolMessage):
                 return msg
     return None
+
+
+def _report_of(content: str) -> dict[str, Any] | None:
+    """A subagent's typed record, when its result is one (see ``agent.subagents``)."""
+    if not content.startswith("{"):
+        return None
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and "answer" in data else None
 
 
 class TraceRecorder(AgentMiddleware):
@@ -152,8 +164,11 @@ class TraceRecorder(AgentMiddleware):
                                           "status": status, "elapsed_s": elapsed,
                                           "agent": self.agent})
         if call.get("name") == TASK_TOOL:
-            self.trace.append("subagent_end", {"name": (call.get("args") or {}).get(
-                "subagent_type"), "tool_call_id": call.get("id"), "status": status})
+            end = {"name": (call.get("args") or {}).get("subagent_type"),
+                   "tool_call_id": call.get("id"), "status": status}
+            if report := _report_of(content):
+                end["report"] = report
+            self.trace.append("subagent_end", end)
         self._emit(request, {"type": "tool_finished", "tool_call_id": call.get("id"),
                              "name": call.get("name"), "status": status, "content": content,
                              "elapsed_s": elapsed, "agent": self.agent})

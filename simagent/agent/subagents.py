@@ -1,0 +1,233 @@
+"""Subagents as data: ``<agent>.md`` files that become deepagents subagents with typed reports.
+
+A subagent answers one delegated question in its own context window, so source browsing
+and long logs never enter the main agent's context; the parent gets back a small typed
+record (:class:`SubagentReport`). Definitions are markdown files (frontmatter ``name``,
+``description``, ``tools``, optional ``model``; the body is the system prompt): the
+shared ones in the bundled ``subagents/`` folder, overridden by name by the active
+simulator's ``subagents/`` folder. Adding one adds a file, never agent code.
+
+The model is configurable so exploration can run on a cheaper one:
+``[subagents.<name>] model`` > ``[subagents] model`` > the file's ``model`` > the main
+model. Every subagent has its own context layers and trace recorder
+(``agent=<name>``), so its tokens are traced and rolled up apart from the main agent's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage
+from pydantic import BaseModel, Field, create_model
+
+from simagent.config import ConfigError
+from simagent.simulators import subagent_files
+
+if TYPE_CHECKING:
+    from simagent.config import Config
+    from simagent.simulators import Simulator
+
+#: Name of the tool a subagent files its report with (the report schema's name).
+REPORT_TOOL = "submit_report"
+#: Tools a subagent file may ask for; file tools are deepagents' own, restricted per agent.
+FILE_TOOLS = ("ls", "read_file", "glob", "grep")
+ALLOWED_TOOLS = ("run_python", *FILE_TOOLS)
+INHERIT = "inherit"
+_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+class SubagentError(ConfigError):
+    """A subagent file or setting that cannot be used; names the file and the field."""
+
+
+class KeyValue(BaseModel):
+    name: str = Field(description="What the number is, e.g. 'discharge capacity'.")
+    value: float | int | str = Field(description="The value.")
+    unit: str = Field(default="", description="Its unit, e.g. 'A.h'; '' if dimensionless.")
+
+
+class SubagentReport(BaseModel):
+    """File the final report of the delegated task (call exactly once, at the end)."""
+
+    answer: str = Field(description="The direct answer to the delegated question, in a few "
+                                    "sentences; cite file:line for facts read from source.")
+    key_values: list[KeyValue] = Field(default_factory=list,
+                                       description="The numbers that matter, with units.")
+    files_read: list[str] = Field(default_factory=list, description="Paths you read.")
+    assumptions: list[str] = Field(default_factory=list,
+                                   description="Assumptions the answer rests on.")
+    open_questions: list[str] = Field(default_factory=list,
+                                      description="What you could not settle.")
+
+
+#: The schema under the tool name the model sees (structured output names the tool after it).
+ReportSchema: type[SubagentReport] = create_model(REPORT_TOOL, __base__=SubagentReport,
+                                                  __doc__=SubagentReport.__doc__)
+
+
+@dataclass(frozen=True)
+class SubagentDef:
+    name: str
+    description: str
+    tools: tuple[str, ...]
+    prompt: str
+    source: Path
+    model: str | None = None
+
+
+def parse_subagent(path: Path) -> SubagentDef:
+    """Read one ``<agent>.md``; raises :class:`SubagentError` naming the file and field."""
+    text = path.read_text(encoding="utf-8")
+    match = re.match(r"^---\n(.*?)\n---\n(.*)$", text, re.S)
+    if not match:
+        raise SubagentError(f"{path}: no YAML frontmatter between --- lines")
+    try:
+        meta = yaml.safe_load(match.group(1))
+    except yaml.YAMLError as exc:
+        raise SubagentError(f"{path}: invalid YAML frontmatter: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise SubagentError(f"{path}: frontmatter is not a mapping")
+    name, desc = meta.get("name"), meta.get("description")
+    if not isinstance(name, str) or not _NAME.match(name) or name != path.stem:
+        raise SubagentError(f"{path}: name must be lowercase-hyphen and equal the file "
+                            f"name {path.stem!r}, got {name!r}")
+    if not isinstance(desc, str) or not desc.strip():
+        raise SubagentError(f"{path}: description is required")
+    tools = meta.get("tools", list(ALLOWED_TOOLS))
+    if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+        raise SubagentError(f"{path}: tools must be a list of tool names")
+    unknown = sorted(set(tools) - set(ALLOWED_TOOLS))
+    if unknown:
+        raise SubagentError(f"{path}: unknown tools {unknown} (allowed: "
+                            f"{', '.join(ALLOWED_TOOLS)})")
+    model = meta.get("model")
+    if model is not None and not isinstance(model, str):
+        raise SubagentError(f"{path}: model must be a model string or 'inherit'")
+    body = match.group(2).strip()
+    if not body:
+        raise SubagentError(f"{path}: empty body (the body is the system prompt)")
+    return SubagentDef(name=name, description=" ".join(desc.split()), tools=tuple(tools),
+                       prompt=body, source=path,
+                       model=None if model in (None, "", INHERIT) else model)
+
+
+def discover_subagents(simulator: Simulator | None) -> dict[str, SubagentDef]:
+    """Shared definitions, overridden by name by the simulator's own."""
+    found: dict[str, SubagentDef] = {}
+    for path in subagent_files(simulator):
+        d = parse_subagent(path)
+        found[d.name] = d
+    return found
+
+
+def model_spec_for(defn: SubagentDef, config: Config) -> str | None:
+    """The model string for a subagent (None = the main agent's model)."""
+    section = config.section("subagents")
+    own = section.get(defn.name, {})
+    if not isinstance(own, Mapping):
+        raise SubagentError(f"config: [subagents.{defn.name}] must be a table")
+    for value in (own.get("model"), section.get("model"), defn.model):
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise SubagentError(f"config: subagent model must be a string, got {value!r}")
+        return None if value in ("", INHERIT) else value
+    return None
+
+
+def runtime_note(workspace: Path, outputs: Path, simulator: Simulator | None,
+                 source_dirs: Sequence[Path]) -> str:
+    lines = ["## Runtime",
+             f"- Workspace (kernel working directory): {workspace}",
+             f"- Full raw output of every kernel run: {outputs}/<n>.txt"]
+    if simulator is not None:
+        lines.append(f"- Simulator: {simulator.display_name}")
+    if source_dirs:
+        lines.append("- Installed simulator source (read-only): "
+                     + ", ".join(str(p) for p in source_dirs))
+    lines.append(f"- Finish by calling `{REPORT_TOOL}` exactly once; its record is all the "
+                 "main agent sees of your work, so put every needed number in `key_values` "
+                 "with its unit.")
+    return "\n".join(lines)
+
+
+def files_read(messages: Sequence[Any]) -> list[str]:
+    """Paths the agent really read with ``read_file``, in first-read order."""
+    seen: dict[str, None] = {}
+    for msg in messages:
+        if isinstance(msg, AIMessage):
+            for call in msg.tool_calls:
+                if call.get("name") == "read_file":
+                    path = (call.get("args") or {}).get("file_path")
+                    if isinstance(path, str):
+                        seen.setdefault(path, None)
+    return list(seen)
+
+
+def finish_report(structured: Any, messages: Sequence[Any]) -> SubagentReport:
+    """The record the parent gets: the filed report, or one built from the last reply.
+
+    ``files_read`` always includes what was actually read, whatever the model claimed.
+    """
+    if isinstance(structured, BaseModel):
+        report = ReportSchema.model_validate(structured.model_dump())
+    elif isinstance(structured, Mapping):
+        report = ReportSchema.model_validate(dict(structured))
+    else:
+        last = next((m.text for m in reversed(messages)
+                     if isinstance(m, AIMessage) and m.text and m.text.strip()), "")
+        report = ReportSchema(
+            answer=last.strip() or "(the subagent ended without an answer)",
+            open_questions=[f"The subagent ended without calling {REPORT_TOOL}; this record "
+                            "was built from its last message."])
+    actual = files_read(messages)
+    merged = list(dict.fromkeys([*report.files_read, *actual]))
+    return report.model_copy(update={"files_read": merged})
+
+
+class ReportMiddleware(AgentMiddleware):
+    """Guarantees a typed record when the subagent ends, filed or not."""
+
+    def __init__(self, agent: str) -> None:
+        super().__init__()
+        self.agent = agent
+
+    @property
+    def name(self) -> str:
+        return f"ReportMiddleware[{self.agent}]"
+
+    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any]:
+        return {"structured_response": finish_report(state.get("structured_response"),
+                                                     state.get("messages", []))}
+
+
+def build_specs(defs: Mapping[str, SubagentDef], *, tools: Sequence[Any],
+                layers_for: Callable[[SubagentDef], tuple[list[Any], Any]],
+                prompt_suffix: str) -> list[dict[str, Any]]:
+    """deepagents ``SubAgent`` specs for ``defs``.
+
+    ``layers_for(defn)`` returns ``(middleware, chat_model)`` for one subagent: its
+    context layers, recovery and trace recorder, and the model it runs on.
+    """
+    from langchain.agents.structured_output import ToolStrategy
+
+    by_name = {getattr(t, "name", None): t for t in tools}
+    specs = []
+    for defn in defs.values():
+        middleware, chat_model = layers_for(defn)
+        specs.append({
+            "name": defn.name,
+            "description": defn.description,
+            "system_prompt": f"{defn.prompt}\n\n{prompt_suffix}",
+            "tools": [by_name[t] for t in defn.tools if t in by_name],
+            "model": chat_model,
+            "middleware": [*middleware, ReportMiddleware(defn.name)],
+            "response_format": ToolStrategy(ReportSchema),
+        })
+    return specs

@@ -1,0 +1,193 @@
+"""``simagent doctor``: environment checks, each with a one-line fix.
+
+Checks are small functions returning :class:`Check`; :func:`run_checks` runs them in
+order and never raises, because a doctor that crashes on the broken thing it should
+diagnose is useless. The rendering is a pure function of the checks.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from simagent.paths import state_home
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    #: "warn" checks do not fail the doctor (e.g. no model chosen yet).
+    level: str = "error"
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def check_python() -> Check:
+    v = sys.version_info
+    ok = v >= (3, 11)
+    return Check("python", ok, f"{sys.version.split()[0]} at {sys.executable}",
+                 "" if ok else "install Python 3.11 or newer and reinstall simagent")
+
+
+def check_state_home() -> Check:
+    home = state_home()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        probe = home / ".doctor-probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        return Check("state home", False, f"{home}: {exc.strerror or exc}",
+                     "set SIMAGENT_HOME to a writable folder")
+    return Check("state home", True, str(home))
+
+
+def check_model(workspace: Path) -> Check:
+    from simagent.config import Config, ConfigError
+
+    try:
+        spec, where = Config.load(workspace).model_spec()
+    except ConfigError as exc:
+        return Check("model", False, str(exc).splitlines()[0], "fix the config file named")
+    if not spec:
+        return Check("model", False, "no model chosen", "pass --model provider:model, set "
+                     "SIMAGENT_MODEL, or add model = \"...\" to .simagent/config.toml "
+                     "(scripted:PATH and the bench's replay need no key)", level="warn")
+    from simagent.models import ModelError, resolve_model
+
+    try:
+        resolved = resolve_model(spec)
+    except ModelError as exc:
+        return Check("model", False, f"{spec} ({where}): {str(exc).splitlines()[0]}",
+                     "set the API key variable or install the provider package named")
+    window = f", window {resolved.window:,}" if resolved.window else ", window unknown"
+    return Check("model", True, f"{spec} ({where}){window}")
+
+
+def check_kernel(workspace: Path) -> tuple[Check, float | None]:
+    from simagent.config import Config
+    from simagent.kernel import Kernel, KernelStartError
+    from simagent.paths import SessionPaths
+
+    name = Config.load(workspace).kernel_name()
+    with tempfile.TemporaryDirectory(prefix="simagent-doctor-") as tmp:
+        kernel = Kernel(SessionPaths(Path(tmp) / "s"), cwd=workspace, kernel_name=name)
+        started = time.monotonic()
+        try:
+            kernel.start()
+            res = kernel.execute("1 + 1", timeout=60)
+        except KernelStartError as exc:
+            return Check("kernel", False, str(exc).splitlines()[0],
+                         "pip install ipykernel (or fix [kernel] name in config)"), None
+        finally:
+            kernel.shutdown()
+    seconds = time.monotonic() - started
+    ok = res.ok and (res.value or "").strip() == "2"
+    return Check("kernel", ok, f"{name or 'python3 (simagent)'} started and ran 1+1 in "
+                 f"{seconds:.1f} s" if ok else f"1+1 gave {res.status}",
+                 "" if ok else "reinstall ipykernel"), seconds
+
+
+def check_simulators(workspace: Path, *, in_kernel: bool = True) -> list[Check]:
+    """One check per discovered simulator: packages import (in a real kernel)."""
+    from simagent.config import Config
+    from simagent.simulators import SimulatorError, discover
+    from simagent.workspace_init import check_in_kernel, install_hint
+
+    try:
+        sims = discover()
+    except SimulatorError as exc:
+        return [Check("simulators", False, str(exc), "fix or remove the simulator folder")]
+    config = Config.load(workspace)
+    chosen = config.simulator()
+    checks = []
+    present = [s for s in sims.values() if s.installed()]
+    results = check_in_kernel(present, workspace=workspace, kernel_name=config.kernel_name(),
+                              warmup=False) if in_kernel and present else {}
+    for sim in sims.values():
+        label = f"sim {sim.name}" + (" (workspace)" if sim.name == chosen else "")
+        if sim not in present:
+            missing = [p for p in sim.packages if not _findable(p)]
+            checks.append(Check(label, False, "not installed: " + ", ".join(missing),
+                                install_hint(sim),
+                                level="error" if sim.name == chosen else "warn"))
+            continue
+        res = results.get(sim.name)
+        if res is None:
+            checks.append(Check(label, True, "packages found"))
+        elif res.ok:
+            versions = ", ".join(f"{c.package} {c.detail}" for c in res.imports)
+            checks.append(Check(label, True, versions))
+        else:
+            bad = next((f"{c.package}: {c.detail}" for c in res.imports if not c.ok),
+                       res.error or "import failed")
+            checks.append(Check(label, False, bad, install_hint(sim)))
+    if chosen and chosen not in sims:
+        checks.append(Check("workspace simulator", False, f"unknown simulator {chosen!r}",
+                            f"simagent init --sim NAME (one of {', '.join(sorted(sims))})"))
+    return checks
+
+
+def _findable(pkg: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(pkg) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_tmux() -> Check:
+    import shutil
+
+    path = shutil.which("tmux")
+    return Check("tmux", bool(path), path or "not found (only the TUI end-to-end tests "
+                 "need it)", "" if path else "apt install tmux", level="warn")
+
+
+def run_checks(workspace: Path, *, in_kernel: bool = True,
+               progress: Callable[[str], None] | None = None) -> list[Check]:
+    checks: list[Check] = []
+    steps: list[tuple[str, Callable[[], list[Check]]]] = [
+        ("python", lambda: [check_python()]),
+        ("state home", lambda: [check_state_home()]),
+        ("kernel", lambda: [check_kernel(workspace)[0]]),
+        ("model", lambda: [check_model(workspace)]),
+        ("simulators", lambda: check_simulators(workspace, in_kernel=in_kernel)),
+        ("tmux", lambda: [check_tmux()]),
+    ]
+    for name, step in steps:
+        if progress:
+            progress(f"checking {name}")
+        try:
+            checks.extend(step())
+        except Exception as exc:  # the doctor reports, it does not crash
+            checks.append(Check(name, False, f"check crashed: {type(exc).__name__}: {exc}",
+                                "report this with SIMAGENT_DEBUG=1 output"))
+    return checks
+
+
+def failed(checks: list[Check]) -> bool:
+    return any(not c.ok and c.level == "error" for c in checks)
+
+
+def render(checks: list[Check]) -> str:
+    width = max((len(c.name) for c in checks), default=0)
+    lines = []
+    for c in checks:
+        mark = "ok  " if c.ok else ("FAIL" if c.level == "error" else "warn")
+        lines.append(f"{mark} {c.name.ljust(width)}  {c.detail}")
+        if not c.ok and c.fix:
+            lines.append(f"     {''.ljust(width)}  fix: {c.fix}")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["Check", "failed", "render", "run_checks"]
