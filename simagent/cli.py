@@ -141,17 +141,15 @@ def _cmd_context(args: argparse.Namespace) -> int:
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    from simagent.config import Config, ConfigError
     from simagent.simulators import DEFAULT_SIMULATOR, SimulatorError, get_simulator
     from simagent.workspace_init import check_in_kernel, install_hint, write_workspace_config
 
-    workspace = Path(args.workspace).resolve()
-    if not workspace.is_dir():
-        raise CliError(f"workspace {workspace} is not a folder")
+    workspace = _existing_workspace(args.workspace)
     try:
-        sim = get_simulator(args.sim or DEFAULT_SIMULATOR)
-    except SimulatorError as exc:
+        config = Config.load(workspace)
+        sim = get_simulator(args.sim or config.simulator() or DEFAULT_SIMULATOR)
+    except (ConfigError, SimulatorError) as exc:
         raise CliError(str(exc)) from exc
     if sim is None:
         raise CliError("no simulator is bundled; pass --sim NAME")
@@ -162,13 +160,13 @@ def _cmd_init(args: argparse.Namespace) -> int:
     print(f"wrote {path} (simulator = {sim.name!r})")
     if args.no_check:
         return exit_codes.OK
-    from simagent.config import Config
-
     _progress(f"checking {', '.join(sim.packages) or 'nothing'} in the kernel...")
     check = check_in_kernel([sim], workspace=workspace,
-                            kernel_name=Config.load(workspace).kernel_name())[sim.name]
+                            kernel_name=config.kernel_name())[sim.name]
+    if check.start_failed:
+        raise CliError(check.error or "kernel could not start", exit_codes.KERNEL)
     if check.error:
-        raise CliError(check.error, exit_codes.KERNEL)
+        raise CliError(f"{sim.display_name}: {check.error}", exit_codes.FAILED)
     for c in check.imports:
         print(f"  {'ok  ' if c.ok else 'FAIL'} import {c.package}: {c.detail}")
     if check.warmup_ok is not None:
@@ -204,11 +202,10 @@ def _cmd_simulators(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from simagent.doctor import failed, render, run_checks
 
-    checks = run_checks(Path(args.workspace).resolve(), in_kernel=not args.quick,
+    checks = run_checks(_existing_workspace(args.workspace), in_kernel=not args.quick,
                         progress=None if args.json else _progress)
     if args.json:
         import json
@@ -219,10 +216,19 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return exit_codes.FAILED if failed(checks) else exit_codes.OK
 
 
+def _existing_workspace(path: str):
+    from pathlib import Path
+
+    workspace = Path(path).expanduser().resolve()
+    if not workspace.is_dir():
+        raise CliError(f"workspace {workspace} is not a folder")
+    return workspace
+
+
 def _cmd_memory(args: argparse.Namespace) -> int:
     from simagent.agent.memory import ensure_memory, list_notes, read_note, render_notes
 
-    folder = ensure_memory(args.workspace)
+    folder = ensure_memory(_existing_workspace(args.workspace))
     if args.note:
         try:
             path, text = read_note(folder, args.note)
@@ -313,8 +319,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write .simagent/config.toml in the workspace (simulator, optionally the "
                     "model; other settings are kept) and check, in a real kernel, that the "
                     "simulator's packages import and its warm-up runs.")
-    init.add_argument("--sim", metavar="S", help="simulator name (default: scipy; see "
-                      "'simagent simulators')")
+    init.add_argument("--sim", metavar="S", help="simulator name (default: the workspace's, "
+                      "else scipy; see 'simagent simulators')")
     init.add_argument("--model", metavar="M", help="also set the workspace's model")
     init.add_argument("--no-check", action="store_true", help="write the config only")
     init.add_argument("--workspace", default=".", help="workspace folder (default: .)")

@@ -54,7 +54,8 @@ def check_model(workspace: Path) -> Check:
     from simagent.config import Config, ConfigError
 
     try:
-        spec, where = Config.load(workspace).model_spec()
+        config = Config.load(workspace)
+        spec, where = config.model_spec()
     except ConfigError as exc:
         return Check("model", False, str(exc).splitlines()[0], "fix the config file named")
     if not spec:
@@ -64,7 +65,7 @@ def check_model(workspace: Path) -> Check:
     from simagent.models import ModelError, resolve_model
 
     try:
-        resolved = resolve_model(spec)
+        resolved = resolve_model(spec, model_config=config.model_settings)
     except ModelError as exc:
         return Check("model", False, f"{spec} ({where}): {str(exc).splitlines()[0]}",
                      "set the API key variable or install the provider package named")
@@ -126,10 +127,14 @@ def check_simulators(workspace: Path, *, in_kernel: bool = True) -> list[Check]:
         elif res.ok:
             versions = ", ".join(f"{c.package} {c.detail}" for c in res.imports)
             checks.append(Check(label, True, versions))
+        elif res.start_failed:
+            checks.append(Check(label, False, res.error or "kernel could not start",
+                                "see the kernel check above"))
         else:
             bad = next((f"{c.package}: {c.detail}" for c in res.imports if not c.ok),
                        res.error or "import failed")
-            checks.append(Check(label, False, bad, install_hint(sim)))
+            checks.append(Check(label, False, bad, install_hint(sim),
+                                level="error" if sim.name == chosen else "warn"))
     if chosen and chosen not in sims:
         checks.append(Check("workspace simulator", False, f"unknown simulator {chosen!r}",
                             f"simagent init --sim NAME (one of {', '.join(sorted(sims))})"))

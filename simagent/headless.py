@@ -169,6 +169,7 @@ class StreamPrinter:
 def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
+    from simagent.agent.subagents import SubagentError
     from simagent.cli import CliError
     from simagent.config import Config, ConfigError
     from simagent.kernel import KernelStartError
@@ -202,11 +203,15 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
 
     try:
         note_model_switch(session, resolved.id)
+        try:  # before the kernel starts: a bad subagent file or model fails fast
+            agent = build_agent(session, resolved)
+        except SubagentError as exc:
+            raise CliError(str(exc), exc.code) from exc
         try:
             session.start_kernel()
         except KernelStartError as exc:
             raise CliError(str(exc).splitlines()[0], exit_codes.KERNEL) from exc
-        runner = TurnRunner(session, build_agent(session, resolved))
+        runner = TurnRunner(session, agent)
         printer = StreamPrinter(out, err, stream_text=not opts.json)
         if opts.reset_cost_ceiling and runner.reset_cost_ceiling():
             print("simagent: cost ceiling reset; the configured limits still apply", file=err)

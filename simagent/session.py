@@ -189,8 +189,10 @@ class Session:
         if self.simulator and self.simulator.warmup:
             result = self._traced_execute(self.simulator.warmup, None, 600.0, None,
                                           warmup=True)
-            if result.status in ("interrupted", "died", "timeout"):
-                self._warmed = False  # cut short (e.g. a cancelled turn): run it next time
+            if result.status == "interrupted" and self.cancel_requested.is_set():
+                # A cancelled turn cut it short: run it again next time. A warm-up that
+                # crashes or hangs is not retried (it would cost every later call).
+                self._warmed = False
 
     def execute(self, code: str, *, on_output: Any = None, timeout: float | None = None,
                 tool_call_id: str | None = None) -> ExecResult:

@@ -27,7 +27,8 @@ from simagent.simulators import Simulator, discover
 
 _FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 _EXPECT = re.compile(r"\A\s*<!--\s*expect:\s*(.*?)\s*-->[ \t]*\n?", re.S)
-_NO_RUN = re.compile(r"<!--\s*no-run:\s*(.*?)\s*-->\s*\Z", re.S)
+#: Only the comment right before a block (no other ``-->`` between) marks it no-run.
+_NO_RUN = re.compile(r"<!--\s*no-run:\s*((?:(?!-->).)*?)\s*-->\s*\Z", re.S)
 #: Seconds one example block may run before it counts as a failure.
 BLOCK_TIMEOUT_S = 180.0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,8 @@ class KernelCheck:
     warmup_ok: bool | None = None
     warmup_output: str = ""
     error: str | None = None
+    #: The kernel itself did not start (``error`` says why); nothing was imported.
+    start_failed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -55,9 +58,13 @@ class KernelCheck:
 
 
 def install_hint(sim: Simulator) -> str:
-    """The one-line fix for a simulator whose packages are missing."""
-    names = " ".join(sim.pip) or " ".join(sim.packages)
-    return f"pip install 'simagent[{sim.name}]'  (or: pip install {names})"
+    """The one-line fix for a simulator whose packages are missing (paste-safe)."""
+    from simagent.paths import content_dir
+
+    names = " ".join(shlex.quote(p) for p in (sim.pip or sim.packages))
+    if sim.root.resolve().is_relative_to(content_dir("simulators").resolve()):
+        return f"pip install 'simagent[{sim.name}]'  (or: pip install {names})"
+    return f"pip install {names}"  # a plug-in: no simagent extra exists for it
 
 
 def _set_key(text: str, key: str, value: str) -> str:
@@ -90,7 +97,10 @@ def write_workspace_config(workspace: Path, simulator: str, model: str | None = 
         if isinstance(existing, dict):  # a [model] table: set its id, not a top-level key
             raise ValueError(f"{path}: model is a table; set its id = {model!r} by hand")
         text = _set_key(text, "model", model)
-    tomllib.loads(text)  # never leave a file the next command cannot read
+    try:
+        tomllib.loads(text)  # never leave a file the next command cannot read
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: cannot update it safely ({exc}); edit it by hand") from exc
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
@@ -114,6 +124,7 @@ def check_in_kernel(sims: list[Simulator], *, workspace: Path, kernel_name: str 
         except KernelStartError as exc:
             for check in results.values():
                 check.error = f"kernel could not start: {str(exc).splitlines()[0]}"
+                check.start_failed = True
             return results
         try:
             for sim in sims:

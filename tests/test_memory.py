@@ -78,3 +78,11 @@ def test_memory_command_lists_and_shows(workspace):
     assert shown.returncode == 0 and "Measured 4.95 Ah." in shown.stdout
     missing = subprocess.run([*run, "nope"], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no single memory note matches 'nope'" in missing.stderr
+
+
+def test_brackets_in_a_title_keep_the_note_listed(workspace):
+    folder = mem.ensure_memory(workspace)
+    saved = mem.remember(folder, "Solver [BDF] settings", "rtol 1e-8")
+    [note] = mem.list_notes(folder)
+    assert note.title == "Solver (BDF) settings" and note.exists
+    assert mem.read_note(folder, saved.path.name)[0] == saved.path

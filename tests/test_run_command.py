@@ -37,6 +37,8 @@ def trace_kinds(state_dir: str) -> list[str]:
     db = sqlite3.connect(Path(state_dir) / "trace.sqlite")
     try:
         return [k for (k,) in db.execute("SELECT kind FROM events ORDER BY id")]
+    except sqlite3.OperationalError:  # polled before the writer created its table
+        return []
     finally:
         db.close()
 

@@ -105,12 +105,17 @@ def _plugin_folder(tmp_path: Path, package: str = "no_such_package_xyz") -> Path
     return src
 
 
-def test_entry_point_plugin_is_discovered_and_its_missing_package_reported(tmp_path):
-    src = _plugin_folder(tmp_path)
+def _install_plugin(tmp_path: Path) -> Path:
+    """pip-installs the tiny plug-in into a folder of its own; returns that folder."""
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--no-index", "--target", str(target), str(src)],
-                   check=True, capture_output=True, timeout=300)
+                    "--no-build-isolation", "--no-index", "--target", str(target),
+                    str(_plugin_folder(tmp_path))], check=True, capture_output=True, timeout=300)
+    return target
+
+
+def test_entry_point_plugin_is_discovered_and_its_missing_package_reported(tmp_path):
+    target = _install_plugin(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(target)}
     r = cli("simulators", "--json", env=env)
     assert r.returncode == 0, r.stderr
@@ -122,7 +127,7 @@ def test_entry_point_plugin_is_discovered_and_its_missing_package_reported(tmp_p
     ws.mkdir()
     r = cli("init", "--sim", "tiny", "--workspace", str(ws), env=env)
     assert r.returncode == 1
-    assert "pip install 'simagent[tiny]'" in r.stderr
+    assert "fix: pip install no_such_package_xyz" in r.stderr  # a plug-in has no extra
     assert "FAIL import no_such_package_xyz" in r.stdout
 
 
@@ -184,11 +189,7 @@ def test_doctor_checks_every_simulator_in_a_kernel(tmp_path):
 
 
 def test_doctor_fails_with_a_fix_when_the_workspace_simulator_is_missing(tmp_path):
-    src = _plugin_folder(tmp_path)
-    target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--no-index", "--target", str(target), str(src)],
-                   check=True, capture_output=True, timeout=300)
+    target = _install_plugin(tmp_path)
     ws = tmp_path / "ws"
     (ws / ".simagent").mkdir(parents=True)
     (ws / ".simagent" / "config.toml").write_text('simulator = "tiny"\n')
@@ -196,4 +197,18 @@ def test_doctor_fails_with_a_fix_when_the_workspace_simulator_is_missing(tmp_pat
             env={**os.environ, "PYTHONPATH": str(target)})
     assert r.returncode == 1
     assert "FAIL sim tiny (workspace)" in r.stdout
-    assert "fix: pip install 'simagent[tiny]'" in r.stdout
+    assert "fix: pip install no_such_package_xyz" in r.stdout
+
+
+def test_init_without_sim_keeps_the_workspace_simulator(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / ".simagent").mkdir(parents=True)
+    (ws / ".simagent" / "config.toml").write_text('simulator = "simpy"  # mine\n')
+    r = cli("init", "--no-check", "--workspace", str(ws))
+    assert r.returncode == 0, r.stderr
+    assert tomllib.loads((ws / ".simagent" / "config.toml").read_text())["simulator"] == "simpy"
+    bad = tmp_path / "bad"
+    (bad / ".simagent").mkdir(parents=True)
+    (bad / ".simagent" / "config.toml").write_text("simulator = \n")
+    r = cli("init", "--workspace", str(bad))
+    assert r.returncode == 2 and "config.toml" in r.stderr and "invalid TOML" in r.stderr

@@ -55,6 +55,13 @@ def test_extractor_reads_expectations_and_no_run_reasons():
     assert c.code == "x = 2\n" and c.no_run is None
 
 
+def test_a_no_run_comment_applies_only_to_the_next_block():
+    text = ("<!-- no-run: needs a cluster -->\n```python\nboom()\n```\n"
+            "<!-- expect: ok -->\n```python\nprint('ok')\n```\n")
+    first, second = examples(text)
+    assert first.no_run == "needs a cluster" and second.no_run is None
+
+
 def test_extractor_rejects_a_bad_regex():
     with pytest.raises(ExampleFormatError, match="block 0: bad expect regex"):
         examples("```python\nx\n```\n<!-- expect: ([ -->\n")

@@ -239,3 +239,64 @@ def test_simulator_override_replaces_the_shared_definition(tmp_path):
     defs = discover_subagents(sim)
     assert defs["run-analyst"].description == "custom analyst"
     assert defs["source-explorer"].source.parent.name == "subagents"  # the shared one
+
+
+def test_invalid_report_arguments_go_back_to_the_model_which_files_again(simpy_session):
+    session = simpy_session()
+    steps = [
+        {"tool": "task", "args": {"subagent_type": "run-analyst", "description": "x"},
+         "steps": [
+             {"tool": REPORT_TOOL, "args": {"key_values": [{"name": "n"}]}},  # no answer
+             {"fill": True, "tool": REPORT_TOOL,
+              "args": {"answer": "fixed after: {out[-1]|(answer)}"}}]},
+        {"final": "{out[-1]}"},
+    ]
+    model = ScriptedChatModel.from_steps(steps)
+    result = TurnRunner(session, build_agent(session, model)).run("go")
+    record = json.loads(result.final)
+    assert record["answer"] == "fixed after: answer"  # the error named the missing field
+    assert record["open_questions"] == []
+
+
+def test_failed_reads_are_not_listed_as_read(simpy_session):
+    session = simpy_session()
+    real = session.workspace / "real.txt"
+    real.write_text("hello\n")
+    steps = [
+        {"tool": "task", "args": {"subagent_type": "source-explorer", "description": "x"},
+         "steps": [
+             {"tool": "read_file", "args": {"file_path": str(session.workspace / "nope.py")}},
+             {"tool": "read_file", "args": {"file_path": str(real)}},
+             {"tool": REPORT_TOOL, "args": {"answer": "done"}}]},
+        {"final": "{out[-1]}"},
+    ]
+    model = ScriptedChatModel.from_steps(steps)
+    result = TurnRunner(session, build_agent(session, model)).run("go")
+    assert json.loads(result.final)["files_read"] == [str(real)]
+
+
+def test_report_tool_name_is_what_the_prompts_promise():
+    from langchain.agents.structured_output import ToolStrategy
+
+    from simagent.agent.subagents import ReportSchema
+
+    assert [s.name for s in ToolStrategy(ReportSchema).schema_specs] == [REPORT_TOOL]
+
+
+def test_run_exits_with_the_subagent_models_error_code_before_the_kernel_starts(tmp_path):
+    import subprocess
+    import sys
+
+    ws = tmp_path / "ws"
+    (ws / ".simagent").mkdir(parents=True)
+    (ws / ".simagent" / "config.toml").write_text(
+        '[subagents]\nmodel = "anthropic:claude-haiku-4-5"\n')
+    script = write(tmp_path / "s.json", json.dumps([{"final": "x"}]))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "ANTHROPIC_API_KEY"}
+    r = subprocess.run([sys.executable, "-m", "simagent", "run", "--model", f"scripted:{script}",
+                        "--workspace", str(ws), "hi"], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert r.returncode == 4, r.stderr
+    assert "subagent" in r.stderr and "ANTHROPIC_API_KEY" in r.stderr
+    assert "[subagents" in r.stderr and "internal error" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

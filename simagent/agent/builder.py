@@ -138,15 +138,23 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
 
     def model_for(defn: Any) -> tuple[Any, str, int | None, int | None]:
         spec = model_spec_for(defn, session.config)
-        if spec is None:
+        if spec is None or spec == main[1]:
             return main
         if spec not in resolved:
             try:
-                r = resolve_model(spec)
+                r = resolve_model(spec, model_config=subagent_model_settings(defn.name))
             except ModelError as exc:
-                raise SubagentError(f"subagent {defn.name!r}: model {spec!r}: {exc}") from exc
+                raise SubagentError(
+                    f"subagent {defn.name!r}: model {spec!r}: {str(exc).splitlines()[0]} "
+                    f"(set [subagents] model, or [subagents.{defn.name}] model, in "
+                    ".simagent/config.toml)", exc.code) from exc
             resolved[spec] = (r.chat_model, r.id, r.window, r.max_output)
         return resolved[spec]
+
+    def subagent_model_settings(name: str) -> dict[str, Any]:
+        """``[subagents.<name>]`` minus ``model``: window, api_key_env ... for its model."""
+        own = session.config.section("subagents").get(name, {})
+        return {k: v for k, v in own.items() if k != "model"} if isinstance(own, dict) else {}
 
     def layers_for(defn: Any) -> tuple[list[Any], Any]:
         chat, mid, win, max_out = model_for(defn)

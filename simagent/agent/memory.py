@@ -50,7 +50,8 @@ class SavedNote:
 
 def remember(folder: Path, title: str, content: str, kind: str = "project") -> SavedNote:
     """Write ``<slug>.md`` (frontmatter + body) and add or refresh its index line."""
-    title = " ".join(title.split()) or "note"
+    # brackets would break the index line's markdown link
+    title = " ".join(title.replace("[", "(").replace("]", ")").split()) or "note"
     kind = kind if kind in KINDS else "project"
     slug = slugify(title)
     path = folder / f"{slug}.md"
@@ -69,7 +70,7 @@ def remember(folder: Path, title: str, content: str, kind: str = "project") -> S
     return SavedNote(path, created)
 
 
-_ENTRY = re.compile(r"^- \[(?P<title>[^\]]+)\]\((?P<file>[^)]+)\)(?: \((?P<kind>[a-z]+)\))?"
+_ENTRY = re.compile(r"^- \[(?P<title>.+?)\]\((?P<file>[^)\s]+\.md)\)(?: \((?P<kind>[a-z]+)\))?"
                     r"(?: - (?P<summary>.*))?$")
 
 

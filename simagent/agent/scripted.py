@@ -243,7 +243,7 @@ class ScriptedChatModel(BaseChatModel):
             calls = step.get("tools") or ([step] if "tool" in step else [])
             for j, call in enumerate(calls):
                 args = dict(call.get("args", {}))
-                if step.get("fill"):
+                if step.get("fill") or call.get("fill"):
                     args = _fill_args(args, outputs)
                 tool_calls.append({"name": call["tool"], "args": args,
                                    "id": call.get("id") or f"call_{index + k}_{j}",

@@ -19,13 +19,15 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 import yaml
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import AIMessage
-from pydantic import BaseModel, Field, create_model
+from langchain_core.messages import AIMessage, ToolMessage
+from pydantic import BaseModel, Field
+from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
+from simagent import exit_codes
 from simagent.config import ConfigError
 from simagent.simulators import subagent_files
 
@@ -43,32 +45,58 @@ _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 
 class SubagentError(ConfigError):
-    """A subagent file or setting that cannot be used; names the file and the field."""
+    """A subagent file or setting that cannot be used; names the file and the field.
+
+    ``code`` is the exit code a command leaves with: usage/config by default, the model
+    error's own (e.g. a missing key is a provider error) when the subagent's model fails.
+    """
+
+    def __init__(self, message: str, code: int = exit_codes.USAGE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class KeyValue(BaseModel):
-    name: str = Field(description="What the number is, e.g. 'discharge capacity'.")
-    value: float | int | str = Field(description="The value.")
-    unit: str = Field(default="", description="Its unit, e.g. 'A.h'; '' if dimensionless.")
+    name: str
+    value: float | int | str
+    unit: str = ""
 
 
 class SubagentReport(BaseModel):
+    """The normalized record the parent receives (the model-facing schema is below)."""
+
+    answer: str
+    key_values: list[KeyValue] = []
+    files_read: list[str] = []
+    assumptions: list[str] = []
+    open_questions: list[str] = []
+
+
+class KeyValueArgs(TypedDict):
+    name: Annotated[str, Field(description="What the number is, e.g. 'discharge capacity'.")]
+    value: Annotated[float | int | str, Field(description="The value.")]
+    unit: NotRequired[Annotated[str, Field(description="Its unit, e.g. 'A.h'; '' if "
+                                                       "dimensionless.")]]
+
+
+class submit_report(TypedDict):  # the class name is the tool name the model sees
     """File the final report of the delegated task (call exactly once, at the end)."""
 
-    answer: str = Field(description="The direct answer to the delegated question, in a few "
-                                    "sentences; cite file:line for facts read from source.")
-    key_values: list[KeyValue] = Field(default_factory=list,
-                                       description="The numbers that matter, with units.")
-    files_read: list[str] = Field(default_factory=list, description="Paths you read.")
-    assumptions: list[str] = Field(default_factory=list,
-                                   description="Assumptions the answer rests on.")
-    open_questions: list[str] = Field(default_factory=list,
-                                      description="What you could not settle.")
+    answer: Annotated[str, Field(description="The direct answer to the delegated question, "
+                                             "in a few sentences; cite file:line for facts "
+                                             "read from source.")]
+    key_values: NotRequired[Annotated[list[KeyValueArgs],
+                                      Field(description="The numbers that matter, with units.")]]
+    files_read: NotRequired[Annotated[list[str], Field(description="Paths you read.")]]
+    assumptions: NotRequired[Annotated[list[str], Field(
+        description="Assumptions the answer rests on.")]]
+    open_questions: NotRequired[Annotated[list[str], Field(
+        description="What you could not settle.")]]
 
 
-#: The schema under the tool name the model sees (structured output names the tool after it).
-ReportSchema: type[SubagentReport] = create_model(REPORT_TOOL, __base__=SubagentReport,
-                                                  __doc__=SubagentReport.__doc__)
+#: The structured-output schema. A TypedDict, so the filed report is validated (bad
+#: arguments go back to the model) yet stays a plain dict in checkpointed state.
+ReportSchema = submit_report
 
 
 @dataclass(frozen=True)
@@ -144,6 +172,9 @@ def model_spec_for(defn: SubagentDef, config: Config) -> str | None:
 def runtime_note(workspace: Path, outputs: Path, simulator: Simulator | None,
                  source_dirs: Sequence[Path]) -> str:
     lines = ["## Runtime",
+             "- You share the main agent's Python kernel: work inside functions or with "
+             "`_sa_`-prefixed names, never reassign, mutate or delete existing variables "
+             "(build your own objects), and close figures you create.",
              f"- Workspace (kernel working directory): {workspace}",
              f"- Full raw output of every kernel run: {outputs}/<n>.txt"]
     if simulator is not None:
@@ -158,12 +189,15 @@ def runtime_note(workspace: Path, outputs: Path, simulator: Simulator | None,
 
 
 def files_read(messages: Sequence[Any]) -> list[str]:
-    """Paths the agent really read with ``read_file``, in first-read order."""
+    """Paths the agent really read with ``read_file`` (failed reads excluded), in order."""
+    failed = {m.tool_call_id for m in messages
+              if isinstance(m, ToolMessage) and (m.status == "error" or m.text.startswith(
+                  ("Error:", "Error ")))}
     seen: dict[str, None] = {}
     for msg in messages:
         if isinstance(msg, AIMessage):
             for call in msg.tool_calls:
-                if call.get("name") == "read_file":
+                if call.get("name") == "read_file" and call.get("id") not in failed:
                     path = (call.get("args") or {}).get("file_path")
                     if isinstance(path, str):
                         seen.setdefault(path, None)
@@ -175,14 +209,18 @@ def finish_report(structured: Any, messages: Sequence[Any]) -> SubagentReport:
 
     ``files_read`` always includes what was actually read, whatever the model claimed.
     """
+    report: SubagentReport | None = None
     if isinstance(structured, BaseModel):
-        report = ReportSchema.model_validate(structured.model_dump())
-    elif isinstance(structured, Mapping):
-        report = ReportSchema.model_validate(dict(structured))
-    else:
+        structured = structured.model_dump()
+    if isinstance(structured, Mapping):
+        try:
+            report = SubagentReport.model_validate(dict(structured))
+        except ValueError:
+            report = None
+    if report is None:
         last = next((m.text for m in reversed(messages)
                      if isinstance(m, AIMessage) and m.text and m.text.strip()), "")
-        report = ReportSchema(
+        report = SubagentReport(
             answer=last.strip() or "(the subagent ended without an answer)",
             open_questions=[f"The subagent ended without calling {REPORT_TOOL}; this record "
                             "was built from its last message."])
@@ -203,8 +241,8 @@ class ReportMiddleware(AgentMiddleware):
         return f"ReportMiddleware[{self.agent}]"
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any]:
-        return {"structured_response": finish_report(state.get("structured_response"),
-                                                     state.get("messages", []))}
+        report = finish_report(state.get("structured_response"), state.get("messages", []))
+        return {"structured_response": report.model_dump()}  # plain data in state
 
 
 def build_specs(defs: Mapping[str, SubagentDef], *, tools: Sequence[Any],
