@@ -15,14 +15,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev,simulators]"
 	@touch $(STAMP)
 
-# The main job on embedded defaults: no key, no server.
+# The main job on embedded defaults: no key, no server. The whole bundled bench in replay
+# mode under every context policy (real kernel, real simulators, real graph; scripted model).
 run: $(STAMP)
-	$(VENV)/bin/simagent bench kernel
+	$(VENV)/bin/simagent bench run --out bench-out
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-bench-kernel: run
+bench-kernel: $(STAMP)
+	$(VENV)/bin/simagent bench kernel
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -44,6 +44,73 @@ def _cmd_bench_kernel(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+def _cmd_bench_list(args: argparse.Namespace) -> int:
+    from simagent.bench.workflow import WorkflowError, resolve_workflows
+
+    try:
+        wfs = resolve_workflows(None)
+    except WorkflowError as exc:
+        raise CliError(str(exc)) from exc
+    rows = [{"id": w.id, "title": w.title, "simulator": w.simulator or "scipy", "long": w.long,
+             "tool_calls": w.tool_steps, "probes": len(w.probes), "scorers": len(w.scorers),
+             "path": str(w.path)} for w in wfs]
+    if args.json:
+        import json
+
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['id']:<28} {r['simulator']:<8} {'long ' if r['long'] else '     '}"
+                  f"{r['tool_calls']:>3} calls  {r['title']}")
+    return exit_codes.OK
+
+
+def _cmd_bench_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from simagent.bench.policies import resolve_policies
+    from simagent.bench.report import short_table, write_report
+    from simagent.bench.runner import BenchPlan, run_bench
+    from simagent.bench.workflow import WorkflowError, resolve_workflows
+
+    if args.mode == "live" and not args.model:
+        raise CliError("--mode live needs --model provider:model (replay needs no model)")
+    if args.epochs < 1:
+        raise CliError("--epochs must be at least 1")
+    try:
+        plan = BenchPlan(resolve_workflows(args.workflows), resolve_policies(args.policy),
+                         epochs=args.epochs, mode=args.mode, model=args.model)
+    except (WorkflowError, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    out = Path(args.out)
+    if args.fresh and (out / "records.jsonl").exists():
+        (out / "records.jsonl").unlink()
+    rows = run_bench(plan, out, progress=None if args.json else _bench_progress)
+    report = write_report(rows, out, mode=args.mode)
+    if args.json:
+        import json
+
+        from simagent.bench.runner import summarize
+
+        print(json.dumps({"out": str(out), "report": str(report),
+                          "records": str(out / "records.jsonl"),
+                          "policies": summarize(rows), "rows": len(rows)}, indent=2))
+    else:
+        print("\n" + short_table(rows))
+        print(f"\nreport: {report}")
+    failed = [r for r in rows if r["verdict"] != "pass" and r["policy"] in ("raw", "simagent")]
+    return exit_codes.FAILED if failed else exit_codes.OK
+
+
+def _bench_progress(message: str) -> None:
+    """One redrawn line on a terminal, plain lines otherwise (logs, CI)."""
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r\033[K{message[:150]}")
+    elif " step " not in message:  # per-step updates only redraw a terminal line
+        sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -351,7 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--workspace", default=".", help="workspace folder (default: .)")
     memory.set_defaults(handler=_cmd_memory)
 
-    bench = sub.add_parser("bench", help="measure simagent (kernel micro-benchmarks)",
+    bench = sub.add_parser("bench", help="measure simagent: workflows x context policies, "
+                           "kernel micro-benchmarks",
                            description="Benchmarks, measured side by side in one run.")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCH", required=True,
                                      parser_class=_Parser)
@@ -363,6 +431,32 @@ def build_parser() -> argparse.ArgumentParser:
                     "restart time.")
     kernel.add_argument("--json", action="store_true", help="print one JSON object")
     kernel.set_defaults(handler=_cmd_bench_kernel)
+
+    blist = bench_sub.add_parser("list", help="list the bundled workflows",
+                                 description="The bundled bench workflows (bench/workflows).")
+    blist.add_argument("--json", action="store_true", help="print JSON")
+    blist.set_defaults(handler=_cmd_bench_list)
+
+    brun = bench_sub.add_parser(
+        "run", help="run workflows under context policies and score tokens and recall",
+        description="Run bench workflows under each context policy. Replay mode executes a "
+                    "workflow's kernel steps once, then replays its scripted trajectory "
+                    "through the real graph per policy (no key needed); live mode runs a "
+                    "real model. Writes records.jsonl, report.md and PNG plots to --out; an "
+                    "interrupted run resumes without redoing finished rows. Exit 1 when a "
+                    "raw or simagent run fails its scorers.")
+    brun.add_argument("workflows", nargs="*", metavar="WF",
+                      help="bundled workflow ids or workflow files (default: all bundled)")
+    brun.add_argument("--mode", choices=("replay", "live"), default="replay")
+    brun.add_argument("--policy", default="all", metavar="P,...",
+                      help="policies: raw, simagent, stock, sliding-window, "
+                           "compress-tool-results, truncate, or all (default)")
+    brun.add_argument("--model", metavar="M", help="the model for --mode live")
+    brun.add_argument("--epochs", type=int, default=1, help="runs per workflow and policy")
+    brun.add_argument("--out", default="bench-out", help="output folder (default: bench-out)")
+    brun.add_argument("--fresh", action="store_true", help="ignore finished rows in --out")
+    brun.add_argument("--json", action="store_true", help="print one JSON summary")
+    brun.set_defaults(handler=_cmd_bench_run)
     return parser
 
 

@@ -1,0 +1,167 @@
+"""Context policies the bench compares (design.md §9.3), each a small object.
+
+Every policy runs the same real graph, tools and kernel results; only context handling
+differs. A policy is context settings for simagent's own layers (all off for the
+baselines) plus, optionally, middleware that rewrites the request the model gets. The
+baselines' rewrites are pure functions of the message list, so tests check them on a
+synthetic history without a graph. Adding a policy is a few lines in :data:`POLICIES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+
+from simagent.context.boundaries import safe_cuts
+from simagent.context.counting import count_messages
+from simagent.context.thresholds import ContextSettings
+
+#: Baseline numbers, from the peers' documented defaults (seeds 000-003, design §9.3).
+STOCK_EVICT_TOKENS = 20_000
+STOCK_CLEAR_FRACTION = 0.60
+STOCK_CLEAR_KEEP = 6
+STOCK_SUMMARY_FRACTION = 0.85
+STOCK_SUMMARY_KEEP = 0.10
+SLIDING_TURNS = 20
+COMPRESS_MIN_CHARS = 500
+TRUNCATE_PRESSURE = 0.75
+TRUNCATE_KEEP = 10
+
+#: simagent's layers switched off: what a harness without context management sends.
+UNMANAGED = ContextSettings(evict_tokens=None, clear_fraction=None, summarize=False,
+                            checkpoints=False, budget_check=False, emergency=False,
+                            tool_cap_chars=0, watchdog="off", summary_model="extractive")
+
+View = Callable[[list[BaseMessage], int], list[BaseMessage]]
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    summary: str
+    settings: ContextSettings
+    #: Request rewrite applied before the model call: (messages, window) -> messages.
+    view: View | None = None
+    #: Extra stock middleware (built per run, for the window).
+    extra: Callable[[int], list[Any]] | None = None
+
+    def context_settings(self, window: int) -> ContextSettings:
+        return replace(self.settings, window=window)
+
+    def middleware(self, window: int) -> list[Any]:
+        out = list(self.extra(window)) if self.extra else []
+        if self.view is not None:
+            out.append(ViewMiddleware(self.name, self.view, window))
+        return out
+
+
+class ViewMiddleware(AgentMiddleware):
+    """Applies a policy's pure request rewrite; state is never touched."""
+
+    def __init__(self, policy: str, view: View, window: int) -> None:
+        super().__init__()
+        self.policy, self.view, self.window = policy, view, window
+
+    @property
+    def name(self) -> str:
+        return f"PolicyView[{self.policy}]"
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(request.override(messages=self.view(list(request.messages),
+                                                           self.window)))
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await handler(request.override(messages=self.view(list(request.messages),
+                                                                  self.window)))
+
+
+# ---------------------------------------------------------------- pure views
+def _first_task(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    first = next((m for m in messages if isinstance(m, HumanMessage)), None)
+    return [first] if first is not None else []
+
+
+def _safe_tail_start(messages: Sequence[BaseMessage], start: int) -> int:
+    """The first safe cut at or after ``start`` (never splits a call from its result)."""
+    return next((c for c in safe_cuts(messages) if c >= start), len(messages))
+
+
+def sliding_window(messages: list[BaseMessage], window: int,
+                   rounds: int = SLIDING_TURNS) -> list[BaseMessage]:
+    """The task plus the last ``rounds`` model rounds (an AI reply and its results)."""
+    starts = [i for i, m in enumerate(messages) if isinstance(m, AIMessage)]
+    if len(starts) <= rounds:
+        return messages
+    cut = _safe_tail_start(messages, starts[-rounds])
+    head = _first_task(messages[:cut])
+    return head + messages[cut:]
+
+
+def compress_tool_results(messages: list[BaseMessage], window: int,
+                          min_chars: int = COMPRESS_MIN_CHARS) -> list[BaseMessage]:
+    """Tool results the model has already answered (consumed) over ``min_chars`` -> marker."""
+    last_ai = max((i for i, m in enumerate(messages) if isinstance(m, AIMessage)), default=-1)
+    out = []
+    for i, m in enumerate(messages):
+        if isinstance(m, ToolMessage) and i < last_ai and len(m.text) > min_chars:
+            m = m.model_copy(update={"content": f"[tool result compressed: {len(m.text):,} "
+                                                f"chars, already used]"})
+        out.append(m)
+    return out
+
+
+def truncate(messages: list[BaseMessage], window: int, pressure: float = TRUNCATE_PRESSURE,
+             keep: int = TRUNCATE_KEEP) -> list[BaseMessage]:
+    """Over ``pressure`` of the window: the task, a recap line, and the last ``keep`` messages."""
+    if count_messages(messages) <= pressure * window or len(messages) <= keep + 1:
+        return messages
+    cut = _safe_tail_start(messages, len(messages) - keep)
+    dropped = messages[:cut]
+    calls = [c.get("name", "?") for m in dropped if isinstance(m, AIMessage)
+             for c in m.tool_calls]
+    recap = HumanMessage(f"[recap: {len(dropped)} earlier messages were truncated; they held "
+                         f"{len(calls)} tool calls ({', '.join(sorted(set(calls))) or 'none'})]")
+    return _first_task(dropped) + [recap] + messages[cut:]
+
+
+def _stock_clearing(window: int) -> list[Any]:
+    """langchain's own ClearToolUsesEdit, as deepagents/jutul-agent configure it."""
+    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
+
+    return [ContextEditingMiddleware(edits=[ClearToolUsesEdit(
+        trigger=int(STOCK_CLEAR_FRACTION * window), keep=STOCK_CLEAR_KEEP)])]
+
+
+POLICIES: dict[str, Policy] = {p.name: p for p in (
+    Policy("raw", "no context management (the kernel's own 256 KB output cap only)",
+           UNMANAGED),
+    Policy("simagent", "simagent's layers (design §7), default settings", ContextSettings()),
+    Policy("stock", "deepagents eviction 20k + langchain ClearToolUsesEdit at 60 % keep 6 + "
+                    "summary at 85 % keep 10 %",
+           replace(UNMANAGED, evict_tokens=STOCK_EVICT_TOKENS, summarize=True,
+                   summary_fraction=STOCK_SUMMARY_FRACTION,
+                   summary_keep_fraction=STOCK_SUMMARY_KEEP),
+           extra=_stock_clearing),
+    Policy("sliding-window", f"the task plus the last {SLIDING_TURNS} model rounds",
+           UNMANAGED, view=sliding_window),
+    Policy("compress-tool-results",
+           f"consumed tool results over {COMPRESS_MIN_CHARS} chars become a marker",
+           UNMANAGED, view=compress_tool_results),
+    Policy("truncate", f"over {TRUNCATE_PRESSURE:.0%} of the window keep the last "
+                       f"{TRUNCATE_KEEP} messages plus a recap", UNMANAGED, view=truncate),
+)}
+
+
+def resolve_policies(spec: str | None) -> list[Policy]:
+    """``all`` / None -> every policy; else a comma list of names."""
+    if not spec or spec == "all":
+        return list(POLICIES.values())
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+    return [POLICIES[n] for n in names]

@@ -1,0 +1,138 @@
+"""Replay: run a workflow's kernel steps once for real, then serve the results to every policy.
+
+Kernel results do not depend on the context policy, so recording them once and handing
+them back in order keeps a policy's cost to graph time and keeps every policy's tool
+results byte-identical (the only fair comparison). The recording runs in a real session
+(simulator env, warm-up, real kernel), and its workspace is copied for each policy run,
+so files the steps wrote are there for ``read_file`` and scorers.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simagent.agent.tools import RUN_PYTHON
+from simagent.config import Config
+from simagent.paths import new_session_id
+from simagent.session import Session
+from simagent.simulators import get_simulator
+
+if TYPE_CHECKING:
+    from simagent.bench.workflow import Workflow
+    from simagent.kernel import ExecResult
+
+
+def kernel_codes(steps: list[dict[str, Any]]) -> list[str]:
+    """The code of every ``run_python`` call, in play order (parallel calls in list order)."""
+    codes = []
+    for step in steps:
+        for call in step.get("tools") or ([step] if "tool" in step else []):
+            if call.get("tool") == RUN_PYTHON:
+                codes.append(str((call.get("args") or {}).get("code", "")))
+    return codes
+
+
+@dataclass
+class Recording:
+    """Recorded results of one workflow's kernel steps, served FIFO per code."""
+
+    workflow: str
+    workspace: Path
+    session_dir: Path
+    results: list[tuple[str, ExecResult]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def queues(self) -> dict[str, deque[ExecResult]]:
+        out: dict[str, deque[ExecResult]] = defaultdict(deque)
+        for code, result in self.results:
+            out[code].append(result)
+        return out
+
+
+def record(wf: Workflow, root: Path, progress: Any = None) -> Recording:
+    """Run ``wf``'s kernel steps in a real session under ``root``; return the results."""
+    import time
+
+    workspace = root / "workspace"
+    if root.exists():
+        shutil.rmtree(root)
+    workspace.mkdir(parents=True)
+    wf.write_fixtures(workspace)
+    session = Session.create(workspace, simulator=wf.simulator, approval="auto",
+                             model=f"replay:{wf.id}", config=Config())
+    rec = Recording(wf.id, workspace, session.paths.root)
+    started = time.monotonic()
+    try:
+        session.start_kernel()
+        codes = kernel_codes(wf.steps)
+        for i, code in enumerate(codes):
+            if progress:
+                progress(f"recording {wf.id}: kernel step {i + 1}/{len(codes)}")
+            rec.results.append((code, session.execute(code, timeout=600)))
+    finally:
+        session.close()
+    rec.seconds = time.monotonic() - started
+    return rec
+
+
+class ReplaySession(Session):
+    """A session whose kernel is the recording: ``execute`` returns recorded results."""
+
+    def __init__(self, workspace: Path, recording: Recording, wf: Workflow,
+                 **kw: Any) -> None:
+        super().__init__(workspace, new_session_id(), config=Config(),
+                         simulator=get_simulator(wf.simulator), approval="auto", **kw)
+        self._queues = recording.queues()
+        self._warmed = True
+        self.trace.append("session_start", {"session_id": self.id, "workspace": str(workspace),
+                                            "simulator": self.simulator.name
+                                            if self.simulator else None,
+                                            "model": f"replay:{wf.id}", "approval": "auto",
+                                            "replay": True})
+
+    @property
+    def kernel_state(self) -> str:
+        return "replay"
+
+    def start_kernel(self) -> None:  # the recording is the kernel
+        return None
+
+    def restart_kernel(self) -> float:
+        return 0.0
+
+    def interrupt_kernel(self) -> None:
+        return None
+
+    def execute(self, code: str, *, on_output: Any = None, timeout: float | None = None,
+                tool_call_id: str | None = None) -> ExecResult:
+        from simagent.kernel import ErrorInfo, ExecResult
+
+        queue = self._queues.get(code)
+        if not queue:
+            result = ExecResult(status="error", error=ErrorInfo(
+                "ReplayError", "no recorded result for this code (the trajectory changed)",
+                ""))
+        else:
+            result = queue.popleft()
+        self.trace.append("kernel_exec", {
+            "tool_call_id": tool_call_id, "code": code, "status": result.status,
+            "elapsed_s": round(result.elapsed_s, 3), "execution_count": result.execution_count,
+            "raw_path": str(result.raw_path) if result.raw_path else None, "replayed": True,
+            "warmup": False})
+        for display in result.displays:
+            if display.path is not None:
+                self.trace.append("artifact", {"path": str(display.path), "mime": display.mime,
+                                               "tool_call_id": tool_call_id})
+        return result
+
+
+def policy_workspace(recording: Recording, dest: Path) -> Path:
+    """A fresh copy of the recorded workspace for one policy run."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(recording.workspace, dest, ignore=shutil.ignore_patterns(".simagent"))
+    return dest

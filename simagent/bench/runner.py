@@ -1,0 +1,276 @@
+"""Run workflows x policies x epochs and write one record per run (design.md §9.5).
+
+A record holds what the harness sent (tokens by request layer, peak, calls), what the
+context layers did, recall of the workflow's probes, and each scorer's verdict. Rows are
+appended to ``records.jsonl`` as they finish, so an interrupted bench resumes without
+redoing finished rows (same workflow, policy, epoch and mode).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simagent.bench.policies import Policy
+from simagent.bench.workflow import Workflow
+
+#: Cost of replayed tokens is shown at this model's list price (the scripted model is free).
+REFERENCE_MODEL = "anthropic:claude-sonnet-4-5"
+CONTEXT_KINDS = {"context_eviction": "evictions", "context_clear": "clears",
+                 "context_summary": "summaries", "context_checkpoint": "checkpoints",
+                 "context_emergency": "emergencies"}
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5, cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def row_key(row: dict[str, Any]) -> tuple[str, str, int, str, str | None]:
+    """Rows are reused on resume only for the same code (commit) and mode."""
+    return (row["workflow"], row["policy"], int(row["epoch"]), row.get("mode", "replay"),
+            row.get("commit"))
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue  # a torn last line from a killed run
+    return rows
+
+
+@dataclass
+class BenchPlan:
+    workflows: list[Workflow]
+    policies: list[Policy]
+    epochs: int = 1
+    mode: str = "replay"
+    model: str | None = None  # live mode
+
+    def keys(self) -> list[tuple[Workflow, Policy, int]]:
+        return [(w, p, e) for w in self.workflows for p in self.policies
+                for e in range(self.epochs)]
+
+
+def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model: Any,
+                result: Any, wall: float, mode: str, model_id: str) -> dict[str, Any]:
+    """The record of one finished run, from its trace and the model's last request."""
+    from simagent.bench.scorers import RunView, grade, step_results
+    from simagent.context.prices import cost_usd
+    from simagent.context.recall import reachable, request_text
+
+    events = session.trace.events()
+    usage = [e.payload for e in events if e.kind == "model_usage"]
+    main = [u for u in usage if u.get("agent") == "main"]
+    layers: dict[str, int] = {}
+    for u in usage:
+        for cat, n in (u.get("request") or {}).items():
+            layers[cat] = layers.get(cat, 0) + int(n)
+    last = model.requests[-1] if getattr(model, "requests", None) else []
+    text = request_text(last)
+    roots = [session.paths.root, session.workspace, *getattr(session, "extra_roots", [])]
+    kept = [reachable(p.fact, text, roots) for p in wf.probes]
+    view = RunView(final=result.final or "", events=events,
+                   step_texts=step_results(wf.steps, events), workspace=session.workspace)
+    verdicts = grade(wf.scorers, view)
+    tokens_in = sum(int(u.get("input_tokens", 0)) for u in usage)
+    tokens_out = sum(int(u.get("output_tokens", 0)) for u in usage)
+    cache = sum(int(u.get("cache_read", 0) or 0) for u in usage)
+    over = []
+    if wf.budgets.get("model_calls") and len(usage) > wf.budgets["model_calls"]:
+        over.append("budget:model_calls")
+    if wf.budgets.get("tokens") and tokens_in > wf.budgets["tokens"]:
+        over.append("budget:tokens")
+    if wf.budgets.get("seconds") and wall > wf.budgets["seconds"]:
+        over.append("budget:seconds")
+    failed = [v.scorer for v in verdicts if not v.ok] + over
+    if result.status != "done":
+        failed.append(f"status:{result.status}")
+    price_model = REFERENCE_MODEL if mode == "replay" else model_id
+
+    class _U:
+        input_tokens, output_tokens, cache_read = tokens_in, tokens_out, cache
+
+    return {
+        "run": f"{wf.id}/{policy.name}/{epoch}", "workflow": wf.id, "policy": policy.name,
+        "model": model_id, "mode": mode, "epoch": epoch, "long": wf.long,
+        "verdict": "pass" if not failed else "fail", "failed_scorers": failed,
+        "scorers": [{"scorer": v.scorer, "ok": v.ok, "detail": v.detail} for v in verdicts],
+        "tokens_in": tokens_in, "tokens_out": tokens_out, "tokens_cache_read": cache,
+        "peak_tokens": max((int(u.get("input_tokens", 0)) for u in main), default=0),
+        "per_call_tokens": [int(u.get("input_tokens", 0)) for u in main],
+        "model_calls": len(usage),
+        "tool_calls": sum(1 for e in events if e.kind == "tool_call"),
+        **{name: sum(1 for e in events if e.kind == kind)
+           for kind, name in CONTEXT_KINDS.items()},
+        "recall": round(sum(kept) / len(kept), 4) if kept else 1.0,
+        "probes_lost": [p.fact for p, k in zip(wf.probes, kept, strict=True) if not k],
+        "layers": layers, "wall_s": round(wall, 2),
+        "cost_usd": cost_usd(price_model, _U()), "cost_model": price_model,
+        "final": (result.final or "")[:2000], "commit": git_commit(),
+    }
+
+
+def _step_counter(wf: Workflow, label: str,
+                  progress: Callable[[str], None] | None) -> Callable[[Any], None]:
+    """A TurnRunner event callback that reports ``label step k/N`` as tool calls finish."""
+    from simagent.agent.events import ToolFinished
+
+    done = [0]
+
+    def on_event(event: Any) -> None:
+        if progress and isinstance(event, ToolFinished):
+            done[0] += 1
+            progress(f"{label}  step {done[0]}/{wf.tool_steps}")
+
+    return on_event
+
+
+def run_replay(wf: Workflow, policy: Policy, epoch: int, recording: Any,
+               out_dir: Path, progress: Callable[[str], None] | None = None,
+               label: str = "") -> dict[str, Any]:
+    """One replayed run of ``wf`` under ``policy``: the real graph, recorded kernel results."""
+    from simagent.agent.builder import build_agent
+    from simagent.agent.runner import TurnRunner
+    from simagent.agent.scripted import ScriptedChatModel
+    from simagent.bench.replay import ReplaySession, policy_workspace
+
+    run_dir = out_dir / "runs" / f"{wf.id}--{policy.name}--{epoch}"
+    workspace = policy_workspace(recording, run_dir / "workspace")
+    session = ReplaySession(workspace, recording, wf)
+    session.extra_roots = [recording.session_dir, recording.workspace]
+    try:
+        model = ScriptedChatModel.from_steps(wf.steps, window=wf.window, name=f"replay:{wf.id}")
+        agent = build_agent(session, model, middleware=policy.middleware(wf.window),
+                            context_settings=policy.context_settings(wf.window))
+        started = time.monotonic()
+        result = TurnRunner(session, agent).run(wf.prompt, _step_counter(wf, label, progress))
+        wall = time.monotonic() - started
+        return measure_run(wf, policy, epoch, session=session, model=model, result=result,
+                           wall=wall, mode="replay", model_id=f"replay:{wf.id}")
+    finally:
+        session.close()
+
+
+def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
+             out_dir: Path) -> dict[str, Any]:
+    """One live run: a real model, a real kernel, the workflow's prompt (no script)."""
+    from simagent.agent.builder import build_agent
+    from simagent.agent.runner import TurnRunner
+    from simagent.config import Config
+    from simagent.models import resolve_model
+    from simagent.session import Session
+
+    resolved = resolve_model(model_spec)
+    run_dir = out_dir / "runs" / f"{wf.id}--{policy.name}--{epoch}--live"
+    workspace = run_dir / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    wf.write_fixtures(workspace)
+    session = Session.create(workspace, simulator=wf.simulator, approval="auto",
+                             model=resolved.id, config=Config())
+    try:
+        tap = RequestTap()
+        agent = build_agent(session, resolved, middleware=policy.middleware(wf.window),
+                            context_settings=policy.context_settings(
+                                resolved.window or wf.window))
+        session.start_kernel()
+        started = time.monotonic()
+        result = TurnRunner(session, agent).run(wf.prompt)
+        wall = time.monotonic() - started
+        tap.requests = [_final_view(agent, session)]
+        return measure_run(wf, policy, epoch, session=session, model=tap, result=result,
+                           wall=wall, mode="live", model_id=resolved.id)
+    finally:
+        session.close()
+
+
+class RequestTap:
+    """Stands in for the scripted model's request log in live runs."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[Any]] = []
+
+
+def _final_view(agent: Any, session: Any) -> list[Any]:
+    """The messages the model would see next (the context layers' view of the state)."""
+    from simagent.context.middleware import current_view
+
+    state = agent.graph.get_state(session.thread_config).values
+    return list(current_view(state))
+
+
+def run_bench(plan: BenchPlan, out_dir: Path,
+              progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Run every missing row of ``plan``; returns all rows for the plan (old and new)."""
+    from simagent.bench.replay import record
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "records.jsonl"
+    commit = git_commit()
+    done = {row_key(r): r for r in load_records(path)}
+    total = len(plan.keys())
+    n = 0
+    rows: list[dict[str, Any]] = []
+    say = progress or (lambda _m: None)
+    for wf in plan.workflows:
+        keys = {(p.name, e): (wf.id, p.name, e, plan.mode, commit) for p in plan.policies
+                for e in range(plan.epochs)}
+        todo = [(p, e) for p in plan.policies for e in range(plan.epochs)
+                if keys[(p.name, e)] not in done]
+        rows += [done[k] for k in keys.values() if k in done]
+        n += len(keys) - len(todo)
+        if not todo:
+            continue
+        recording = record(wf, out_dir / "recordings" / wf.id, progress=say) \
+            if plan.mode == "replay" else None
+        for policy, epoch in todo:
+            n += 1
+            label = f"[{n}/{total}] {wf.id} / {policy.name}" + (
+                f" / epoch {epoch}" if plan.epochs > 1 else "")
+            say(label)
+            row = run_replay(wf, policy, epoch, recording, out_dir, say, label) if recording else \
+                run_live(wf, policy, epoch, plan.model or "", out_dir)
+            with path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+            rows.append(row)
+    return rows
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per policy: totals over long workflows, ratios to raw, recall and pass counts."""
+    out: dict[str, dict[str, Any]] = {}
+    raw_long = {r["workflow"]: r["tokens_in"] for r in rows
+                if r["policy"] == "raw" and r.get("long")}
+    for r in rows:
+        s = out.setdefault(r["policy"], {"runs": 0, "passed": 0, "tokens_in": 0,
+                                         "long_tokens_in": 0, "long_raw_tokens_in": 0,
+                                         "long_recall": [], "recall": []})
+        s["runs"] += 1
+        s["passed"] += r["verdict"] == "pass"
+        s["tokens_in"] += r["tokens_in"]
+        s["recall"].append(r["recall"])
+        if r.get("long") and r["workflow"] in raw_long:
+            s["long_tokens_in"] += r["tokens_in"]
+            s["long_raw_tokens_in"] += raw_long[r["workflow"]]
+            s["long_recall"].append(r["recall"])
+    for s in out.values():
+        s["long_ratio_to_raw"] = (s["long_tokens_in"] / s["long_raw_tokens_in"]
+                                  if s["long_raw_tokens_in"] else None)
+        s["min_long_recall"] = min(s["long_recall"]) if s["long_recall"] else None
+        s["mean_recall"] = sum(s["recall"]) / len(s["recall"]) if s["recall"] else None
+        del s["long_recall"], s["recall"]
+    return out
