@@ -17,6 +17,7 @@ import pytest
 
 from simagent.context import prices
 from simagent.context.counting import CATEGORIES
+from simagent.context.thresholds import CLEAR_FRACTION
 from simagent.context.panel import render_context, status_label
 from simagent.context.stats import ContextStats, stats_from_events, stats_from_trace
 from simagent.context.thresholds import ContextSettings, thresholds_for
@@ -225,13 +226,13 @@ def test_cli_context_json_and_text(workspace: Path) -> None:
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["session_id"] == sid and data["used"] == 15_000 and data["estimated"] is True
-    assert data["window"] == WINDOW and data["thresholds"]["clear_trigger"] == int(0.6 * WINDOW)
+    assert data["window"] == WINDOW and data["thresholds"]["clear_trigger"] == int(CLEAR_FRACTION * WINDOW)
     assert sum(data["categories"].values()) == 15_000
     assert data["boundaries"][0]["kind"] == "summary"
 
     r = _cli(sid[:12], "--workspace", str(workspace))
     assert r.returncode == 0, r.stderr
-    assert f"Session {sid}" in r.stdout and f"{int(0.6 * WINDOW):,} tokens" in r.stdout
+    assert f"Session {sid}" in r.stdout and f"{int(CLEAR_FRACTION * WINDOW):,} tokens" in r.stdout
 
     r = _cli("nope-no-such", "--workspace", str(workspace))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no session matches" in r.stderr

@@ -10,10 +10,11 @@ from simagent.context.capping import cap_text
 from simagent.context.overflow import is_context_overflow
 
 
-def test_defaults_follow_the_seeds():
+def test_defaults_follow_the_seeds_except_the_earlier_lossless_clearing():
     t = th.thresholds_for(200_000, "anthropic:claude-opus-4-7", th.ContextSettings())
     assert (t.window, t.tier, t.evict_tokens) == (200_000, "frontier", 20_000)
-    assert (t.clear_trigger, t.clear_keep, t.clear_min_freed) == (120_000, 6, 20_000)
+    # the seeds clear at 60 %; our placeholders keep a path, so we clear at 40 % (bench)
+    assert (t.clear_trigger, t.clear_keep, t.clear_min_freed) == (80_000, 6, 20_000)
     assert (t.summary_trigger, t.summary_keep) == (170_000, 20_000)
 
 
@@ -79,3 +80,17 @@ def test_overflow_messages_are_recognised(message):
 def test_other_errors_are_not_overflows():
     assert not is_context_overflow(ValueError("invalid api key"))
     assert not is_context_overflow(RuntimeError("rate limit exceeded"))
+
+
+def test_clearing_always_comes_before_summarization():
+    s = th.ContextSettings()
+    for model in ("anthropic:claude-opus-4", "openai:gpt-4o", "anthropic:claude-haiku-4-5",
+                  None):
+        t = th.thresholds_for(128_000, model, s)
+        assert t.clear_trigger < t.summary_trigger, model
+    assert th.thresholds_for(128_000, "anthropic:claude-opus-4", s).clear_trigger == int(
+        th.CLEAR_FRACTION * 128_000)
+    small = th.thresholds_for(128_000, "anthropic:claude-haiku-4-5", s)
+    assert abs(small.clear_trigger - 128_000 * th.CLEAR_BEFORE_SUMMARY * 0.35) <= 1
+    off = th.thresholds_for(128_000, None, th.ContextSettings(summarize=False))
+    assert off.clear_trigger == int(th.CLEAR_FRACTION * 128_000)

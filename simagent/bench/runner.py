@@ -82,7 +82,10 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
             layers[cat] = layers.get(cat, 0) + int(n)
     last = model.requests[-1] if getattr(model, "requests", None) else []
     text = request_text(last)
-    roots = [session.paths.root, session.workspace, *getattr(session, "extra_roots", [])]
+    # paths the model can follow: its session, workspace, and the simulator's installed source
+    sim_dirs = session.simulator.package_dirs() if session.simulator else []
+    roots = [session.paths.root, session.workspace, *getattr(session, "extra_roots", []),
+             *sim_dirs]
     kept = [reachable(p.fact, text, roots) for p in wf.probes]
     view = RunView(final=result.final or "", events=events,
                    step_texts=step_results(wf.steps, events), workspace=session.workspace)
