@@ -147,7 +147,7 @@ def test_sliding_window_keeps_the_task_and_the_last_rounds_without_orphans():
 
 
 def test_compress_replaces_only_consumed_long_results():
-    msgs = history(3) + [AIMessage("thinking")]
+    msgs = [*history(3), AIMessage("thinking")]
     msgs.insert(3, ToolMessage("short", tool_call_id="x"))  # under 500 chars: kept
     view = compress_tool_results(msgs, 128_000)
     texts = [m.text for m in view if isinstance(m, ToolMessage)]
@@ -254,3 +254,28 @@ def test_short_replay_end_to_end_writes_records_report_and_resumes(tmp_path):
     assert again.returncode == 0 and json.loads(again.stdout)["rows"] == 3
     assert len((out / "records.jsonl").read_text().splitlines()) == 3  # nothing redone
     assert "recording" not in again.stderr
+
+
+@pytest.mark.slow
+def test_live_mode_runs_a_real_model_over_http_and_records_provider_usage(tmp_path):
+    """Live mode: a model over HTTP (the local OpenAI-compatible stub), a real kernel."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from openai_stub import OpenAIStub, Reply
+
+    from simagent.bench.runner import BenchPlan, run_bench
+
+    canary = resolve_workflows(["canary"])[0]
+    codes = [s["args"]["code"] for s in canary.steps if s.get("tool") == "run_python"]
+    replies = [Reply(tool_calls=[("run_python", json.dumps({"code": c}))], prompt_tokens=5000,
+                     completion_tokens=40, cached_tokens=4000) for c in codes]
+    replies.append(Reply(text="The mean reading is 6.2525 mV; a line gives a slope of 0.7868 mV/s.",
+                         prompt_tokens=6000, completion_tokens=20, cached_tokens=5000))
+    with OpenAIStub(replies) as stub:
+        plan = BenchPlan([canary], resolve_policies("simagent"), mode="live",
+                         model=f"openai-compatible:local@{stub.base_url}")
+        [row] = run_bench(plan, tmp_path / "out")
+    assert row["mode"] == "live" and row["model"].startswith("openai-compatible:local")
+    n = len(codes)
+    assert row["tokens_in"] == 5000 * n + 6000 and row["tokens_cache_read"] == 4000 * n + 5000
+    assert row["model_calls"] == n + 1 and row["tool_calls"] == n
+    assert row["verdict"] == "pass", row["failed_scorers"]  # the kernel really computed it

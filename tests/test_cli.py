@@ -23,7 +23,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
                                   ["run", "--help"], ["sessions", "--help"],
                                   ["transcript", "--help"], ["init", "--help"],
                                   ["simulators", "--help"], ["doctor", "--help"],
-                                  ["memory", "--help"]])
+                                  ["memory", "--help"], ["bench", "run", "--help"],
+                                  ["bench", "list", "--help"]])
 def test_help_does_not_import_heavy_libraries(argv: list[str]) -> None:
     probe = (
         "import sys\nfrom simagent.cli import main\n"

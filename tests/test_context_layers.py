@@ -134,7 +134,8 @@ def long_steps(n_calls: int) -> list[dict]:
 
 def test_long_session_crosses_every_threshold_in_order_without_overflow(opened):
     n = 64
-    settings = th.ContextSettings(evict_tokens=5_000, tool_caps={"run_python": 6_000})
+    settings = th.ContextSettings(evict_tokens=5_000,
+                                  tool_caps={"run_python": 6_000, "execute": 0})
     session, model, agent, runner = opened(long_steps(n), settings=settings, window=40_000,
                                            enforce=True)
     result = runner.run("run the sweep")
@@ -408,7 +409,7 @@ def test_two_task_marks_in_one_reply_and_compact_after_a_failed_turn(opened):
 def test_capped_full_text_survives_eviction_of_the_preview(opened):
     session, _model, agent, runner = opened(
         [{"tool": "dump", "args": {"n": 300_000}}, {"final": "ok"}],
-        settings=th.ContextSettings(evict_tokens=5_000), window=128_000, tools=[dump])
+        settings=th.ContextSettings(evict_tokens=1_000), window=128_000, tools=[dump])
     runner.run("go")
     msg = next(m for m in state_of(agent, session)["messages"] if isinstance(m, ToolMessage))
     full = session.paths.large_tool_results / f"{msg.tool_call_id}.full.txt"

@@ -125,7 +125,7 @@ def truncate(messages: list[BaseMessage], window: int, pressure: float = TRUNCAT
              for c in m.tool_calls]
     recap = HumanMessage(f"[recap: {len(dropped)} earlier messages were truncated; they held "
                          f"{len(calls)} tool calls ({', '.join(sorted(set(calls))) or 'none'})]")
-    return _first_task(dropped) + [recap] + messages[cut:]
+    return [*_first_task(dropped), recap, *messages[cut:]]
 
 
 def _stock_clearing(window: int) -> list[Any]:

@@ -94,8 +94,8 @@ def cites(sc: dict[str, Any], run: RunView) -> Verdict:
     value = next((g for t in texts if (g := _group(sc["regex"], t)) is not None), None)
     if value is None:
         return Verdict("cites", False, f"step {sc['from_step']} has no {sc['regex']!r}")
-    return Verdict("cites", value in run.final, f"answer {'cites' if value in run.final else 'lacks'} "
-                                                f"{value!r}")
+    cited = value in run.final
+    return Verdict("cites", cited, f"answer {'cites' if cited else 'lacks'} {value!r}")
 
 
 def _calls(run: RunView, tool: str, agent: str | None = None) -> int:
