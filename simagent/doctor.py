@@ -100,7 +100,7 @@ def check_kernel(workspace: Path) -> tuple[Check, float | None]:
 def check_simulators(workspace: Path, *, in_kernel: bool = True) -> list[Check]:
     """One check per discovered simulator: packages import (in a real kernel)."""
     from simagent.config import Config
-    from simagent.simulators import SimulatorError, discover
+    from simagent.simulators import SimulatorError, discover, package_found
     from simagent.workspace_init import check_in_kernel, install_hint
 
     try:
@@ -116,7 +116,7 @@ def check_simulators(workspace: Path, *, in_kernel: bool = True) -> list[Check]:
     for sim in sims.values():
         label = f"sim {sim.name}" + (" (workspace)" if sim.name == chosen else "")
         if sim not in present:
-            missing = [p for p in sim.packages if not _findable(p)]
+            missing = [p for p in sim.packages if not package_found(p)]
             checks.append(Check(label, False, "not installed: " + ", ".join(missing),
                                 install_hint(sim),
                                 level="error" if sim.name == chosen else "warn"))
@@ -139,15 +139,6 @@ def check_simulators(workspace: Path, *, in_kernel: bool = True) -> list[Check]:
         checks.append(Check("workspace simulator", False, f"unknown simulator {chosen!r}",
                             f"simagent init --sim NAME (one of {', '.join(sorted(sims))})"))
     return checks
-
-
-def _findable(pkg: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(pkg) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def check_tmux() -> Check:

@@ -211,16 +211,21 @@ class Session:
     def _traced_execute(self, code: str, on_output: Any, timeout: float | None,
                         tool_call_id: str | None, *, warmup: bool = False) -> ExecResult:
         result = self.kernel.execute(code, on_output=on_output, timeout=timeout)
+        self.trace_execution(code, result, tool_call_id, warmup=warmup)
+        return result
+
+    def trace_execution(self, code: str, result: ExecResult, tool_call_id: str | None, *,
+                        warmup: bool = False, **extra: Any) -> None:
+        """The ``kernel_exec`` event of one execution and an ``artifact`` per saved figure."""
         self.trace.append("kernel_exec", {
             "tool_call_id": tool_call_id, "code": code, "status": result.status,
             "elapsed_s": round(result.elapsed_s, 3), "execution_count": result.execution_count,
             "raw_path": str(result.raw_path) if result.raw_path else None,
-            "state_lost": result.state_lost, "warmup": warmup})
+            "state_lost": result.state_lost, "warmup": warmup, **extra})
         for display in result.displays:
             if display.path is not None:
                 self.trace.append("artifact", {"path": str(display.path), "mime": display.mime,
                                                "tool_call_id": tool_call_id})
-        return result
 
     def restart_kernel(self) -> float:
         kernel = self.kernel

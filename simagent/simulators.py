@@ -59,13 +59,7 @@ class Simulator:
 
     def installed(self) -> bool:
         """True when every import package is found by this interpreter (not imported)."""
-        def found(pkg: str) -> bool:
-            try:
-                return importlib.util.find_spec(pkg) is not None
-            except (ImportError, ValueError):
-                return False
-
-        return all(found(p) for p in self.packages)
+        return all(package_found(p) for p in self.packages)
 
     def versions(self) -> dict[str, str | None]:
         """Installed distribution version per pip name (None when not installed)."""
@@ -91,14 +85,28 @@ class Simulator:
 
     def package_dirs(self) -> list[Path]:
         """Source folders of the installed import packages (readable, never writable)."""
-        dirs = []
-        for pkg in self.packages:
-            spec = importlib.util.find_spec(pkg)
-            if spec and spec.submodule_search_locations:
-                dirs.extend(Path(p) for p in spec.submodule_search_locations)
-            elif spec and spec.origin:
-                dirs.append(Path(spec.origin).parent)
-        return dirs
+        return [d for pkg in self.packages for d in package_dirs(pkg)]
+
+
+def package_found(pkg: str) -> bool:
+    """Whether import package ``pkg`` is installed here (found, not imported)."""
+    try:
+        return importlib.util.find_spec(pkg) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def package_dirs(pkg: str) -> list[Path]:
+    """The installed folder(s) of import package ``pkg`` (empty when not installed)."""
+    try:
+        spec = importlib.util.find_spec(pkg)
+    except (ImportError, ValueError):
+        return []
+    if spec and spec.submodule_search_locations:
+        return [Path(p) for p in spec.submodule_search_locations]
+    if spec and spec.origin:
+        return [Path(spec.origin).parent]
+    return []
 
 
 def subagent_files(simulator: Simulator | None) -> list[Path]:

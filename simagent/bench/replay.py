@@ -118,15 +118,7 @@ class ReplaySession(Session):
                 ""))
         else:
             result = queue.popleft()
-        self.trace.append("kernel_exec", {
-            "tool_call_id": tool_call_id, "code": code, "status": result.status,
-            "elapsed_s": round(result.elapsed_s, 3), "execution_count": result.execution_count,
-            "raw_path": str(result.raw_path) if result.raw_path else None, "replayed": True,
-            "warmup": False})
-        for display in result.displays:
-            if display.path is not None:
-                self.trace.append("artifact", {"path": str(display.path), "mime": display.mime,
-                                               "tool_call_id": tool_call_id})
+        self.trace_execution(code, result, tool_call_id, replayed=True)
         return result
 
 

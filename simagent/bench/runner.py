@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from simagent.bench.policies import Policy
@@ -67,7 +68,8 @@ class BenchPlan:
 
 
 def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model: Any,
-                result: Any, wall: float, mode: str, model_id: str) -> dict[str, Any]:
+                result: Any, wall: float, mode: str, model_id: str,
+                commit: str | None = None) -> dict[str, Any]:
     """The record of one finished run, from its trace and the model's last request."""
     from simagent.bench.scorers import RunView, grade, step_results
     from simagent.context.prices import cost_usd
@@ -104,10 +106,7 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
     if result.status != "done":
         failed.append(f"status:{result.status}")
     price_model = REFERENCE_MODEL if mode == "replay" else model_id
-
-    class _U:
-        input_tokens, output_tokens, cache_read = tokens_in, tokens_out, cache
-
+    totals = SimpleNamespace(input_tokens=tokens_in, output_tokens=tokens_out, cache_read=cache)
     return {
         "run": f"{wf.id}/{policy.name}/{epoch}", "workflow": wf.id, "policy": policy.name,
         "model": model_id, "mode": mode, "epoch": epoch, "long": wf.long,
@@ -123,8 +122,8 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
         "recall": round(sum(kept) / len(kept), 4) if kept else 1.0,
         "probes_lost": [p.fact for p, k in zip(wf.probes, kept, strict=True) if not k],
         "layers": layers, "wall_s": round(wall, 2),
-        "cost_usd": cost_usd(price_model, _U()), "cost_model": price_model,
-        "final": (result.final or "")[:2000], "commit": git_commit(),
+        "cost_usd": cost_usd(price_model, totals), "cost_model": price_model,
+        "final": (result.final or "")[:2000], "commit": commit,
     }
 
 
@@ -145,7 +144,7 @@ def _step_counter(wf: Workflow, label: str,
 
 def run_replay(wf: Workflow, policy: Policy, epoch: int, recording: Any,
                out_dir: Path, progress: Callable[[str], None] | None = None,
-               label: str = "") -> dict[str, Any]:
+               label: str = "", commit: str | None = None) -> dict[str, Any]:
     """One replayed run of ``wf`` under ``policy``: the real graph, recorded kernel results."""
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
@@ -164,13 +163,14 @@ def run_replay(wf: Workflow, policy: Policy, epoch: int, recording: Any,
         result = TurnRunner(session, agent).run(wf.prompt, _step_counter(wf, label, progress))
         wall = time.monotonic() - started
         return measure_run(wf, policy, epoch, session=session, model=model, result=result,
-                           wall=wall, mode="replay", model_id=f"replay:{wf.id}")
+                           wall=wall, mode="replay", model_id=f"replay:{wf.id}",
+                           commit=commit)
     finally:
         session.close()
 
 
 def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
-             out_dir: Path) -> dict[str, Any]:
+             out_dir: Path, commit: str | None = None) -> dict[str, Any]:
     """One live run: a real model, a real kernel, the workflow's prompt (no script)."""
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
@@ -196,7 +196,7 @@ def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
         wall = time.monotonic() - started
         tap.requests = [_final_view(agent, session)]
         return measure_run(wf, policy, epoch, session=session, model=tap, result=result,
-                           wall=wall, mode="live", model_id=resolved.id)
+                           wall=wall, mode="live", model_id=resolved.id, commit=commit)
     finally:
         session.close()
 
@@ -245,8 +245,8 @@ def run_bench(plan: BenchPlan, out_dir: Path,
             label = f"[{n}/{total}] {wf.id} / {policy.name}" + (
                 f" / epoch {epoch}" if plan.epochs > 1 else "")
             say(label)
-            row = run_replay(wf, policy, epoch, recording, out_dir, say, label) if recording else \
-                run_live(wf, policy, epoch, plan.model or "", out_dir)
+            row = run_replay(wf, policy, epoch, recording, out_dir, say, label, commit) \
+                if recording else run_live(wf, policy, epoch, plan.model or "", out_dir, commit)
             with path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
             rows.append(row)

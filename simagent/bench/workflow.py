@@ -83,14 +83,12 @@ _PKG = re.compile(r"\{pkg:([A-Za-z_][\w.]*)\}")
 
 def package_dir(name: str) -> str:
     """The installed folder of import package ``name`` (for ``{pkg:NAME}`` in steps)."""
-    import importlib.util
+    from simagent.simulators import package_dirs
 
-    spec = importlib.util.find_spec(name)
-    if spec is None:
+    dirs = package_dirs(name)
+    if not dirs:
         raise WorkflowError(f"package {name!r} is not installed")
-    if spec.submodule_search_locations:
-        return str(Path(next(iter(spec.submodule_search_locations))).resolve())
-    return str(Path(spec.origin or "").resolve().parent)
+    return str(dirs[0].resolve())
 
 
 def expand_packages(value: Any) -> Any:
