@@ -134,6 +134,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_headless(opts)
 
 
+def _cmd_tui(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise CliError("the interactive UI needs a terminal; for one headless turn use "
+                       "'simagent run PROMPT'")
+    from simagent.tui.app import run_tui
+    from simagent.tui.controller import TuiOptions
+
+    return run_tui(TuiOptions(workspace=Path(args.workspace).resolve(), model=args.model,
+                              simulator=args.sim, resume=args.resume,
+                              continue_last=args.continue_last, approval=args.approval))
+
+
 def _cmd_sessions(args: argparse.Namespace) -> int:
     from simagent.trace.sessions import format_sessions_table, list_sessions
 
@@ -330,7 +344,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="A chat assistant that runs simulations in a persistent Python kernel.",
     )
     parser.add_argument("--version", action="version", version=f"simagent {__version__}")
+    _session_options(parser)  # `simagent` alone opens the TUI with these
+    parser.set_defaults(handler=_cmd_tui)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    tui = sub.add_parser(
+        "tui", help="the interactive terminal UI (also what `simagent` alone opens)",
+        description="Chat with the agent in a full-screen terminal UI: streamed answers, "
+                    "collapsible tool cards (ctrl+O), a status bar with the context share, "
+                    "and slash commands (/help lists them). ctrl+C interrupts a turn and "
+                    "keeps the kernel's state.")
+    _session_options(tui)
+    tui.set_defaults(handler=_cmd_tui)
 
     run = sub.add_parser(
         "run", help="one headless turn (streams the answer to stdout)",

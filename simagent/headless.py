@@ -127,7 +127,7 @@ def context_line(event: Any) -> str | None:
 
 
 #: Guard notices that repeat what a guard's context line already said.
-_GUARD_NOTICES = {"watchdog_alert": "watchdog:", "cost_ceiling": "cost ceiling reached"}
+GUARD_NOTICES = {"watchdog_alert": "watchdog:", "cost_ceiling": "cost ceiling reached"}
 
 
 class StreamPrinter:
@@ -159,8 +159,8 @@ class StreamPrinter:
         elif isinstance(event, ContextEvent):
             if line := context_line(event):
                 print(line, file=self.err, flush=True)
-            if event.kind in _GUARD_NOTICES:
-                self._muted.add(_GUARD_NOTICES[event.kind])
+            if event.kind in GUARD_NOTICES:
+                self._muted.add(GUARD_NOTICES[event.kind])
         elif isinstance(event, Notice) and not any(event.text.startswith(p)
                                                    for p in self._muted):
             print(f"! {event.text}", file=self.err, flush=True)

@@ -70,6 +70,9 @@ class ResolvedModel:
     chat_model: Any  # langchain BaseChatModel
     window: int | None  # context window actually loaded, in tokens
     max_output: int | None
+    #: For ``replay:WORKFLOW``: the bench workflow whose trajectory the model plays (its
+    #: prompt, simulator and fixtures make the zero-key demo).
+    workflow: Any = None
 
     @property
     def id(self) -> str:
@@ -119,10 +122,10 @@ def resolve_model(
         if key in cfg and not _positive_int(cfg[key]):
             raise ModelError(f"model config {key!r} must be a positive integer, got {cfg[key]!r}",
                              code=USAGE_ERROR)
+    workflow = None
     if parsed.kind == "replay":
-        raise ModelError("replay models are provided by the bench (simagent bench run); "
-                         "use scripted:PATH for a headless scripted run", code=USAGE_ERROR)
-    if parsed.kind == "scripted":
+        workflow, chat = _replay(parsed, cfg)
+    elif parsed.kind == "scripted":
         chat = _scripted(parsed, cfg)
     elif parsed.kind == "openai-compatible":
         chat = _openai_compatible(parsed, cfg, env)
@@ -130,7 +133,22 @@ def resolve_model(
         chat = _provider(parsed, cfg, env)
     window = context_window(chat, cfg)
     _pin_window(chat, window)
-    return ResolvedModel(parsed, chat, window, max_output_tokens(chat, cfg))
+    return ResolvedModel(parsed, chat, window, max_output_tokens(chat, cfg), workflow)
+
+
+def _replay(spec: ModelSpec, cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """A bench workflow's scripted trajectory as a model (its kernel steps run for real)."""
+    from simagent.agent.scripted import ScriptedChatModel
+    from simagent.bench.workflow import WorkflowError, resolve_workflows
+
+    try:
+        (workflow,) = resolve_workflows([spec.name])
+    except WorkflowError as exc:
+        raise ModelError(f"replay: {exc}; 'simagent bench list' shows the workflows",
+                         code=USAGE_ERROR) from exc
+    window = cfg.get("window") or workflow.window
+    return workflow, ScriptedChatModel.from_steps(workflow.steps, window=window,
+                                                  name=f"replay:{workflow.id}")
 
 
 def _provider(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> Any:

@@ -84,11 +84,14 @@ def test_unknown_provider_is_usage_error() -> None:
     assert "\n" not in str(info.value)
 
 
-def test_replay_is_bench_only() -> None:
+def test_replay_plays_a_bench_workflow() -> None:
     with pytest.raises(ModelError) as info:
         resolve_model("replay:wf-01", environ={})
     assert info.value.code == 2
-    assert "simagent bench run" in str(info.value)
+    assert "unknown workflow 'wf-01'" in str(info.value) and "bench list" in str(info.value)
+    resolved = resolve_model("replay:canary", environ={})
+    assert resolved.workflow.id == "canary" and resolved.id == "replay:canary"
+    assert resolved.workflow.prompt and resolved.window == resolved.workflow.window
 
 
 def test_models_module_imports_no_langchain() -> None:

@@ -19,6 +19,10 @@ from simagent.config import APPROVAL_MODES
 SHELL_TOOLS = ("execute",)
 FILE_WRITE_TOOLS = ("write_file", "edit_file", "delete")
 DECISIONS = ["approve", "edit", "reject", "respond"]
+#: One line per mode, for completion menus and help.
+MODE_HELP = {"ask": "shell commands and every file change wait",
+             "workspace": "shell commands and changes outside the workspace wait",
+             "auto": "nothing waits"}
 
 
 def next_mode(mode: str) -> str:

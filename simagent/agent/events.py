@@ -58,6 +58,8 @@ class ToolFinished:
     content: str
     elapsed_s: float
     agent: str = "main"
+    #: The uncapped raw output on disk (``run_python``), for "full output in ..." notes.
+    raw_path: str | None = None
 
 
 @dataclass(frozen=True)

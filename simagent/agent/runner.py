@@ -314,7 +314,7 @@ class TurnRunner:
             cls = ToolError if item.get("status") == "error" else ToolFinished
             emit(cls(item["tool_call_id"], item["name"], item.get("status", "success"),
                      item.get("content", ""), float(item.get("elapsed_s", 0.0)),
-                     item.get("agent", "main")))
+                     item.get("agent", "main"), item.get("raw_path")))
         elif kind == "context":
             event = ContextEvent(item.get("kind", "context"), dict(item.get("detail") or {}))
             if event.kind == "cost_ceiling" and event.detail.get("action") == "tripped":

@@ -169,9 +169,12 @@ class TraceRecorder(AgentMiddleware):
             if report := _report_of(content):
                 end["report"] = report
             self.trace.append("subagent_end", end)
+        artifact = getattr(msg, "artifact", None)
+        raw_path = artifact.get("raw_path") if isinstance(artifact, dict) else None
         self._emit(request, {"type": "tool_finished", "tool_call_id": call.get("id"),
                              "name": call.get("name"), "status": status, "content": content,
-                             "elapsed_s": elapsed, "agent": self.agent})
+                             "elapsed_s": elapsed, "agent": self.agent,
+                             "raw_path": raw_path})
 
     @staticmethod
     def _emit(request: Any, item: dict[str, Any]) -> None:

@@ -1,0 +1,418 @@
+"""The TUI's engine room: session, model, turns and approvals, without any UI code.
+
+The prompt_toolkit app only forwards keystrokes here and draws ``conversation`` and
+``snapshot()``. Turns run on a worker thread (``TurnRunner`` is synchronous); every
+change to the conversation is handed to ``post`` so it happens on the UI's thread
+(tests pass a ``post`` that calls at once and ``wait()`` for the worker). Nothing here
+raises into the UI: model, kernel and session problems become notices, and the session
+stays usable (``/model`` fixes a missing or broken model without leaving).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simagent.tui.entries import ApprovalEntry, Conversation, PanelEntry
+from simagent.tui.status import StatusSnapshot
+
+Post = Callable[[Callable[[], None]], None]
+
+NO_MODEL_HELP = (
+    "No model is configured. Choose one with /model provider:model, e.g.\n"
+    "  /model anthropic:claude-sonnet-4-5      (needs ANTHROPIC_API_KEY)\n"
+    "  /model openai:gpt-5                      (needs OPENAI_API_KEY)\n"
+    "  /model ollama:qwen3:8b                   (a local Ollama server)\n"
+    "  /model openai-compatible:MODEL@http://127.0.0.1:8080/v1\n"
+    "  /model replay:canary                     (a bench trajectory: no key, no server)\n"
+    "To keep it, set model = \"...\" in .simagent/config.toml or $SIMAGENT_MODEL.")
+
+
+@dataclass
+class TuiOptions:
+    workspace: Path
+    model: str | None = None
+    simulator: str | None = None
+    resume: str | None = None
+    continue_last: bool = False
+    approval: str | None = None
+
+
+class TuiController:
+    def __init__(self, opts: TuiOptions, post: Post | None = None,
+                 invalidate: Callable[[], None] | None = None) -> None:
+        self.opts = opts
+        self.post: Post = post or (lambda fn: fn())
+        self.invalidate = invalidate or (lambda: None)
+        self.conversation = Conversation()
+        self.previews: dict[tuple[str, int], str] = {}
+        self.session: Any = None
+        self.config: Any = None
+        self.resolved: Any = None
+        self.runner: Any = None
+        self.stats: Any = None
+        self.draft = ""  # text to pre-fill the input with (a replay demo's prompt)
+        self.quit_requested = False
+        self._threads: list[threading.Thread] = []
+        self._kernel_ready = threading.Event()
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> bool:
+        """Open the session (new or resumed); False when it cannot open at all."""
+        from simagent.config import Config, ConfigError
+        from simagent.session import Session, SessionNotFound
+        from simagent.simulators import SimulatorError
+
+        try:
+            self.config = Config.load(self.opts.workspace)
+            spec, _where = self.config.model_spec(self.opts.model)
+            model_error = self._resolve(spec) if spec else None
+            sim = self.opts.simulator
+            if sim is None and self.resolved is not None and self.resolved.workflow:
+                sim = self.resolved.workflow.simulator
+            if self.opts.resume or self.opts.continue_last:
+                self.session = Session.resume(self.opts.workspace, self.opts.resume,
+                                              approval=self.opts.approval,
+                                              model=self.model_id, config=self.config)
+            else:
+                self.session = Session.create(self.opts.workspace, simulator=sim,
+                                              approval=self.opts.approval,
+                                              model=self.model_id, config=self.config)
+        except (ConfigError, SimulatorError, SessionNotFound) as exc:
+            self.conversation.note(f"cannot open the session: {exc}", "error")
+            return False
+        self._welcome()
+        if self.session.resume_info is not None:
+            from simagent.tui.history import history_entries
+
+            for entry in history_entries(self.session.trace.events()):
+                self.conversation.add(entry)
+            self.conversation.note(f"resumed session {self.session.id}; the kernel started "
+                                   "fresh, so earlier variables are gone", "warning")
+        if model_error:
+            self.conversation.note(model_error, "error")
+        if self.resolved is None:
+            self.conversation.add(PanelEntry("", NO_MODEL_HELP))
+        else:
+            self._build_runner()
+        self._start_kernel()
+        self.refresh_stats(background=False)
+        return True
+
+    def _welcome(self) -> None:
+        sim = self.session.simulator
+        where = f"{sim.display_name} · " if sim else ""
+        self.conversation.add(PanelEntry(
+            "", f"simagent · {where}workspace {self.session.workspace}\n"
+                "/help lists commands · ctrl+O expands tool output · ctrl+C interrupts"))
+
+    def _resolve(self, spec: str) -> str | None:
+        """Resolve ``spec`` into ``self.resolved``; a one-line error, or None when fine."""
+        from simagent.models import ModelError, resolve_model
+
+        try:
+            resolved = resolve_model(spec, model_config=self.config.model_settings)
+        except ModelError as exc:
+            return f"model {spec}: {exc}"
+        self.resolved = resolved
+        if resolved.workflow is not None:
+            self._prepare_demo(resolved.workflow)
+        return None
+
+    def _prepare_demo(self, workflow: Any) -> None:
+        """A replay demo: its fixtures in the workspace (never overwriting) and its prompt."""
+        for rel in workflow.fixtures:
+            if (self.opts.workspace / rel).exists():
+                break
+        else:
+            workflow.write_fixtures(self.opts.workspace)
+        self.draft = workflow.prompt.strip()
+
+    def _build_runner(self) -> str | None:
+        from simagent.agent.builder import build_agent
+        from simagent.agent.runner import TurnRunner
+        from simagent.agent.subagents import SubagentError
+        from simagent.headless import note_model_switch
+
+        try:
+            note_model_switch(self.session, self.resolved.id)
+            agent = build_agent(self.session, self.resolved)
+        except (SubagentError, ValueError) as exc:
+            self.conversation.note(f"cannot build the agent: {exc}", "error")
+            return str(exc)
+        if self.runner is None:
+            self.runner = TurnRunner(self.session, agent)
+            self._load_pending()
+        else:
+            self.runner.switch_agent(agent)
+        return None
+
+    def _load_pending(self) -> None:
+        """Approvals still waiting from an earlier process (a resumed, paused session)."""
+        for intr in self.runner.pending_interrupts():
+            self._on_event(intr)
+
+    def _start_kernel(self) -> None:
+        from simagent.kernel import KernelStartError
+
+        def start() -> None:
+            try:
+                self.session.start_kernel()
+            except KernelStartError as exc:
+                msg = str(exc).splitlines()[0]
+                self.post(lambda: self.conversation.note(f"kernel could not start: {msg}",
+                                                         "error"))
+            finally:
+                self._kernel_ready.set()
+                self.post(self.invalidate)
+
+        self.spawn(start)
+
+    def close(self) -> None:
+        if self.runner is not None and self.runner.busy:
+            self.runner.cancel()
+        for t in list(self._threads):
+            t.join(timeout=5)
+        if self.session is not None:
+            self.session.close()
+
+    # --------------------------------------------------------------- threads
+    def spawn(self, fn: Callable[[], None]) -> threading.Thread:
+        thread = threading.Thread(target=fn, daemon=True)
+        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
+        return thread
+
+    def wait(self, timeout: float = 60.0) -> None:
+        """Join worker threads (tests; the UI never blocks on them)."""
+        for t in list(self._threads):
+            t.join(timeout=timeout)
+
+    # ------------------------------------------------------------- state
+    @property
+    def busy(self) -> bool:
+        return self.runner is not None and self.runner.busy
+
+    @property
+    def model_id(self) -> str | None:
+        return self.resolved.id if self.resolved is not None else None
+
+    def snapshot(self) -> StatusSnapshot:
+        from simagent.context.panel import status_label
+
+        s = self.session
+        label, level = status_label(self.stats) if self.stats is not None else ("ctx –", "dim")
+        return StatusSnapshot(
+            simulator=s.simulator.name if s and s.simulator else None, model=self.model_id,
+            session_id=s.id if s else "no session", approval=s.approval if s else "?",
+            kernel=s.kernel_state if s else "stopped",
+            cost_usd=self.stats.cost_usd if self.stats is not None else 0.0,
+            ctx_label=label, ctx_level=level, busy=self.busy)
+
+    def context_stats(self) -> Any:
+        from simagent.context.stats import stats_from_trace
+
+        s = self.session
+        window = self.runner.agent.window if self.runner is not None else None
+        return stats_from_trace(s.paths.trace, s.context_settings, model_id=self.model_id,
+                                window=window)
+
+    def refresh_stats(self, background: bool = True) -> None:
+        def work() -> None:
+            try:
+                stats = self.context_stats()
+            except Exception:  # a half-written trace must not break the status bar
+                return
+
+            def apply() -> None:
+                self.stats = stats
+
+            self.post(apply)
+            self.post(self.invalidate)
+
+        if self.session is None:
+            return
+        if background:
+            self.spawn(work)
+        else:
+            work()
+
+    # ------------------------------------------------------------- input
+    def submit(self, text: str) -> None:
+        """Everything the user sends: a command, an approval answer, or a prompt."""
+        from simagent.tui import commands, slash
+
+        text = text.strip()
+        if not text:
+            return
+        if text.startswith("/") and not text.startswith("//"):
+            spec, arg = commands.parse(text)
+            if spec is None:
+                self.conversation.note(commands.suggestion(text), "warning")
+                return
+            if self.busy and not spec.while_busy:
+                self.conversation.note(f"{spec.name} waits until the turn ends "
+                                       "(ctrl+C interrupts it)", "warning")
+                return
+            getattr(slash, spec.handler)(self, arg)
+            return
+        if text.startswith("//"):
+            text = text[1:]  # "//x" sends "/x" as a prompt
+        if self.conversation.pending_approvals():
+            self._answer(text)
+            return
+        if self.busy:
+            self.conversation.note("a turn is running; wait for it or press ctrl+C",
+                                   "warning")
+            return
+        if self.runner is None:
+            self.conversation.note("no model yet: choose one with /model provider:model "
+                                   "(/help lists commands)", "warning")
+            return
+        from simagent.tui.entries import UserEntry
+
+        self.conversation.add(UserEntry(text))
+        self._turn(lambda emit: self.runner.run(text, emit))
+
+    def _on_event(self, event: Any) -> None:
+        from simagent.agent.events import Interrupt
+
+        if isinstance(event, Interrupt):
+            self._preview(event)
+        self.conversation.apply(event)
+
+    def _preview(self, event: Any) -> None:
+        from simagent.tui.render import action_preview
+
+        for i, req in enumerate(event.action_requests):
+            args = dict(req.get("args") or {})
+            current = None
+            path = args.get("file_path") or args.get("path")
+            if path and req.get("name") in ("write_file", "edit_file"):
+                target = Path(str(path))
+                target = target if target.is_absolute() else self.session.workspace / target
+                try:
+                    current = target.read_text(errors="replace")
+                except OSError:
+                    current = None
+            self.previews[(event.interrupt_id, i)] = action_preview(
+                str(req.get("name")), args, current)
+
+    def _turn(self, call: Callable[[Callable[[Any], None]], Any]) -> None:
+        def emit(event: Any) -> None:
+            self.post(lambda: self._on_event(event))
+            self.post(self.invalidate)
+
+        def work() -> None:
+            self._kernel_ready.wait(timeout=120)
+            try:
+                call(emit)
+            except Exception as exc:  # TurnRunner reports its own; this is a last resort
+                msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                self.post(lambda: self.conversation.note(msg, "error"))
+            finally:
+                self.post(self.conversation.end_turn)
+                self.refresh_stats(background=False)
+                self.post(self.invalidate)
+
+        # mark busy before the thread starts, so an immediate second Enter is refused
+        self.runner.busy = True
+        self.spawn(work)
+
+    def _answer(self, text: str) -> None:
+        """The user's answer to the first pending approval; resume when all are answered."""
+        entry = self.conversation.pending_approvals()[0]
+        word = text.strip().lower()
+        if word in ("y", "yes", "approve", "a") and "approve" in entry.allowed:
+            decision: dict[str, Any] = {"type": "approve"}
+        elif word in ("n", "no", "reject", "r") and "reject" in entry.allowed:
+            decision = {"type": "reject"}
+        elif "respond" in entry.allowed:
+            decision = {"type": "respond", "message": text}
+        else:
+            decision = {"type": "reject", "message": text}
+        entry.decision = decision["type"] + (f": {text}" if "message" in decision else "")
+        entry.sent = decision
+        self.conversation.version += 1
+        group = [e for e in self.conversation.entries
+                 if isinstance(e, ApprovalEntry) and e.interrupt_id == entry.interrupt_id]
+        if any(e.decision is None for e in group) or self.runner is None:
+            return
+        if self.conversation.pending_approvals():
+            return  # other interrupts still wait; answer them all, then resume once
+        pending = self.runner.pending_interrupts()
+        decisions: dict[str, list[dict[str, Any]]] = {}
+        for e in self.conversation.entries:
+            if isinstance(e, ApprovalEntry) and e.sent is not None:
+                decisions.setdefault(e.interrupt_id, []).append(e.sent)
+                e.sent = None
+        decisions = {k: v for k, v in decisions.items()
+                     if any(p.interrupt_id == k for p in pending)}
+        if not decisions:
+            self.conversation.note("nothing is waiting for approval any more", "warning")
+            return
+        self._turn(lambda emit: self.runner.resume(decisions, emit, pending=pending))
+
+    # ---------------------------------------------------- command helpers
+    def panel(self, title: str, text: str) -> None:
+        self.conversation.add(PanelEntry(title, text))
+
+    def note(self, text: str, level: str = "info") -> None:
+        self.conversation.note(text, level)
+
+    def switch_model(self, spec: str) -> bool:
+        previous = self.resolved
+        if error := self._resolve(spec):
+            self.note(error, "error")
+            return False
+        if self.session is None:
+            return False
+        if self._build_runner() is not None:
+            self.resolved = previous
+            return False
+        self.refresh_stats()
+        return True
+
+    def set_approval(self, mode: str) -> None:
+        self.session.approval = mode
+        if self.resolved is not None:
+            self._build_runner()
+
+    def new_conversation(self) -> None:
+        """A new session (new thread) that keeps the running kernel and its state."""
+        from simagent.session import Session
+
+        old = self.session
+        kernel = old._kernel
+        old.close("clear", keep_kernel=True)
+        self.session = Session(old.workspace, _new_id(), config=old.config,
+                               simulator=old.simulator, approval=old.approval, kernel=kernel)
+        self.session.trace.append("session_start", {
+            "session_id": self.session.id, "workspace": str(old.workspace),
+            "simulator": old.simulator.name if old.simulator else None,
+            "model": self.model_id, "approval": self.session.approval, "pid": _pid(),
+            "continued_from": old.id})
+        self.session._mark_last()
+        self.runner = None
+        self.conversation = Conversation()
+        self.previews.clear()
+        self._welcome()
+        if self.resolved is not None:
+            self._build_runner()
+        self._kernel_ready.set()
+        self.refresh_stats(background=False)
+
+
+def _new_id() -> str:
+    from simagent.paths import new_session_id
+
+    return new_session_id()
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()

@@ -1,0 +1,248 @@
+"""The conversation as the TUI shows it: entries built from ``TurnRunner`` events.
+
+Pure state, no prompt_toolkit: :meth:`Conversation.apply` folds each typed event into
+an entry (a user message, streamed assistant text, a reasoning block, a tool card, a
+notice, an approval request, a command's panel), and the renderer draws the entries.
+Display state only: collapsing a card never touches what the model sees.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from simagent.agent.events import (
+    ContextEvent,
+    Interrupt,
+    Notice,
+    ReasoningDelta,
+    TextDelta,
+    ToolFinished,
+    ToolOutput,
+    ToolRequested,
+    ToolStarted,
+)
+from simagent.headless import GUARD_NOTICES, context_line
+from simagent.kernel.terminal import TerminalBuffer
+
+#: A tool card keeps at most this much live output (the full output is on disk).
+CARD_MAX_CHARS = 64 * 1024
+CARD_MAX_ROWS = 2_000
+#: The tool whose cards are subagent runs (deepagents' ``task``).
+TASK_TOOL = "task"
+
+
+@dataclass
+class UserEntry:
+    text: str
+
+
+@dataclass
+class AssistantEntry:
+    text: str = ""
+    agent: str = "main"
+
+
+@dataclass
+class ReasoningEntry:
+    text: str = ""
+    done: bool = False
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None
+
+
+@dataclass
+class NoticeEntry:
+    text: str
+    level: str = "info"  # info | warning | error | context | human
+
+
+@dataclass
+class PanelEntry:
+    """A slash command's output, shown preformatted (``/context``, ``/help`` ...)."""
+
+    title: str
+    text: str
+
+
+@dataclass
+class ApprovalEntry:
+    """One action waiting for the user's decision (and, later, the decision)."""
+
+    interrupt_id: str
+    index: int
+    name: str
+    args: dict[str, Any]
+    allowed: tuple[str, ...] = ("approve", "reject", "respond")
+    decision: str | None = None  # what the user chose, as shown
+    sent: dict[str, Any] | None = None  # the decision not yet sent to the graph
+
+
+@dataclass
+class ToolCard:
+    id: str
+    name: str
+    args: dict[str, Any]
+    agent: str = "main"
+    status: str = "requested"  # requested | running | success | error
+    started: float | None = None
+    elapsed_s: float | None = None
+    content: str = ""
+    raw_path: str | None = None
+    notes: str = ""  # a subagent's streamed text, for its task card
+    output: TerminalBuffer = field(
+        default_factory=lambda: TerminalBuffer(max_chars=CARD_MAX_CHARS,
+                                               max_rows=CARD_MAX_ROWS))
+    lines_seen: int = 0
+
+    @property
+    def running(self) -> bool:
+        return self.status in ("requested", "running")
+
+    def elapsed(self, now: float | None = None) -> float:
+        if self.elapsed_s is not None:
+            return self.elapsed_s
+        if self.started is None:
+            return 0.0
+        return (now if now is not None else time.monotonic()) - self.started
+
+    def feed(self, kind: str, text: str) -> None:
+        if kind == "clear":
+            self.output.clear()
+            return
+        if kind == "stderr":
+            self.output.feed(text)
+        elif kind in ("stdout", "error"):
+            self.output.feed(text)
+        elif kind == "display" and text:
+            self.output.feed(f"[display] {text.strip()}\n")
+        self.lines_seen += text.count("\n")
+
+
+Entry = (UserEntry | AssistantEntry | ReasoningEntry | NoticeEntry | PanelEntry
+         | ApprovalEntry | ToolCard)
+
+
+class Conversation:
+    """Entries in display order plus an index of tool cards by call id."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self.cards: dict[str, ToolCard] = {}
+        self._muted: set[str] = set()
+        self.version = 0  # bumped on every change (the renderer caches on it)
+
+    def add(self, entry: Entry) -> Entry:
+        self._close_reasoning()
+        self.entries.append(entry)
+        self.version += 1
+        return entry
+
+    def note(self, text: str, level: str = "info") -> None:
+        self.add(NoticeEntry(text, level))
+
+    def pending_approvals(self) -> list[ApprovalEntry]:
+        return [e for e in self.entries if isinstance(e, ApprovalEntry) and e.decision is None]
+
+    def running_cards(self) -> list[ToolCard]:
+        return [c for c in self.cards.values() if c.running]
+
+    def end_turn(self) -> None:
+        """The turn ended: close reasoning and mark cards that never finished."""
+        self._close_reasoning()
+        for card in self.running_cards():
+            card.status = "cancelled"
+            card.elapsed_s = card.elapsed()
+        self._muted.clear()
+        self.version += 1
+
+    # ---------------------------------------------------------------- events
+    def apply(self, event: Any) -> None:
+        self.version += 1
+        if isinstance(event, ReasoningDelta):
+            self._reasoning(event)
+        elif isinstance(event, TextDelta):
+            self._text(event)
+        elif isinstance(event, ToolRequested | ToolStarted):
+            self._tool_start(event)
+        elif isinstance(event, ToolOutput):
+            self._tool_output(event)
+        elif isinstance(event, ToolFinished):
+            self._tool_end(event)
+        elif isinstance(event, ContextEvent):
+            if line := context_line(event):
+                self.add(NoticeEntry(line, "alert" if line.startswith("!") else "context"))
+            if event.kind in GUARD_NOTICES:
+                self._muted.add(GUARD_NOTICES[event.kind])
+        elif isinstance(event, Interrupt):
+            for i, req in enumerate(event.action_requests):
+                cfg = event.review_configs[i] if i < len(event.review_configs) else {}
+                allowed = tuple(d for d in cfg.get("allowed_decisions",
+                                                   ("approve", "reject", "respond"))
+                                if d != "edit")
+                self.add(ApprovalEntry(event.interrupt_id, i, str(req.get("name", "?")),
+                                       dict(req.get("args") or {}), allowed))
+        elif isinstance(event, Notice):
+            if not any(event.text.startswith(p) for p in self._muted):
+                self.add(NoticeEntry(event.text, event.level))
+
+    def _close_reasoning(self) -> None:
+        for entry in reversed(self.entries[-3:]):
+            if isinstance(entry, ReasoningEntry) and not entry.done:
+                entry.done = True
+                entry.ended = time.monotonic()
+
+    def _reasoning(self, event: ReasoningDelta) -> None:
+        if event.agent != "main":
+            return
+        last = self.entries[-1] if self.entries else None
+        if isinstance(last, ReasoningEntry) and not last.done:
+            last.text += event.text
+        else:
+            self.add(ReasoningEntry(event.text))
+
+    def _text(self, event: TextDelta) -> None:
+        if event.agent != "main":
+            task = next((c for c in reversed(self.cards.values())
+                         if c.name == TASK_TOOL and c.running), None)
+            if task is not None:
+                task.notes += event.text
+            return
+        last = self.entries[-1] if self.entries else None
+        if isinstance(last, AssistantEntry) and last.agent == event.agent:
+            last.text += event.text
+        else:
+            self.add(AssistantEntry(event.text, event.agent))
+
+    def _tool_start(self, event: ToolRequested | ToolStarted) -> None:
+        card = self.cards.get(event.id) if event.id else None
+        if card is None:
+            card = ToolCard(event.id, event.name, dict(event.args), event.agent)
+            if event.id:
+                self.cards[event.id] = card
+            self.add(card)
+        if isinstance(event, ToolStarted):
+            card.status = "running"
+            card.started = time.monotonic()
+            card.args = dict(event.args) or card.args
+            card.agent = event.agent
+
+    def _tool_output(self, event: ToolOutput) -> None:
+        if event.kind == "human":  # for the person only (e.g. a dashboard link)
+            self.add(NoticeEntry(event.text.strip(), "human"))
+            return
+        card = self.cards.get(event.id)
+        if card is not None:
+            card.feed(event.kind, event.text)
+
+    def _tool_end(self, event: ToolFinished) -> None:
+        card = self.cards.get(event.id)
+        if card is None:
+            card = ToolCard(event.id, event.name, {}, event.agent)
+            self.cards[event.id] = card
+            self.add(card)
+        card.status = "error" if event.status == "error" else "success"
+        card.elapsed_s = event.elapsed_s
+        card.content = event.content
+        card.raw_path = getattr(event, "raw_path", None)

@@ -1,0 +1,51 @@
+"""A resumed session's earlier conversation, rebuilt from its trace (pure).
+
+The trace holds what was said and done (``message_user``, ``message_assistant``,
+``tool_call``/``tool_result``, guard and context events), so a resumed TUI shows the
+past the way it looked, with every tool card collapsed and its output as recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from simagent.agent.events import ContextEvent
+from simagent.headless import context_line
+from simagent.tui.entries import AssistantEntry, Entry, NoticeEntry, ToolCard, UserEntry
+
+_CONTEXT_KINDS = ("context_eviction", "context_clear", "context_summary", "context_checkpoint",
+                  "context_emergency", "watchdog_alert", "cost_ceiling")
+#: How many of the newest entries a resumed session shows (older ones stay in the trace).
+HISTORY_LIMIT = 200
+
+
+def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[Entry]:
+    entries: list[Entry] = []
+    cards: dict[str, ToolCard] = {}
+    for ev in events:
+        p = ev.payload if isinstance(ev.payload, dict) else {}
+        agent = p.get("agent", "main") or "main"
+        if ev.kind == "message_user":
+            entries.append(UserEntry(str(p.get("content") or "")))
+        elif ev.kind == "message_assistant" and agent == "main":
+            if text := str(p.get("content") or "").strip():
+                entries.append(AssistantEntry(text))
+        elif ev.kind == "tool_call" and agent == "main":
+            card = ToolCard(str(p.get("id") or ""), str(p.get("name") or "?"),
+                            dict(p.get("args") or {}), agent)
+            card.status = "cancelled"  # until its result shows up
+            cards[card.id] = card
+            entries.append(card)
+        elif ev.kind == "tool_result" and (card := cards.get(str(p.get("tool_call_id")))):
+            card.status = "error" if p.get("status") == "error" else "success"
+            card.content = str(p.get("content") or "")
+            try:
+                card.elapsed_s = float(p.get("elapsed_s") or 0.0)
+            except (TypeError, ValueError):
+                card.elapsed_s = 0.0
+        elif ev.kind == "kernel_exec" and (card := cards.get(str(p.get("tool_call_id")))):
+            card.raw_path = p.get("raw_path")
+        elif ev.kind in _CONTEXT_KINDS and (line := context_line(ContextEvent(ev.kind, p))):
+            entries.append(NoticeEntry(line, "context"))
+    return entries[-limit:]

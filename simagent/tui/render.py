@@ -1,0 +1,254 @@
+"""Draw conversation entries as terminal rows (pure: entries + width in, rows out).
+
+Tool cards are one line when collapsed; a running ``run_python`` card also shows its
+code and a live tail of the rendered output, so a progress bar redraws in place. Ctrl+O
+expands every card and reasoning block; an expanded card still shows a bounded tail of
+the output with a note naming the file that holds all of it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+from typing import Any
+
+from simagent.headless import one_line
+from simagent.tui.entries import (
+    TASK_TOOL,
+    ApprovalEntry,
+    AssistantEntry,
+    Entry,
+    NoticeEntry,
+    PanelEntry,
+    ReasoningEntry,
+    ToolCard,
+    UserEntry,
+)
+from simagent.tui.text import Line, clip, markdown, sanitize, wrap, wrap_fragments
+
+#: Rows of code and of output a running card shows; rows an expanded card shows.
+LIVE_CODE_ROWS = 8
+LIVE_TAIL_ROWS = 8
+EXPANDED_ROWS = 40
+REASONING_TAIL_ROWS = 3
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+_STATUS_MARK = {"success": ("✓", "class:ok"), "error": ("✗", "class:error"),
+                "cancelled": ("■", "class:warning"), "requested": ("○", "class:dim")}
+_NOTICE_STYLE = {"info": "class:notice", "warning": "class:warning", "error": "class:error",
+                 "alert": "class:alert", "context": "class:dim", "human": "class:human"}
+
+
+def tool_label(card: ToolCard) -> str:
+    """``run_python``, or ``task → source-explorer`` for a subagent run."""
+    if card.name == TASK_TOOL:
+        return f"task → {card.args.get('subagent_type') or 'subagent'}"
+    return card.name
+
+
+def _summary(card: ToolCard) -> str:
+    if card.name == TASK_TOOL:
+        return str(card.args.get("description") or "").split("\n")[0]
+    return one_line(card.args, width=200)
+
+
+def _outcome(card: ToolCard) -> str:
+    """The last meaningful line of what the tool returned (or printed)."""
+    text = card.output.render(max_rows=20).strip() if card.name != TASK_TOOL else ""
+    text = text or card.content.strip()
+    for line in reversed(sanitize(text).split("\n")):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f}s" if seconds < 60 else f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+def _indent_rows(rows: list[Line], prefix: str, style: str = "class:dim") -> list[Line]:
+    return [[(style, prefix), *row] for row in rows]
+
+
+def _plain_rows(text: str, width: int, style: str) -> list[Line]:
+    return [[(style, piece)] for line in sanitize(text).split("\n") for piece in wrap(line, width)]
+
+
+def _bounded(text: str, rows: int, width: int, style: str, raw_path: str | None
+             ) -> list[Line]:
+    """The last ``rows`` wrapped rows of ``text``, with a note when earlier ones are hidden."""
+    lines = sanitize(text).rstrip("\n").split("\n") if text.strip() else []
+    wrapped = [piece for line in lines for piece in wrap(line, width)]
+    out: list[Line] = []
+    if len(wrapped) > rows:
+        hidden = len(wrapped) - rows
+        where = f"; full output: {raw_path}" if raw_path else ""
+        out += _plain_rows(f"… {hidden:,} earlier rows{where}", width, "class:dim")
+        wrapped = wrapped[-rows:]
+    out += [[(style, piece)] for piece in wrapped]
+    return out
+
+
+def card_header(card: ToolCard, width: int, now: float) -> Line:
+    if card.running and card.status == "running":
+        mark, style = SPINNER[int(now * 10) % len(SPINNER)], "class:running"
+    else:
+        mark, style = _STATUS_MARK.get(card.status, ("·", "class:dim"))
+    who = "" if card.agent == "main" else f"[{card.agent}] "
+    label = f"{who}{tool_label(card)}"
+    tail = f" {_duration(card.elapsed(now))}" if card.started or card.elapsed_s else ""
+    if not card.running and (outcome := _outcome(card)):
+        tail += f" · {outcome}"
+    summary = _summary(card)
+    head = f"{mark} "
+    room = max(0, width - len(head) - len(label) - 2)
+    body = clip(f"{summary}  {tail.strip()}" if summary else tail.strip(), room)
+    return [(style, head), ("class:tool.label", label), ("", "  " if body else ""),
+            ("class:tool.summary", body)]
+
+
+def render_card(card: ToolCard, width: int, expanded: bool, now: float) -> list[Line]:
+    rows: list[Line] = [card_header(card, width, now)]
+    inner = max(1, width - 2)
+    live = card.running and card.status == "running"
+    if not (expanded or live):
+        return rows
+    code = str(card.args.get("code") or "")
+    if code and (expanded or card.name == "run_python"):
+        code_rows = [piece for line in sanitize(code).rstrip("\n").split("\n")
+                     for piece in wrap(line, max(1, inner - 2))]
+        limit = len(code_rows) if expanded else LIVE_CODE_ROWS
+        shown = code_rows[:limit]
+        rows += [[("class:dim", "  │ "), ("class:code", r)] for r in shown]
+        if len(code_rows) > limit:
+            rows.append([("class:dim", f"  │ … {len(code_rows) - limit} more lines of code")])
+    elif expanded and card.args and not code:
+        rows += _indent_rows(_plain_rows(one_line(card.args, width=10_000), inner - 2,
+                                         "class:code"), "  │ ")
+    if card.name == TASK_TOOL and card.notes.strip():
+        rows += _indent_rows(_bounded(card.notes, EXPANDED_ROWS if expanded else
+                                      LIVE_TAIL_ROWS, inner, "class:dim", None), "  ")
+    output = card.output.render(max_rows=EXPANDED_ROWS + 1 if expanded else LIVE_TAIL_ROWS)
+    if not output.strip() and not live:
+        output = card.content
+    if output.strip():
+        out_rows = _bounded(output, EXPANDED_ROWS if expanded else LIVE_TAIL_ROWS, inner - 2,
+                            "class:output", card.raw_path)
+        rows += [[("class:dim", "  ⎿ " if i == 0 else "    "), *row]
+                 for i, row in enumerate(out_rows)]
+    return rows
+
+
+def render_reasoning(entry: ReasoningEntry, width: int, expanded: bool, now: float
+                     ) -> list[Line]:
+    if entry.done and not expanded:
+        took = (entry.ended or now) - entry.started
+        return [[("class:reasoning", clip(f"✻ thought for {_duration(took)} "
+                                          f"({len(entry.text):,} chars) · ctrl+O shows it",
+                                          width))]]
+    rows = [[("class:reasoning", "✻ thinking…" if not entry.done else "✻ reasoning")]]
+    body = _plain_rows(entry.text.strip(), max(1, width - 2), "class:reasoning")
+    if not expanded:
+        body = body[-REASONING_TAIL_ROWS:]
+    return rows + _indent_rows(body, "  ", "class:reasoning")
+
+
+def action_preview(name: str, args: dict[str, Any], current: str | None) -> str:
+    """What an approval would do, as text: a unified diff for file changes.
+
+    ``current`` is the file's text now (None when it does not exist or is unreadable).
+    """
+    path = str(args.get("file_path") or args.get("path") or "")
+    if name == "write_file":
+        new = str(args.get("content") or "")
+        old = current or ""
+        diff = difflib.unified_diff(old.splitlines(), new.splitlines(),
+                                    "a/" + path if current is not None else "/dev/null",
+                                    "b/" + path, lineterm="", n=2)
+        return "\n".join(diff) or f"(no change to {path})"
+    if name == "edit_file":
+        old_s, new_s = str(args.get("old_string") or ""), str(args.get("new_string") or "")
+        if current is not None and old_s and old_s in current:
+            replaced = (current.replace(old_s, new_s) if args.get("replace_all")
+                        else current.replace(old_s, new_s, 1))
+            diff = difflib.unified_diff(current.splitlines(), replaced.splitlines(),
+                                        "a/" + path, "b/" + path, lineterm="", n=2)
+        else:
+            diff = difflib.unified_diff(old_s.splitlines(), new_s.splitlines(),
+                                        "a/" + path, "b/" + path, lineterm="", n=1)
+        return "\n".join(diff) or f"(no change to {path})"
+    if name == "execute":
+        return f"$ {args.get('command', '')}"
+    return one_line(args, width=2_000)
+
+
+def _diff_style(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "class:diff.file"
+    if line.startswith("+"):
+        return "class:diff.add"
+    if line.startswith("-"):
+        return "class:diff.del"
+    if line.startswith("@@"):
+        return "class:diff.hunk"
+    return "class:output"
+
+
+def render_approval(entry: ApprovalEntry, width: int, preview: str) -> list[Line]:
+    inner = max(1, width - 4)
+    if entry.decision is not None:
+        return [[("class:dim", clip(f"⏸ {entry.name}: {entry.decision}", width))]]
+    rows: list[Line] = [[("class:approval", clip(f"⏸ approve {entry.name}?", width))]]
+    lines = sanitize(preview).split("\n")
+    shown = lines[:EXPANDED_ROWS]
+    for line in shown:
+        rows += [[("class:dim", "  │ "), (_diff_style(line), piece)] for piece in wrap(line, inner)]
+    if len(lines) > len(shown):
+        rows.append([("class:dim", f"  │ … {len(lines) - len(shown)} more lines")])
+    choices = ["y approve" if "approve" in entry.allowed else "",
+               "n reject" if "reject" in entry.allowed else "",
+               "or type a reply to send instead" if "respond" in entry.allowed else ""]
+    rows += wrap_fragments([("class:approval", "  " + " · ".join(c for c in choices if c))],
+                           width)
+    return rows
+
+
+def render_entry(entry: Entry, width: int, expanded: bool, now: float,
+                 previews: dict[tuple[str, int], str] | None = None) -> list[Line]:
+    width = max(1, width)
+    if isinstance(entry, UserEntry):
+        return wrap_fragments([("class:user.mark", "› "), ("class:user", sanitize(entry.text))],
+                              width, indent="  ")
+    if isinstance(entry, AssistantEntry):
+        return _indent_rows(markdown(entry.text, max(1, width - 2)), "  ", "")
+    if isinstance(entry, ReasoningEntry):
+        return render_reasoning(entry, width, expanded, now)
+    if isinstance(entry, ToolCard):
+        return render_card(entry, width, expanded, now)
+    if isinstance(entry, NoticeEntry):
+        mark = "↳ " if entry.level == "human" else ""
+        return [[(_NOTICE_STYLE.get(entry.level, "class:notice"), r)]
+                for r in wrap(mark + sanitize(entry.text), width)]
+    if isinstance(entry, PanelEntry):
+        title = [[("class:panel.title", clip(entry.title, width))]] if entry.title else []
+        return title + _plain_rows(entry.text.rstrip("\n"), width, "class:panel")
+    if isinstance(entry, ApprovalEntry):
+        key = (entry.interrupt_id, entry.index)
+        preview = (previews or {}).get(key) or action_preview(entry.name, entry.args, None)
+        return render_approval(entry, width, preview)
+    return []
+
+
+def render_conversation(entries: list[Entry], width: int, expanded: bool,
+                        now: float | None = None,
+                        previews: dict[tuple[str, int], str] | None = None) -> list[Line]:
+    """All entries as rows, a blank row between turns' blocks."""
+    now = time.monotonic() if now is None else now
+    rows: list[Line] = []
+    prev: Entry | None = None
+    for entry in entries:
+        glued = isinstance(entry, ToolCard) and isinstance(prev, ToolCard) and not expanded
+        if prev is not None and not glued:
+            rows.append([])
+        rows += render_entry(entry, width, expanded, now, previews)
+        prev = entry
+    return rows

@@ -1,0 +1,259 @@
+"""What each slash command does (the ``handler`` and ``source`` names of ``commands.py``).
+
+Each ``cmd_*`` takes the controller and the argument text and adds its output to the
+conversation; each ``complete_*`` returns ``(value, meta)`` pairs for Tab. They reuse
+the pure renderers the CLI uses (``render_context``, ``render_notes``, the sessions
+table, the transcript renderers), so a panel reads the same in both places.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simagent.tui.controller import TuiController
+
+#: Model strings offered by Tab after ``/model `` (any provider:model string works).
+SUGGESTED_MODELS = (
+    ("anthropic:claude-sonnet-4-5", "Anthropic (ANTHROPIC_API_KEY)"),
+    ("anthropic:claude-haiku-4-5", "Anthropic, fast and cheap"),
+    ("openai:gpt-5", "OpenAI (OPENAI_API_KEY)"),
+    ("openai:gpt-5-mini", "OpenAI, fast and cheap"),
+    ("google_genai:gemini-2.5-pro", "Google (GOOGLE_API_KEY)"),
+    ("ollama:qwen3:8b", "local Ollama server"),
+    ("openai-compatible:MODEL@http://127.0.0.1:8080/v1", "llama.cpp, vLLM, LM Studio"),
+)
+
+
+def _width(ctl: TuiController) -> int:
+    return max(20, min(100, getattr(ctl, "width", 80) - 2))
+
+
+# ----------------------------------------------------------------- commands
+def cmd_help(ctl: TuiController, arg: str) -> None:
+    from simagent.tui.commands import help_text
+
+    ctl.panel("Help", help_text())
+
+
+def cmd_context(ctl: TuiController, arg: str) -> None:
+    from simagent.context.panel import render_context
+
+    if ctl.session is None:
+        ctl.note("no session", "warning")
+        return
+    ctl.stats = ctl.context_stats()
+    ctl.panel("", render_context(ctl.stats, width=_width(ctl)))
+
+
+def _manual(ctl: TuiController, arg: str, which: str) -> None:
+    from simagent.context.manual import checkpoint_now, compact_now
+
+    if ctl.runner is None or ctl.runner.agent.context is None:
+        ctl.note(f"/{which} needs a model (choose one with /model)", "warning")
+        return
+    agent, config = ctl.runner.agent, ctl.session.thread_config
+    fn = compact_now if which == "compact" else checkpoint_now
+    ctl.note(f"{'compacting' if which == 'compact' else 'writing a task checkpoint'}…",
+             "context")
+
+    def work() -> None:
+        try:
+            result = fn(agent.graph, config, agent.context, arg or None)
+            text, level = result.message, "context" if result.done else "warning"
+        except Exception as exc:  # a summarizer/provider failure: report, keep going
+            text, level = f"/{which} failed: {type(exc).__name__}: {exc}".splitlines()[0], \
+                "error"
+        ctl.post(lambda: ctl.note(("~ " if level == "context" else "") + text, level))
+        ctl.refresh_stats(background=False)
+
+    ctl.spawn(work)
+
+
+def cmd_compact(ctl: TuiController, arg: str) -> None:
+    _manual(ctl, arg, "compact")
+
+
+def cmd_done(ctl: TuiController, arg: str) -> None:
+    _manual(ctl, arg, "done")
+
+
+def cmd_model(ctl: TuiController, arg: str) -> None:
+    if not arg:
+        window = ctl.runner.agent.window if ctl.runner is not None else None
+        where = f" (window {window:,} tokens)" if window else ""
+        ctl.note(f"model: {ctl.model_id}{where}" if ctl.model_id else
+                 "no model configured; /model provider:model chooses one", "info")
+        return
+    if ctl.switch_model(arg):
+        ctl.note(f"model: {ctl.model_id} (same conversation)", "info")
+        if ctl.draft:
+            ctl.note("replay demo: press Enter to send its prompt (already typed for you)",
+                     "info")
+
+
+def cmd_reset(ctl: TuiController, arg: str) -> None:
+    if ctl.session is None:
+        return
+    ctl.note("restarting the kernel…", "warning")
+
+    def work() -> None:
+        try:
+            seconds = ctl.session.restart_kernel()
+            text, level = f"kernel restarted in {seconds:.1f}s; variables are gone", "warning"
+        except Exception as exc:
+            text, level = f"kernel restart failed: {exc}".splitlines()[0], "error"
+        ctl.post(lambda: ctl.note(text, level))
+        ctl.post(ctl.invalidate)
+
+    ctl.spawn(work)
+
+
+def cmd_interrupt(ctl: TuiController, arg: str) -> None:
+    if not ctl.busy:
+        ctl.note("nothing is running", "info")
+        return
+    ctl.runner.cancel()
+
+
+def cmd_memory(ctl: TuiController, arg: str) -> None:
+    from simagent.agent.memory import list_notes, read_note, render_notes
+
+    folder = ctl.session.memory_dir
+    if not arg:
+        ctl.panel("", render_notes(list_notes(folder), folder))
+        return
+    try:
+        path, text = read_note(folder, arg)
+    except LookupError as exc:
+        ctl.note(str(exc), "warning")
+        return
+    ctl.panel(str(path), text)
+
+
+def skill_rows(sources: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
+    """``(source label, name, description)`` of every skill folder in ``sources``."""
+    import yaml
+
+    rows = []
+    for folder, label in sources:
+        for md in sorted(Path(folder).glob("*/SKILL.md")):
+            meta: Any = {}
+            text = md.read_text(encoding="utf-8", errors="replace")
+            if text.startswith("---"):
+                try:
+                    meta = yaml.safe_load(text.split("---", 2)[1]) or {}
+                except (yaml.YAMLError, IndexError):
+                    meta = {}
+            meta = meta if isinstance(meta, dict) else {}
+            rows.append((label, str(meta.get("name") or md.parent.name),
+                         " ".join(str(meta.get("description") or "").split())))
+    return rows
+
+
+def cmd_skills(ctl: TuiController, arg: str) -> None:
+    from simagent.agent.builder import skill_sources
+    from simagent.tui.text import clip
+
+    rows = skill_rows(skill_sources(ctl.session))
+    if not rows:
+        ctl.note("no skills found", "warning")
+        return
+    width = _width(ctl)
+    name_w = max(len(r[1]) for r in rows)
+    lines, label = [], None
+    for src, name, desc in rows:
+        if src != label:
+            lines.append(f"{src}:")
+            label = src
+        lines.append(clip(f"  {name:<{name_w}}  {desc}", width))
+    ctl.panel("Skills (the agent loads one when a task needs it)", "\n".join(lines))
+
+
+def cmd_sessions(ctl: TuiController, arg: str) -> None:
+    from simagent.trace.sessions import format_sessions_table, list_sessions
+
+    infos = list_sessions(ctl.session.workspace)
+    ctl.panel("Sessions (resume one with: simagent --resume ID)",
+              format_sessions_table(infos) if infos else "no sessions yet")
+
+
+def cmd_transcript(ctl: TuiController, arg: str) -> None:
+    from simagent.trace.transcript import render_html, render_markdown
+
+    fmt = (arg or "md").lower()
+    if fmt not in ("md", "html"):
+        ctl.note("/transcript takes md or html", "warning")
+        return
+    s = ctl.session
+    events = s.trace.events()
+    text = (render_html(events, session_dir=s.paths.root) if fmt == "html"
+            else render_markdown(events, session_dir=s.paths.root))
+    out = s.paths.root / f"transcript.{fmt}"
+    out.write_text(text, encoding="utf-8")
+    ctl.note(f"transcript written: {out}", "info")
+
+
+def cmd_approval(ctl: TuiController, arg: str) -> None:
+    from simagent.config import APPROVAL_MODES
+
+    if not arg:
+        ctl.note(f"approval: {ctl.session.approval} (modes: {', '.join(APPROVAL_MODES)}; "
+                 "shift+Tab cycles)", "info")
+        return
+    if arg not in APPROVAL_MODES:
+        ctl.note(f"approval mode must be one of {', '.join(APPROVAL_MODES)}", "warning")
+        return
+    ctl.set_approval(arg)
+    ctl.note(f"approval: {arg}", "info")
+
+
+def cmd_reset_ceiling(ctl: TuiController, arg: str) -> None:
+    if ctl.runner is None:
+        ctl.note("no model yet", "warning")
+        return
+    if ctl.runner.reset_cost_ceiling():
+        ctl.note("cost ceiling reset; the configured limits still apply to the turns "
+                 "that follow", "context")
+    else:
+        ctl.note("the cost ceiling has not been reached", "info")
+
+
+def cmd_clear(ctl: TuiController, arg: str) -> None:
+    old = ctl.session.id
+    ctl.new_conversation()
+    ctl.note(f"new conversation {ctl.session.id} (kernel state kept; "
+             f"resume the old one with: simagent --resume {old})", "info")
+
+
+def cmd_quit(ctl: TuiController, arg: str) -> None:
+    ctl.quit_requested = True
+    if ctl.busy:
+        ctl.runner.cancel()
+
+
+# --------------------------------------------------------------- completion
+def complete_models(ctl: TuiController) -> list[tuple[str, str]]:
+    from simagent.bench.workflow import bundled_workflows
+
+    replays = [(f"replay:{wf}", "bench trajectory, no key") for wf in bundled_workflows()]
+    return [*SUGGESTED_MODELS, *replays]
+
+
+def complete_memory(ctl: TuiController) -> list[tuple[str, str]]:
+    from simagent.agent.memory import list_notes
+
+    if ctl.session is None:
+        return []
+    return [(Path(n.file).stem, n.title) for n in list_notes(ctl.session.memory_dir)]
+
+
+def complete_transcript(ctl: TuiController) -> list[tuple[str, str]]:
+    return [("md", "markdown"), ("html", "HTML with plots embedded")]
+
+
+def complete_approval(ctl: TuiController) -> list[tuple[str, str]]:
+    from simagent.agent.approval import MODE_HELP
+
+    return list(MODE_HELP.items())

@@ -1,0 +1,192 @@
+"""Text shaping for the terminal UI: sanitising, wrapping by display cells, markdown.
+
+Everything here is pure (strings in, lines out) so hostile text is tested without a
+terminal. The UI never interprets what the model or the kernel prints: escape sequences
+and control characters are removed, markup-like strings stay literal (fragments are
+plain text, never parsed), and every line is wrapped to the window's width in cells
+(wide CJK characters count double), so a 10-column terminal or a 100 kB line cannot
+break the layout.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from prompt_toolkit.utils import get_cwidth
+
+from simagent.kernel.terminal import ESC_SEQ_RE
+
+#: Control characters other than newline and tab (tab becomes spaces).
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\u2028\u2029\ufeff]")
+#: Longest line the UI wraps; beyond it the rest is dropped with a marker (bounded work).
+MAX_LINE_CHARS = 4_000
+
+Fragment = tuple[str, str]
+Line = list[Fragment]
+
+
+def sanitize(text: str) -> str:
+    """Printable text: escape sequences and control characters removed, tabs expanded.
+
+    A lone ``\\r`` (progress redraw in text that did not come through the live terminal
+    buffer) keeps only what follows it on that line, as a terminal would show.
+    """
+    if not text:
+        return ""
+    text = ESC_SEQ_RE.sub("", text).replace("\r\n", "\n")
+    if "\r" in text:
+        text = "\n".join(part.rsplit("\r", 1)[-1] for part in text.split("\n"))
+    return _CONTROL_RE.sub("", text.replace("\t", "    "))
+
+
+@lru_cache(maxsize=4096)
+def _cw(ch: str) -> int:
+    return max(0, get_cwidth(ch))
+
+
+def cells(text: str) -> int:
+    """Display width of ``text`` in terminal cells."""
+    return sum(_cw(c) for c in text)
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` cells, with ``…`` when something was cut."""
+    if width <= 0:
+        return ""
+    if cells(text) <= width:
+        return text
+    out, used = [], 0
+    for ch in text:
+        w = _cw(ch)
+        if used + w > width - 1:
+            break
+        out.append(ch)
+        used += w
+    return "".join(out) + "…"
+
+
+def wrap(line: str, width: int) -> list[str]:
+    """One logical line as rows of at most ``width`` cells, breaking at spaces if possible."""
+    width = max(1, width)
+    if len(line) > MAX_LINE_CHARS:
+        line = line[:MAX_LINE_CHARS] + f" … ({len(line) - MAX_LINE_CHARS:,} more chars)"
+    if len(line) <= width and cells(line) <= width:
+        return [line]
+    rows: list[str] = []
+    row: list[str] = []
+    used = 0
+    last_space = -1
+    for ch in line:
+        w = _cw(ch)
+        if used + w > width and row:
+            if 0 < last_space < len(row) - 1 and ch != " ":
+                head, tail = row[:last_space + 1], row[last_space + 1:]
+                rows.append("".join(head).rstrip())
+                row, used = tail, sum(_cw(c) for c in tail)
+            else:
+                rows.append("".join(row).rstrip() if ch == " " else "".join(row))
+                row, used = [], 0
+            last_space = -1
+            if ch == " " and not row:
+                continue
+        row.append(ch)
+        used += w
+        if ch == " ":
+            last_space = len(row) - 1
+    if row or not rows:
+        rows.append("".join(row))
+    return rows
+
+
+def wrap_fragments(frags: Line, width: int, indent: str = "") -> list[Line]:
+    """Styled fragments as rows of at most ``width`` cells (continuations get ``indent``)."""
+    width = max(1, width)
+    rows: list[Line] = [[]]
+    used = 0
+    for style, text in frags:
+        for ch in text:
+            w = _cw(ch)
+            if used + w > width and used > 0:
+                rows.append([("", indent)] if indent and cells(indent) < width else [])
+                used = cells(indent) if rows[-1] else 0
+            row = rows[-1]
+            if row and row[-1][0] == style:
+                row[-1] = (style, row[-1][1] + ch)
+            else:
+                row.append((style, ch))
+            used += w
+    return rows
+
+
+# ------------------------------------------------------------------ markdown
+_INLINE_RE = re.compile(r"(\*\*[^*\n]+\*\*|`[^`\n]+`|(?<![\w*])\*[^*\n]+\*(?![\w*]))")
+_HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
+_BULLET_RE = re.compile(r"^(\s*)([-*+]|\d+[.)])\s+(.*)$")
+_FENCE_RE = re.compile(r"^\s*(```|~~~)")
+
+
+def inline(text: str, base: str = "") -> Line:
+    """``**bold**``, ``*italic*`` and ```code``` spans as styled fragments."""
+    frags: Line = []
+    for part in _INLINE_RE.split(text):
+        if not part:
+            continue
+        if part.startswith("**") and part.endswith("**") and len(part) > 4:
+            frags.append((f"{base} class:md.bold".strip(), part[2:-2]))
+        elif part.startswith("`") and part.endswith("`") and len(part) > 2:
+            frags.append((f"{base} class:md.code".strip(), part[1:-1]))
+        elif part.startswith("*") and part.endswith("*") and len(part) > 2:
+            frags.append((f"{base} class:md.italic".strip(), part[1:-1]))
+        else:
+            frags.append((base, part))
+    return frags
+
+
+def markdown(text: str, width: int) -> list[Line]:
+    """Markdown as readable terminal rows: headings, lists, quotes, code blocks, tables.
+
+    Not a full CommonMark renderer: the few constructs models actually write, shown so
+    they read well in a terminal (code keeps its lines and is framed; everything else
+    is wrapped to the width).
+    """
+    rows: list[Line] = []
+    in_code = False
+    for raw in sanitize(text).split("\n"):
+        if _FENCE_RE.match(raw):
+            in_code = not in_code
+            if in_code:
+                lang = raw.strip().lstrip("`~").strip()
+                rows.append([("class:md.fence", clip(f"┌ {lang}" if lang else "┌", width))])
+            else:
+                rows.append([("class:md.fence", "└")])
+            continue
+        if in_code:
+            for piece in wrap(raw, max(1, width - 2)):
+                rows.append([("class:md.fence", "│ "), ("class:md.codeblock", piece)])
+            continue
+        if m := _HEADING_RE.match(raw):
+            level = len(m.group(1))
+            style = "class:md.h1" if level <= 2 else "class:md.h3"
+            rows += wrap_fragments([(style, m.group(2).strip())], width)
+            continue
+        if m := _BULLET_RE.match(raw):
+            pad, mark, body = m.groups()
+            mark = "•" if mark in "-*+" else mark
+            lead = f"{pad[:8]}{mark} "
+            rows += wrap_fragments([("class:md.bullet", lead), *inline(body)], width,
+                                   indent=" " * min(len(lead), max(0, width - 1)))
+            continue
+        if raw.startswith(">"):
+            rows += wrap_fragments([("class:md.quote", "▎ "),
+                                    *inline(raw.lstrip("> "), "class:md.quote")],
+                                   width, indent="▎ ")
+            continue
+        if raw.strip() and set(raw.strip()) <= set("-=_*") and len(raw.strip()) >= 3:
+            rows.append([("class:md.rule", "─" * max(1, min(width, 40)))])
+            continue
+        if raw.lstrip().startswith("|"):
+            rows += [[("class:md.table", r)] for r in wrap(raw, width)]
+            continue
+        rows += wrap_fragments(inline(raw), width)
+    return rows
