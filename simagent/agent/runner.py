@@ -167,8 +167,8 @@ class TurnRunner:
 
     def cancel(self) -> None:
         """Stop the running turn (thread-safe); a running cell is interrupted, state kept."""
-        if not self.busy:
-            return
+        if not self.busy or self._cancel.is_set():
+            return  # idle, or already cancelling
         self._cancel.set()
         self.session.cancel_requested.set()
         self.session.interrupt_kernel()

@@ -25,12 +25,14 @@ from typing import IO, Literal
 from simagent.kernel.capture import Capture, OnOutput
 from simagent.kernel.launcher import FLOW_ENV
 from simagent.kernel.result import MODEL_TEXT_CAP, ExecResult
-from simagent.paths import SessionPaths, kernelspec_dir
+from simagent.paths import SESSION_DIR_ENV, SessionPaths, kernelspec_dir
 
 KernelState = Literal["stopped", "starting", "idle", "busy", "restarting", "dead"]
 
 #: Seconds an interrupted cell may take to stop before the kernel is restarted.
 INTERRUPT_GRACE_S = 10.0
+#: Repeated interrupts of one execution are at least this far apart.
+INTERRUPT_RESEND_S = 1.0
 #: How often a waiting ``execute`` checks that the kernel process is alive.
 _POLL_S = 0.1
 _STARTUP_TIMEOUT_S = 60.0
@@ -129,6 +131,8 @@ class Kernel:
         self._log: IO[bytes] | None = None
         self._lock = threading.Lock()
         self._interrupt_at: float | None = None
+        self._last_sigint = 0.0
+        self._draining = False  # the cell went idle; only its reply is awaited
         self._seq = self._last_output_seq()
         self._flow: _FlowAck | None = None
 
@@ -141,6 +145,7 @@ class Kernel:
         env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
         env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+        env[SESSION_DIR_ENV] = str(self.paths.root)
         if self._flow is not None:
             env[FLOW_ENV] = str(self._flow.path)
         env.update(self.extra_env)
@@ -262,10 +267,16 @@ class Kernel:
         SIGINT, a long native call), the waiting ``execute`` restarts the kernel and
         its result says state was lost.
         """
-        if self.state != "busy" or self._km is None:
+        if self.state != "busy" or self._km is None or self._draining:
             return
+        now = time.monotonic()
         if self._interrupt_at is None:
-            self._interrupt_at = time.monotonic()
+            self._interrupt_at = now
+        elif now - self._last_sigint < INTERRUPT_RESEND_S:
+            # a burst of SIGINTs can land while the kernel sends its execute_reply,
+            # which is then lost and the wait runs to its 10 s limit
+            return
+        self._last_sigint = now
         try:
             self._km.interrupt_kernel()
         except Exception:
@@ -337,8 +348,10 @@ class Kernel:
                         break
                     continue
                 cap.handle(mtype, msg["content"])
+            self._draining = True
             reply = self._reply(msg_id)
         finally:
+            self._draining = False
             if self.state == "busy":
                 self.state = "idle"
         elapsed = time.monotonic() - t0

@@ -100,7 +100,7 @@ class TuiApp:
         self._rows: list[Line] = []
         self.input = TextArea(
             height=Dimension(min=1, max=8), prompt=self._prompt, multiline=True,
-            wrap_lines=True, completer=SlashCompleter(ctl), complete_while_typing=True,
+            wrap_lines=True, dont_extend_height=True, completer=SlashCompleter(ctl), complete_while_typing=True,
             history=history if history is not None else _history(ctl))
         self.transcript = Window(FormattedTextControl(self._transcript_fragments),
                                  wrap_lines=False, always_hide_cursor=True)
@@ -168,11 +168,14 @@ class TuiApp:
         @kb.add("enter", filter=has_completions & menu_open)
         def _pick(event: Any) -> None:
             buf = self.input.buffer
-            state = buf.complete_state
+            state, before = buf.complete_state, buf.text
             if state is not None and state.current_completion is not None:
                 buf.apply_completion(state.current_completion)
-            else:
-                buf.complete_state = None
+            buf.complete_state = None
+            spec, _ = commands.parse(buf.text)
+            # Enter on a finished choice sends; on a command that takes an argument it
+            # only completes, so the argument can follow
+            if buf.text == before or (spec is not None and not spec.usage):
                 self.send()
 
         @kb.add("enter", filter=~(has_completions & menu_open))
@@ -243,7 +246,7 @@ class TuiApp:
         """Interrupt a turn; else clear the input; else ask once more, then quit."""
         now = time.monotonic()
         if self.ctl.busy:
-            self.ctl.runner.cancel()
+            self.ctl.cancel_turn()
             self.ctl.note("interrupting… (the kernel keeps its state)", "warning")
         elif self.input.text:
             self.input.buffer.reset()
@@ -252,7 +255,10 @@ class TuiApp:
             return
         else:
             self.ctl.note("press ctrl+C again to quit (the session can be resumed)", "info")
-        self._last_ctrl_c = now
+            self._last_ctrl_c = now
+            self.app.invalidate()
+            return
+        self._last_ctrl_c = 0.0  # an interrupt or a cleared line is not half of a quit
         self.app.invalidate()
 
     def quit(self) -> None:

@@ -58,6 +58,8 @@ class TuiController:
         self.quit_requested = False
         self._threads: list[threading.Thread] = []
         self._kernel_ready = threading.Event()
+        self._active = False  # a turn thread exists (waiting for the kernel, or running)
+        self._early_cancel = threading.Event()
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> bool:
@@ -172,8 +174,7 @@ class TuiController:
         self.spawn(start)
 
     def close(self) -> None:
-        if self.runner is not None and self.runner.busy:
-            self.runner.cancel()
+        self.cancel_turn()
         for t in list(self._threads):
             t.join(timeout=5)
         if self.session is not None:
@@ -194,7 +195,23 @@ class TuiController:
     # ------------------------------------------------------------- state
     @property
     def busy(self) -> bool:
-        return self.runner is not None and self.runner.busy
+        return self._active or (self.runner is not None and self.runner.busy)
+
+    def cancel_turn(self) -> bool:
+        """Stop the turn (thread-safe): the running cell is interrupted, state kept.
+
+        A turn still waiting for the kernel to finish starting never runs; the
+        simulator's warm-up it interrupts runs again before the next cell.
+        """
+        if not self.busy:
+            return False
+        self._early_cancel.set()
+        if self.runner is not None and self.runner.busy:
+            self.runner.cancel()
+        elif self.session is not None:
+            self.session.cancel_requested.set()
+            self.session.interrupt_kernel()
+        return True
 
     @property
     def model_id(self) -> str | None:
@@ -302,24 +319,35 @@ class TuiController:
                 str(req.get("name")), args, current)
 
     def _turn(self, call: Callable[[Callable[[Any], None]], Any]) -> None:
+        forwarded = threading.Event()
+
         def emit(event: Any) -> None:
+            if self._early_cancel.is_set() and not forwarded.is_set():
+                forwarded.set()  # cancelled just as the turn started
+                self.runner.cancel()
             self.post(lambda: self._on_event(event))
             self.post(self.invalidate)
 
         def work() -> None:
-            self._kernel_ready.wait(timeout=120)
             try:
+                self._kernel_ready.wait(timeout=120)
+                if self._early_cancel.is_set():
+                    self.post(lambda: self.conversation.note(
+                        "Turn cancelled before it started; the kernel kept its state.",
+                        "warning"))
+                    return
                 call(emit)
             except Exception as exc:  # TurnRunner reports its own; this is a last resort
                 msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 self.post(lambda: self.conversation.note(msg, "error"))
             finally:
+                self._active = False
                 self.post(self.conversation.end_turn)
                 self.refresh_stats(background=False)
                 self.post(self.invalidate)
 
-        # mark busy before the thread starts, so an immediate second Enter is refused
-        self.runner.busy = True
+        self._early_cancel.clear()
+        self._active = True  # before the thread starts: a second Enter is refused
         self.spawn(work)
 
     def _answer(self, text: str) -> None:

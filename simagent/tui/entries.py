@@ -91,10 +91,8 @@ class ToolCard:
     content: str = ""
     raw_path: str | None = None
     notes: str = ""  # a subagent's streamed text, for its task card
-    output: TerminalBuffer = field(
-        default_factory=lambda: TerminalBuffer(max_chars=CARD_MAX_CHARS,
-                                               max_rows=CARD_MAX_ROWS))
-    lines_seen: int = 0
+    output: TerminalBuffer = field(default_factory=lambda: _buffer())
+    errors: TerminalBuffer = field(default_factory=lambda: _buffer())
 
     @property
     def running(self) -> bool:
@@ -108,16 +106,27 @@ class ToolCard:
         return (now if now is not None else time.monotonic()) - self.started
 
     def feed(self, kind: str, text: str) -> None:
+        """Live output: stdout and stderr apart (as the model sees them), so a progress
+        bar on stderr redraws in place instead of gluing onto printed lines."""
         if kind == "clear":
             self.output.clear()
-            return
-        if kind == "stderr":
-            self.output.feed(text)
+            self.errors.clear()
+        elif kind == "stderr":
+            self.errors.feed(text)
         elif kind in ("stdout", "error"):
             self.output.feed(text)
         elif kind == "display" and text:
             self.output.feed(f"[display] {text.strip()}\n")
-        self.lines_seen += text.count("\n")
+
+    def rendered(self, rows: int) -> str:
+        """The last ``rows`` rows of stdout followed by those of stderr."""
+        out = self.output.render(max_rows=rows).rstrip("\n")
+        err = self.errors.render(max_rows=rows).rstrip("\n")
+        return "\n".join(part for part in (out, err) if part.strip())
+
+
+def _buffer() -> TerminalBuffer:
+    return TerminalBuffer(max_chars=CARD_MAX_CHARS, max_rows=CARD_MAX_ROWS)
 
 
 Entry = (UserEntry | AssistantEntry | ReasoningEntry | NoticeEntry | PanelEntry

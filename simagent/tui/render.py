@@ -24,7 +24,15 @@ from simagent.tui.entries import (
     ToolCard,
     UserEntry,
 )
-from simagent.tui.text import Line, clip, markdown, sanitize, wrap, wrap_fragments
+from simagent.tui.text import (
+    Line,
+    clip,
+    clip_fragments,
+    markdown,
+    sanitize,
+    wrap,
+    wrap_fragments,
+)
 
 #: Rows of code and of output a running card shows; rows an expanded card shows.
 LIVE_CODE_ROWS = 8
@@ -51,14 +59,19 @@ def _summary(card: ToolCard) -> str:
     return one_line(card.args, width=200)
 
 
-def _outcome(card: ToolCard) -> str:
-    """The last meaningful line of what the tool returned (or printed)."""
-    text = card.output.render(max_rows=20).strip() if card.name != TASK_TOOL else ""
-    text = text or card.content.strip()
+def _last_line(text: str) -> str:
     for line in reversed(sanitize(text).split("\n")):
         if line.strip():
             return line.strip()
     return ""
+
+
+def _outcome(card: ToolCard) -> str:
+    """One line of how it ended: the error, else the last printed line, else the result."""
+    if card.status == "error" or card.name == TASK_TOOL:
+        return _last_line(card.content)
+    return (_last_line(card.output.render(max_rows=20))
+            or _last_line(card.errors.render(max_rows=20)) or _last_line(card.content))
 
 
 def _duration(seconds: float) -> str:
@@ -94,16 +107,15 @@ def card_header(card: ToolCard, width: int, now: float) -> Line:
     else:
         mark, style = _STATUS_MARK.get(card.status, ("·", "class:dim"))
     who = "" if card.agent == "main" else f"[{card.agent}] "
-    label = f"{who}{tool_label(card)}"
-    tail = f" {_duration(card.elapsed(now))}" if card.started or card.elapsed_s else ""
+    label = sanitize(f"{who}{tool_label(card)}")
+    timed = card.started is not None or card.elapsed_s is not None
+    tail = f" {_duration(card.elapsed(now))}" if timed else ""
     if not card.running and (outcome := _outcome(card)):
         tail += f" · {outcome}"
-    summary = _summary(card)
-    head = f"{mark} "
-    room = max(0, width - len(head) - len(label) - 2)
-    body = clip(f"{summary}  {tail.strip()}" if summary else tail.strip(), room)
-    return [(style, head), ("class:tool.label", label), ("", "  " if body else ""),
-            ("class:tool.summary", body)]
+    summary = sanitize(_summary(card)).replace("\n", " ")
+    body = f"{summary}  {tail.strip()}" if summary else tail.strip()
+    return clip_fragments([(style, f"{mark} "), ("class:tool.label", label),
+                           ("", "  " if body else ""), ("class:tool.summary", body)], width)
 
 
 def render_card(card: ToolCard, width: int, expanded: bool, now: float) -> list[Line]:
@@ -127,8 +139,9 @@ def render_card(card: ToolCard, width: int, expanded: bool, now: float) -> list[
     if card.name == TASK_TOOL and card.notes.strip():
         rows += _indent_rows(_bounded(card.notes, EXPANDED_ROWS if expanded else
                                       LIVE_TAIL_ROWS, inner, "class:dim", None), "  ")
-    output = card.output.render(max_rows=EXPANDED_ROWS + 1 if expanded else LIVE_TAIL_ROWS)
-    if not output.strip() and not live:
+    # while it runs, the live terminal view; once done, what the tool returned
+    output = card.rendered(EXPANDED_ROWS + 1 if expanded else LIVE_TAIL_ROWS)
+    if not live and card.content.strip():
         output = card.content
     if output.strip():
         out_rows = _bounded(output, EXPANDED_ROWS if expanded else LIVE_TAIL_ROWS, inner - 2,
@@ -145,7 +158,8 @@ def render_reasoning(entry: ReasoningEntry, width: int, expanded: bool, now: flo
         return [[("class:reasoning", clip(f"✻ thought for {_duration(took)} "
                                           f"({len(entry.text):,} chars) · ctrl+O shows it",
                                           width))]]
-    rows = [[("class:reasoning", "✻ thinking…" if not entry.done else "✻ reasoning")]]
+    rows = [[("class:reasoning", clip("✻ thinking…" if not entry.done else "✻ reasoning",
+                                      width))]]
     body = _plain_rows(entry.text.strip(), max(1, width - 2), "class:reasoning")
     if not expanded:
         body = body[-REASONING_TAIL_ROWS:]
@@ -196,8 +210,9 @@ def _diff_style(line: str) -> str:
 def render_approval(entry: ApprovalEntry, width: int, preview: str) -> list[Line]:
     inner = max(1, width - 4)
     if entry.decision is not None:
-        return [[("class:dim", clip(f"⏸ {entry.name}: {entry.decision}", width))]]
-    rows: list[Line] = [[("class:approval", clip(f"⏸ approve {entry.name}?", width))]]
+        return [[("class:dim", clip(sanitize(f"⏸ {entry.name}: {entry.decision}"), width))]]
+    rows: list[Line] = [[("class:approval", clip(sanitize(f"⏸ approve {entry.name}?"),
+                                                 width))]]
     lines = sanitize(preview).split("\n")
     shown = lines[:EXPANDED_ROWS]
     for line in shown:
@@ -229,7 +244,8 @@ def render_entry(entry: Entry, width: int, expanded: bool, now: float,
         return [[(_NOTICE_STYLE.get(entry.level, "class:notice"), r)]
                 for r in wrap(mark + sanitize(entry.text), width)]
     if isinstance(entry, PanelEntry):
-        title = [[("class:panel.title", clip(entry.title, width))]] if entry.title else []
+        title = ([[("class:panel.title", clip(sanitize(entry.title).replace("\n", " "), width))]]
+                 if entry.title else [])
         return title + _plain_rows(entry.text.rstrip("\n"), width, "class:panel")
     if isinstance(entry, ApprovalEntry):
         key = (entry.interrupt_id, entry.index)

@@ -114,7 +114,7 @@ def cmd_interrupt(ctl: TuiController, arg: str) -> None:
     if not ctl.busy:
         ctl.note("nothing is running", "info")
         return
-    ctl.runner.cancel()
+    ctl.cancel_turn()
 
 
 def cmd_memory(ctl: TuiController, arg: str) -> None:
@@ -230,7 +230,7 @@ def cmd_clear(ctl: TuiController, arg: str) -> None:
 def cmd_quit(ctl: TuiController, arg: str) -> None:
     ctl.quit_requested = True
     if ctl.busy:
-        ctl.runner.cancel()
+        ctl.cancel_turn()
 
 
 # --------------------------------------------------------------- completion

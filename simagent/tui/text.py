@@ -79,6 +79,8 @@ def wrap(line: str, width: int) -> list[str]:
     last_space = -1
     for ch in line:
         w = _cw(ch)
+        if w > width:  # a wide character in a one-cell column
+            ch, w = "?", 1
         if used + w > width and row:
             if 0 < last_space < len(row) - 1 and ch != " ":
                 head, tail = row[:last_space + 1], row[last_space + 1:]
@@ -107,6 +109,8 @@ def wrap_fragments(frags: Line, width: int, indent: str = "") -> list[Line]:
     for style, text in frags:
         for ch in text:
             w = _cw(ch)
+            if w > width:
+                ch, w = "?", 1
             if used + w > width and used > 0:
                 rows.append([("", indent)] if indent and cells(indent) < width else [])
                 used = cells(indent) if rows[-1] else 0
@@ -117,6 +121,22 @@ def wrap_fragments(frags: Line, width: int, indent: str = "") -> list[Line]:
                 row.append((style, ch))
             used += w
     return rows
+
+
+def clip_fragments(frags: Line, width: int) -> Line:
+    """Styled fragments cut to ``width`` cells in all (``…`` marks the cut)."""
+    out: Line = []
+    used = 0
+    for style, text in frags:
+        room = width - used
+        if room <= 0:
+            break
+        piece = clip(text, room)
+        out.append((style, piece))
+        used += cells(piece)
+        if piece != text:
+            break
+    return out
 
 
 # ------------------------------------------------------------------ markdown

@@ -1,0 +1,332 @@
+"""The TUI headless: the real prompt_toolkit app on a pipe, the real graph, kernel and
+trace, a scripted model. Keys are sent as a terminal would send them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prompt_toolkit.history import InMemoryHistory
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
+
+from simagent.tui import commands
+from simagent.tui.app import TuiApp
+from simagent.tui.controller import NO_MODEL_HELP, TuiController, TuiOptions
+from simagent.tui.entries import ApprovalEntry, PanelEntry, ToolCard
+
+CTRL_O, CTRL_C, TAB, ENTER, SHIFT_TAB = "\x0f", "\x03", "\t", "\r", "\x1b[Z"
+
+
+def script(path: Path, steps: list[dict]) -> str:
+    path.write_text(json.dumps(steps))
+    return f"scripted:{path}"
+
+
+class Driver:
+    def __init__(self, ui: TuiApp, inp) -> None:
+        self.ui, self.inp, self.ctl = ui, inp, ui.ctl
+
+    async def keys(self, text: str, wait: float = 0.08) -> None:
+        self.inp.send_text(text)
+        await asyncio.sleep(wait)
+
+    async def type(self, text: str) -> None:
+        for ch in text:  # completion runs asynchronously: pace the keystrokes
+            await self.keys(ch, 0.02)
+        await asyncio.sleep(0.1)
+
+    async def until(self, check: Callable[[], bool], timeout: float = 60.0) -> None:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while not check():
+            if loop.time() > end:
+                raise AssertionError(f"timed out; screen:\n{self.ui.screen_text()}")
+            await asyncio.sleep(0.05)
+
+    async def idle(self) -> None:
+        await self.until(lambda: not self.ctl.busy and not self.ctl.conversation
+                         .running_cards())
+        await asyncio.sleep(0.15)  # posted events land
+
+    def text(self) -> str:
+        return self.ui.screen_text()
+
+
+def drive(workspace: Path, scenario, **opts) -> TuiController:
+    """Run ``scenario(driver)`` inside the running app; returns the closed controller."""
+    async def main() -> TuiController:
+        with create_pipe_input() as inp:
+            ctl = TuiController(TuiOptions(workspace=workspace, **opts))
+            ui = TuiApp(ctl, input=inp, output=DummyOutput(), history=InMemoryHistory())
+            task = asyncio.ensure_future(ui.run_async())
+            d = Driver(ui, inp)
+            try:
+                await d.until(lambda: ui.app.is_running or task.done(), 30)
+                await scenario(d)
+            finally:
+                if ui.app.is_running:
+                    ui.quit()
+                await task
+                ctl.close()
+        return ctl
+
+    return asyncio.run(main())
+
+
+def test_turn_card_ctrl_o_completion_and_context(workspace, tmp_path):
+    model = script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": "vals = [i * i for i in range(60)]\n"
+                                                "for v in vals:\n    print('square', v)"}},
+        {"final": "The last square is **{out[-1]|square (\\d+)\\s*$}**."}])
+
+    async def scenario(d: Driver) -> None:
+        await d.type("/cont")
+        await d.keys(TAB)
+        assert d.ui.input.text == "/context"
+        await d.keys(ENTER, 0.3)
+        assert "Context —" in d.text() and "No model call yet" in d.text()
+        await d.type("square numbers")
+        await d.keys(ENTER)
+        await d.idle()
+        screen = d.text()
+        assert "✓ run_python" in screen and "The last square is 3481." in screen
+        assert "square 10\n" not in screen  # collapsed: one line
+        await d.keys(CTRL_O)
+        assert d.ui.expanded and "square 3364" in d.text() and "for v in vals:" in d.text()
+        await d.keys(CTRL_O)
+        assert not d.ui.expanded and "for v in vals:" not in d.text()
+        await d.type("/context")
+        await d.keys(ENTER, 0.3)
+        panel = d.text()
+        for category in ("system prompt", "tool schemas", "tool results", "free space",
+                         "Thresholds:"):
+            assert category in panel
+        snap = d.ctl.snapshot()
+        assert snap.ctx_label.startswith("ctx ") and snap.ctx_level == "dim"
+        assert snap.kernel == "idle" and snap.session_id == d.ctl.session.id
+
+    drive(workspace, scenario, model=model)
+
+
+def test_every_slash_command_runs(workspace, tmp_path):
+    (workspace / "notes.txt").write_text("x")
+    model = script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": "kept = 5\nprint('kept', kept)"}},
+        {"tool": "remember", "args": {"title": "Solver choice",
+                                      "content": "Use BDF for stiff runs.", "kind": "project"}},
+        {"final": "noted"}, {"final": "second"}])
+    args = {"/model": "", "/memory": "", "/transcript": "md", "/approval": "auto",
+            "/compact": "", "/done": "finished the check"}
+
+    async def scenario(d: Driver) -> None:
+        await d.type("remember the solver")
+        await d.keys(ENTER)
+        await d.idle()
+        for spec in commands.COMMANDS:
+            if spec.name in ("/quit", "/clear"):
+                continue
+            before = len(d.ctl.conversation.entries)
+            await d.type(f"{spec.name} {args.get(spec.name, '')}".strip())
+            await d.keys(ENTER, 0.2)
+            await d.idle()
+            d.ctl.wait(30)
+            await asyncio.sleep(0.2)
+            assert len(d.ctl.conversation.entries) > before, spec.name
+        screen = d.text()
+        assert "Commands:" in screen and "/resume-after-cost-ceiling" in screen  # /help
+        assert "Solver choice" in screen  # /memory
+        assert "python-and-kernel" in screen  # /skills
+        assert d.ctl.session.id[:15] in screen  # /sessions
+        assert (d.ctl.session.paths.root / "transcript.md").is_file()
+        assert d.ctl.session.approval == "auto"
+        assert "kernel restarted" in screen  # /reset
+        assert "nothing is running" in screen  # /interrupt
+        assert "cost ceiling has not been reached" in screen
+        assert "~ context: checkpoint" in screen or "task checkpoint" in screen
+        await d.type("/memory solver")
+        await d.keys(ENTER, 0.3)
+        assert "Use BDF for stiff runs." in d.text()
+        first = d.ctl.session.id
+        await d.type("/clear")
+        await d.keys(ENTER, 0.5)
+        assert d.ctl.session.id != first and f"simagent --resume {first}" in d.text()
+        await d.type("/quit")
+        await d.keys(ENTER, 0.3)
+        assert not d.ui.app.is_running
+
+    ctl = drive(workspace, scenario, model=model)
+    assert ctl.quit_requested
+
+
+def test_approval_shows_a_diff_and_accept_reject(workspace, tmp_path):
+    (workspace / "params.py").write_text("rate = 1\nsteps = 10\n")
+    model = script(tmp_path / "s.json", [
+        {"tool": "write_file", "args": {"file_path": "params.py",
+                                        "content": "rate = 2\nsteps = 10\n"}},
+        {"final": "updated"},
+        {"tool": "write_file", "args": {"file_path": "other.py", "content": "bad = 1\n"}},
+        {"final": "rejected, fine"}])
+
+    async def scenario(d: Driver) -> None:
+        await d.type("set the rate to 2")
+        await d.keys(ENTER)
+        await d.until(lambda: bool(d.ctl.conversation.pending_approvals()))
+        await asyncio.sleep(0.2)
+        screen = d.text()
+        assert "approve write_file?" in screen and "-rate = 1" in screen and "+rate = 2" in \
+            screen
+        assert d.ui._prompt()[0][1].startswith("y/n")
+        await d.type("y")
+        await d.keys(ENTER)
+        await d.idle()
+        assert (workspace / "params.py").read_text() == "rate = 2\nsteps = 10\n"
+        assert "updated" in d.text()
+        await d.type("write another")
+        await d.keys(ENTER)
+        await d.until(lambda: bool(d.ctl.conversation.pending_approvals()))
+        await d.type("n")
+        await d.keys(ENTER)
+        await d.idle()
+        assert not (workspace / "other.py").exists()
+        decided = [e.decision for e in d.ctl.conversation.entries
+                   if isinstance(e, ApprovalEntry)]
+        assert decided == ["approve", "reject"]
+
+    ctl = drive(workspace, scenario, model=model, approval="ask")
+    from simagent.trace import TraceLog
+
+    with TraceLog(ctl.session.paths.trace, readonly=True) as log:
+        kinds = [e.kind for e in log.events(["hitl_request", "hitl_response"])]
+    assert kinds == ["hitl_request", "hitl_response", "hitl_request", "hitl_response"]
+
+
+def test_no_model_opens_explains_and_model_command_switches(workspace, tmp_path, monkeypatch):
+    monkeypatch.delenv("SIMAGENT_MODEL", raising=False)
+    model = script(tmp_path / "s.json", [{"final": "hello from the script"}])
+
+    async def scenario(d: Driver) -> None:
+        assert any(isinstance(e, PanelEntry) and e.text == NO_MODEL_HELP
+                   for e in d.ctl.conversation.entries)
+        assert "no model" in "".join(t for _, t in d.ui._status_fragments())
+        await d.type("hi")
+        await d.keys(ENTER, 0.2)
+        assert "no model yet" in d.text()
+        await d.type(f"/model {model}")
+        await d.keys(ENTER, 0.5)
+        assert d.ctl.model_id == model
+        await d.type("hi again")
+        await d.keys(ENTER)
+        await d.idle()
+        assert "hello from the script" in d.text()
+
+    drive(workspace, scenario)
+
+
+def test_replay_demo_prefills_the_workflow_prompt_and_runs(workspace):
+    async def scenario(d: Driver) -> None:
+        wf = d.ctl.resolved.workflow
+        assert d.ui.input.text == wf.prompt.strip()
+        assert d.ctl.session.simulator.name == (wf.simulator or "scipy")
+        await d.keys(ENTER)
+        await d.idle()
+        cards = [e for e in d.ctl.conversation.entries if isinstance(e, ToolCard)]
+        assert cards and all(c.status == "success" for c in cards)
+
+    drive(workspace, scenario, model="replay:canary")
+
+
+def test_ctrl_c_interrupts_keeps_state_and_twice_quits(workspace, tmp_path):
+    model = script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": "marker = 'kept'\nimport time\n"
+                                                "time.sleep(30)"}},
+        {"tool": "run_python", "args": {"code": "print('marker is', marker)"}},
+        {"final": "{out[-1]|marker is (\\w+)}"}])
+
+    async def scenario(d: Driver) -> None:
+        await d.type("sleep")
+        await d.keys(ENTER)
+        await d.until(lambda: d.ctl.session.kernel_state == "busy"
+                      and bool(d.ctl.conversation.running_cards()))
+        await asyncio.sleep(0.5)
+        await d.keys(CTRL_C)
+        await d.until(lambda: not d.ctl.busy, timeout=10)
+        await asyncio.sleep(0.2)
+        assert "Turn cancelled; the kernel kept its state." in d.text()
+        await d.type("check")
+        await d.keys(ENTER)
+        await d.idle()
+        assert "marker is kept" in d.text()
+        await d.keys(CTRL_C, 0.2)
+        assert "press ctrl+C again to quit" in d.text() and d.ui.app.is_running
+        await d.keys(CTRL_C, 0.3)
+        assert not d.ui.app.is_running
+
+    drive(workspace, scenario, model=model)
+
+
+def test_shift_tab_cycles_approval_and_resume_shows_history(workspace, tmp_path):
+    model = script(tmp_path / "s.json", [{"final": "first answer"}])
+
+    async def first(d: Driver) -> None:
+        await d.type("question one")
+        await d.keys(ENTER)
+        await d.idle()
+        assert d.ctl.session.approval == "ask"
+        await d.keys(SHIFT_TAB, 0.3)
+        assert d.ctl.session.approval == "workspace"
+        await d.keys(SHIFT_TAB, 0.3)
+        assert d.ctl.session.approval == "auto"
+
+    ctl = drive(workspace, first, model=model, approval="ask")
+    again = script(tmp_path / "t.json", [{"final": "second"}])
+
+    async def second(d: Driver) -> None:
+        screen = d.text()
+        assert "› question one" in screen and "first answer" in screen
+        assert f"resumed session {ctl.session.id}" in screen
+
+    drive(workspace, second, model=again, resume=ctl.session.id)
+
+
+@pytest.mark.parametrize("columns", [10, 40])
+def test_narrow_terminal_renders_without_error(workspace, tmp_path, columns):
+    from prompt_toolkit.data_structures import Size
+
+    model = script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": "print('\\x1b[31m' + 'w' * 500 + "
+                                                "'\\x1b[0m <b>[red]x[/red]</b>')"}},
+        {"final": "| a | b |\n|---|---|\n| 宽字符宽字符 | 2 |"}])
+
+    class Narrow(DummyOutput):
+        def get_size(self) -> Size:
+            return Size(rows=12, columns=columns)
+
+    async def main() -> None:
+        with create_pipe_input() as inp:
+            ctl = TuiController(TuiOptions(workspace=workspace, model=model))
+            ui = TuiApp(ctl, input=inp, output=Narrow(), history=InMemoryHistory())
+            task = asyncio.ensure_future(ui.run_async())
+            d = Driver(ui, inp)
+            await d.until(lambda: ui.app.is_running, 30)
+            await d.type("go")
+            await d.keys(ENTER)
+            await d.idle()
+            await d.keys(CTRL_O, 0.3)
+            rows = ui.rows()
+            flat = "".join(t for r in rows for _, t in r).replace(" ", "")
+            assert "<b>[red]x[/red]</b>" in flat and "\x1b" not in flat
+            from simagent.tui.text import cells
+
+            assert all(cells("".join(t for _, t in r)) <= columns for r in rows)
+            assert ui._transcript_fragments()  # the visible slice draws
+            status = "".join(t for _, t in ui._status_fragments())
+            assert cells(status) == columns
+            ui.quit()
+            await task
+            ctl.close()
+
+    asyncio.run(main())
