@@ -330,3 +330,38 @@ def test_narrow_terminal_renders_without_error(workspace, tmp_path, columns):
             ctl.close()
 
     asyncio.run(main())
+
+
+def test_cost_ceiling_notices_reset_command_and_input_keys(workspace, tmp_path):
+    (workspace / ".simagent").mkdir()
+    (workspace / ".simagent" / "config.toml").write_text("[context]\nmax_turn_tokens = 9000\n")
+    model = script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": "print('first call')"}},
+        {"final": "never reached"}, {"final": "after the reset"}])
+
+    async def scenario(d: Driver) -> None:
+        await d.type("line one")
+        await d.keys("\x1b\r")  # Alt+Enter: a new line, not a send
+        await d.type("line two")
+        assert d.ui.input.text == "line one\nline two" and not d.ctl.busy
+        await d.keys(ENTER)
+        await d.idle()
+        screen = d.text()
+        assert "› line one\n  line two" in screen
+        assert "! cost ceiling reached: this turn used" in screen
+        assert screen.count("cost ceiling reached") == 1  # the guard's notice is not repeated
+        await d.type("again")
+        await d.keys(ENTER)
+        await d.idle()
+        assert "! cost ceiling: turn refused" in d.text()
+        await d.type("/resume-after-cost-ceiling")
+        await d.keys(ENTER, 0.3)
+        assert "cost ceiling reset" in d.text()
+        await d.keys("\x10", 0.1)  # ctrl+P: history, newest first
+        assert d.ui.input.text == "/resume-after-cost-ceiling"
+        await d.keys("\x10", 0.1)
+        assert d.ui.input.text == "again"
+        await d.keys("\x0e", 0.1)  # ctrl+N
+        assert d.ui.input.text == "/resume-after-cost-ceiling"
+
+    drive(workspace, scenario, model=model)

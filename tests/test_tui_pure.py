@@ -303,3 +303,22 @@ def test_history_rebuilds_a_resumed_conversation():
     assert card.status == "success" and card.content == "Out[1]: 2" and card.raw_path == \
         "/o.txt"
     assert "cleared 3 old tool results" in entries[3].text
+
+
+def test_subagent_runs_as_a_task_card_with_its_own_tools_and_text():
+    conv = Conversation()
+    conv.apply(ToolStarted("t1", "task", {"subagent_type": "source-explorer",
+                                          "description": "find the default solver"}))
+    conv.apply(ToolStarted("r1", "read_file", {"file_path": "/pkg/solver.py"},
+                           agent="source-explorer"))
+    conv.apply(TextDelta("The default is BDF.", agent="source-explorer"))
+    conv.apply(ToolFinished("r1", "read_file", "success", "def solve(): ...", 0.1,
+                            agent="source-explorer"))
+    conv.apply(ToolFinished("t1", "task", "success", '{"answer": "BDF"}', 2.0))
+    text = text_of(render_conversation(conv.entries, 80, expanded=False, now=0))
+    assert "task → source-explorer" in text and "find the default solver" in text
+    assert "[source-explorer] read_file" in text
+    assert conv.cards["t1"].notes == "The default is BDF."
+    assert not any(isinstance(e, AssistantEntry) for e in conv.entries)
+    expanded = text_of(render_conversation(conv.entries, 80, expanded=True, now=0))
+    assert "The default is BDF." in expanded

@@ -231,8 +231,11 @@ def render_entry(entry: Entry, width: int, expanded: bool, now: float,
                  previews: dict[tuple[str, int], str] | None = None) -> list[Line]:
     width = max(1, width)
     if isinstance(entry, UserEntry):
-        return wrap_fragments([("class:user.mark", "› "), ("class:user", sanitize(entry.text))],
-                              width, indent="  ")
+        rows: list[Line] = []
+        for i, line in enumerate(sanitize(entry.text).split("\n")):
+            mark = ("class:user.mark", "› " if i == 0 else "  ")
+            rows += wrap_fragments([mark, ("class:user", line)], width, indent="  ")
+        return rows
     if isinstance(entry, AssistantEntry):
         return _indent_rows(markdown(entry.text, max(1, width - 2)), "  ", "")
     if isinstance(entry, ReasoningEntry):
