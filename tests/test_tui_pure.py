@@ -322,3 +322,26 @@ def test_subagent_runs_as_a_task_card_with_its_own_tools_and_text():
     assert not any(isinstance(e, AssistantEntry) for e in conv.entries)
     expanded = text_of(render_conversation(conv.entries, 80, expanded=True, now=0))
     assert "The default is BDF." in expanded
+
+
+def test_render_cache_redraws_exactly_what_changed():
+    from simagent.tui.render import RenderCache
+
+    conv = Conversation()
+    conv.add(UserEntry("go"))
+    conv.apply(ToolStarted("c1", "run_python", {"code": "x = 1"}))
+    conv.apply(TextDelta("partial"))
+    cache = RenderCache()
+
+    def same(expanded: bool) -> None:
+        assert cache.render(conv.entries, 50, expanded, now=1.0) == \
+            render_conversation(conv.entries, 50, expanded, now=1.0)
+
+    same(False)
+    conv.apply(ToolOutput("c1", "stdout", "printed\n"))
+    conv.apply(ToolFinished("c1", "run_python", "success", "printed", 0.3))
+    conv.apply(TextDelta(" and more"))
+    same(False)
+    same(True)
+    assert "partial and more" in text_of(cache.render(conv.entries, 50, False, now=1.0))
+    same(False)

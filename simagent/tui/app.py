@@ -26,7 +26,7 @@ from prompt_toolkit.widgets import TextArea
 
 from simagent.tui import commands
 from simagent.tui.controller import TuiController
-from simagent.tui.render import render_conversation
+from simagent.tui.render import RenderCache
 from simagent.tui.status import status_fragments
 from simagent.tui.text import Line
 
@@ -98,6 +98,7 @@ class TuiApp:
         self.scroll = 0  # rows scrolled up from the bottom
         self._last_ctrl_c = 0.0
         self._rows: list[Line] = []
+        self._cache = RenderCache()
         self.input = TextArea(
             height=Dimension(min=1, max=8), prompt=self._prompt, multiline=True,
             wrap_lines=True, dont_extend_height=True, completer=SlashCompleter(ctl), complete_while_typing=True,
@@ -133,8 +134,8 @@ class TuiApp:
     def rows(self) -> list[Line]:
         """Every transcript row at the current width (tests read these)."""
         self.ctl.width = self._width()
-        return render_conversation(self.ctl.conversation.entries, self._width(), self.expanded,
-                                   previews=self.ctl.previews)
+        return self._cache.render(self.ctl.conversation.entries, self._width(), self.expanded,
+                                  previews=self.ctl.previews)
 
     def screen_text(self) -> str:
         return "\n".join("".join(t for _, t in row) for row in self.rows())

@@ -260,14 +260,57 @@ def render_entry(entry: Entry, width: int, expanded: bool, now: float,
 def render_conversation(entries: list[Entry], width: int, expanded: bool,
                         now: float | None = None,
                         previews: dict[tuple[str, int], str] | None = None) -> list[Line]:
-    """All entries as rows, a blank row between turns' blocks."""
-    now = time.monotonic() if now is None else now
-    rows: list[Line] = []
-    prev: Entry | None = None
-    for entry in entries:
-        glued = isinstance(entry, ToolCard) and isinstance(prev, ToolCard) and not expanded
-        if prev is not None and not glued:
-            rows.append([])
-        rows += render_entry(entry, width, expanded, now, previews)
-        prev = entry
-    return rows
+    """All entries as rows, a blank row between blocks (consecutive cards stay together)."""
+    return RenderCache().render(entries, width, expanded, now, previews)
+
+
+def _signature(entry: Entry) -> tuple[object, ...] | None:
+    """What an entry's rows depend on besides width and ctrl+O; None = always redraw."""
+    if isinstance(entry, ToolCard):
+        if entry.running:
+            return None  # spinner, elapsed time, live output
+        return (entry.status, entry.elapsed_s, len(entry.content), len(entry.notes),
+                entry.raw_path)
+    if isinstance(entry, ReasoningEntry):
+        return (len(entry.text),) if entry.done else None
+    if isinstance(entry, AssistantEntry):
+        return (len(entry.text),)
+    if isinstance(entry, ApprovalEntry):
+        return (entry.decision,)
+    return ()
+
+
+class RenderCache:
+    """Rows of settled entries kept between frames, so a long session redraws cheaply.
+
+    Only running cards and streaming reasoning are drawn every frame; everything else is
+    redrawn when its signature, the width or the ctrl+O state changes.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[int, tuple[tuple[object, ...], Entry, list[Line]]] = {}
+
+    def render(self, entries: list[Entry], width: int, expanded: bool,
+               now: float | None = None,
+               previews: dict[tuple[str, int], str] | None = None) -> list[Line]:
+        now = time.monotonic() if now is None else now
+        rows: list[Line] = []
+        prev: Entry | None = None
+        alive: dict[int, tuple[tuple[object, ...], Entry, list[Line]]] = {}
+        for entry in entries:
+            glued = isinstance(entry, ToolCard) and isinstance(prev, ToolCard) and not expanded
+            if prev is not None and not glued:
+                rows.append([])
+            sig = _signature(entry)
+            key = (width, expanded, sig)
+            hit = self._rows.get(id(entry))
+            if sig is not None and hit is not None and hit[0] == key and hit[1] is entry:
+                part = hit[2]
+            else:
+                part = render_entry(entry, width, expanded, now, previews)
+            if sig is not None:
+                alive[id(entry)] = (key, entry, part)
+            rows += part
+            prev = entry
+        self._rows = alive
+        return rows
