@@ -62,9 +62,13 @@ class Workflow:
         return sum(len(s["tools"]) if "tools" in s else 1 for s in self.steps
                    if "tool" in s or "tools" in s)
 
-    def write_fixtures(self, workspace: Path) -> None:
+    def write_fixtures(self, workspace: Path, *, keep_existing: bool = False) -> None:
+        """The workflow's input files in ``workspace``; ``keep_existing`` never overwrites
+        (a replay demo in someone's real workspace)."""
         for rel, spec in self.fixtures.items():
             dest = workspace / rel
+            if keep_existing and dest.exists():
+                continue
             dest.parent.mkdir(parents=True, exist_ok=True)
             if "text" in spec:
                 dest.write_text(spec["text"], encoding="utf-8")

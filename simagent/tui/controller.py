@@ -126,11 +126,7 @@ class TuiController:
 
     def _prepare_demo(self, workflow: Any) -> None:
         """A replay demo: its fixtures in the workspace (never overwriting) and its prompt."""
-        for rel in workflow.fixtures:
-            if (self.opts.workspace / rel).exists():
-                break
-        else:
-            workflow.write_fixtures(self.opts.workspace)
+        workflow.write_fixtures(self.opts.workspace, keep_existing=True)
         self.draft = workflow.prompt.strip()
 
     def _build_runner(self) -> str | None:
