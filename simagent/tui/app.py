@@ -101,7 +101,8 @@ class TuiApp:
         self._cache = RenderCache()
         self.input = TextArea(
             height=Dimension(min=1, max=8), prompt=self._prompt, multiline=True,
-            wrap_lines=True, dont_extend_height=True, completer=SlashCompleter(ctl), complete_while_typing=True,
+            wrap_lines=True, dont_extend_height=True, completer=SlashCompleter(ctl),
+            complete_while_typing=True,
             history=history if history is not None else _history(ctl))
         self.transcript = Window(FormattedTextControl(self._transcript_fragments),
                                  wrap_lines=False, always_hide_cursor=True)

@@ -192,9 +192,9 @@ class Conversation:
                                 if d != "edit")
                 self.add(ApprovalEntry(event.interrupt_id, i, str(req.get("name", "?")),
                                        dict(req.get("args") or {}), allowed))
-        elif isinstance(event, Notice):
-            if not any(event.text.startswith(p) for p in self._muted):
-                self.add(NoticeEntry(event.text, event.level))
+        elif isinstance(event, Notice) and not any(event.text.startswith(p)
+                                                   for p in self._muted):
+            self.add(NoticeEntry(event.text, event.level))
 
     def _close_reasoning(self) -> None:
         for entry in reversed(self.entries[-3:]):
