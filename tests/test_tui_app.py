@@ -169,7 +169,9 @@ def test_approval_shows_a_diff_and_accept_reject(workspace, tmp_path):
                                         "content": "rate = 2\nsteps = 10\n"}},
         {"final": "updated"},
         {"tool": "write_file", "args": {"file_path": "other.py", "content": "bad = 1\n"}},
-        {"final": "rejected, fine"}])
+        {"final": "rejected, fine"},
+        {"tool": "write_file", "args": {"file_path": "third.py", "content": "z = 1\n"}},
+        {"final": "The user said: {out[-1]}"}])
 
     async def scenario(d: Driver) -> None:
         await d.type("set the rate to 2")
@@ -192,16 +194,24 @@ def test_approval_shows_a_diff_and_accept_reject(workspace, tmp_path):
         await d.keys(ENTER)
         await d.idle()
         assert not (workspace / "other.py").exists()
+        await d.type("write a third")
+        await d.keys(ENTER)
+        await d.until(lambda: bool(d.ctl.conversation.pending_approvals()))
+        await d.type("put it in params.py instead")
+        await d.keys(ENTER)
+        await d.idle()
+        assert not (workspace / "third.py").exists()
+        assert "The user said: put it in params.py instead" in d.text()
         decided = [e.decision for e in d.ctl.conversation.entries
                    if isinstance(e, ApprovalEntry)]
-        assert decided == ["approve", "reject"]
+        assert decided == ["approve", "reject", "respond: put it in params.py instead"]
 
     ctl = drive(workspace, scenario, model=model, approval="ask")
     from simagent.trace import TraceLog
 
     with TraceLog(ctl.session.paths.trace, readonly=True) as log:
         kinds = [e.kind for e in log.events(["hitl_request", "hitl_response"])]
-    assert kinds == ["hitl_request", "hitl_response", "hitl_request", "hitl_response"]
+    assert kinds == ["hitl_request", "hitl_response"] * 3
 
 
 def test_no_model_opens_explains_and_model_command_switches(workspace, tmp_path, monkeypatch):

@@ -350,9 +350,9 @@ class TuiController:
         """The user's answer to the first pending approval; resume when all are answered."""
         entry = self.conversation.pending_approvals()[0]
         word = text.strip().lower()
-        if word in ("y", "yes", "approve", "a") and "approve" in entry.allowed:
+        if word in ("y", "yes", "approve") and "approve" in entry.allowed:
             decision: dict[str, Any] = {"type": "approve"}
-        elif word in ("n", "no", "reject", "r") and "reject" in entry.allowed:
+        elif word in ("n", "no", "reject") and "reject" in entry.allowed:
             decision = {"type": "reject"}
         elif "respond" in entry.allowed:
             decision = {"type": "respond", "message": text}
