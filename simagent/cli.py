@@ -44,6 +44,29 @@ def _cmd_bench_kernel(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+def _cmd_bench_ensemble(args: argparse.Namespace) -> int:
+    from simagent.bench.ensemble_bench import format_table, run_ensemble_bench
+    from simagent.kernel import KernelStartError
+
+    if (args.cases is not None and args.cases < 1) or args.seconds <= 0 or \
+            (args.workers is not None and args.workers < 1) or args.rounds < 1:
+        raise CliError("--cases, --workers and --rounds must be at least 1 and --seconds "
+                       "positive")
+    try:
+        results = run_ensemble_bench(cases=args.cases, seconds=args.seconds,
+                                     workers=args.workers, rounds=args.rounds,
+                                     progress=None if args.json else _progress)
+    except KernelStartError as exc:
+        raise CliError(str(exc).splitlines()[0], exit_codes.KERNEL) from exc
+    if args.json:
+        import json
+
+        print(json.dumps(results, indent=2))
+    else:
+        print(format_table(results))
+    return exit_codes.OK
+
+
 def _cmd_bench_list(args: argparse.Namespace) -> int:
     from simagent.bench.workflow import WorkflowError, resolve_workflows
 
@@ -456,6 +479,25 @@ def build_parser() -> argparse.ArgumentParser:
                     "restart time.")
     kernel.add_argument("--json", action="store_true", help="print one JSON object")
     kernel.set_defaults(handler=_cmd_bench_kernel)
+
+    bens = bench_sub.add_parser(
+        "ensemble", help="parameter sweeps on Dask: speed-up over a serial loop",
+        description="The same CPU-bound cases (~--seconds each) run as a serial loop and "
+                    "through ensemble() on the kernel's Dask LocalCluster, alternating "
+                    "for --rounds rounds in one run. "
+                    "Reports speedup (serial wall / ensemble wall), overhead_s per case "
+                    "((ensemble wall x workers - sum of case times) / cases) and the "
+                    "cluster start time (paid once per session, not in the ensemble wall).")
+    bens.add_argument("--json", action="store_true", help="print one JSON object")
+    bens.add_argument("--cases", type=int, metavar="N",
+                      help="number of cases (default: 4 per worker)")
+    bens.add_argument("--seconds", type=float, default=1.0, metavar="S",
+                      help="CPU time of one case (default: 1.0)")
+    bens.add_argument("--workers", type=int, metavar="W",
+                      help="local cluster workers (default: one per core)")
+    bens.add_argument("--rounds", type=int, default=2, metavar="R",
+                      help="serial/ensemble pairs, interleaved and summed (default: 2)")
+    bens.set_defaults(handler=_cmd_bench_ensemble)
 
     blist = bench_sub.add_parser("list", help="list the bundled workflows",
                                  description="The bundled bench workflows (bench/workflows).")

@@ -20,6 +20,10 @@ from simagent.paths import state_home, workspace_config_path
 APPROVAL_MODES = ("ask", "workspace", "auto")
 DEFAULT_APPROVAL = "ask"
 MODEL_ENV = "SIMAGENT_MODEL"
+#: An existing Dask scheduler for ``ensemble`` (wins over ``[ensembles] scheduler``).
+SCHEDULER_ENV = "SIMAGENT_DASK_SCHEDULER"
+#: Workers of the session's local Dask cluster (set from ``[ensembles] workers``).
+WORKERS_ENV = "SIMAGENT_DASK_WORKERS"
 
 
 class ConfigError(ValueError):
@@ -105,3 +109,41 @@ class Config:
     def kernel_name(self) -> str | None:
         kernel = self.data.get("kernel")
         return kernel.get("name") if isinstance(kernel, dict) else None
+
+    def ensemble_scheduler(self, environ: Mapping[str, str] | None = None
+                           ) -> tuple[str | None, str]:
+        """The Dask scheduler address for ensembles and where it came from.
+
+        ``$SIMAGENT_DASK_SCHEDULER`` wins over ``[ensembles] scheduler``; None means the
+        session starts its own local cluster.
+        """
+        env = os.environ if environ is None else environ
+        if env.get(SCHEDULER_ENV):
+            return env[SCHEDULER_ENV], f"${SCHEDULER_ENV}"
+        value = self.section("ensembles").get("scheduler")
+        if value in (None, ""):
+            return None, "unset"
+        if not isinstance(value, str):
+            raise ConfigError("config: [ensembles] scheduler must be an address string "
+                              "such as \"tcp://host:8786\"")
+        return value, "config [ensembles] scheduler"
+
+    def ensemble_workers(self) -> int | None:
+        """Workers of the local cluster (``[ensembles] workers``); None = one per core."""
+        value = self.section("ensembles").get("workers")
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError("config: [ensembles] workers must be a positive integer")
+        return value
+
+    def ensemble_kernel_env(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Environment the kernel needs so ``ensemble`` follows this config."""
+        env = os.environ if environ is None else environ
+        out: dict[str, str] = {}
+        scheduler, _where = self.ensemble_scheduler(env)
+        if scheduler and not env.get(SCHEDULER_ENV):
+            out[SCHEDULER_ENV] = scheduler
+        if (workers := self.ensemble_workers()) is not None:
+            out[WORKERS_ENV] = str(workers)
+        return out

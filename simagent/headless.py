@@ -24,6 +24,7 @@ from simagent.agent.events import (
     TextDelta,
     ToolError,
     ToolFinished,
+    ToolOutput,
     ToolStarted,
 )
 
@@ -146,6 +147,8 @@ class StreamPrinter:
         elif isinstance(event, ToolStarted):
             who = "" if event.agent == "main" else f"[{event.agent}] "
             print(f"· {who}{event.name}: {one_line(event.args)}", file=self.err, flush=True)
+        elif isinstance(event, ToolOutput) and event.kind == "human":
+            print(f"  ↳ {event.text}", file=self.err, flush=True)
         elif isinstance(event, ToolError):
             first = event.content.strip().splitlines()[-1] if event.content.strip() else ""
             print(f"  ✗ {event.name} failed ({event.elapsed_s:.1f}s): {first[:120]}",
@@ -190,6 +193,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                 ".simagent/config.toml; scripted:PATH plays a script without a key",
                 exit_codes.USAGE)
         resolved = resolve_model(spec, model_config=config.model_settings)
+        if resolved.workflow is not None:  # replay:WORKFLOW needs the workflow's inputs
+            resolved.workflow.write_fixtures(opts.workspace, keep_existing=True)
         if opts.resume or opts.continue_last:
             session = Session.resume(opts.workspace, opts.resume, approval=opts.approval,
                                      model=resolved.id, config=config)

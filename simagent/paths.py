@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CONTENT_FOLDERS = ("skills", "memory", "simulators", "subagents", "bench")
+#: Environment variable telling the kernel process its session state folder (the Kernel
+#: sets it), so in-kernel helpers such as ``ensemble`` keep their files under the session.
+SESSION_DIR_ENV = "SIMAGENT_SESSION_DIR"
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -119,6 +122,11 @@ class SessionPaths:
     @property
     def artifacts(self) -> Path:
         return self.root / "artifacts"
+
+    @property
+    def ensembles(self) -> Path:
+        """``ensembles/<name>/``: cached case results and result tables of each sweep."""
+        return self.root / "ensembles"
 
     def ensure(self) -> SessionPaths:
         for d in (self.root, self.outputs, self.artifacts):

@@ -61,6 +61,8 @@ class Session:
         self.id = session_id
         self.config = config
         self.context_settings = ContextSettings.from_config(config)
+        #: Kernel environment from config ([ensembles]); read now so bad values fail early.
+        self.config_kernel_env = config.ensemble_kernel_env()
         self.simulator = simulator
         self.approval = approval
         self.resume_info = resume
@@ -166,7 +168,8 @@ class Session:
             if self._kernel is None:
                 from simagent.kernel import Kernel
 
-                env = dict(self.simulator.env) if self.simulator else None
+                env = dict(self.simulator.env) if self.simulator else {}
+                env.update(self.config_kernel_env)
                 self._kernel = Kernel(self.paths, cwd=self.workspace,
                                       kernel_name=self.config.kernel_name(), env=env)
             return self._kernel
@@ -221,7 +224,8 @@ class Session:
             "tool_call_id": tool_call_id, "code": code, "status": result.status,
             "elapsed_s": round(result.elapsed_s, 3), "execution_count": result.execution_count,
             "raw_path": str(result.raw_path) if result.raw_path else None,
-            "state_lost": result.state_lost, "warmup": warmup, **extra})
+            "state_lost": result.state_lost, "warmup": warmup,
+            **({"human": list(result.human)} if result.human else {}), **extra})
         for display in result.displays:
             if display.path is not None:
                 self.trace.append("artifact", {"path": str(display.path), "mime": display.mime,

@@ -112,7 +112,8 @@ def runtime_context(session: Session, source_dirs: Sequence[Path] = ()) -> Runti
         approval=session.approval,
         resumed_at=info.resumed_at if info else None,
         kernel_restarted=bool(info and info.kernel_restarted),
-        source_dirs=tuple(source_dirs))
+        source_dirs=tuple(source_dirs),
+        cluster=session.config.ensemble_scheduler()[0])
 
 
 def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any],

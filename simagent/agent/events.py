@@ -42,7 +42,10 @@ class ToolStarted:
 
 @dataclass(frozen=True)
 class ToolOutput:
-    """Live output of a running tool (``kind``: stdout, stderr, display, error, clear)."""
+    """Live output of a running tool (``kind``: stdout, stderr, display, error, clear, human).
+
+    ``human`` is a notice for the person only (e.g. a Dask dashboard link): the model never
+    sees it; render it as a notice, not as tool output."""
 
     id: str
     kind: str

@@ -75,6 +75,8 @@ class RuntimeContext:
     resumed_at: str | None = None
     kernel_restarted: bool = False
     source_dirs: tuple[Path, ...] = ()
+    #: The Dask scheduler ``ensemble`` uses, when one is configured (else a local cluster).
+    cluster: str | None = None
     extra: str = ""
 
 
@@ -107,6 +109,9 @@ def runtime_section(ctx: RuntimeContext) -> str:
     if ctx.source_dirs:
         lines.append("- Installed simulator source (read-only): "
                      + ", ".join(str(p) for p in ctx.source_dirs))
+    if ctx.cluster:
+        lines.append(f"- Ensembles and sweeps (`simagent.kernel_api.ensemble`) run on the Dask "
+                     f"cluster at {ctx.cluster}; read the `ensembles` skill first.")
     mode = {"ask": "shell commands and file writes wait for the user's approval",
             "workspace": "shell commands, and file writes outside the workspace, wait for "
                          "the user's approval",

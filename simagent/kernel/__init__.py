@@ -13,7 +13,15 @@ if TYPE_CHECKING:
     from simagent.kernel.result import Display, ErrorInfo, ExecResult
     from simagent.kernel.supervisor import Kernel, KernelStartError
 
-__all__ = ["Display", "ErrorInfo", "ExecResult", "Kernel", "KernelStartError", "OutputEvent"]
+__all__ = ["HUMAN_MIME", "Display", "ErrorInfo", "ExecResult", "Kernel", "KernelStartError",
+           "OutputEvent"]
+
+#: The human-only channel: a ``display_data`` carrying this mime type (a JSON object with
+#: ``text``) is a notice for the person at the screen, e.g. a dashboard link. Capture keeps
+#: it out of the model-facing text and the raw output file and emits it as an
+#: ``OutputEvent`` of kind ``"human"``. Kernel code publishes it with
+#: ``simagent.kernel_api.notify_human``.
+HUMAN_MIME = "application/vnd.simagent.human+json"
 
 _HOMES = {
     "Kernel": "simagent.kernel.supervisor",

@@ -7,6 +7,9 @@ views of the output:
 * the raw stream text, appended uncapped to ``outputs/<exec>.txt`` as it arrives;
 * a bounded :class:`TerminalBuffer` per stream, the rendered view the model gets;
 * an optional live callback, so a UI can show output while the cell runs.
+
+Displays of :data:`simagent.kernel.HUMAN_MIME` are for the person, not the model: they go
+to the callback (kind ``"human"``) and to ``ExecResult.human``, never into the text.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
+from simagent.kernel import HUMAN_MIME
 from simagent.kernel.result import (
     MODEL_TEXT_CAP,
     Display,
@@ -30,7 +34,7 @@ from simagent.kernel.result import (
 )
 from simagent.kernel.terminal import TerminalBuffer
 
-OutputKind = Literal["stdout", "stderr", "display", "error", "clear"]
+OutputKind = Literal["stdout", "stderr", "display", "error", "clear", "human"]
 
 _INPUT_HINT = ("input() and getpass() are unavailable: code runs without a terminal. "
                "Pass values in as variables instead.")
@@ -72,6 +76,7 @@ class Capture:
         self.value: str | None = None
         self.error: ErrorInfo | None = None
         self.displays: list[Display] = []
+        self.human: list[str] = []
         self.execution_count: int | None = None
         self._raw: IO[str] | None = None
         self._clear_pending = False
@@ -132,6 +137,9 @@ class Capture:
         if self._clear_pending:
             self._clear()
         data: dict = content.get("data") or {}
+        if HUMAN_MIME in data and msg_type != "execute_result":
+            self._human(data[HUMAN_MIME], data.get("text/plain", ""))
+            return
         plain = data.get("text/plain", "")
         if msg_type == "execute_result":
             self.value = cap_bytes(plain)
@@ -149,6 +157,13 @@ class Capture:
             self.displays.append(display)
         self._log(display.text + "\n")
         self._emit("display", display.text, display.path)
+
+    def _human(self, payload: object, plain: str) -> None:
+        """A notice for the person only: no raw log, no model text, one live event."""
+        text = payload.get("text") if isinstance(payload, dict) else payload
+        text = str(text if text is not None else plain)
+        self.human.append(text)
+        self._emit("human", text)
 
     def _make_display(self, data: dict, plain: str, display_id: str | None) -> Display:
         for mime, ext in _IMAGE_TYPES.items():
@@ -192,6 +207,7 @@ class Capture:
             value=self.value,
             error=self.error,
             displays=list(self.displays),
+            human=list(self.human),
             raw_path=self.raw_path if self.raw_path is not None and self.raw_path.exists() else None,
             execution_count=self.execution_count,
             elapsed_s=elapsed_s,

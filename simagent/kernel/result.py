@@ -119,6 +119,8 @@ class ExecResult:
     raw_chars: int = 0
     rows_dropped: int = 0
     cap: int = MODEL_TEXT_CAP
+    #: Notices for the person only (``HUMAN_MIME`` displays); never in ``model_text``.
+    human: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -33,7 +33,8 @@ EVENT_KINDS: dict[str, str] = {
                    "summaries), window",
     "tool_call": "id, name, args, agent",
     "tool_result": "tool_call_id, name, content, status (success|error), elapsed_s, agent",
-    "kernel_exec": "tool_call_id, code, status, elapsed_s, raw_path, execution_count, state_lost",
+    "kernel_exec": "tool_call_id, code, status, elapsed_s, raw_path, execution_count, state_lost, "
+                   "human (notices for the user only, e.g. a dashboard link; absent if none)",
     "artifact": "path, mime, tool_call_id",
     "attempt": "index, id, parent, rationale, parameters, metrics, outcome, notes",
     "memory_write": "path, title, kind",

@@ -198,7 +198,8 @@ def _tool_parts(d: dict[str, Any]) -> dict[str, Any]:
     code = args.get("code") if name == "run_python" and isinstance(args, dict) else None
     status = [f"status {_s(ex.get('status'))}" if ex.get("status") else "",
               f"{_s(ex.get('elapsed_s'))} s" if ex.get("elapsed_s") is not None else "",
-              "kernel state lost" if ex.get("state_lost") else ""]
+              "kernel state lost" if ex.get("state_lost") else "",
+              *(f"shown to the user: {_s(h)}" for h in ex.get("human") or [])]
     if not ex and result.get("status"):
         status[0] = f"status {_s(result.get('status'))}"
     out, note = (_cap(_s(result.get("content")), ex.get("raw_path"))

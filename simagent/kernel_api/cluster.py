@@ -1,0 +1,177 @@
+"""Which Dask cluster a sweep runs on, started or connected once per kernel and reused.
+
+Order: the ``scheduler=`` argument, then ``$SIMAGENT_DASK_SCHEDULER`` (the session sets
+it from ``[ensembles] scheduler`` in the workspace config), then a
+``dask.distributed.LocalCluster`` of this kernel: worker *processes*, one per core (or
+``workers=`` / ``[ensembles] workers``), one thread each, so CPU-bound Python cases run
+in parallel and the kernel itself only waits. An existing cluster (dask-jobqueue on an
+HPC system, dask-kubernetes, ``dask scheduler`` + ``dask worker``) is used as it is;
+the study does not change.
+
+The local cluster binds to 127.0.0.1 only, keeps Dask's logs below ERROR out of the
+cell's output, gives workers a non-interactive matplotlib backend, and preloads
+``worker_setup`` so a kernel interrupt does not kill its workers. A cluster that lost
+its workers anyway is replaced on the next call. The dashboard link goes to the human
+channel once per kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from simagent.config import SCHEDULER_ENV, WORKERS_ENV
+from simagent.kernel_api.human import notify_human
+
+DASHBOARD_PORT = 8787
+CONNECT_TIMEOUT_S = 10
+WORKER_START_TIMEOUT_S = 60
+_PRELOAD = "simagent.kernel_api.worker_setup"
+
+
+@dataclass
+class Engine:
+    """A connected client and how to describe it in the summary."""
+
+    client: Any
+    label: str  # "local cluster" or the scheduler address
+    local: bool
+
+    @property
+    def workers(self) -> int:
+        try:
+            return len(self.client.nthreads())
+        except Exception:
+            return 0
+
+
+_local: tuple[Any, Any] | None = None  # (LocalCluster, Client)
+_remote: dict[str, Any] = {}
+
+
+def default_workers() -> int:
+    """``$SIMAGENT_DASK_WORKERS``, else the cores this process may use."""
+    env = os.environ.get(WORKERS_ENV, "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_scheduler(scheduler: str | None) -> str | None:
+    return scheduler or os.environ.get(SCHEDULER_ENV) or None
+
+
+def _dashboard_address() -> str:
+    """127.0.0.1:8787 when free (the port people know), else any free port."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", DASHBOARD_PORT))
+        except OSError:
+            return "127.0.0.1:0"
+    return f"127.0.0.1:{DASHBOARD_PORT}"
+
+
+def _start_local(n: int) -> tuple[Any, Any]:
+    from distributed import Client, LocalCluster
+
+    cluster = None
+    try:
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                               host="127.0.0.1", dashboard_address=_dashboard_address(),
+                               silence_logs=logging.ERROR, preload=[_PRELOAD],
+                               env={"MPLBACKEND": "Agg"})
+        client = Client(cluster, set_as_default=False)
+    except BaseException:
+        if cluster is not None:
+            with contextlib.suppress(BaseException):
+                cluster.close()
+        raise
+    return cluster, client
+
+
+def _healthy(cluster: Any, client: Any, n: int) -> bool:
+    """True when the local cluster runs and has its ``n`` workers (waits briefly)."""
+    if getattr(getattr(cluster, "status", None), "name", "") != "running":
+        return False
+    try:
+        if len(client.nthreads()) >= n:
+            return True
+        client.wait_for_workers(n, timeout=5)
+        return True
+    except Exception:
+        return False
+
+
+def close_local() -> None:
+    """Stop this kernel's local cluster (a later sweep starts a new one)."""
+    global _local
+    if _local is not None:
+        cluster, client = _local
+        _local = None
+        with contextlib.suppress(Exception):
+            client.close()
+        with contextlib.suppress(Exception):
+            cluster.close()
+
+
+def close_all() -> None:
+    """Stop the local cluster and disconnect from every external scheduler."""
+    close_local()
+    while _remote:
+        _address, client = _remote.popitem()
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+def local_engine(workers: int | None = None) -> Engine:
+    """The kernel's LocalCluster, started on first use and resized to ``workers``."""
+    global _local
+    n = workers or default_workers()
+    if _local is not None:
+        cluster, client = _local
+        if _healthy(cluster, client, len(cluster.workers)):
+            if len(cluster.workers) != n:
+                cluster.scale(n)
+                client.wait_for_workers(n, timeout=WORKER_START_TIMEOUT_S)
+            return Engine(client, "local cluster", True)
+        close_local()
+    _local = _start_local(n)
+    _show_dashboard(_local[0].dashboard_link)
+    return Engine(_local[1], "local cluster", True)
+
+
+def remote_engine(address: str) -> Engine:
+    """A client of an existing scheduler, connected once per kernel."""
+    from distributed import Client
+
+    client = _remote.get(address)
+    if client is not None and client.status == "running":
+        return Engine(client, address, False)
+    try:
+        client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except Exception as exc:
+        where = "scheduler=" if os.environ.get(SCHEDULER_ENV) != address else f"${SCHEDULER_ENV}"
+        raise ConnectionError(f"cannot reach the Dask scheduler at {address} (from {where}): "
+                              f"{type(exc).__name__}: {exc}") from exc
+    _remote[address] = client
+    with contextlib.suppress(Exception):  # only a scheduler that serves one has a dashboard
+        if "dashboard" in (client.scheduler_info().get("services") or {}):
+            _show_dashboard(client.dashboard_link)
+    return Engine(client, address, False)
+
+
+def engine(scheduler: str | None = None, workers: int | None = None) -> Engine:
+    address = resolve_scheduler(scheduler)
+    return remote_engine(address) if address else local_engine(workers)
+
+
+def _show_dashboard(link: str | None) -> None:
+    if link:
+        notify_human(f"Dask dashboard: {link}", once=True)

@@ -1,0 +1,27 @@
+"""Preloaded into every worker process of the session's local Dask cluster.
+
+jupyter_client interrupts a kernel by sending SIGINT to its whole process group, and the
+local cluster's worker processes belong to that group. Python's default SIGINT handler
+would raise ``KeyboardInterrupt`` in a worker's event loop and kill it, so one Ctrl+C
+(or a ``run_python`` timeout) would leave the cluster without workers. Workers ignore
+SIGINT instead; the kernel cancels their outstanding cases itself (see ``ensemble``).
+Shutdown still works: the kernel's SIGTERM/SIGKILL reach them as before.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+
+def ignore_sigint() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+ignore_sigint()  # at import: the worker imports preloads in its main thread
+
+
+def dask_setup(worker: object) -> None:
+    """Dask's preload hook (also covers a module imported before the worker existed)."""
+    ignore_sigint()
