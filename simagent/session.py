@@ -83,16 +83,20 @@ class Session:
     @classmethod
     def create(cls, workspace: str | os.PathLike[str], *, simulator: str | None = None,
                approval: str | None = None, model: str | None = None,
-               config: Config | None = None) -> Session:
+               config: Config | None = None, kernel: Kernel | None = None,
+               continued_from: str | None = None) -> Session:
+        """A new session; ``kernel`` hands over a running kernel (its state carries on,
+        as for the TUI's ``/clear``), ``continued_from`` names the session it replaces."""
         ws = Path(workspace).expanduser().resolve()
         config = config or Config.load(ws)
         sim = get_simulator(config.simulator(simulator))
         session = cls(ws, new_session_id(), config=config, simulator=sim,
-                      approval=config.approval(approval))
+                      approval=config.approval(approval), kernel=kernel)
+        extra = {"continued_from": continued_from} if continued_from else {}
         session.trace.append("session_start", {
             "session_id": session.id, "workspace": str(ws),
             "simulator": sim.name if sim else None, "model": model,
-            "approval": session.approval, "pid": os.getpid()})
+            "approval": session.approval, "pid": os.getpid(), **extra})
         session._mark_last()
         return session
 
@@ -143,6 +147,11 @@ class Session:
                                                     check_same_thread=False)
             self._checkpointer = SqliteSaver(self._checkpoint_conn)
         return self._checkpointer
+
+    def detach_kernel(self) -> Kernel | None:
+        """The running kernel, handed over: closing this session then leaves it running."""
+        kernel, self._kernel = self._kernel, None
+        return kernel if kernel is not None and kernel.is_alive() else None
 
     def close(self, reason: str = "exit", *, keep_kernel: bool = False) -> None:
         if self.closed:

@@ -151,9 +151,15 @@ def test_every_slash_command_runs(workspace, tmp_path):
         await d.keys(ENTER, 0.3)
         assert "Use BDF for stiff runs." in d.text()
         first = d.ctl.session.id
+        d.ctl.wait(30)
+        assert d.ctl.session.kernel.execute("kept = 5").status == "ok"  # /reset cleared it
         await d.type("/clear")
         await d.keys(ENTER, 0.5)
         assert d.ctl.session.id != first and f"simagent --resume {first}" in d.text()
+        d.ctl.wait(30)
+        kept = d.ctl.session.kernel.execute("print('kept is', kept)")
+        assert kept.stdout.strip() == "kept is 5"  # /clear kept the kernel and its state
+        assert d.ctl.session.trace.first("session_start").payload["continued_from"] == first
         await d.type("/quit")
         await d.keys(ENTER, 0.3)
         assert not d.ui.app.is_running

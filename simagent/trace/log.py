@@ -20,7 +20,8 @@ from simagent.trace.redact import Redactor
 
 #: Every kind the trace may hold, with the payload fields its writer sets.
 EVENT_KINDS: dict[str, str] = {
-    "session_start": "session_id, workspace, simulator, model, approval, pid",
+    "session_start": "session_id, workspace, simulator, model, approval, pid, continued_from "
+                     "(the session a /clear replaced, with its kernel)",
     "session_resume": "session_id, model, kernel_restarted, pid",
     "session_end": "session_id, reason",
     "message_user": "content, turn",

@@ -410,33 +410,21 @@ class TuiController:
         from simagent.session import Session
 
         old = self.session
-        kernel = old._kernel
-        old.close("clear", keep_kernel=True)
-        self.session = Session(old.workspace, _new_id(), config=old.config,
-                               simulator=old.simulator, approval=old.approval, kernel=kernel)
-        self.session.trace.append("session_start", {
-            "session_id": self.session.id, "workspace": str(old.workspace),
-            "simulator": old.simulator.name if old.simulator else None,
-            "model": self.model_id, "approval": self.session.approval, "pid": _pid(),
-            "continued_from": old.id})
-        self.session._mark_last()
+        kernel = old.detach_kernel()
+        old.close("clear")
+        self.session = Session.create(old.workspace, simulator=old.simulator.name
+                                      if old.simulator else None, approval=old.approval,
+                                      model=self.model_id, config=old.config, kernel=kernel,
+                                      continued_from=old.id)
         self.runner = None
         self.conversation = Conversation()
         self.previews.clear()
         self._welcome()
         if self.resolved is not None:
             self._build_runner()
-        self._kernel_ready.set()
+        if kernel is None:  # it had died or never started: start a fresh one
+            self._kernel_ready.clear()
+            self._start_kernel()
         self.refresh_stats(background=False)
 
 
-def _new_id() -> str:
-    from simagent.paths import new_session_id
-
-    return new_session_id()
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
