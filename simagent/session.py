@@ -150,8 +150,17 @@ class Session:
 
     def detach_kernel(self) -> Kernel | None:
         """The running kernel, handed over: closing this session then leaves it running."""
-        kernel, self._kernel = self._kernel, None
-        return kernel if kernel is not None and kernel.is_alive() else None
+        with self._kernel_lock:
+            kernel, self._kernel = self._kernel, None
+        if kernel is not None and not kernel.is_alive():
+            kernel.shutdown()
+            return None
+        return kernel
+
+    def adopt_kernel(self, kernel: Kernel | None) -> None:
+        """Take back a kernel handed out by :meth:`detach_kernel` (a failed hand-over)."""
+        with self._kernel_lock:
+            self._kernel = kernel
 
     def close(self, reason: str = "exit", *, keep_kernel: bool = False) -> None:
         if self.closed:

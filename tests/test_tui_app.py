@@ -135,7 +135,10 @@ def test_every_slash_command_runs(workspace, tmp_path):
             await d.idle()
             d.ctl.wait(30)
             await asyncio.sleep(0.2)
-            assert len(d.ctl.conversation.entries) > before, spec.name
+            added = d.ctl.conversation.entries[before:]
+            assert added, spec.name
+            errors = [e.text for e in added if getattr(e, "level", "") == "error"]
+            assert not errors, (spec.name, errors)
         screen = d.text()
         assert "Commands:" in screen and "/resume-after-cost-ceiling" in screen  # /help
         assert "Solver choice" in screen  # /memory
@@ -146,7 +149,8 @@ def test_every_slash_command_runs(workspace, tmp_path):
         assert "kernel restarted" in screen  # /reset
         assert "nothing is running" in screen  # /interrupt
         assert "cost ceiling has not been reached" in screen
-        assert "~ context: checkpoint" in screen or "task checkpoint" in screen
+        assert "~ task checkpoint written" in screen  # /done
+        assert "~ compacted" in screen or "nothing to compact" in screen  # /compact
         await d.type("/memory solver")
         await d.keys(ENTER, 0.3)
         assert "Use BDF for stiff runs." in d.text()
@@ -231,6 +235,9 @@ def test_no_model_opens_explains_and_model_command_switches(workspace, tmp_path,
         await d.type("hi")
         await d.keys(ENTER, 0.2)
         assert "no model yet" in d.text()
+        assert d.ui.input.text == "hi"  # refused, so the typed text stays
+        await d.keys(CTRL_C)  # ctrl+C with text clears the line
+        assert d.ui.input.text == "" and d.ui.app.is_running
         await d.type(f"/model {model}")
         await d.keys(ENTER, 0.5)
         assert d.ctl.model_id == model
@@ -381,3 +388,75 @@ def test_cost_ceiling_notices_reset_command_and_input_keys(workspace, tmp_path):
         assert d.ui.input.text == "/resume-after-cost-ceiling"
 
     drive(workspace, scenario, model=model)
+
+
+def test_a_failing_command_is_a_notice_and_a_quit_mid_turn_is_clean(workspace, tmp_path,
+                                                                   monkeypatch):
+    from simagent.tui import slash
+
+    def broken(ctl, arg):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(slash, "cmd_skills", broken)
+    model = script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": "import time\ntime.sleep(30)"}},
+        {"final": "never"}])
+
+    async def main() -> TuiController:
+        with create_pipe_input() as inp:
+            ctl = TuiController(TuiOptions(workspace=workspace, model=model))
+            ui = TuiApp(ctl, input=inp, output=DummyOutput(), history=InMemoryHistory())
+            task = asyncio.ensure_future(ui.run_async())
+            d = Driver(ui, inp)
+            await d.until(lambda: ui.app.is_running, 30)
+            await d.type("/skills")
+            await d.keys(ENTER, 0.3)
+            assert "/skills failed: OSError: disk on fire" in d.text() and ui.app.is_running
+            await d.type("sleep")
+            await d.keys(ENTER)
+            await d.until(lambda: bool(ctl.conversation.running_cards())
+                          and ctl.session.kernel_state == "busy")
+            await d.type("/quit")
+            await d.keys(ENTER)
+            await task  # run_async closes the controller before the loop ends
+            return ctl
+
+    ctl = asyncio.run(main())  # the loop is gone now: late events must be dropped quietly
+    ctl.close()
+    from simagent.trace import TraceLog
+
+    with TraceLog(ctl.session.paths.trace, readonly=True) as log:
+        errors = [e.payload["message"] for e in log.events(["error"])]
+        ends = [e.payload["reason"] for e in log.events(["session_end"])]
+    assert errors == ["turn cancelled by the user"] and ends == ["exit"]
+
+
+def test_an_approval_whose_resume_is_refused_stays_pending(workspace, tmp_path):
+    (workspace / ".simagent").mkdir()
+    model = script(tmp_path / "s.json", [
+        {"tool": "write_file", "args": {"file_path": "a.txt", "content": "x\n"}},
+        {"final": "written"}])
+
+    async def scenario(d: Driver) -> None:
+        await d.type("write it")
+        await d.keys(ENTER)
+        await d.until(lambda: bool(d.ctl.conversation.pending_approvals()))
+        await d.idle()
+        # trip the ceiling by hand: the resume is refused before it reaches the graph
+        d.ctl.session.trace.append("cost_ceiling", {"action": "tripped", "scope": "session",
+                                                    "limit": 1, "spent": 2, "unit": "tokens",
+                                                    "message": "cost ceiling reached: test"})
+        await d.type("y")
+        await d.keys(ENTER)
+        await d.idle()
+        assert "turn refused" in d.text()
+        assert [e.name for e in d.ctl.conversation.pending_approvals()] == ["write_file"]
+        assert not (workspace / "a.txt").exists()
+        await d.type("/resume-after-cost-ceiling")
+        await d.keys(ENTER, 0.3)
+        await d.type("y")
+        await d.keys(ENTER)
+        await d.idle()
+        assert (workspace / "a.txt").read_text() == "x\n" and "written" in d.text()
+
+    drive(workspace, scenario, model=model, approval="ask")

@@ -41,6 +41,7 @@ HOSTILE = [
     "宽字符" * 300,
     "tab\there\r\noverwritten\rfinal",
     "\x00\x01\x02 nul and friends \x7f\u200b",
+    "rm -rf \u202e/ tsil\u202c bidi \u2066override\u2069",
 ]
 
 
@@ -95,6 +96,7 @@ def test_sanitize_removes_escapes_and_controls_and_keeps_markup_literal():
     assert sanitize("progress 10%\rprogress 100%\n") == "progress 100%\n"
     assert sanitize(HOSTILE[0]) == HOSTILE[0]
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", sanitize(HOSTILE[5]))
+    assert sanitize(HOSTILE[6]) == "rm -rf / tsil bidi override"  # no reordering tricks
 
 
 @settings(max_examples=200, deadline=None)
@@ -198,17 +200,22 @@ def test_running_card_shows_code_and_a_live_tail():
     assert "out 29" in text and "out 5\n" not in text
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.sampled_from(HOSTILE), st.integers(min_value=10, max_value=30),
+@settings(max_examples=120, deadline=None)
+@given(st.sampled_from(HOSTILE), st.integers(min_value=1, max_value=30),
        st.booleans())
 def test_hostile_text_never_breaks_the_layout(hostile, width, expanded):
     card = ToolCard("c1", "run_python", {"code": hostile})
     card.status = "error"
     card.feed("stdout", hostile)
     card.content = hostile
-    entries = [UserEntry(hostile), AssistantEntry(hostile), card, NoticeEntry(hostile),
-               PanelEntry(hostile, hostile), ReasoningEntry(hostile, done=True),
-               ApprovalEntry("i", 0, "write_file", {"file_path": hostile, "content": hostile})]
+    live = ToolCard("c2", "run_python", {"code": "\n".join([hostile] * 12)},
+                    status="running", started=0.0)
+    live.feed("stderr", hostile)
+    entries = [UserEntry(hostile), AssistantEntry(f"- {hostile}\n> {hostile}"), card, live,
+               NoticeEntry(hostile), PanelEntry(hostile, hostile),
+               ReasoningEntry(hostile, done=True), ReasoningEntry(hostile),
+               ApprovalEntry("i", 0, "write_file", {"file_path": hostile,
+                                                    "content": "\n".join([hostile] * 50)})]
     rows = render_conversation(entries, width, expanded, now=0)
     for row in rows:
         line = "".join(t for _, t in row)

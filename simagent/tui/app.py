@@ -142,7 +142,10 @@ class TuiApp:
         return "\n".join("".join(t for _, t in row) for row in self.rows())
 
     def _transcript_fragments(self) -> StyleAndTextTuples:
-        self._rows = rows = self.rows()
+        rows = self.rows()
+        if self.scroll > 0:  # scrolled back: keep the same rows in view as more arrive
+            self.scroll += max(0, len(rows) - len(self._rows))
+        self._rows = rows
         height = self._height()
         self.scroll = max(0, min(self.scroll, len(rows) - height))
         end = len(rows) - self.scroll
@@ -237,12 +240,20 @@ class TuiApp:
         if not text.strip():
             return
         buf.append_to_history()
-        buf.reset()
         self.scroll = 0
-        self.ctl.submit(text)
+        if self.ctl.submit(text):
+            buf.reset()  # a refused line stays, so nothing typed is lost
         if self.ctl.quit_requested:
             self.quit()
+        self._take_draft()
         self.app.invalidate()
+
+    def _take_draft(self) -> None:
+        """Put a replay demo's prompt into an empty input line (once)."""
+        if self.ctl.draft and not self.input.text:
+            self.input.buffer.text = self.ctl.draft
+            self.input.buffer.cursor_position = len(self.ctl.draft)
+            self.ctl.draft = ""
 
     def ctrl_c(self) -> None:
         """Interrupt a turn; else clear the input; else ask once more, then quit."""
@@ -281,20 +292,25 @@ class TuiApp:
         loop = asyncio.get_running_loop()
 
         def post(fn: Any) -> None:
-            loop.call_soon_threadsafe(fn)
+            if loop.is_closed():
+                return  # the app has ended; late events from workers have no screen
+            try:
+                loop.call_soon_threadsafe(fn)
+            except RuntimeError:
+                pass
 
         self.ctl.post = post
         self.ctl.invalidate = self.app.invalidate
         if open_session and self.ctl.session is None and not self.ctl.open():
             return False
-        if self.ctl.draft:
-            self.input.buffer.text = self.ctl.draft
-            self.input.buffer.cursor_position = len(self.ctl.draft)
+        self._take_draft()
         ticker = loop.create_task(self._ticker())
         try:
             await self.app.run_async()
         finally:
             ticker.cancel()
+            # close while the loop still runs: the turn's last events can still land
+            await loop.run_in_executor(None, self.ctl.close)
         return True
 
 

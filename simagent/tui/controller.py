@@ -58,8 +58,9 @@ class TuiController:
         self.quit_requested = False
         self._threads: list[threading.Thread] = []
         self._kernel_ready = threading.Event()
-        self._active = False  # a turn thread exists (waiting for the kernel, or running)
+        self._active = False  # a turn or a background command is under way
         self._early_cancel = threading.Event()
+        self._closed = False
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> bool:
@@ -85,6 +86,10 @@ class TuiController:
                                               model=self.model_id, config=self.config)
         except (ConfigError, SimulatorError, SessionNotFound) as exc:
             self.conversation.note(f"cannot open the session: {exc}", "error")
+            return False
+        except Exception as exc:  # a broken state folder, an unreadable fixture...
+            self.conversation.note(f"cannot open the session: {type(exc).__name__}: {exc}"
+                                   .splitlines()[0], "error")
             return False
         self._welcome()
         if self.session.resume_info is not None:
@@ -156,11 +161,16 @@ class TuiController:
     def _start_kernel(self) -> None:
         from simagent.kernel import KernelStartError
 
+        session = self.session
+        self._kernel_ready.clear()
+
         def start() -> None:
             try:
-                self.session.start_kernel()
-            except KernelStartError as exc:
-                msg = str(exc).splitlines()[0]
+                session.start_kernel()
+            except Exception as exc:  # KernelStartError, or a session closed under it
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                msg = first if isinstance(exc, KernelStartError) else \
+                    f"{type(exc).__name__}: {first}"
                 self.post(lambda: self.conversation.note(f"kernel could not start: {msg}",
                                                          "error"))
             finally:
@@ -170,9 +180,16 @@ class TuiController:
         self.spawn(start)
 
     def close(self) -> None:
+        """Stop the turn, give workers a few seconds, close the session (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         self.cancel_turn()
+        import time
+
+        deadline = time.monotonic() + 8
         for t in list(self._threads):
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
         if self.session is not None:
             self.session.close()
 
@@ -254,48 +271,60 @@ class TuiController:
             work()
 
     # ------------------------------------------------------------- input
-    def submit(self, text: str) -> None:
-        """Everything the user sends: a command, an approval answer, or a prompt."""
+    def submit(self, text: str) -> bool:
+        """Everything the user sends: a command, an approval answer, or a prompt.
+
+        True when it was taken (the input line may be cleared); False when it was
+        refused with a notice, so the user's text stays where it was typed.
+        """
         from simagent.tui import commands, slash
 
         text = text.strip()
         if not text:
-            return
+            return False
         if text.startswith("/") and not text.startswith("//"):
             spec, arg = commands.parse(text)
             if spec is None:
-                self.conversation.note(commands.suggestion(text), "warning")
-                return
+                self.note(commands.suggestion(text), "warning")
+                return False
             if self.busy and not spec.while_busy:
-                self.conversation.note(f"{spec.name} waits until the turn ends "
-                                       "(ctrl+C interrupts it)", "warning")
-                return
-            getattr(slash, spec.handler)(self, arg)
-            return
+                self.note(f"{spec.name} waits until the turn ends (ctrl+C interrupts it)",
+                          "warning")
+                return False
+            try:
+                getattr(slash, spec.handler)(self, arg)
+            except Exception as exc:  # a command failing must never take the UI down
+                self.note(f"{spec.name} failed: {type(exc).__name__}: {exc}".splitlines()[0],
+                          "error")
+            return True
         if text.startswith("//"):
             text = text[1:]  # "//x" sends "/x" as a prompt
+        if self.busy:
+            self.note("a turn is running; wait for it or press ctrl+C", "warning")
+            return False
         if self.conversation.pending_approvals():
             self._answer(text)
-            return
-        if self.busy:
-            self.conversation.note("a turn is running; wait for it or press ctrl+C",
-                                   "warning")
-            return
+            return True
         if self.runner is None:
-            self.conversation.note("no model yet: choose one with /model provider:model "
-                                   "(/help lists commands)", "warning")
-            return
+            self.note("no model yet: choose one with /model provider:model "
+                      "(/help lists commands)", "warning")
+            return False
         from simagent.tui.entries import UserEntry
 
         self.conversation.add(UserEntry(text))
         self._turn(lambda emit: self.runner.run(text, emit))
+        return True
 
     def _on_event(self, event: Any) -> None:
         from simagent.agent.events import Interrupt
 
-        if isinstance(event, Interrupt):
-            self._preview(event)
-        self.conversation.apply(event)
+        try:
+            if isinstance(event, Interrupt):
+                self._preview(event)
+            self.conversation.apply(event)
+        except Exception as exc:  # an odd event must not break the UI loop
+            self.note(f"could not show an event: {type(exc).__name__}: {exc}"
+                      .splitlines()[0], "error")
 
     def _preview(self, event: Any) -> None:
         from simagent.tui.render import action_preview
@@ -326,7 +355,9 @@ class TuiController:
 
         def work() -> None:
             try:
-                self._kernel_ready.wait(timeout=120)
+                while not self._kernel_ready.wait(0.1):
+                    if self._early_cancel.is_set():
+                        break  # the kernel is still starting: do not wait for it
                 if self._early_cancel.is_set():
                     self.post(lambda: self.conversation.note(
                         "Turn cancelled before it started; the kernel kept its state.",
@@ -337,14 +368,70 @@ class TuiController:
                 msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 self.post(lambda: self.conversation.note(msg, "error"))
             finally:
-                self._active = False
+                pending = self._pending_safely()
                 self.post(self.conversation.end_turn)
+                self.post(lambda: self._resync_approvals(pending))
                 self.refresh_stats(background=False)
-                self.post(self.invalidate)
+                self.post(self._finish)  # after the queued events, not before them
 
         self._early_cancel.clear()
         self._active = True  # before the thread starts: a second Enter is refused
         self.spawn(work)
+
+    def _finish(self) -> None:
+        self._active = False
+        self.invalidate()
+
+    def _pending_safely(self) -> list[Any] | None:
+        try:
+            return self.runner.pending_interrupts() if self.runner is not None else []
+        except Exception:
+            return None
+
+    def _resync_approvals(self, pending: list[Any] | None) -> None:
+        """Approvals the graph still waits for are open again in the view.
+
+        A resume can end before the graph consumed it (a cost-ceiling refusal, an error,
+        a cancel); its answered entries then become pending again instead of vanishing.
+        """
+        if not pending:
+            return
+        for intr in pending:
+            entries = [e for e in self.conversation.entries
+                       if isinstance(e, ApprovalEntry) and e.interrupt_id == intr.interrupt_id]
+            if not entries:
+                self._on_event(intr)
+                continue
+            for e in entries:
+                e.decision, e.sent = None, None
+        self.conversation.version += 1
+
+    def background(self, label: str, fn: Callable[[], str | None]) -> bool:
+        """Run a command's slow part off the UI thread, holding the turn slot.
+
+        ``fn`` returns a line for the user (or None); failures become an error notice.
+        False (and a notice) when a turn or another command is under way.
+        """
+        if self.busy:
+            self.note(f"{label} waits until the running work ends", "warning")
+            return False
+        self._active = True
+
+        def work() -> None:
+            try:
+                line = fn()
+                if line:
+                    self.post(lambda: self.note(line, "context" if line.startswith("~")
+                                                else "info"))
+            except Exception as exc:
+                msg = f"{label} failed: {type(exc).__name__}: {exc}".splitlines()[0]
+                self.post(lambda: self.note(msg, "error"))
+            finally:
+                self.refresh_stats(background=False)
+                self.post(self._finish)
+
+        self.spawn(work)
+        return True
 
     def _answer(self, text: str) -> None:
         """The user's answer to the first pending approval; resume when all are answered."""
@@ -400,22 +487,38 @@ class TuiController:
         self.refresh_stats()
         return True
 
-    def set_approval(self, mode: str) -> None:
+    def set_approval(self, mode: str) -> bool:
+        """Switch the approval mode; the old one stays in force if the agent cannot be
+        rebuilt (the status bar must never claim a stricter mode than the one enforced)."""
+        old = self.session.approval
         self.session.approval = mode
-        if self.resolved is not None:
-            self._build_runner()
+        if self.resolved is not None and self._build_runner() is not None:
+            self.session.approval = old
+            return False
+        return True
 
-    def new_conversation(self) -> None:
+    @property
+    def kernel_ready(self) -> bool:
+        return self._kernel_ready.is_set()
+
+    def new_conversation(self) -> bool:
         """A new session (new thread) that keeps the running kernel and its state."""
         from simagent.session import Session
 
         old = self.session
         kernel = old.detach_kernel()
+        try:
+            new = Session.create(old.workspace, simulator=old.simulator.name
+                                 if old.simulator else None, approval=old.approval,
+                                 model=self.model_id, config=old.config, kernel=kernel,
+                                 continued_from=old.id)
+        except Exception as exc:
+            old.adopt_kernel(kernel)
+            self.note(f"cannot start a new conversation: {type(exc).__name__}: {exc}"
+                      .splitlines()[0], "error")
+            return False
         old.close("clear")
-        self.session = Session.create(old.workspace, simulator=old.simulator.name
-                                      if old.simulator else None, approval=old.approval,
-                                      model=self.model_id, config=old.config, kernel=kernel,
-                                      continued_from=old.id)
+        self.session = new
         self.runner = None
         self.conversation = Conversation()
         self.previews.clear()
@@ -423,8 +526,6 @@ class TuiController:
         if self.resolved is not None:
             self._build_runner()
         if kernel is None:  # it had died or never started: start a fresh one
-            self._kernel_ready.clear()
             self._start_kernel()
         self.refresh_stats(background=False)
-
-
+        return True

@@ -29,6 +29,8 @@ from simagent.kernel.terminal import TerminalBuffer
 #: A tool card keeps at most this much live output (the full output is on disk).
 CARD_MAX_CHARS = 64 * 1024
 CARD_MAX_ROWS = 2_000
+#: A subagent's streamed text kept on its task card (the tail; its report is the result).
+NOTES_MAX_CHARS = 16 * 1024
 #: The tool whose cards are subagent runs (deepagents' ``task``).
 TASK_TOOL = "task"
 
@@ -96,6 +98,11 @@ class ToolCard:
 
     @property
     def running(self) -> bool:
+        return self.status == "running"
+
+    @property
+    def open(self) -> bool:
+        """Not finished: requested (maybe waiting for approval) or running."""
         return self.status in ("requested", "running")
 
     def elapsed(self, now: float | None = None) -> float:
@@ -160,7 +167,10 @@ class Conversation:
     def end_turn(self) -> None:
         """The turn ended: close reasoning and mark cards that never finished."""
         self._close_reasoning()
-        for card in self.running_cards():
+        waiting = {e.interrupt_id for e in self.pending_approvals()}
+        for card in [c for c in self.cards.values() if c.open]:
+            if card.status == "requested" and waiting:
+                continue  # it waits for the user's decision, it was not cancelled
             card.status = "cancelled"
             card.elapsed_s = card.elapsed()
         self._muted.clear()
@@ -213,10 +223,12 @@ class Conversation:
 
     def _text(self, event: TextDelta) -> None:
         if event.agent != "main":
-            task = next((c for c in reversed(self.cards.values())
-                         if c.name == TASK_TOOL and c.running), None)
+            running = [c for c in reversed(self.cards.values())
+                       if c.name == TASK_TOOL and c.running]
+            task = next((c for c in running if c.args.get("subagent_type") == event.agent),
+                        running[0] if running else None)
             if task is not None:
-                task.notes += event.text
+                task.notes = (task.notes + event.text)[-NOTES_MAX_CHARS:]
             return
         last = self.entries[-1] if self.entries else None
         if isinstance(last, AssistantEntry) and last.agent == event.agent:
@@ -234,6 +246,7 @@ class Conversation:
         if isinstance(event, ToolStarted):
             card.status = "running"
             card.started = time.monotonic()
+            card.elapsed_s = None
             card.args = dict(event.args) or card.args
             card.agent = event.agent
 

@@ -26,6 +26,7 @@ from simagent.tui.entries import (
 )
 from simagent.tui.text import (
     Line,
+    cells,
     clip,
     clip_fragments,
     markdown,
@@ -39,6 +40,7 @@ LIVE_CODE_ROWS = 8
 LIVE_TAIL_ROWS = 8
 EXPANDED_ROWS = 40
 REASONING_TAIL_ROWS = 3
+REASONING_TAIL_CHARS = 2_000
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _STATUS_MARK = {"success": ("✓", "class:ok"), "error": ("✗", "class:error"),
                 "cancelled": ("■", "class:warning"), "requested": ("○", "class:dim")}
@@ -102,7 +104,7 @@ def _bounded(text: str, rows: int, width: int, style: str, raw_path: str | None
 
 
 def card_header(card: ToolCard, width: int, now: float) -> Line:
-    if card.running and card.status == "running":
+    if card.running:
         mark, style = SPINNER[int(now * 10) % len(SPINNER)], "class:running"
     else:
         mark, style = _STATUS_MARK.get(card.status, ("·", "class:dim"))
@@ -121,7 +123,7 @@ def card_header(card: ToolCard, width: int, now: float) -> Line:
 def render_card(card: ToolCard, width: int, expanded: bool, now: float) -> list[Line]:
     rows: list[Line] = [card_header(card, width, now)]
     inner = max(1, width - 2)
-    live = card.running and card.status == "running"
+    live = card.running
     if not (expanded or live):
         return rows
     code = str(card.args.get("code") or "")
@@ -132,7 +134,8 @@ def render_card(card: ToolCard, width: int, expanded: bool, now: float) -> list[
         shown = code_rows[:limit]
         rows += [[("class:dim", "  │ "), ("class:code", r)] for r in shown]
         if len(code_rows) > limit:
-            rows.append([("class:dim", f"  │ … {len(code_rows) - limit} more lines of code")])
+            rows.append([("class:dim", clip(f"  │ … {len(code_rows) - limit} more lines of "
+                                            "code", width))])
     elif expanded and card.args and not code:
         rows += _indent_rows(_plain_rows(one_line(card.args, width=10_000), inner - 2,
                                          "class:code"), "  │ ")
@@ -160,7 +163,9 @@ def render_reasoning(entry: ReasoningEntry, width: int, expanded: bool, now: flo
                                           width))]]
     rows = [[("class:reasoning", clip("✻ thinking…" if not entry.done else "✻ reasoning",
                                       width))]]
-    body = _plain_rows(entry.text.strip(), max(1, width - 2), "class:reasoning")
+    # the rolling tail needs only the end of the text (bounded work per frame)
+    text = entry.text if expanded else entry.text[-REASONING_TAIL_CHARS:]
+    body = _plain_rows(text.strip(), max(1, width - 2), "class:reasoning")
     if not expanded:
         body = body[-REASONING_TAIL_ROWS:]
     return rows + _indent_rows(body, "  ", "class:reasoning")
@@ -207,18 +212,20 @@ def _diff_style(line: str) -> str:
     return "class:output"
 
 
-def render_approval(entry: ApprovalEntry, width: int, preview: str) -> list[Line]:
+def render_approval(entry: ApprovalEntry, width: int, preview: str,
+                    expanded: bool = False) -> list[Line]:
     inner = max(1, width - 4)
     if entry.decision is not None:
         return [[("class:dim", clip(sanitize(f"⏸ {entry.name}: {entry.decision}"), width))]]
     rows: list[Line] = [[("class:approval", clip(sanitize(f"⏸ approve {entry.name}?"),
                                                  width))]]
     lines = sanitize(preview).split("\n")
-    shown = lines[:EXPANDED_ROWS]
+    shown = lines if expanded else lines[:EXPANDED_ROWS]
     for line in shown:
         rows += [[("class:dim", "  │ "), (_diff_style(line), piece)] for piece in wrap(line, inner)]
     if len(lines) > len(shown):
-        rows.append([("class:dim", f"  │ … {len(lines) - len(shown)} more lines")])
+        rows.append([("class:dim", clip(f"  │ … {len(lines) - len(shown)} more lines "
+                                        "(ctrl+O shows all)", width))])
     choices = ["y approve" if "approve" in entry.allowed else "",
                "n reject" if "reject" in entry.allowed else "",
                "or type a reply to send instead" if "respond" in entry.allowed else ""]
@@ -229,7 +236,15 @@ def render_approval(entry: ApprovalEntry, width: int, preview: str) -> list[Line
 
 def render_entry(entry: Entry, width: int, expanded: bool, now: float,
                  previews: dict[tuple[str, int], str] | None = None) -> list[Line]:
+    """One entry's rows, each at most ``width`` cells (prefixes included)."""
     width = max(1, width)
+    rows = _entry_rows(entry, width, expanded, now, previews)
+    return [row if sum(cells(t) for _, t in row) <= width else clip_fragments(row, width)
+            for row in rows]
+
+
+def _entry_rows(entry: Entry, width: int, expanded: bool, now: float,
+                previews: dict[tuple[str, int], str] | None) -> list[Line]:
     if isinstance(entry, UserEntry):
         rows: list[Line] = []
         for i, line in enumerate(sanitize(entry.text).split("\n")):
@@ -253,7 +268,7 @@ def render_entry(entry: Entry, width: int, expanded: bool, now: float,
     if isinstance(entry, ApprovalEntry):
         key = (entry.interrupt_id, entry.index)
         preview = (previews or {}).get(key) or action_preview(entry.name, entry.args, None)
-        return render_approval(entry, width, preview)
+        return render_approval(entry, width, preview, expanded)
     return []
 
 

@@ -55,20 +55,14 @@ def _manual(ctl: TuiController, arg: str, which: str) -> None:
         return
     agent, config = ctl.runner.agent, ctl.session.thread_config
     fn = compact_now if which == "compact" else checkpoint_now
-    ctl.note(f"{'compacting' if which == 'compact' else 'writing a task checkpoint'}…",
-             "context")
 
-    def work() -> None:
-        try:
-            result = fn(agent.graph, config, agent.context, arg or None)
-            text, level = result.message, "context" if result.done else "warning"
-        except Exception as exc:  # a summarizer/provider failure: report, keep going
-            text, level = f"/{which} failed: {type(exc).__name__}: {exc}".splitlines()[0], \
-                "error"
-        ctl.post(lambda: ctl.note(("~ " if level == "context" else "") + text, level))
-        ctl.refresh_stats(background=False)
+    def work() -> str:
+        result = fn(agent.graph, config, agent.context, arg or None)
+        return ("~ " if result.done else "") + result.message
 
-    ctl.spawn(work)
+    if ctl.background(f"/{which}", work):
+        ctl.note("compacting…" if which == "compact" else "writing a task checkpoint…",
+                 "context")
 
 
 def cmd_compact(ctl: TuiController, arg: str) -> None:
@@ -89,25 +83,22 @@ def cmd_model(ctl: TuiController, arg: str) -> None:
     if ctl.switch_model(arg):
         ctl.note(f"model: {ctl.model_id} (same conversation)", "info")
         if ctl.draft:
-            ctl.note("replay demo: press Enter to send its prompt (already typed for you)",
-                     "info")
+            ctl.note("replay demo: its prompt is in the input line; Enter sends it", "info")
 
 
 def cmd_reset(ctl: TuiController, arg: str) -> None:
     if ctl.session is None:
         return
-    ctl.note("restarting the kernel…", "warning")
+    if not ctl.kernel_ready:
+        ctl.note("the kernel is still starting; /reset when it is up", "warning")
+        return
 
-    def work() -> None:
-        try:
-            seconds = ctl.session.restart_kernel()
-            text, level = f"kernel restarted in {seconds:.1f}s; variables are gone", "warning"
-        except Exception as exc:
-            text, level = f"kernel restart failed: {exc}".splitlines()[0], "error"
-        ctl.post(lambda: ctl.note(text, level))
-        ctl.post(ctl.invalidate)
+    def work() -> str:
+        seconds = ctl.session.restart_kernel()
+        return f"kernel restarted in {seconds:.1f}s; variables are gone"
 
-    ctl.spawn(work)
+    if ctl.background("/reset", work):
+        ctl.note("restarting the kernel…", "warning")
 
 
 def cmd_interrupt(ctl: TuiController, arg: str) -> None:
@@ -205,8 +196,10 @@ def cmd_approval(ctl: TuiController, arg: str) -> None:
     if arg not in APPROVAL_MODES:
         ctl.note(f"approval mode must be one of {', '.join(APPROVAL_MODES)}", "warning")
         return
-    ctl.set_approval(arg)
-    ctl.note(f"approval: {arg}", "info")
+    if ctl.set_approval(arg):
+        ctl.note(f"approval: {arg}", "info")
+    else:
+        ctl.note(f"approval stays {ctl.session.approval}", "warning")
 
 
 def cmd_reset_ceiling(ctl: TuiController, arg: str) -> None:
@@ -221,8 +214,12 @@ def cmd_reset_ceiling(ctl: TuiController, arg: str) -> None:
 
 
 def cmd_clear(ctl: TuiController, arg: str) -> None:
+    if not ctl.kernel_ready:
+        ctl.note("the kernel is still starting; /clear when it is up", "warning")
+        return
     old = ctl.session.id
-    ctl.new_conversation()
+    if not ctl.new_conversation():
+        return
     ctl.note(f"new conversation {ctl.session.id} (kernel state kept; "
              f"resume the old one with: simagent --resume {old})", "info")
 

@@ -18,7 +18,10 @@ from prompt_toolkit.utils import get_cwidth
 from simagent.kernel.terminal import ESC_SEQ_RE
 
 #: Control characters other than newline and tab (tab becomes spaces).
-_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\u2028\u2029\ufeff]")
+#: Bidirectional overrides and isolates are removed too: they could make a diff or a
+#: command awaiting approval display in an order other than the one that runs.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b\u200e\u200f\u2028\u2029"
+                         r"\u202a-\u202e\u2066-\u2069\ufeff]")
 #: Longest line the UI wraps; beyond it the rest is dropped with a marker (bounded work).
 MAX_LINE_CHARS = 4_000
 
@@ -112,8 +115,9 @@ def wrap_fragments(frags: Line, width: int, indent: str = "") -> list[Line]:
             if w > width:
                 ch, w = "?", 1
             if used + w > width and used > 0:
-                rows.append([("", indent)] if indent and cells(indent) < width else [])
-                used = cells(indent) if rows[-1] else 0
+                fits = indent and cells(indent) + w <= width
+                rows.append([("", indent)] if fits else [])
+                used = cells(indent) if fits else 0
             row = rows[-1]
             if row and row[-1][0] == style:
                 row[-1] = (style, row[-1][1] + ch)
