@@ -8,6 +8,7 @@ pre-wrapped rows, so scrolling, Ctrl+O and very wide output cost the same.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -294,10 +295,8 @@ class TuiApp:
         def post(fn: Any) -> None:
             if loop.is_closed():
                 return  # the app has ended; late events from workers have no screen
-            try:
+            with contextlib.suppress(RuntimeError):  # closed between the check and here
                 loop.call_soon_threadsafe(fn)
-            except RuntimeError:
-                pass
 
         self.ctl.post = post
         self.ctl.invalidate = self.app.invalidate
