@@ -22,7 +22,7 @@ DEFAULT_APPROVAL = "ask"
 MODEL_ENV = "SIMAGENT_MODEL"
 #: An existing Dask scheduler for ``ensemble`` (wins over ``[ensembles] scheduler``).
 SCHEDULER_ENV = "SIMAGENT_DASK_SCHEDULER"
-#: Workers of the session's local Dask cluster (set from ``[ensembles] workers``).
+#: Workers of the session's local Dask cluster (wins over ``[ensembles] workers``).
 WORKERS_ENV = "SIMAGENT_DASK_WORKERS"
 
 
@@ -138,12 +138,17 @@ class Config:
         return value
 
     def ensemble_kernel_env(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Environment the kernel needs so ``ensemble`` follows this config."""
+        """Environment the kernel needs so ``ensemble`` follows this config.
+
+        For both settings a variable already set in the environment wins over the
+        config file, so one shell can override a workspace's config the same way.
+        """
         env = os.environ if environ is None else environ
         out: dict[str, str] = {}
         scheduler, _where = self.ensemble_scheduler(env)
         if scheduler and not env.get(SCHEDULER_ENV):
             out[SCHEDULER_ENV] = scheduler
-        if (workers := self.ensemble_workers()) is not None:
+        workers = self.ensemble_workers()
+        if workers is not None and not env.get(WORKERS_ENV, "").strip():
             out[WORKERS_ENV] = str(workers)
         return out

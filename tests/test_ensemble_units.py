@@ -6,7 +6,9 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import pickle
+import signal
 import subprocess
 import sys
 
@@ -21,12 +23,12 @@ from simagent.kernel.capture import Capture
 from simagent.kernel_api.cache import CaseCache
 from simagent.kernel_api.cases import (
     case_key,
-    function_key,
     normalize_cases,
     result_columns,
     safe_name,
     table_rows,
 )
+from simagent.kernel_api.identity import Uncacheable, function_key, identify
 from simagent.kernel_api.runner import portable_runner, run_case
 from simagent.kernel_api.summary import detail_lines, stats_of, summary_line
 from simagent.paths import SESSION_DIR_ENV, SessionPaths
@@ -77,10 +79,14 @@ def test_function_key_changes_with_the_code_and_what_it_reads():
         functools.partial(scaled, 2))
 
 
-def test_function_key_survives_recursion_and_opaque_globals():
-    rec = _make("import threading\nLOCK = threading.Lock()\n"
-                "def f(n):\n    with LOCK:\n        return 1 if n < 1 else f(n - 1)\n")
+def test_function_key_survives_recursion_and_refuses_what_it_cannot_hash():
+    rec = _make("def f(n):\n    return 1 if n < 1 else f(n - 1)\n")
     assert function_key(rec) == function_key(rec)
+    locked = _make("import threading\nLOCK = threading.Lock()\n"
+                   "def f(n):\n    with LOCK:\n        return n\n")
+    with pytest.raises(Uncacheable, match=r"LOCK holds a _thread\.lock that cannot be pickled"):
+        function_key(locked)
+    assert identify(locked).key is None  # uncacheable, never keyed by the type alone
 
 
 def test_cases_must_be_dicts_of_argument_names():
@@ -91,6 +97,9 @@ def test_cases_must_be_dicts_of_argument_names():
         normalize_cases([{"a": 1}, 5])
     with pytest.raises(TypeError, match="valid argument names"):
         normalize_cases([{"not a name": 1}])
+    for meta in ("status", "error", "elapsed_s", "attempts", "cached"):
+        with pytest.raises(ValueError, match=f"case 1: parameter name '{meta}' is reserved"):
+            normalize_cases([{"a": 1}, {"a": 2, meta: 0}])
     assert safe_name("<lambda>") == "lambda" and safe_name("a/b c") == "a_b_c"
 
 
@@ -156,6 +165,88 @@ def test_cache_round_trip_and_atomic_files(tmp_path):
     assert not cache.path("lam").exists()
 
 
+def test_cache_save_reports_a_full_disk_instead_of_raising(tmp_path, monkeypatch):
+    import errno
+
+    from simagent.kernel_api import cache as cache_mod
+
+    def full(*_a):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    cache = CaseCache(tmp_path / "cases")
+    monkeypatch.setattr(cache_mod.os, "replace", full)
+    assert cache.save("k", {"status": "ok", "result": 1}) is False
+    assert cache.save("k2", {"status": "ok", "result": 2}) is False
+    monkeypatch.undo()
+    assert cache.save("lam", {"status": "ok", "result": lambda: 1}) is False
+    assert list((tmp_path / "cases").iterdir()) == []  # no temporary file left behind
+    note = cache.note()
+    assert note.startswith("note: 3 results not cached (")
+    assert "2 x OSError: No space left on device" in note
+    assert "1 x the result cannot be pickled" in note
+
+
+def _cached_sweep(tmp_path, monkeypatch, fn, cases, name="pre"):
+    """A sweep whose cases are all in the cache already: runs without any cluster."""
+    from simagent.kernel_api.cases import case_key as ck
+
+    monkeypatch.setenv(SESSION_DIR_ENV, str(tmp_path / "session"))
+    store = CaseCache(tmp_path / "session" / "ensembles" / name / "cases")
+    for case in cases:
+        store.save(ck(function_key(fn), case), {"status": "ok", "result": {"y": 1},
+                                                "elapsed_s": 0.1, "attempts": 1, "case": case})
+    return tmp_path / "session" / "ensembles" / name
+
+
+def test_unwritable_results_are_a_note_and_the_table_is_still_returned(
+        tmp_path, monkeypatch, capsys):
+    from simagent.kernel_api import ensemble
+
+    folder = _cached_sweep(tmp_path, monkeypatch, scaled, [{"x": 1}, {"x": 2}])
+    (folder / "results.csv").mkdir(parents=True)  # writing the CSV now fails
+    ensemble.last = None
+    df = ensemble(scaled, [{"x": 1}, {"x": 2}], name="pre")
+    assert ensemble.last is df and df.cached.tolist() == [True, True]
+    out = capsys.readouterr().out
+    assert "2 cases: 2 ok, 0 failed (2 from cache); nothing to run" in out
+    assert "table: not saved; `ensemble.last` (2 rows" in out
+    assert "note: could not write the sweep's files" in out and "IsADirectoryError" in out
+
+
+def test_a_stored_record_of_another_case_is_a_miss(tmp_path):
+    from simagent.kernel_api.ensemble import cached_records
+
+    store = CaseCache(tmp_path / "cases")
+    store.save("k1", {"status": "ok", "result": 1, "case": {"x": 1}})
+    store.save("k2", {"status": "ok", "result": 2, "case": {"x": 999}})  # a collision
+    hits = cached_records(store, ["k1", "k2", None], [{"x": 1}, {"x": 2}, {"x": 3}])
+    assert hits[0]["result"] == 1 and hits[0]["cached"] is True
+    assert hits[1] is None and hits[2] is None
+
+
+def test_a_derived_folder_name_tells_functions_apart(tmp_path, monkeypatch):
+    from simagent.kernel_api.ensemble import sweep_folder
+
+    monkeypatch.setenv(SESSION_DIR_ENV, str(tmp_path))
+    run_a = _make("def run(x):\n    return x\nf = run\n")
+    run_b = _make("def run(x):\n    return -x\nf = run\n")
+    label_a, folder_a = sweep_folder(run_a, None, function_key(run_a))
+    label_b, folder_b = sweep_folder(run_b, None, function_key(run_b))
+    assert label_a == label_b == "run" and folder_a != folder_b
+    assert folder_a.name == f"run-{function_key(run_a)[:8]}"
+    assert sweep_folder(run_a, "mine", function_key(run_a))[1].name == "mine"
+
+
+def test_missing_packages_fail_before_any_case_runs(monkeypatch):
+    from simagent.kernel_api import cluster, ensemble
+
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    with pytest.raises(ImportError, match=r"needs pandas, tqdm .* -m pip install pandas tqdm"):
+        ensemble(scaled, [{"x": 1}])
+    assert cluster._local is None  # no cluster was started for it
+
+
 # ---------------------------------------------------------------------------- runner
 def test_run_case_records_errors_and_retries():
     calls = []
@@ -174,6 +265,22 @@ def test_run_case_records_errors_and_retries():
     assert "Traceback" in bad["traceback"] and bad["attempts"] == 1
 
 
+def test_run_case_records_sys_exit_as_the_case_error():
+    def leaves(x):
+        sys.exit(x)
+
+    rec = run_case(leaves, {"x": 3}, retries=1)
+    assert rec["status"] == "error" and rec["error"] == "SystemExit: 3"
+    assert rec["attempts"] == 2
+
+
+def test_run_case_loads_a_pickled_function():
+    import cloudpickle
+
+    rec = run_case(cloudpickle.dumps(lambda x: x + 1), {"x": 1}, 0)
+    assert rec["status"] == "ok" and rec["result"] == 2
+
+
 def test_the_portable_runner_does_not_need_simagent_on_the_worker():
     from distributed.protocol.pickle import dumps
 
@@ -188,6 +295,100 @@ def test_the_portable_runner_does_not_need_simagent_on_the_worker():
     assert out.stdout.decode().strip() == "{'a': 1}"
 
 
+# ------------------------------------------------------------------------- interrupt
+class _FakeFuture:
+    def __init__(self, key, status, result=None, error=None):
+        self.key, self.status, self._result, self._error = key, status, result, error
+
+    def result(self, timeout=None):
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def done(self):
+        return self.status in ("finished", "error", "cancelled")
+
+
+class _FakeClient:
+    def __init__(self, processing):
+        self._processing = processing
+        self.cancelled: list = []
+
+    def processing(self):
+        return self._processing
+
+    def cancel(self, futures):
+        self.cancelled += [f.key for f in futures]
+        for f in futures:
+            f.status = "cancelled"
+
+
+def test_after_an_interrupt_failed_futures_are_errors_and_running_ones_are_located(tmp_path):
+    from simagent.kernel_api.ensemble import after_interrupt
+
+    class KilledWorker(Exception):  # as distributed raises it, without a real worker
+        pass
+
+    futures = {_FakeFuture("s-0", "finished", {"status": "ok", "result": 1}): 0,
+               _FakeFuture("s-1", "error", error=KilledWorker("s-1 lost its worker")): 1,
+               _FakeFuture("s-2", "pending"): 2, _FakeFuture("s-3", "pending"): 3}
+    client = _FakeClient({"tcp://w1": ("s-2", "other"), "tcp://w2": ()})
+    records: list = [None] * 4
+    store = CaseCache(tmp_path / "cases")
+    cases = [{"x": i} for i in range(4)]
+    running = after_interrupt(client, futures, records, ["k0", "k1", "k2", "k3"], cases, store)
+    assert running == {"tcp://w1": 1}
+    assert sorted(client.cancelled) == ["s-2", "s-3"]  # only what had not finished
+    assert records[0]["status"] == "ok" and store.keys() == {"k0"}
+    assert records[1]["status"] == "error" and "KilledWorker" in records[1]["error"]
+    assert records[2] is None and records[3] is None  # cancelled
+
+
+def test_cases_running_on_an_external_cluster_are_reported_not_killed(capsys, monkeypatch):
+    from simagent.kernel_api import cluster
+    from simagent.kernel_api.ensemble import _stop_running
+
+    monkeypatch.setattr(cluster, "kill_local_workers", lambda _a: pytest.fail("killed"))
+    _stop_running({"tcp://w1": 2, "tcp://w2": 1}, local=False, where="tcp://hpc:8786")
+    assert capsys.readouterr().out == (
+        "note: 3 cancelled cases already running on tcp://hpc:8786 continue there until "
+        "they finish (their results are not used)\n")
+
+
+def test_the_interrupt_cleanup_ignores_further_sigints():
+    from simagent.kernel_api.ensemble import SigintGuard
+
+    before = signal.getsignal(signal.SIGINT)
+    guard = SigintGuard()
+    guard.ignore()
+    os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt here
+    guard.restore()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_bench_kernel_always_uses_the_local_cluster(monkeypatch):
+    import simagent.kernel
+    from simagent.bench.ensemble_bench import run_ensemble_bench
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    class FakeKernel:
+        def __init__(self, paths, cwd=None, env=None, **kw):
+            seen["env"] = env
+
+        def start(self):
+            raise Stop
+
+    monkeypatch.setenv(SCHEDULER_ENV, "tcp://somewhere:8786")
+    monkeypatch.setattr(simagent.kernel, "Kernel", FakeKernel)
+    with pytest.raises(Stop):
+        run_ensemble_bench(cases=1, seconds=0.01, workers=1, rounds=1)
+    assert seen["env"][SCHEDULER_ENV] == ""
+
+
 # ---------------------------------------------------------------------------- config
 def test_scheduler_comes_from_env_then_config(tmp_path):
     ws = tmp_path / "ws"
@@ -199,6 +400,8 @@ def test_scheduler_comes_from_env_then_config(tmp_path):
     assert cfg.ensemble_scheduler({SCHEDULER_ENV: "tcp://env:1"})[0] == "tcp://env:1"
     assert cfg.ensemble_kernel_env({}) == {SCHEDULER_ENV: "tcp://cfg:8786", WORKERS_ENV: "3"}
     assert cfg.ensemble_kernel_env({SCHEDULER_ENV: "tcp://env:1"}) == {WORKERS_ENV: "3"}
+    # the environment wins for the workers too, as it does for the scheduler
+    assert cfg.ensemble_kernel_env({WORKERS_ENV: "5"}) == {SCHEDULER_ENV: "tcp://cfg:8786"}
     assert Config().ensemble_scheduler({}) == (None, "unset")
     with pytest.raises(ConfigError, match="workers"):
         Config({"ensembles": {"workers": 0}}).ensemble_workers()

@@ -54,6 +54,17 @@ def counted(x, delay=0.0):
 def n_calls():
     return len(open(CALLS).read().split()) if os.path.exists(CALLS) else 0
 
+SLOW = os.path.abspath("slow.flag")
+
+def napping(x):
+    """Counts its calls; cases x >= 2 sleep a minute while the SLOW flag file exists."""
+    import time
+    with open(CALLS, "a") as fh:
+        fh.write(f"{x}\n")
+    if x >= 2 and os.path.exists(SLOW):
+        time.sleep(60)
+    return {"y": x * x}
+
 def worker_pids():
     client = _cluster._local[1]
     return sorted(client.run(os.getpid).values())
@@ -76,6 +87,7 @@ def loads(result) -> dict:
 class Box:
     kernel: Kernel
     session: Path
+    ws: Path
     setup_events: list
     setup_text: str
     setup: dict
@@ -87,6 +99,7 @@ def box(tmp_path_factory):
     (tmp / "ws").mkdir()
     b = Box()
     b.session = tmp / "session"
+    b.ws = tmp / "ws"
     env = {"SIMAGENT_DASK_SCHEDULER": ""}  # a developer's own cluster must not leak in
     b.kernel = Kernel(SessionPaths(b.session), cwd=tmp / "ws", env=env)
     b.kernel.start()
@@ -188,50 +201,153 @@ say(n3=n3, n4=n_calls() - n0, y=third.y.tolist(),
     assert out["y"] == [0, -1, -2, -3] and not any(out["cached"])
 
 
-def test_interrupt_cancels_the_rest_keeps_finished_rows_and_workers(box):
+def test_interrupt_stops_running_cases_keeps_finished_rows_and_resumes(box):
     before = loads(run(box, "say(pids=worker_pids())"))["pids"]
-    cases_dir = box.session / "ensembles" / "slow" / "cases"
+    cases_dir = box.session / "ensembles" / "napping" / "cases"
+    (box.ws / "slow.flag").write_text("")
 
-    def interrupt_after_two_results():
+    def interrupt_when_the_rest_sleep():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if cases_dir.is_dir() and len(list(cases_dir.glob("*.pkl"))) >= 2:
                 break
             time.sleep(0.05)
+        time.sleep(0.3)  # both workers are inside a minute-long case by now
         box.kernel.interrupt()
 
-    th = threading.Thread(target=interrupt_after_two_results)
+    th = threading.Thread(target=interrupt_when_the_rest_sleep)
     th.start()
-    res = run(box, "df = ensemble(counted, [{'x': 100 + i, 'delay': 0.4} for i in range(16)], "
-                   "name='slow')")
+    res = run(box, "df = ensemble(napping, [{'x': i} for i in range(6)], name='napping')")
     th.join()
     assert res.status == "interrupted", res.model_text()[-3000:]
     text = res.model_text()
-    assert re.search(r"^ensemble 'slow' INTERRUPTED: 16 cases: \d+ ok, 0 failed, \d+ cancelled",
-                     text, re.M)
+    assert re.search(r"^ensemble 'napping' INTERRUPTED: 6 cases: 2 ok, 0 failed, 4 cancelled",
+                     text, re.M), text
     assert "EnsembleInterrupted" in text and "run the same call again to resume" in text
+    assert "note: stopped 2 worker processes still running cancelled cases" in text
+    (box.ws / "slow.flag").unlink()
 
-    res = run(box, """
-time.sleep(1.0)  # a worker killed by the SIGINT would be gone (or replaced) by now
+    res = run(box, f"""
 part = ensemble.last
-say(status=part.status.tolist(), pids=worker_pids(),
+_cluster.local_engine(2)
+_deadline = time.monotonic() + 60  # wait (not a timing assertion) for the fresh workers
+while time.monotonic() < _deadline and (len(worker_pids()) != 2
+                                        or set(worker_pids()) & set({before!r})):
+    time.sleep(0.1)
+n0 = n_calls()
+df = ensemble(napping, [{{'x': i}} for i in range(6)], name='napping')
+say(status=part.status.tolist(), pids=worker_pids(), cached=df.cached.tolist(),
+    ok=df.status.tolist(), y=df.y.tolist(), ran=n_calls() - n0,
     csv_rows=len(open(os.path.join(os.environ["SIMAGENT_SESSION_DIR"],
-                                   "ensembles/slow/results.csv")).read().splitlines()) - 1)
+                                   "ensembles/napping/results.csv")).read().splitlines()) - 1)
 """)
     assert res.ok, res.model_text()[-3000:]
     out = loads(res)
-    n_ok = out["status"].count("ok")
-    assert n_ok >= 2 and out["status"].count("cancelled") >= 1
-    assert set(out["status"]) == {"ok", "cancelled"} and len(out["status"]) == 16
-    assert out["csv_rows"] == 16
-    assert out["pids"] == before  # the same two worker processes survived the interrupt
+    assert out["status"] == ["ok", "ok"] + ["cancelled"] * 4
+    assert len(out["pids"]) == 2 and not set(out["pids"]) & set(before)  # killed, replaced
+    assert out["cached"] == [True, True] + [False] * 4 and out["ran"] == 4  # resumed
+    assert out["ok"] == ["ok"] * 6 and out["y"] == [x * x for x in range(6)]
+    assert out["csv_rows"] == 6
 
-    res = run(box, "df = ensemble(counted, [{'x': 100 + i, 'delay': 0.4} for i in range(16)], "
-                   "name='slow')\n"
-                   "say(cached=int(df.cached.sum()), ok=int((df.status == 'ok').sum()))")
+
+def test_an_error_of_the_sweep_itself_stops_its_cases(box):
+    """Not a case's error: the kernel side fails mid-sweep (here the cache raises)."""
+    (box.ws / "slow.flag").write_text("")
+    before = loads(run(box, "say(pids=worker_pids())"))["pids"]
+    res = run(box, """
+from simagent.kernel_api.cache import CaseCache
+_save = CaseCache.save
+def _broken(self, key, record):
+    raise RuntimeError("cache broke")
+CaseCache.save = _broken
+ensemble.last = "stale"
+n0 = n_calls()
+try:
+    ensemble(napping, [{"x": i} for i in range(8)], name="broken")
+finally:
+    CaseCache.save = _save
+""")
+    assert res.status == "error" and "cache broke" in res.error.evalue
+    assert "note: stopped 2 worker processes still running cancelled cases" in res.model_text()
+    (box.ws / "slow.flag").unlink()
+    res = run(box, f"""
+_cluster.local_engine(2)
+_deadline = time.monotonic() + 60  # wait (not a timing assertion) for the fresh workers
+while time.monotonic() < _deadline and (len(worker_pids()) != 2
+                                        or set(worker_pids()) & set({before!r})):
+    time.sleep(0.1)
+say(last=ensemble.last, ran=n_calls() - n0, pids=worker_pids())
+""")
+    out = loads(res)
+    assert out["last"] is None  # not the previous sweep's table
+    assert out["ran"] <= 4 and not set(out["pids"]) & set(before)  # queued cases never ran
+
+
+def test_a_case_calling_sys_exit_fails_alone(box):
+    res = run(box, """
+def leaver(x):
+    import sys
+    if x == 2:
+        sys.exit(3)
+    return {"y": x}
+p0 = worker_pids()
+df = ensemble(leaver, [{"x": x} for x in range(5)], name="leaver")
+say(status=df.status.tolist(), error=df.error[2], same_workers=worker_pids() == p0)
+""")
     assert res.ok, res.model_text()[-3000:]
     out = loads(res)
-    assert out["ok"] == 16 and out["cached"] >= n_ok  # resumed: finished cases not re-run
+    assert out["status"] == ["ok", "ok", "error", "ok", "ok"]
+    assert out["error"] == "SystemExit: 3" and out["same_workers"]
+
+
+def test_the_function_is_pickled_once_per_sweep(box):
+    res = run(box, """
+PICKLED = []
+class Payload:
+    def __reduce__(self):
+        PICKLED.append(1)
+        return (Payload, ())
+PAYLOAD = Payload()
+def carries(x):
+    return {"y": x, "kind": type(PAYLOAD).__name__}
+df = ensemble(carries, [{"x": x} for x in range(8)], name="carries", cache=False)
+say(pickled=len(PICKLED), ok=df.status.tolist(), kind=sorted(set(df.kind)))
+""")
+    assert res.ok, res.model_text()[-3000:]
+    out = loads(res)
+    assert out["ok"] == ["ok"] * 8 and out["kind"] == ["Payload"]
+    assert out["pickled"] <= 2  # the identity hash and the one shipped copy, not 8 more
+
+
+def test_an_edited_workspace_module_runs_again(box):
+    for mod in ("wsmod", "wsinner"):
+        (box.ws / f"{mod}.py").write_text("def g(x):\n    return x + 1\n")
+    res = run(box, """
+import importlib, wsmod
+def via_global(x):
+    return {"y": wsmod.g(x)}
+def via_import(x):
+    import wsinner
+    return {"y": wsinner.g(x)}
+a = ensemble(via_global, [{"x": 1}, {"x": 2}], name="wsmod")
+b = ensemble(via_import, [{"x": 1}, {"x": 2}], name="wsinner")
+say(a=a.y.tolist(), b=b.y.tolist())
+""")
+    assert res.ok, res.model_text()[-3000:]
+    assert loads(res) == {"a": [2, 3], "b": [2, 3]}
+    for mod in ("wsmod", "wsinner"):  # edited; only wsmod is reloaded in the kernel
+        (box.ws / f"{mod}.py").write_text("def g(x):\n    return x + 100\n")
+    res = run(box, """
+importlib.reload(wsmod)
+a = ensemble(via_global, [{"x": 1}, {"x": 2}], name="wsmod")
+b = ensemble(via_import, [{"x": 1}, {"x": 2}], name="wsinner")
+c = ensemble(via_import, [{"x": 1}, {"x": 2}], name="wsinner-uncached", cache=False)
+say(y=[a.y.tolist(), b.y.tolist(), c.y.tolist()],
+    cached=bool(a.cached.any() or b.cached.any()))
+""")
+    assert res.ok, res.model_text()[-3000:]
+    out = loads(res)
+    assert out["y"] == [[101, 102]] * 3 and out["cached"] is False
 
 
 def test_a_function_that_cannot_reach_the_workers_fails_at_once_with_advice(box):
@@ -287,6 +403,17 @@ def external(tmp_path_factory):
 
 def test_an_external_scheduler_runs_the_same_study(box, external):
     address, worker_pid = external
+    # a workspace module the external worker cannot import: it travels by value
+    (box.ws / "extmod.py").write_text("def shift(v):\n    return v + 0.5\n")
+    res = run(box, f"""
+import extmod
+def shifted(a):
+    return {{"v": extmod.shift(a)}}
+remote = ensemble(shifted, [{{"a": 1}}, {{"a": 2}}], scheduler={address!r})
+say(v=remote.v.tolist(), status=remote.status.tolist())
+""")
+    assert res.ok, res.model_text()[-3000:]
+    assert loads(res) == {"v": [1.5, 2.5], "status": ["ok", "ok"]}
     res = run(box, f"""
 cases = [{{"a": a, "b": 1}} for a in range(6)]
 ext = ensemble(poly, cases, scheduler={address!r}, name="external")

@@ -1,6 +1,7 @@
 """``simagent bench ensemble``: a serial loop vs ``ensemble()`` for the same cases, one run.
 
-Both halves run in one real simagent kernel, the way a session runs a sweep: the case
+Both halves run in one real simagent kernel (with ``$SIMAGENT_DASK_SCHEDULER`` emptied, so
+it always measures the kernel's own LocalCluster), the way a session runs a sweep: the case
 function is defined in the kernel (so it travels to the workers by value), the serial
 loop calls it in the kernel process, then ``ensemble`` runs the same cases on the
 kernel's LocalCluster (worker processes, one thread each). Each case is a CPU-bound
@@ -30,6 +31,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from simagent.config import SCHEDULER_ENV
 from simagent.paths import SessionPaths
 
 DEFAULT_SECONDS = 1.0
@@ -106,7 +108,9 @@ def run_ensemble_bench(cases: int | None = None, seconds: float = DEFAULT_SECOND
     if cases < 1 or seconds <= 0 or rounds < 1:
         raise ValueError("cases and rounds must be >= 1 and seconds > 0")
     with tempfile.TemporaryDirectory(prefix="simagent-bench-") as tmp:
-        kernel = Kernel(SessionPaths(Path(tmp) / "session"), cwd=tmp)
+        # always the local engine: a developer's $SIMAGENT_DASK_SCHEDULER would make the
+        # figures those of a foreign cluster (and could fail or wait on it)
+        kernel = Kernel(SessionPaths(Path(tmp) / "session"), cwd=tmp, env={SCHEDULER_ENV: ""})
         say("starting the kernel")
         kernel.start()
         try:

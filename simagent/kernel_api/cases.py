@@ -1,38 +1,38 @@
 """Pure parts of ``ensemble``: case lists, cache keys and result rows (no dask, no pandas).
 
-Cache key of a case: sha256 of the function's identity and the case's canonical JSON
-(sorted keys), so the same case of the same function hits the cache and anything else
-misses. The function's identity is its source (bytecode when there is no source), its
-defaults, the values in its closure, and the simple globals (numbers, strings,
-containers of them, arrays) and helper functions of the same module it reads; objects
-the key cannot see into are named by type only, which the ensembles skill says.
-Reusing a stale result is the one failure a cache must not have, so when in doubt a
-value changes the key.
+Cache key of a case: sha256 of the function's identity (``identity.identify``: what the
+workers will run, or no key at all when something cannot be hashed) and the case's
+canonical text (sorted keys; JSON for numbers, strings and containers of them, where a
+NumPy scalar equals the Python number; any other value by its content token, never by
+its ``repr``, which holds memory addresses or truncates). Reusing a stale result is the
+one failure a cache must not have, so when in doubt a value changes the key, and a hit
+is used only when the stored case equals the requested one (:func:`same_case`).
 """
 
 from __future__ import annotations
 
-import dis
-import functools
-import hashlib
-import inspect
 import json
-import marshal
+import pickle
 import re
-import types
-from collections.abc import Callable, Iterable, Mapping
+import sys
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from simagent.kernel_api.identity import Uncacheable, sha, value_token
 
 #: Columns every result table ends with, in this order.
 META_COLUMNS = ("status", "error", "elapsed_s", "attempts", "cached")
 #: Column for a result that is not a mapping.
 RESULT_COLUMN = "result"
-_ARRAY_HASH_LIMIT = 64 << 20
 _SIMPLE = (str, int, float, bool, type(None))
 
 
 def normalize_cases(cases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The cases as a list of plain dicts with string keys; a clear error otherwise."""
+    """The cases as a list of plain dicts with string keys; a clear error otherwise.
+
+    A parameter may not be named like a meta column: the table would silently replace
+    its values with the status, error, ... of the case.
+    """
     if isinstance(cases, (Mapping, str, bytes)):
         raise TypeError("cases must be a list of dicts, one per case, e.g. "
                         "[{'T': 900}, {'T': 1000}]")
@@ -46,6 +46,11 @@ def normalize_cases(cases: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         bad = [k for k in case if not isinstance(k, str) or not k.isidentifier()]
         if bad:
             raise TypeError(f"case {i}: keys must be valid argument names, got {bad[:3]}")
+        clash = [k for k in case if k in META_COLUMNS]
+        if clash:
+            raise ValueError(f"case {i}: parameter name {clash[0]!r} is reserved for the "
+                             f"result table's own columns ({', '.join(META_COLUMNS)}); "
+                             "rename the function's argument")
         out.append(dict(case))
     return out
 
@@ -56,96 +61,64 @@ def safe_name(name: str) -> str:
     return cleaned[:80] or "ensemble"
 
 
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "dtype") and hasattr(value, "tolist"):  # numpy scalars and arrays
-        return value.tolist()
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=repr)
-    if isinstance(value, bytes):
-        return value.hex()
-    return f"<{type(value).__module__}.{type(value).__qualname__}>{value!r}"
+def _case_value(v: Any) -> str:
+    t = type(v)
+    if t in _SIMPLE:
+        return json.dumps(v)
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(v, np.generic):
+        item = v.item()
+        if type(item) in _SIMPLE:
+            return json.dumps(item)
+    if t is list:
+        return "[" + ",".join(_case_value(x) for x in v) + "]"
+    if t is tuple:
+        return "(" + ",".join(_case_value(x) for x in v) + ")"
+    if t is dict and all(type(k) is str for k in v):
+        return "{" + ",".join(f"{json.dumps(k)}:{_case_value(x)}"
+                              for k, x in sorted(v.items())) + "}"
+    return "#" + value_token(v)  # arrays, sets, mixed keys, objects: by content
 
 
-def canonical(value: Any) -> str:
-    """Deterministic JSON of a case or value (sorted keys, numpy as lists)."""
-    return json.dumps(value, sort_keys=True, default=_json_default, separators=(",", ":"))
-
-
-def _sha(*parts: str | bytes) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode("utf-8", "surrogatepass") if isinstance(part, str) else part)
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-def _value_token(value: Any, seen: set[int]) -> str:
-    """What a global or closure value contributes to a function's identity."""
-    if isinstance(value, _SIMPLE):
-        return canonical(value)
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return "[" + ",".join(_value_token(v, seen) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k!r}:{_value_token(v, seen)}"
-                              for k, v in sorted(value.items(), key=lambda kv: repr(kv[0])))+"}"
-    if isinstance(value, types.ModuleType):
-        return f"module:{value.__name__}:{getattr(value, '__version__', '')}"
-    if callable(value) and (inspect.isfunction(value) or isinstance(value, functools.partial)):
-        return function_key(value, seen)
-    nbytes = getattr(value, "nbytes", None)
-    if hasattr(value, "tobytes") and hasattr(value, "dtype") and isinstance(nbytes, int) \
-            and nbytes <= _ARRAY_HASH_LIMIT:
-        return _sha(str(value.dtype), str(getattr(value, "shape", "")), value.tobytes())
-    return f"opaque:{type(value).__module__}.{type(value).__qualname__}"
-
-
-def _global_names(code: types.CodeType) -> set[str]:
-    """Names a code object (and the code nested in it) loads as globals."""
-    names = {ins.argval for ins in dis.get_instructions(code)
-             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str)}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _global_names(const)
-    return names
-
-
-def function_key(fn: Callable[..., Any], _seen: set[int] | None = None) -> str:
-    """A stable hash of what ``fn`` computes (see the module docstring)."""
-    seen = set() if _seen is None else _seen
-    if id(fn) in seen:
-        return "recursive"
-    seen.add(id(fn))
-    if isinstance(fn, functools.partial):
-        return _sha("partial", function_key(fn.func, seen),
-                    _value_token(list(fn.args), seen), _value_token(dict(fn.keywords), seen))
-    target = fn if inspect.isfunction(fn) or inspect.ismethod(fn) else type(fn)
-    func = getattr(target, "__func__", target)
-    try:
-        source = inspect.getsource(func)
-    except (OSError, TypeError):
-        code = getattr(func, "__code__", None)
-        source = marshal.dumps(code).hex() if code is not None else repr(func)
-    parts = [source]
-    code = getattr(func, "__code__", None)
-    if code is not None:
-        parts.append(_value_token(getattr(func, "__defaults__", None), seen))
-        parts.append(_value_token(getattr(func, "__kwdefaults__", None), seen))
-        cells = getattr(func, "__closure__", None) or ()
-        for cell in cells:
-            try:
-                parts.append(_value_token(cell.cell_contents, seen))
-            except ValueError:  # an empty cell
-                parts.append("empty")
-        glob = getattr(func, "__globals__", {})
-        for name in sorted(_global_names(code)):
-            if name in glob:
-                parts.append(f"{name}={_value_token(glob[name], seen)}")
-    return _sha(*parts)
+def canonical(case: Mapping[str, Any]) -> str:
+    """Deterministic text of a case; raises ``Uncacheable`` for a value it cannot hash."""
+    return _case_value(dict(case))
 
 
 def case_key(fn_key: str, case: Mapping[str, Any]) -> str:
-    """The cache key of one case of one function."""
-    return _sha(fn_key, canonical(dict(case)))[:24]
+    """The cache key of one case of one function (raises ``Uncacheable``)."""
+    return sha(fn_key, canonical(case))[:24]
+
+
+def same_case(a: Any, b: Any) -> bool:
+    """True when a stored case equals the requested one (NaN equals NaN; arrays and
+    other objects compare by value, or by their pickles when ``==`` is not a bool)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        np = sys.modules.get("numpy")
+        numbers = (int, float, bool) + ((np.generic,) if np is not None else ())
+        if not (isinstance(a, numbers) and isinstance(b, numbers)):
+            return False
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_case(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_case(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        eq = a == b
+        if isinstance(eq, bool) or getattr(eq, "shape", None) == ():  # NumPy bools too
+            return bool(eq)
+    except Exception:
+        pass
+    try:
+        return value_token(a) == value_token(b)
+    except Uncacheable:
+        try:
+            return pickle.dumps(a) == pickle.dumps(b)
+        except Exception:
+            return False
 
 
 def result_columns(result: Any, taken: Iterable[str]) -> dict[str, Any]:

@@ -13,6 +13,14 @@ cell's output, gives workers a non-interactive matplotlib backend, and preloads
 ``worker_setup`` so a kernel interrupt does not kill its workers. A cluster that lost
 its workers anyway is replaced on the next call. The dashboard link goes to the human
 channel once per kernel.
+
+Cancelling a Dask future does not stop a case that is already running: its worker
+thread goes on, and the next sweep's cases queue behind it. After an interrupt the
+sweep therefore kills the local worker processes that held its running cases
+(:func:`kill_local_workers`; their nannies start fresh ones at once). Workers of an
+external cluster are not ours to kill: their running cases finish there, unused.
+Calls that talk to the scheduler during that cleanup are bounded (:func:`bounded`),
+since the kernel restarts a cell that has not stopped 10 s after an interrupt.
 """
 
 from __future__ import annotations
@@ -20,7 +28,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +176,62 @@ def remote_engine(address: str) -> Engine:
         if "dashboard" in (client.scheduler_info().get("services") or {}):
             _show_dashboard(client.dashboard_link)
     return Engine(client, address, False)
+
+
+def bounded(call: Callable[[], Any], timeout: float) -> tuple[bool, Any]:
+    """``(True, call())`` if it returns within ``timeout`` s, else ``(False, error|None)``.
+
+    The call goes on in a daemon thread when it takes longer (a scheduler that stopped
+    answering); the caller moves on.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # reported to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True, name="simagent-bounded")
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive() or "error" in box:
+        return False, box.get("error")
+    return True, box.get("value")
+
+
+def running_on(client: Any, keys: set[str], timeout: float = 2.0) -> dict[str, int] | None:
+    """Worker address -> how many of ``keys`` it is processing; None if unknown."""
+    ok, processing = bounded(client.processing, timeout)
+    if not ok or not isinstance(processing, dict):
+        return None
+    out = {}
+    for address, held in processing.items():
+        n = sum(1 for key in held if key in keys)
+        if n:
+            out[address] = n
+    return out
+
+
+def kill_local_workers(addresses: set[str] | None) -> int:
+    """Kill this kernel's local worker processes at ``addresses`` (all when None).
+
+    Their nannies notice and start fresh worker processes in the background, which the
+    next sweep waits for (``local_engine``). Returns how many processes were killed.
+    """
+    if _local is None:
+        return 0
+    killed = 0
+    for nanny in list(_local[0].workers.values()):
+        try:
+            address, pid = nanny.worker_address, nanny.pid
+        except Exception:
+            continue
+        if pid and (addresses is None or address in addresses):
+            with contextlib.suppress(OSError):
+                os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))
+                killed += 1
+    return killed
 
 
 def engine(scheduler: str | None = None, workers: int | None = None) -> Engine:

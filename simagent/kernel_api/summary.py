@@ -83,9 +83,12 @@ def detail_lines(st: SweepStats, table_paths: Sequence[str], n_columns: int,
                  failures: Sequence[tuple[dict[str, Any], str]], errors_path: str | None,
                  note: str = "") -> list[str]:
     """Lines after the summary: the table's paths and shape, failures, how to resume."""
-    first, *others = table_paths
-    also = "".join(f" + {p.rsplit('/', 1)[-1]}" for p in others)
-    lines = [f"table: {first}{also} ({st.cases} rows x {n_columns} columns)"]
+    if table_paths:
+        first, *others = table_paths
+        also = "".join(f" + {p.rsplit('/', 1)[-1]}" for p in others)
+        lines = [f"table: {first}{also} ({st.cases} rows x {n_columns} columns)"]
+    else:
+        lines = [f"table: not saved; `ensemble.last` ({st.cases} rows x {n_columns} columns)"]
     if failures:
         case, error = failures[0]
         more = f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""

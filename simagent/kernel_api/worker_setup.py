@@ -3,9 +3,11 @@
 jupyter_client interrupts a kernel by sending SIGINT to its whole process group, and the
 local cluster's worker processes belong to that group. Python's default SIGINT handler
 would raise ``KeyboardInterrupt`` in a worker's event loop and kill it, so one Ctrl+C
-(or a ``run_python`` timeout) would leave the cluster without workers. Workers ignore
-SIGINT instead; the kernel cancels their outstanding cases itself (see ``ensemble``).
-Shutdown still works: the kernel's SIGTERM/SIGKILL reach them as before.
+(or a ``run_python`` timeout) would leave the cluster without workers, and the results
+they hold but the kernel has not fetched yet would be lost. Workers ignore SIGINT
+instead; the interrupted sweep collects those results, cancels the rest and then kills
+only the workers still running cancelled cases (see ``ensemble``), whose nannies start
+fresh ones. Shutdown still works: the kernel's SIGTERM/SIGKILL reach them as before.
 """
 
 from __future__ import annotations
