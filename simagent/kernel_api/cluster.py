@@ -165,6 +165,10 @@ def remote_engine(address: str) -> Engine:
     client = _remote.get(address)
     if client is not None and client.status == "running":
         return Engine(client, address, False)
+    if client is not None:  # a dead connection: release it before opening a new one
+        with contextlib.suppress(Exception):
+            client.close(timeout=2)
+        _remote.pop(address, None)
     try:
         client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except Exception as exc:
