@@ -163,12 +163,12 @@ def _cmd_tui(args: argparse.Namespace) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise CliError("the interactive UI needs a terminal; for one headless turn use "
                        "'simagent run PROMPT'")
+    from simagent.config import SessionOptions
     from simagent.tui.app import run_tui
-    from simagent.tui.controller import TuiOptions
 
-    return run_tui(TuiOptions(workspace=Path(args.workspace).resolve(), model=args.model,
-                              simulator=args.sim, resume=args.resume,
-                              continue_last=args.continue_last, approval=args.approval))
+    return run_tui(SessionOptions(workspace=Path(args.workspace).resolve(), model=args.model,
+                                  simulator=args.sim, resume=args.resume,
+                                  continue_last=args.continue_last, approval=args.approval))
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:

@@ -26,6 +26,23 @@ SCHEDULER_ENV = "SIMAGENT_DASK_SCHEDULER"
 WORKERS_ENV = "SIMAGENT_DASK_WORKERS"
 
 
+@dataclass
+class SessionOptions:
+    """The session flags every interface takes (``--model --sim --resume --continue
+    --approval --workspace``), in one place for ``simagent run`` and the TUI."""
+
+    workspace: Path
+    model: str | None = None
+    simulator: str | None = None
+    resume: str | None = None
+    continue_last: bool = False
+    approval: str | None = None
+
+    @property
+    def resuming(self) -> bool:
+        return bool(self.resume or self.continue_last)
+
+
 class ConfigError(ValueError):
     """A config file that cannot be used; the message names the file and the key."""
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TextIO
 
 from simagent import exit_codes
@@ -27,17 +26,12 @@ from simagent.agent.events import (
     ToolOutput,
     ToolStarted,
 )
+from simagent.config import SessionOptions
 
 
 @dataclass
-class RunOptions:
-    prompt: str | None
-    workspace: Path
-    model: str | None = None
-    simulator: str | None = None
-    resume: str | None = None
-    continue_last: bool = False
-    approval: str | None = None
+class RunOptions(SessionOptions):
+    prompt: str | None = None
     json: bool = False
     decision: str | None = None  # approve | reject, for a paused turn
     reset_cost_ceiling: bool = False  # clear a tripped ceiling before the turn
@@ -180,7 +174,7 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
     from simagent.session import Session, SessionNotFound
     from simagent.simulators import SimulatorError
 
-    if opts.reset_cost_ceiling and not (opts.resume or opts.continue_last):
+    if opts.reset_cost_ceiling and not opts.resuming:
         raise CliError("--reset-cost-ceiling clears the ceiling of an existing session: add "
                        "--resume ID or --continue", exit_codes.USAGE)
     try:
@@ -195,12 +189,7 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
         resolved = resolve_model(spec, model_config=config.model_settings)
         if resolved.workflow is not None:  # replay:WORKFLOW needs the workflow's inputs
             resolved.workflow.write_fixtures(opts.workspace, keep_existing=True)
-        if opts.resume or opts.continue_last:
-            session = Session.resume(opts.workspace, opts.resume, approval=opts.approval,
-                                     model=resolved.id, config=config)
-        else:
-            session = Session.create(opts.workspace, simulator=opts.simulator,
-                                     approval=opts.approval, model=resolved.id, config=config)
+        session = Session.open(opts, model=resolved.id, config=config)
     except ModelError as exc:
         raise CliError(str(exc), exc.code) from exc
     except (ConfigError, SimulatorError, SessionNotFound) as exc:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from simagent.agent.memory import ensure_memory
 from simagent.agent.tools import AttemptLog
 from simagent.agent.usage import UsageLedger
-from simagent.config import Config
+from simagent.config import Config, SessionOptions
 from simagent.context.thresholds import ContextSettings
 from simagent.paths import SessionPaths, last_session_marker, new_session_id
 from simagent.simulators import Simulator, get_simulator
@@ -129,6 +129,17 @@ class Session:
                                                 "pid": os.getpid()})
         session._mark_last()
         return session
+
+    @classmethod
+    def open(cls, opts: SessionOptions, *, model: str | None, config: Config,
+             default_simulator: str | None = None) -> Session:
+        """The session ``opts`` asks for: resumed (``--resume``/``--continue``) or new,
+        with ``opts.simulator``, else ``default_simulator`` (a replay workflow's)."""
+        if opts.resuming:
+            return cls.resume(opts.workspace, opts.resume, approval=opts.approval,
+                              model=model, config=config)
+        return cls.create(opts.workspace, simulator=opts.simulator or default_simulator,
+                          approval=opts.approval, model=model, config=config)
 
     def _mark_last(self) -> None:
         last_session_marker(self.workspace).write_text(self.id)

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
+from simagent.frontmatter import FrontmatterError, read_frontmatter
 from simagent.paths import content_dir
 
 NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -25,20 +25,16 @@ def bundled_skill_files() -> list[Path]:
 
 def check_skill(path: Path) -> dict:
     """The frontmatter of ``path``; raises AssertionError naming the file and the problem."""
-    text = path.read_text(encoding="utf-8")
-    match = re.match(r"^---\n(.*?)\n---\n(.*)$", text, re.S)
-    assert match, f"{path}: no YAML frontmatter between --- lines"
     try:
-        meta = yaml.safe_load(match.group(1))
-    except yaml.YAMLError as exc:
-        raise AssertionError(f"{path}: invalid YAML frontmatter: {exc}") from exc
-    assert isinstance(meta, dict), f"{path}: frontmatter is not a mapping"
+        meta, body = read_frontmatter(path)
+    except FrontmatterError as exc:
+        raise AssertionError(str(exc)) from exc
     name, desc = meta.get("name"), meta.get("description")
     assert isinstance(name, str) and NAME.match(name) and len(name) <= 64, \
         f"{path}: bad name {name!r}"
     assert name == path.parent.name, f"{path}: name {name!r} != folder {path.parent.name!r}"
     assert isinstance(desc, str) and 20 <= len(desc) <= 1024, f"{path}: bad description"
-    assert match.group(2).strip(), f"{path}: empty body"
+    assert body.strip(), f"{path}: empty body"
     return meta
 
 

@@ -13,9 +13,10 @@ from prompt_toolkit.history import InMemoryHistory
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 
+from simagent.config import SessionOptions
 from simagent.tui import commands
 from simagent.tui.app import TuiApp
-from simagent.tui.controller import NO_MODEL_HELP, TuiController, TuiOptions
+from simagent.tui.controller import NO_MODEL_HELP, TuiController
 from simagent.tui.entries import ApprovalEntry, PanelEntry, ToolCard
 
 CTRL_O, CTRL_C, TAB, ENTER, SHIFT_TAB = "\x0f", "\x03", "\t", "\r", "\x1b[Z"
@@ -56,12 +57,18 @@ class Driver:
         return self.ui.screen_text()
 
 
-def drive(workspace: Path, scenario, **opts) -> TuiController:
-    """Run ``scenario(driver)`` inside the running app; returns the closed controller."""
+def drive(workspace: Path, scenario, output=None, **opts) -> TuiController:
+    """Run ``scenario(driver)`` inside the running app; returns the closed controller.
+
+    The order is ``run_tui``'s: ``run_async`` closes the controller before the loop ends
+    (the scenario may quit the app itself), and the ``close()`` after the loop is gone
+    is a no-op; late events from a turn must then be dropped quietly.
+    """
     async def main() -> TuiController:
         with create_pipe_input() as inp:
-            ctl = TuiController(TuiOptions(workspace=workspace, **opts))
-            ui = TuiApp(ctl, input=inp, output=DummyOutput(), history=InMemoryHistory())
+            ctl = TuiController(SessionOptions(workspace=workspace, **opts))
+            ui = TuiApp(ctl, input=inp, output=output or DummyOutput(),
+                        history=InMemoryHistory())
             task = asyncio.ensure_future(ui.run_async())
             d = Driver(ui, inp)
             try:
@@ -71,10 +78,11 @@ def drive(workspace: Path, scenario, **opts) -> TuiController:
                 if ui.app.is_running:
                     ui.quit()
                 await task
-                ctl.close()
         return ctl
 
-    return asyncio.run(main())
+    ctl = asyncio.run(main())
+    ctl.close()
+    return ctl
 
 
 def test_turn_card_ctrl_o_completion_and_context(workspace, tmp_path):
@@ -328,31 +336,22 @@ def test_narrow_terminal_renders_without_error(workspace, tmp_path, columns):
         def get_size(self) -> Size:
             return Size(rows=12, columns=columns)
 
-    async def main() -> None:
-        with create_pipe_input() as inp:
-            ctl = TuiController(TuiOptions(workspace=workspace, model=model))
-            ui = TuiApp(ctl, input=inp, output=Narrow(), history=InMemoryHistory())
-            task = asyncio.ensure_future(ui.run_async())
-            d = Driver(ui, inp)
-            await d.until(lambda: ui.app.is_running, 30)
-            await d.type("go")
-            await d.keys(ENTER)
-            await d.idle()
-            await d.keys(CTRL_O, 0.3)
-            rows = ui.rows()
-            flat = "".join(t for r in rows for _, t in r).replace(" ", "")
-            assert "<b>[red]x[/red]</b>" in flat and "\x1b" not in flat
-            from simagent.tui.text import cells
+    async def scenario(d: Driver) -> None:
+        await d.type("go")
+        await d.keys(ENTER)
+        await d.idle()
+        await d.keys(CTRL_O, 0.3)
+        rows = d.ui.rows()
+        flat = "".join(t for r in rows for _, t in r).replace(" ", "")
+        assert "<b>[red]x[/red]</b>" in flat and "\x1b" not in flat
+        from simagent.tui.text import cells
 
-            assert all(cells("".join(t for _, t in r)) <= columns for r in rows)
-            assert ui._transcript_fragments()  # the visible slice draws
-            status = "".join(t for _, t in ui._status_fragments())
-            assert cells(status) == columns
-            ui.quit()
-            await task
-            ctl.close()
+        assert all(cells("".join(t for _, t in r)) <= columns for r in rows)
+        assert d.ui._transcript_fragments()  # the visible slice draws
+        status = "".join(t for _, t in d.ui._status_fragments())
+        assert cells(status) == columns
 
-    asyncio.run(main())
+    drive(workspace, scenario, output=Narrow(), model=model)
 
 
 def test_cost_ceiling_notices_reset_command_and_input_keys(workspace, tmp_path):
@@ -402,27 +401,19 @@ def test_a_failing_command_is_a_notice_and_a_quit_mid_turn_is_clean(workspace, t
         {"tool": "run_python", "args": {"code": "import time\ntime.sleep(30)"}},
         {"final": "never"}])
 
-    async def main() -> TuiController:
-        with create_pipe_input() as inp:
-            ctl = TuiController(TuiOptions(workspace=workspace, model=model))
-            ui = TuiApp(ctl, input=inp, output=DummyOutput(), history=InMemoryHistory())
-            task = asyncio.ensure_future(ui.run_async())
-            d = Driver(ui, inp)
-            await d.until(lambda: ui.app.is_running, 30)
-            await d.type("/skills")
-            await d.keys(ENTER, 0.3)
-            assert "/skills failed: OSError: disk on fire" in d.text() and ui.app.is_running
-            await d.type("sleep")
-            await d.keys(ENTER)
-            await d.until(lambda: bool(ctl.conversation.running_cards())
-                          and ctl.session.kernel_state == "busy")
-            await d.type("/quit")
-            await d.keys(ENTER)
-            await task  # run_async closes the controller before the loop ends
-            return ctl
+    async def scenario(d: Driver) -> None:
+        await d.type("/skills")
+        await d.keys(ENTER, 0.3)
+        assert "/skills failed: OSError: disk on fire" in d.text() and d.ui.app.is_running
+        await d.type("sleep")
+        await d.keys(ENTER)
+        await d.until(lambda: bool(d.ctl.conversation.running_cards())
+                      and d.ctl.session.kernel_state == "busy")
+        await d.type("/quit")
+        await d.keys(ENTER)
+        await d.until(lambda: not d.ui.app.is_running)
 
-    ctl = asyncio.run(main())  # the loop is gone now: late events must be dropped quietly
-    ctl.close()
+    ctl = drive(workspace, scenario, model=model)  # /quit mid-turn, in run_tui's order
     from simagent.trace import TraceLog
 
     with TraceLog(ctl.session.paths.trace, readonly=True) as log:

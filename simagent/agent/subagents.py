@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
-import yaml
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
 from pydantic import BaseModel, Field
@@ -29,6 +28,7 @@ from typing_extensions import TypedDict  # pydantic needs this one on Python < 3
 
 from simagent import exit_codes
 from simagent.config import ConfigError
+from simagent.frontmatter import FrontmatterError, read_frontmatter
 from simagent.simulators import subagent_files
 
 if TYPE_CHECKING:
@@ -111,16 +111,10 @@ class SubagentDef:
 
 def parse_subagent(path: Path) -> SubagentDef:
     """Read one ``<agent>.md``; raises :class:`SubagentError` naming the file and field."""
-    text = path.read_text(encoding="utf-8")
-    match = re.match(r"^---\n(.*?)\n---\n(.*)$", text, re.S)
-    if not match:
-        raise SubagentError(f"{path}: no YAML frontmatter between --- lines")
     try:
-        meta = yaml.safe_load(match.group(1))
-    except yaml.YAMLError as exc:
-        raise SubagentError(f"{path}: invalid YAML frontmatter: {exc}") from exc
-    if not isinstance(meta, dict):
-        raise SubagentError(f"{path}: frontmatter is not a mapping")
+        meta, text_body = read_frontmatter(path)
+    except FrontmatterError as exc:
+        raise SubagentError(str(exc)) from exc
     name, desc = meta.get("name"), meta.get("description")
     if not isinstance(name, str) or not _NAME.match(name) or name != path.stem:
         raise SubagentError(f"{path}: name must be lowercase-hyphen and equal the file "
@@ -137,7 +131,7 @@ def parse_subagent(path: Path) -> SubagentDef:
     model = meta.get("model")
     if model is not None and not isinstance(model, str):
         raise SubagentError(f"{path}: model must be a model string or 'inherit'")
-    body = match.group(2).strip()
+    body = text_body.strip()
     if not body:
         raise SubagentError(f"{path}: empty body (the body is the system prompt)")
     return SubagentDef(name=name, description=" ".join(desc.split()), tools=tuple(tools),

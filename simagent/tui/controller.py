@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simagent.config import SessionOptions
 from simagent.tui.entries import ApprovalEntry, Conversation, PanelEntry
 from simagent.tui.status import StatusSnapshot
 
@@ -31,18 +31,8 @@ NO_MODEL_HELP = (
     "To keep it, set model = \"...\" in .simagent/config.toml or $SIMAGENT_MODEL.")
 
 
-@dataclass
-class TuiOptions:
-    workspace: Path
-    model: str | None = None
-    simulator: str | None = None
-    resume: str | None = None
-    continue_last: bool = False
-    approval: str | None = None
-
-
 class TuiController:
-    def __init__(self, opts: TuiOptions, post: Post | None = None,
+    def __init__(self, opts: SessionOptions, post: Post | None = None,
                  invalidate: Callable[[], None] | None = None) -> None:
         self.opts = opts
         self.post: Post = post or (lambda fn: fn())
@@ -55,6 +45,7 @@ class TuiController:
         self.runner: Any = None
         self.stats: Any = None
         self.draft = ""  # text to pre-fill the input with (a replay demo's prompt)
+        self.width = 80  # the terminal's columns, kept current by the app (for panels)
         self.quit_requested = False
         self._threads: list[threading.Thread] = []
         self._kernel_ready = threading.Event()
@@ -73,17 +64,10 @@ class TuiController:
             self.config = Config.load(self.opts.workspace)
             spec, _where = self.config.model_spec(self.opts.model)
             model_error = self._resolve(spec) if spec else None
-            sim = self.opts.simulator
-            if sim is None and self.resolved is not None and self.resolved.workflow:
-                sim = self.resolved.workflow.simulator
-            if self.opts.resume or self.opts.continue_last:
-                self.session = Session.resume(self.opts.workspace, self.opts.resume,
-                                              approval=self.opts.approval,
-                                              model=self.model_id, config=self.config)
-            else:
-                self.session = Session.create(self.opts.workspace, simulator=sim,
-                                              approval=self.opts.approval,
-                                              model=self.model_id, config=self.config)
+            workflow = self.resolved.workflow if self.resolved is not None else None
+            self.session = Session.open(  # a replay workflow brings its simulator
+                self.opts, model=self.model_id, config=self.config,
+                default_simulator=workflow.simulator if workflow is not None else None)
         except (ConfigError, SimulatorError, SessionNotFound) as exc:
             self.conversation.note(f"cannot open the session: {exc}", "error")
             return False

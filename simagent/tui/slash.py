@@ -9,7 +9,7 @@ table, the transcript renderers), so a panel reads the same in both places.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from simagent.tui.controller import TuiController
@@ -27,7 +27,7 @@ SUGGESTED_MODELS = (
 
 
 def _width(ctl: TuiController) -> int:
-    return max(20, min(100, getattr(ctl, "width", 80) - 2))
+    return max(20, min(100, ctl.width - 2))
 
 
 # ----------------------------------------------------------------- commands
@@ -125,19 +125,15 @@ def cmd_memory(ctl: TuiController, arg: str) -> None:
 
 def skill_rows(sources: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
     """``(source label, name, description)`` of every skill folder in ``sources``."""
-    import yaml
+    from simagent.frontmatter import read_frontmatter
 
     rows = []
     for folder, label in sources:
         for md in sorted(Path(folder).glob("*/SKILL.md")):
-            meta: Any = {}
-            text = md.read_text(encoding="utf-8", errors="replace")
-            if text.startswith("---"):
-                try:
-                    meta = yaml.safe_load(text.split("---", 2)[1]) or {}
-                except (yaml.YAMLError, IndexError):
-                    meta = {}
-            meta = meta if isinstance(meta, dict) else {}
+            try:
+                meta, _ = read_frontmatter(md)
+            except (ValueError, OSError):  # listed by folder name, description unknown
+                meta = {}
             rows.append((label, str(meta.get("name") or md.parent.name),
                          " ".join(str(meta.get("description") or "").split())))
     return rows
