@@ -299,6 +299,40 @@ def test_ctrl_c_interrupts_keeps_state_and_twice_quits(workspace, tmp_path):
     drive(workspace, scenario, model=model)
 
 
+def test_ctrl_c_after_the_reply_is_not_an_interrupt(workspace, tmp_path):
+    """The reply is in but the turn still catches up (a slow trace read for the stats):
+    the bar says working, and ctrl+C has nothing to interrupt, so it asks to quit."""
+    import threading
+
+    model = script(tmp_path / "s.json", [{"final": "All done."}])
+    release = threading.Event()
+
+    async def scenario(d: Driver) -> None:
+        slow = d.ctl.refresh_stats
+
+        def held(background: bool = True) -> None:
+            if not background:
+                release.wait(20)
+            slow(background)
+
+        d.ctl.refresh_stats = held
+        await d.type("hello")
+        await d.keys(ENTER)
+        await d.until(lambda: "All done." in d.text())
+        await asyncio.sleep(0.2)
+        bar = "".join(t for _, t in d.ui._status_fragments())
+        assert d.ctl.busy and "● working" in bar
+        await d.keys(CTRL_C, 0.2)
+        assert "interrupting" not in d.text()
+        assert "press ctrl+C again to quit" in d.text() and d.ui.app.is_running
+        release.set()
+        await d.idle()
+        bar = "".join(t for _, t in d.ui._status_fragments())
+        assert "● working" not in bar and "Turn cancelled" not in d.text()
+
+    drive(workspace, scenario, model=model)
+
+
 def test_shift_tab_cycles_approval_and_resume_shows_history(workspace, tmp_path):
     model = script(tmp_path / "s.json", [{"final": "first answer"}])
 

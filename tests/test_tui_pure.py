@@ -263,6 +263,15 @@ def test_status_bar_fields_and_context_colours():
     assert WARNING_PERCENT == 70 and ALERT_PERCENT == 90
 
 
+def test_status_bar_says_working_while_a_turn_runs():
+    idle = "".join(t for _, t in status_fragments(_snap("dim"), 200))
+    busy = dict((t, s) for s, t in status_fragments(_snap("dim", busy=True), 200))
+    assert "working" not in idle
+    assert busy["● working"] == "class:status.busy"
+    narrow = "".join(t for _, t in status_fragments(_snap("dim", busy=True), 24))
+    assert "working" in narrow  # it goes last, with the context share
+
+
 def test_status_label_levels_come_from_the_context_panel():
     from dataclasses import replace
 

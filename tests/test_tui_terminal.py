@@ -94,7 +94,7 @@ def test_tmux_card_ctrl_o_context_and_ctrl_c(pane):
         assert category in panel
 
     pane.type("sleep for a while")
-    pane.wait_for(lambda s: "time.sleep(30)" in s and "kernel busy" in s)
+    pane.wait_for(lambda s: "time.sleep(30)" in s and "kernel busy" in s and "● working" in s)
     time.sleep(0.5)
     t0 = time.monotonic()
     pane.send("C-c")
@@ -105,7 +105,7 @@ def test_tmux_card_ctrl_o_context_and_ctrl_c(pane):
     assert took < 5, f"ctrl+C took {took:.1f}s to return to the prompt"
 
     pane.type("is the marker still there?")
-    pane.wait_for(lambda s: "The marker is kept." in s)
+    pane.wait_for(lambda s: "The marker is kept." in s and "● working" not in s)
 
     pane.send("C-c")
     pane.wait_for(lambda s: "press ctrl+C again" in s, timeout=10)

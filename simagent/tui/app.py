@@ -51,6 +51,7 @@ STYLE = Style.from_dict({
     "diff.file": "bold",
     "status": "reverse", "status.sim": "reverse bold", "status.model": "reverse",
     "status.approval": "reverse", "status.kernel": "reverse",
+    "status.busy": "reverse ansicyan bold",
     "status.kernel.busy": "reverse ansiyellow", "status.kernel.dead": "reverse ansired bold",
     "status.ctx": "reverse ansigray", "status.ctx.warning": "reverse ansiyellow",
     "status.ctx.alert": "reverse ansired bold",
@@ -259,8 +260,7 @@ class TuiApp:
     def ctrl_c(self) -> None:
         """Interrupt a turn; else clear the input; else ask once more, then quit."""
         now = time.monotonic()
-        if self.ctl.busy:
-            self.ctl.cancel_turn()
+        if self.ctl.cancel_turn():
             self.ctl.note("interrupting… (the kernel keeps its state)", "warning")
         elif self.input.text:
             self.input.buffer.reset()

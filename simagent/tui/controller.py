@@ -50,6 +50,7 @@ class TuiController:
         self._threads: list[threading.Thread] = []
         self._kernel_ready = threading.Event()
         self._active = False  # a turn or a background command is under way
+        self._finishing = False  # the turn's reply is in; stats and approvals catch up
         self._early_cancel = threading.Event()
         self._closed = False
 
@@ -200,8 +201,8 @@ class TuiController:
         A turn still waiting for the kernel to finish starting never runs; the
         simulator's warm-up it interrupts runs again before the next cell.
         """
-        if not self.busy:
-            return False
+        if not self.busy or self._finishing:
+            return False  # nothing left to interrupt: ctrl+C means what it does when idle
         self._early_cancel.set()
         if self.runner is not None and self.runner.busy:
             self.runner.cancel()
@@ -352,6 +353,7 @@ class TuiController:
                 msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 self.post(lambda: self.conversation.note(msg, "error"))
             finally:
+                self._finishing = True
                 pending = self._pending_safely()
                 self.post(self.conversation.end_turn)
                 self.post(lambda: self._resync_approvals(pending))
@@ -364,6 +366,7 @@ class TuiController:
 
     def _finish(self) -> None:
         self._active = False
+        self._finishing = False
         self.invalidate()
 
     def _pending_safely(self) -> list[Any] | None:

@@ -62,6 +62,8 @@ def status_fragments(s: StatusSnapshot, width: int) -> list[Fragment]:
         (3, ("class:status", _cost(s.cost_usd))),
         (6, (_LEVEL_STYLE.get(s.ctx_level, "class:status.ctx"), s.ctx_label)),
     ]
+    if s.busy:  # input waits and ctrl+C interrupts until this goes
+        fields.insert(0, (7, ("class:status.busy", "● working")))
 
     def size(items: list[tuple[int, Fragment]]) -> int:
         return 1 + sum(cells(f[1]) for _, f in items) + 3 * (len(items) - 1)
