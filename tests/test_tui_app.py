@@ -48,6 +48,16 @@ class Driver:
                 raise AssertionError(f"timed out; screen:\n{self.ui.screen_text()}")
             await asyncio.sleep(0.05)
 
+    async def enter(self) -> None:
+        """Send the line and wait until the app took it (the input empties)."""
+        await self.keys(ENTER, 0.02)
+        await self.until(lambda: self.ui.input.text == "", 15)
+
+    async def expect(self, check: Callable[[], bool], timeout: float = 15.0) -> None:
+        """Wait for what a key causes: the app handles keys, and commands run on worker
+        threads, on their own schedule (fixed sleeps flake on a loaded machine)."""
+        await self.until(check, timeout)
+
     async def idle(self) -> None:
         await self.until(lambda: not self.ctl.busy and not self.ctl.conversation
                          .running_cards())
@@ -95,20 +105,24 @@ def test_turn_card_ctrl_o_completion_and_context(workspace, tmp_path):
         await d.type("/cont")
         await d.keys(TAB)
         assert d.ui.input.text == "/context"
-        await d.keys(ENTER, 0.3)
-        assert "Context —" in d.text() and "No model call yet" in d.text()
+        await d.enter()
+        await d.expect(lambda: "Context —" in d.text() and "No model call yet" in d.text())
         await d.type("square numbers")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         screen = d.text()
         assert "✓ run_python" in screen and "The last square is 3481." in screen
         assert "square 10\n" not in screen  # collapsed: one line
         await d.keys(CTRL_O)
-        assert d.ui.expanded and "square 3364" in d.text() and "for v in vals:" in d.text()
+        await d.expect(lambda: d.ui.expanded and "square 3364" in d.text())
+        assert "for v in vals:" in d.text()
         await d.keys(CTRL_O)
-        assert not d.ui.expanded and "for v in vals:" not in d.text()
+        await d.expect(lambda: not d.ui.expanded and "for v in vals:" not in d.text())
+        panels = sum(isinstance(e, PanelEntry) for e in d.ctl.conversation.entries)
         await d.type("/context")
-        await d.keys(ENTER, 0.3)
+        await d.enter()
+        await d.expect(lambda: sum(isinstance(e, PanelEntry)
+                                   for e in d.ctl.conversation.entries) > panels)
         panel = d.text()
         for category in ("system prompt", "tool schemas", "tool results", "free space",
                          "Thresholds:"):
@@ -132,14 +146,15 @@ def test_every_slash_command_runs(workspace, tmp_path):
 
     async def scenario(d: Driver) -> None:
         await d.type("remember the solver")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         for spec in commands.COMMANDS:
             if spec.name in ("/quit", "/clear"):
                 continue
             before = len(d.ctl.conversation.entries)
             await d.type(f"{spec.name} {args.get(spec.name, '')}".strip())
-            await d.keys(ENTER, 0.2)
+            await d.enter()
+            await d.expect(lambda n=before: len(d.ctl.conversation.entries) > n)
             await d.idle()
             d.ctl.wait(30)
             await asyncio.sleep(0.2)
@@ -160,21 +175,22 @@ def test_every_slash_command_runs(workspace, tmp_path):
         assert "~ task checkpoint written" in screen  # /done
         assert "~ compacted" in screen or "nothing to compact" in screen  # /compact
         await d.type("/memory solver")
-        await d.keys(ENTER, 0.3)
-        assert "Use BDF for stiff runs." in d.text()
+        await d.enter()
+        await d.expect(lambda: "Use BDF for stiff runs." in d.text())
         first = d.ctl.session.id
         d.ctl.wait(30)
         assert d.ctl.session.kernel.execute("kept = 5").status == "ok"  # /reset cleared it
         await d.type("/clear")
-        await d.keys(ENTER, 0.5)
-        assert d.ctl.session.id != first and f"simagent --resume {first}" in d.text()
+        await d.enter()
+        await d.expect(lambda: d.ctl.session.id != first
+                       and f"simagent --resume {first}" in d.text())
         d.ctl.wait(30)
         kept = d.ctl.session.kernel.execute("print('kept is', kept)")
         assert kept.stdout.strip() == "kept is 5"  # /clear kept the kernel and its state
         assert d.ctl.session.trace.first("session_start").payload["continued_from"] == first
         await d.type("/quit")
-        await d.keys(ENTER, 0.3)
-        assert not d.ui.app.is_running
+        await d.keys(ENTER)
+        await d.expect(lambda: not d.ui.app.is_running)
 
     ctl = drive(workspace, scenario, model=model)
     assert ctl.quit_requested
@@ -195,13 +211,13 @@ def test_approval_shows_a_diff_and_accept_reject(workspace, tmp_path):
         await d.type("set the rate to 2")
         await d.keys(ENTER)
         await d.until(lambda: bool(d.ctl.conversation.pending_approvals()))
-        await asyncio.sleep(0.2)
+        await d.expect(lambda: "approve write_file?" in d.text())
         screen = d.text()
         assert "approve write_file?" in screen and "-rate = 1" in screen and "+rate = 2" in \
             screen
         assert d.ui._prompt()[0][1].startswith("y/n")
         await d.type("y")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         assert (workspace / "params.py").read_text() == "rate = 2\nsteps = 10\n"
         assert "updated" in d.text()
@@ -209,14 +225,14 @@ def test_approval_shows_a_diff_and_accept_reject(workspace, tmp_path):
         await d.keys(ENTER)
         await d.until(lambda: bool(d.ctl.conversation.pending_approvals()))
         await d.type("n")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         assert not (workspace / "other.py").exists()
         await d.type("write a third")
         await d.keys(ENTER)
         await d.until(lambda: bool(d.ctl.conversation.pending_approvals()))
         await d.type("put it in params.py instead")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         assert not (workspace / "third.py").exists()
         assert "The user said: put it in params.py instead" in d.text()
@@ -241,16 +257,17 @@ def test_no_model_opens_explains_and_model_command_switches(workspace, tmp_path,
                    for e in d.ctl.conversation.entries)
         assert "no model" in "".join(t for _, t in d.ui._status_fragments())
         await d.type("hi")
-        await d.keys(ENTER, 0.2)
-        assert "no model yet" in d.text()
+        await d.keys(ENTER)
+        await d.expect(lambda: "no model yet" in d.text())
         assert d.ui.input.text == "hi"  # refused, so the typed text stays
         await d.keys(CTRL_C)  # ctrl+C with text clears the line
-        assert d.ui.input.text == "" and d.ui.app.is_running
+        await d.expect(lambda: d.ui.input.text == "")
+        assert d.ui.app.is_running
         await d.type(f"/model {model}")
-        await d.keys(ENTER, 0.5)
-        assert d.ctl.model_id == model
+        await d.enter()
+        await d.expect(lambda: d.ctl.model_id == model)
         await d.type("hi again")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         assert "hello from the script" in d.text()
 
@@ -262,7 +279,7 @@ def test_replay_demo_prefills_the_workflow_prompt_and_runs(workspace):
         wf = d.ctl.resolved.workflow
         assert d.ui.input.text == wf.prompt.strip()
         assert d.ctl.session.simulator.name == (wf.simulator or "scipy")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         cards = [e for e in d.ctl.conversation.entries if isinstance(e, ToolCard)]
         assert cards and all(c.status == "success" for c in cards)
@@ -285,16 +302,16 @@ def test_ctrl_c_interrupts_keeps_state_and_twice_quits(workspace, tmp_path):
         await asyncio.sleep(0.5)
         await d.keys(CTRL_C)
         await d.until(lambda: not d.ctl.busy, timeout=10)
-        await asyncio.sleep(0.2)
-        assert "Turn cancelled; the kernel kept its state." in d.text()
+        await d.expect(lambda: "Turn cancelled; the kernel kept its state." in d.text())
         await d.type("check")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         assert "marker is kept" in d.text()
-        await d.keys(CTRL_C, 0.2)
-        assert "press ctrl+C again to quit" in d.text() and d.ui.app.is_running
-        await d.keys(CTRL_C, 0.3)
-        assert not d.ui.app.is_running
+        await d.keys(CTRL_C)
+        await d.expect(lambda: "press ctrl+C again to quit" in d.text())
+        assert d.ui.app.is_running
+        await d.keys(CTRL_C)
+        await d.expect(lambda: not d.ui.app.is_running)
 
     drive(workspace, scenario, model=model)
 
@@ -322,9 +339,9 @@ def test_ctrl_c_after_the_reply_is_not_an_interrupt(workspace, tmp_path):
         await asyncio.sleep(0.2)
         bar = "".join(t for _, t in d.ui._status_fragments())
         assert d.ctl.busy and "● working" in bar
-        await d.keys(CTRL_C, 0.2)
-        assert "interrupting" not in d.text()
-        assert "press ctrl+C again to quit" in d.text() and d.ui.app.is_running
+        await d.keys(CTRL_C)
+        await d.expect(lambda: "press ctrl+C again to quit" in d.text())
+        assert "interrupting" not in d.text() and d.ui.app.is_running
         release.set()
         await d.idle()
         bar = "".join(t for _, t in d.ui._status_fragments())
@@ -338,13 +355,13 @@ def test_shift_tab_cycles_approval_and_resume_shows_history(workspace, tmp_path)
 
     async def first(d: Driver) -> None:
         await d.type("question one")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         assert d.ctl.session.approval == "ask"
-        await d.keys(SHIFT_TAB, 0.3)
-        assert d.ctl.session.approval == "workspace"
-        await d.keys(SHIFT_TAB, 0.3)
-        assert d.ctl.session.approval == "auto"
+        await d.keys(SHIFT_TAB)
+        await d.expect(lambda: d.ctl.session.approval == "workspace")
+        await d.keys(SHIFT_TAB)
+        await d.expect(lambda: d.ctl.session.approval == "auto")
 
     ctl = drive(workspace, first, model=model, approval="ask")
     again = script(tmp_path / "t.json", [{"final": "second"}])
@@ -372,9 +389,11 @@ def test_narrow_terminal_renders_without_error(workspace, tmp_path, columns):
 
     async def scenario(d: Driver) -> None:
         await d.type("go")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
-        await d.keys(CTRL_O, 0.3)
+        await d.keys(CTRL_O)
+        await d.expect(lambda: d.ui.expanded)
+        await asyncio.sleep(0.1)
         rows = d.ui.rows()
         flat = "".join(t for r in rows for _, t in r).replace(" ", "")
         assert "<b>[red]x[/red]</b>" in flat and "\x1b" not in flat
@@ -400,25 +419,25 @@ def test_cost_ceiling_notices_reset_command_and_input_keys(workspace, tmp_path):
         await d.keys("\x1b\r")  # Alt+Enter: a new line, not a send
         await d.type("line two")
         assert d.ui.input.text == "line one\nline two" and not d.ctl.busy
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         screen = d.text()
         assert "› line one\n  line two" in screen
         assert "! cost ceiling reached: this turn used" in screen
         assert screen.count("cost ceiling reached") == 1  # the guard's notice is not repeated
         await d.type("again")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         assert "! cost ceiling: turn refused" in d.text()
         await d.type("/resume-after-cost-ceiling")
-        await d.keys(ENTER, 0.3)
-        assert "cost ceiling reset" in d.text()
-        await d.keys("\x10", 0.1)  # ctrl+P: history, newest first
-        assert d.ui.input.text == "/resume-after-cost-ceiling"
-        await d.keys("\x10", 0.1)
-        assert d.ui.input.text == "again"
-        await d.keys("\x0e", 0.1)  # ctrl+N
-        assert d.ui.input.text == "/resume-after-cost-ceiling"
+        await d.enter()
+        await d.expect(lambda: "cost ceiling reset" in d.text())
+        await d.keys("\x10")  # ctrl+P: history, newest first
+        await d.expect(lambda: d.ui.input.text == "/resume-after-cost-ceiling")
+        await d.keys("\x10")
+        await d.expect(lambda: d.ui.input.text == "again")
+        await d.keys("\x0e")  # ctrl+N
+        await d.expect(lambda: d.ui.input.text == "/resume-after-cost-ceiling")
 
     drive(workspace, scenario, model=model)
 
@@ -437,8 +456,9 @@ def test_a_failing_command_is_a_notice_and_a_quit_mid_turn_is_clean(workspace, t
 
     async def scenario(d: Driver) -> None:
         await d.type("/skills")
-        await d.keys(ENTER, 0.3)
-        assert "/skills failed: OSError: disk on fire" in d.text() and d.ui.app.is_running
+        await d.enter()
+        await d.expect(lambda: "/skills failed: OSError: disk on fire" in d.text())
+        assert d.ui.app.is_running
         await d.type("sleep")
         await d.keys(ENTER)
         await d.until(lambda: bool(d.ctl.conversation.running_cards())
@@ -472,15 +492,16 @@ def test_an_approval_whose_resume_is_refused_stays_pending(workspace, tmp_path):
                                                     "limit": 1, "spent": 2, "unit": "tokens",
                                                     "message": "cost ceiling reached: test"})
         await d.type("y")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         assert "turn refused" in d.text()
         assert [e.name for e in d.ctl.conversation.pending_approvals()] == ["write_file"]
         assert not (workspace / "a.txt").exists()
         await d.type("/resume-after-cost-ceiling")
-        await d.keys(ENTER, 0.3)
+        await d.enter()
+        await d.expect(lambda: "cost ceiling reset" in d.text())
         await d.type("y")
-        await d.keys(ENTER)
+        await d.enter()
         await d.idle()
         assert (workspace / "a.txt").read_text() == "x\n" and "written" in d.text()
 
