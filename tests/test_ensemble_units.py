@@ -484,3 +484,20 @@ def test_bench_ensemble_rejects_bad_arguments():
     out = subprocess.run([sys.executable, "-m", "simagent", "bench", "ensemble", "--cases", "0"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--cases" in out.stderr
+
+
+def test_default_workers_honour_the_cpu_quota_and_the_env(monkeypatch):
+    """A container or job step may use fewer cores than the host has; Dask's count
+    (affinity and cgroup quota) is the one the local cluster sizes itself by."""
+    import dask.system
+
+    from simagent.config import WORKERS_ENV
+    from simagent.kernel_api import cluster
+
+    monkeypatch.delenv(WORKERS_ENV, raising=False)
+    monkeypatch.setattr(dask.system, "CPU_COUNT", 3)
+    assert cluster.default_workers() == 3
+    monkeypatch.setenv(WORKERS_ENV, "5")
+    assert cluster.default_workers() == 5
+    monkeypatch.setenv(WORKERS_ENV, "zero")
+    assert cluster.default_workers() == 3

@@ -65,14 +65,17 @@ _remote: dict[str, Any] = {}
 
 
 def default_workers() -> int:
-    """``$SIMAGENT_DASK_WORKERS``, else the cores this process may use."""
+    """``$SIMAGENT_DASK_WORKERS``, else the cores this process may use.
+
+    Dask's own count honours CPU affinity *and* a cgroup CPU quota (a container or a
+    Slurm job step given 2 of 64 cores), so a sweep does not oversubscribe them.
+    """
     env = os.environ.get(WORKERS_ENV, "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    from dask.system import CPU_COUNT
+
+    return max(1, int(CPU_COUNT))
 
 
 def resolve_scheduler(scheduler: str | None) -> str | None:
