@@ -187,9 +187,9 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                 ".simagent/config.toml; scripted:PATH plays a script without a key",
                 exit_codes.USAGE)
         resolved = resolve_model(spec, model_config=config.model_settings)
-        if resolved.workflow is not None:  # replay:WORKFLOW needs the workflow's inputs
-            resolved.workflow.write_fixtures(opts.workspace, keep_existing=True)
-        session = Session.open(opts, model=resolved.id, config=config)
+        resolved.prepare_workspace(opts.workspace)
+        session = Session.open(opts, model=resolved.id, config=config,
+                               default_simulator=resolved.default_simulator)
     except ModelError as exc:
         raise CliError(str(exc), exc.code) from exc
     except (ConfigError, SimulatorError, SessionNotFound) as exc:

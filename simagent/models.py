@@ -78,6 +78,17 @@ class ResolvedModel:
     def id(self) -> str:
         return self.spec.raw
 
+    @property
+    def default_simulator(self) -> str | None:
+        """The simulator a new session gets when none is asked for: a replay workflow's."""
+        return self.workflow.simulator if self.workflow is not None else None
+
+    def prepare_workspace(self, workspace: Path) -> None:
+        """A replay workflow's input files, written where the study runs (never over the
+        user's own files); other models need nothing."""
+        if self.workflow is not None:
+            self.workflow.write_fixtures(workspace, keep_existing=True)
+
 
 def parse_model_spec(spec: str) -> ModelSpec:
     """Split a ``--model`` string into its parts without importing anything heavy."""

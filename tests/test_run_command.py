@@ -275,3 +275,19 @@ def test_a_killed_process_leaves_trace_and_checkpoints_resumable(workspace, tmp_
              "are you there?")
     assert p2.returncode == 0, p2.stderr
     assert json.loads(p2.stdout)["final"] == "resumed fine"
+
+
+def test_run_with_a_replay_model_uses_the_workflow_simulator(workspace):
+    """``--model replay:WORKFLOW`` is the zero-key demo: the workflow's simulator and
+    inputs come with it, as they do in the TUI."""
+    proc = cli(workspace, "run", "--model", "replay:simpy-call-center", "--json", "go")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    db = sqlite3.connect(Path(data["state_dir"]) / "trace.sqlite")
+    try:
+        (payload,) = db.execute("SELECT payload FROM events WHERE kind = 'session_start'"
+                                ).fetchone()
+    finally:
+        db.close()
+    assert json.loads(payload)["simulator"] == "simpy"
+    assert data["tool_calls"] >= 5 and "agents" in data["final"]

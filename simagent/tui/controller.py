@@ -65,10 +65,9 @@ class TuiController:
             self.config = Config.load(self.opts.workspace)
             spec, _where = self.config.model_spec(self.opts.model)
             model_error = self._resolve(spec) if spec else None
-            workflow = self.resolved.workflow if self.resolved is not None else None
             self.session = Session.open(  # a replay workflow brings its simulator
                 self.opts, model=self.model_id, config=self.config,
-                default_simulator=workflow.simulator if workflow is not None else None)
+                default_simulator=self.resolved.default_simulator if self.resolved else None)
         except (ConfigError, SimulatorError, SessionNotFound) as exc:
             self.conversation.note(f"cannot open the session: {exc}", "error")
             return False
@@ -110,14 +109,10 @@ class TuiController:
         except ModelError as exc:
             return f"model {spec}: {exc}"
         self.resolved = resolved
-        if resolved.workflow is not None:
-            self._prepare_demo(resolved.workflow)
+        resolved.prepare_workspace(self.opts.workspace)
+        if resolved.workflow is not None:  # a replay demo: its prompt, ready to send
+            self.draft = resolved.workflow.prompt.strip()
         return None
-
-    def _prepare_demo(self, workflow: Any) -> None:
-        """A replay demo: its fixtures in the workspace (never overwriting) and its prompt."""
-        workflow.write_fixtures(self.opts.workspace, keep_existing=True)
-        self.draft = workflow.prompt.strip()
 
     def _build_runner(self) -> str | None:
         from simagent.agent.builder import build_agent
