@@ -1,5 +1,3 @@
-import sys
+from simagent.cli import entry
 
-from simagent.cli import main
-
-sys.exit(main())
+entry()

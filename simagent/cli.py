@@ -553,5 +553,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_codes.FAILED
 
 
+def entry() -> None:
+    """The ``simagent`` command: ``main``, then an exit that does not wait for a model
+    call the user abandoned with ctrl+C (``simagent.agent.turns.exit_process``)."""
+    code = main()
+    if "simagent.agent.turns" in sys.modules:
+        from simagent.agent.turns import exit_process
+
+        exit_process(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from simagent.agent.memory import ensure_memory
 from simagent.agent.tools import AttemptLog
+from simagent.agent.turns import TurnLedger
 from simagent.agent.usage import UsageLedger
 from simagent.config import Config, SessionOptions
 from simagent.context.thresholds import ContextSettings
@@ -75,6 +76,7 @@ class Session:
         self._kernel_lock = threading.Lock()
         self._warmed = kernel is not None and kernel.is_alive()
         self.cancel_requested = threading.Event()  # set by TurnRunner.cancel, per turn
+        self.turns = TurnLedger()  # graph runs, and those a cancel abandoned
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._checkpointer: Any = None
         self.closed = False

@@ -279,6 +279,41 @@ def test_cancel_interrupts_the_kernel_and_keeps_state(opened):
     assert runner.run("again").final == "kept=123"
 
 
+def test_a_model_call_that_ignores_the_cancel_is_abandoned_and_its_reply_dropped(opened):
+    """ctrl+C while the provider has not sent a token: the turn ends without waiting for
+    it, the next turn runs meanwhile, and the late reply never reaches the state."""
+    from langchain_core.messages import AIMessage
+
+    session, model, runner = opened([{"final": "late reply", "wait": 4},
+                                     {"final": "second answer"}])
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", runner.run("think hard")))
+    t.start()
+    deadline = time.monotonic() + 30
+    while model.cursor.pos < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the model call has begun (and now waits)
+    runner.cancel()
+    t.join(30)
+    assert out["r"].status == "cancelled"
+    pumps = [th for th in threading.enumerate() if th.name.startswith("simagent-turn-")]
+    assert pumps, "the turn returned only after the model answered"
+    second = runner.run("next")  # while the abandoned call still waits
+    assert second.status == "done" and second.final == "second answer"
+    for th in pumps:
+        th.join(30)
+    assert not any(th.is_alive() for th in pumps)
+    texts = [m.text for m in runner.agent.graph.get_state(session.thread_config)
+             .values["messages"] if isinstance(m, AIMessage)]
+    assert texts == ["second answer"]
+    errors = [e.payload["message"] for e in session.trace.events(["error"])]
+    assert any(m.startswith("turn abandoned") for m in errors)
+    usage = [e.payload for e in session.trace.events(["model_usage"])]
+    assert len(usage) == 2 and sum(bool(u.get("dropped")) for u in usage) == 1  # still paid
+    said = [e.payload["content"] for e in session.trace.events(["message_assistant"])]
+    assert said == ["second answer"]  # the transcript never shows the late reply
+    assert runner.run("third").status == "done"  # the thread goes on
+
+
 def test_reset_kernel_loses_state(opened):
     session, model, runner = opened([
         {"tool": "run_python", "args": {"code": "y = 5"}},

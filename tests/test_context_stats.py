@@ -150,6 +150,15 @@ def test_subagent_rollup_and_per_model_rows(tmp_path: Path) -> None:
     json.dumps(s2.as_dict())
 
 
+def test_a_dropped_late_reply_is_paid_but_not_the_context_size(tmp_path: Path) -> None:
+    """An abandoned turn's call may answer after newer calls: it costs, but the window's
+    fill is the newest call that was kept."""
+    s = stats(tmp_path, [("model_usage", usage(30_000)),
+                         ("model_usage", usage(90_000, dropped=True))])
+    assert s.used == 30_000 and s.main_calls == 1
+    assert {r.name: r for r in s.models}[MODEL].input_tokens == 120_000
+
+
 @pytest.mark.parametrize(("used", "text", "level"), [
     (69_000, "ctx 69%", "dim"), (69_999, "ctx 69%", "dim"), (70_000, "ctx 70%", "warning"),
     (89_999, "ctx 89%", "warning"), (90_000, "ctx 90%", "alert")])

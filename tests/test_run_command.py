@@ -291,3 +291,40 @@ def test_run_with_a_replay_model_uses_the_workflow_simulator(workspace):
         db.close()
     assert json.loads(payload)["simulator"] == "simpy"
     assert data["tool_calls"] >= 5 and "agents" in data["final"]
+
+
+def test_ctrl_c_while_the_model_is_silent_ends_the_run_and_keeps_the_session(workspace,
+                                                                             tmp_path):
+    """SIGINT while the provider has not sent a token: the run ends as cancelled now
+    (not when the model answers), and the session resumes."""
+    import signal
+    import time
+
+    model = script(tmp_path / "a.json", [{"final": "never shown", "wait": 60}])
+    env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
+    proc = subprocess.Popen([*SIMAGENT, "run", "--model", model, "--json", "think"],
+                            cwd=workspace, env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        from simagent.paths import workspace_state_dir
+
+        sessions = workspace_state_dir(workspace) / "sessions"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # the turn (and so the model call) has begun
+            traces = list(sessions.glob("*/trace.sqlite")) if sessions.is_dir() else []
+            if traces and "message_user" in trace_kinds(str(traces[0].parent)):
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)  # well before the model's 60 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    data = json.loads(out)
+    assert data["status"] == "cancelled" and "Traceback" not in err
+    again = cli(workspace, "run", "--resume", data["session_id"], "--model",
+                script(tmp_path / "b.json", [{"final": "resumed fine"}]), "--json", "go on")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["final"] == "resumed fine"

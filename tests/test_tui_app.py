@@ -350,6 +350,34 @@ def test_ctrl_c_after_the_reply_is_not_an_interrupt(workspace, tmp_path):
     drive(workspace, scenario, model=model)
 
 
+def test_ctrl_c_while_the_model_is_silent_gives_the_prompt_back(workspace, tmp_path):
+    """A provider thinking (or stalled) before its first token cannot be interrupted;
+    ctrl+C abandons the turn instead of waiting, and the late reply never shows."""
+    import threading
+
+    model = script(tmp_path / "s.json", [{"final": "LATE-ANSWER", "wait": 6},
+                                         {"final": "next one is fine"}])
+
+    async def scenario(d: Driver) -> None:
+        await d.type("think")
+        await d.enter()
+        await d.until(lambda: d.ctl.resolved.chat_model.cursor.pos == 1)
+        await asyncio.sleep(0.3)
+        await d.keys(CTRL_C)
+        await d.until(lambda: not d.ctl.busy, timeout=20)
+        assert any(t.name.startswith("simagent-turn-") for t in threading.enumerate()), \
+            "the prompt came back only after the model answered"
+        assert "turn was abandoned" in d.text()
+        await d.type("again")
+        await d.enter()
+        await d.idle()
+        assert "next one is fine" in d.text()
+        await asyncio.sleep(6)  # the late reply arrives, and is dropped
+        assert "LATE-ANSWER" not in d.text()
+
+    drive(workspace, scenario, model=model)
+
+
 def test_shift_tab_cycles_approval_and_resume_shows_history(workspace, tmp_path):
     model = script(tmp_path / "s.json", [{"final": "first answer"}])
 

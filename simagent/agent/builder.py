@@ -32,6 +32,7 @@ from simagent.agent.prompts import (
 )
 from simagent.agent.recovery import RecoveryMiddleware
 from simagent.agent.tools import session_tools
+from simagent.agent.turns import AbandonGuard
 from simagent.paths import content_dir
 from simagent.trace.recorder import TraceRecorder
 
@@ -164,10 +165,11 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
         layers = context_layers(session, chat_model=chat, model_id=mid, window=win,
                                 max_output=max_out, backend=backend, agent=defn.name,
                                 settings=settings, fs_tools=fs_tools)
-        return [*layers.middleware,
+        return [AbandonGuard(session.turns), *layers.middleware,
                 RecoveryMiddleware(session.trace, agent=defn.name),
                 WorkspacePathsMiddleware(session.workspace),
                 TraceRecorder(session.trace, session.usage, agent=defn.name, model_id=mid,
+                              turns=session.turns,
                               window=layers.context.thresholds.window)], chat
 
     note = runtime_note(session.workspace, session.paths.outputs, session.simulator,
@@ -212,6 +214,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                                 window=window, max_output=max_out, backend=backend,
                                 agent=GENERAL_PURPOSE, settings=context_settings)
     own = [
+        AbandonGuard(session.turns),  # outermost: an abandoned run neither calls nor records
         IndexedSkillsMiddleware(backend=backend, sources=skill_sources(session),
                          system_prompt=SKILLS_PROMPT),
         WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
@@ -220,6 +223,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
         RecoveryMiddleware(session.trace),
         WorkspacePathsMiddleware(session.workspace),
         TraceRecorder(session.trace, session.usage, agent="main", model_id=model_id,
+                      turns=session.turns,
                       window=layers.context.thresholds.window),
     ]
     general = {
@@ -229,10 +233,11 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                        "it returns a short digest.",
         "system_prompt": GENERAL_PURPOSE_PROMPT,
         "tools": tools,
-        "middleware": [*sub_layers.middleware,
+        "middleware": [AbandonGuard(session.turns), *sub_layers.middleware,
                        RecoveryMiddleware(session.trace, agent=GENERAL_PURPOSE),
                        WorkspacePathsMiddleware(session.workspace),
                        TraceRecorder(session.trace, session.usage, agent=GENERAL_PURPOSE,
+                                     turns=session.turns,
                                      model_id=model_id,
                                      window=sub_layers.context.thresholds.window)],
     }

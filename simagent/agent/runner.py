@@ -5,7 +5,9 @@ writes the user's message and every approval round trip to the trace (the record
 middleware writes the rest), streams assistant text only from the model node (tool
 output never leaks into prose), and turns provider failures into a clear error result
 instead of a traceback. ``cancel()`` may be called from another thread: it interrupts
-the kernel (state kept) and stops the turn at the next chunk.
+the kernel (state kept) and stops the turn at the next chunk. The graph runs on a pump
+thread, so a turn whose model call does not answer a cancel is abandoned after
+``ABANDON_AFTER_S`` instead of holding the prompt (``simagent.agent.turns``).
 
 The cost ceiling is enforced in two places: mid-turn by ``CostCeilingMiddleware`` (the
 turn ends as an error carrying the trip), and here before a turn starts: while a trip
@@ -15,7 +17,9 @@ calls ``reset_cost_ceiling()`` (the user's explicit decision, e.g. a slash comma
 
 from __future__ import annotations
 
+import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +40,7 @@ from simagent.agent.events import (
     ToolRequested,
     ToolStarted,
 )
+from simagent.agent.turns import ABANDON_AFTER_S
 from simagent.agent.usage import Usage
 from simagent.context.guards import ceiling_tripped, reset_ceiling
 
@@ -45,6 +50,7 @@ if TYPE_CHECKING:
 
 OnEvent = Callable[[Event], None]
 NO_RESPONSE = "(no response)"
+_END = object()  # the pump's last item
 
 
 @dataclass
@@ -266,21 +272,84 @@ class TurnRunner:
         return NO_RESPONSE
 
     def _stream(self, graph_input: Any, emit: OnEvent, result: TurnResult) -> None:
-        stream = self.agent.graph.stream(
-            graph_input, self.session.thread_config,
-            stream_mode=["messages", "updates", "custom"], subgraphs=True)
+        """Consume the graph's stream from a pump thread until it ends or is cancelled.
+
+        A cancel stops the pump at its next item; a pump that yields nothing for
+        ``ABANDON_AFTER_S`` after the cancel (a model call that has not answered) is
+        abandoned: the turn ends now and the guard keeps the late reply out of the state.
+        """
+        turn = self.session.turns.begin()
+        items: queue.Queue[Any] = queue.Queue()
+        stop = threading.Event()
+        pump = threading.Thread(target=self._pump, args=(graph_input, turn, items, stop),
+                                name=f"simagent-turn-{turn}", daemon=True)
+        pump.start()
+        cancelled_at: float | None = None
         try:
-            for namespace, mode, data in stream:
-                if mode == "messages":
-                    self._on_message(namespace, data, emit)
-                elif mode == "custom":
-                    self._on_custom(data, emit, result)
-                elif mode == "updates":
-                    self._on_update(namespace, data, emit, result)
+            while True:
+                try:
+                    item = items.get(timeout=0.05)
+                except queue.Empty:
+                    if not self._cancel.is_set():
+                        continue
+                    stop.set()
+                    cancelled_at = cancelled_at or time.monotonic()
+                    if time.monotonic() - cancelled_at < ABANDON_AFTER_S:
+                        continue
+                    self._abandon(turn, pump, emit)
+                    return
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                if not stop.is_set():
+                    self._on_item(item, emit, result)
                 if self._cancel.is_set():
-                    break
+                    stop.set()  # the pump closes the stream; wait for it above
+        except KeyboardInterrupt:  # ctrl+C in this thread (``simagent run``)
+            self.cancel()  # the running cell too, as a cancel from another thread would
+            stop.set()
+            pump.join(ABANDON_AFTER_S)
+            if pump.is_alive():
+                self._abandon(turn, pump, emit)
+            raise
+
+    def _pump(self, graph_input: Any, turn: int, items: queue.Queue[Any],
+              stop: threading.Event) -> None:
+        """Run the graph (its nodes see ``turn``) and hand its items over until stopped."""
+        self.session.turns.bind(turn)
+        try:
+            stream = self.agent.graph.stream(
+                graph_input, self.session.thread_config,
+                stream_mode=["messages", "updates", "custom"], subgraphs=True)
+            try:
+                for item in stream:
+                    if stop.is_set():
+                        break
+                    items.put(item)
+            finally:
+                stream.close()
+        except BaseException as exc:  # handed to the turn's thread
+            items.put(exc)
         finally:
-            stream.close()
+            items.put(_END)
+
+    def _abandon(self, turn: int, pump: threading.Thread, emit: OnEvent) -> None:
+        self.session.turns.abandon(turn, pump)
+        self.session.trace.append("error", {
+            "message": "turn abandoned: the model call did not stop on cancel; its late "
+                       "reply will be dropped", "where": "turn"})
+        emit(Notice("The model had not answered; the turn was abandoned and a late "
+                    "reply will be dropped.", level="warning"))
+
+    def _on_item(self, item: Any, emit: OnEvent, result: TurnResult) -> None:
+        namespace, mode, data = item
+        if mode == "messages":
+            self._on_message(namespace, data, emit)
+        elif mode == "custom":
+            self._on_custom(data, emit, result)
+        elif mode == "updates":
+            self._on_update(namespace, data, emit, result)
 
     def _on_message(self, namespace: tuple[str, ...], data: Any, emit: OnEvent) -> None:
         chunk, metadata = data

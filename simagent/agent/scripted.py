@@ -21,6 +21,9 @@ Step forms (JSON list, ``{"steps": [...]}``, or TOML ``[[steps]]``)::
     {"empty": true}                                           an empty reply (recovery tests)
     {"reasoning": "text", ...}                                reasoning attached to a step
     {"tool": ..., "args": {...}, "fill": true}                expand {out[..]} in string args
+    {"final": ..., "wait": 30}                                answer after 30 s of silence
+                                                              (a provider thinking or stalled;
+                                                              nothing interrupts the wait)
 
 A script that runs out answers with a clear notice instead of raising.
 """
@@ -30,6 +33,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 import tomllib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -48,7 +52,7 @@ DEFAULT_WINDOW = 128_000
 EXHAUSTED = "(scripted model: the script has no more steps)"
 
 _STEP_KEYS = {"tool", "tools", "args", "say", "final", "steps", "invalid_tool_call", "empty",
-              "reasoning", "id", "fill"}
+              "reasoning", "id", "fill", "wait"}
 _OUT_REF = re.compile(r"\{out\[(-?\d+)\](?:\|((?:[^{}\\]|\\.|\{\d*,?\d*\})+))?\}")
 
 
@@ -87,6 +91,9 @@ def flatten_steps(steps: Sequence[Any], *, where: str = "script") -> list[dict[s
         if not ({"tool", "tools", "say", "final", "invalid_tool_call", "empty"} & set(step)):
             raise ScriptError(f"{where}: step {i} needs one of tool, tools, say, final, "
                               "invalid_tool_call, empty")
+        wait = step.get("wait", 0)
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
+            raise ScriptError(f"{where}: step {i} wait must be a number of seconds >= 0")
         if "tool" in step and not isinstance(step.get("args", {}), dict):
             raise ScriptError(f"{where}: step {i} args must be a table/object")
         out.append({k: v for k, v in step.items() if k != "steps"})
@@ -236,6 +243,8 @@ class ScriptedChatModel(BaseChatModel):
         steps = self.cursor.take()
         text_parts = [s["say"] for s in steps if "say" in s]
         reasoning = "\n".join(s["reasoning"] for s in steps if "reasoning" in s)
+        if wait := max((float(s.get("wait", 0)) for s in steps), default=0.0):
+            time.sleep(wait)  # after taking the steps: a turn meanwhile gets the next ones
         tool_calls: list[dict[str, Any]] = []
         invalid: list[dict[str, Any]] = []
         outputs = tool_outputs(messages)

@@ -258,8 +258,8 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
         if ev.kind in ("session_start", "session_resume", "model_switch"):
             key = "to_model" if ev.kind == "model_switch" else "model"
             session_model = p.get(key) or session_model
-        elif ev.kind == "model_usage" and _is_main(p):
-            main_calls += 1
+        elif ev.kind == "model_usage" and _is_main(p) and not p.get("dropped"):
+            main_calls += 1  # a dropped (abandoned) call is paid but says nothing of the view
             last, last_ts = p, ev.ts
             used = token_count(p.get("input_tokens"))
             estimated, after = p.get("source") == "estimated", None

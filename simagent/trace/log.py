@@ -31,7 +31,8 @@ EVENT_KINDS: dict[str, str] = {
                    "cache_creation, reasoning_tokens, source (provider|estimated), "
                    "request (tokens by category of the request sent: system_prompt, "
                    "tool_schemas, skills_index, memory_index, conversation, tool_results, "
-                   "summaries), window",
+                   "summaries), window, dropped (true: a late reply of an abandoned "
+                   "turn, paid but never shown)",
     "tool_call": "id, name, args, agent",
     "tool_result": "tool_call_id, name, content, status (success|error), elapsed_s, agent",
     "kernel_exec": "tool_call_id, code, status, elapsed_s, raw_path, execution_count, state_lost, "

@@ -77,8 +77,9 @@ class TraceRecorder(AgentMiddleware):
     """Records one agent's model and tool calls (``agent`` = main or a subagent name)."""
 
     def __init__(self, trace: TraceLog, ledger: UsageLedger, *, agent: str = "main",
-                 model_id: str = "?", window: int | None = None) -> None:
+                 model_id: str = "?", window: int | None = None, turns: Any = None) -> None:
         super().__init__()
+        self.turns = turns  # a TurnLedger: an abandoned turn's late reply is paid, not said
         self.trace = trace
         self.ledger = ledger
         self.agent = agent
@@ -101,9 +102,10 @@ class TraceRecorder(AgentMiddleware):
         msg = ai_message_of(response)
         if msg is None:
             return
-        if thinking := reasoning_text(msg):
+        dropped = self.turns is not None and self.turns.current_abandoned()
+        if (thinking := reasoning_text(msg)) and not dropped:
             self.trace.append("message_reasoning", {"content": thinking, "agent": self.agent})
-        if msg.text:
+        if msg.text and not dropped:
             self.trace.append("message_assistant", {"content": msg.text, "agent": self.agent})
         record: dict[str, Any] = usage_record(msg.usage_metadata)
         size = self._measure(request)
@@ -118,7 +120,8 @@ class TraceRecorder(AgentMiddleware):
         self.ledger.record(self.agent, self.model_id, record)
         self.trace.append("model_usage", {"agent": self.agent, "model": self.model_id,
                                           "provider_model": model, **record,
-                                          "request": size.as_dict(), "window": self.window})
+                                          "request": size.as_dict(), "window": self.window,
+                                          **({"dropped": True} if dropped else {})})
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         response = handler(request)

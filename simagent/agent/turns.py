@@ -1,0 +1,141 @@
+"""Turns the user gave up on while the graph was blocked, and the guard that keeps them
+from writing afterwards.
+
+ctrl+C must give the prompt back within a second or two. A cell stops on a kernel
+interrupt, but a model call cannot be stopped from outside: a provider that thinks
+for a minute before its first token, or a stalled connection, holds the graph's thread
+in a socket read that no flag or signal reaches. So ``TurnRunner`` runs the graph on a
+pump thread and, when a cancelled turn does not stop within ``ABANDON_AFTER_S``, returns
+without it: the turn is *abandoned*.
+
+The pump goes on until the blocked call returns. Its late reply must not land in the
+thread's state, where a newer turn may be running by then. Each graph run carries its
+turn number in a context variable (langgraph and langchain copy the context into the
+threads that run nodes and tools); ``AbandonGuard``, the outermost middleware of every
+agent, raises ``TurnAbandoned`` before and after each model and tool call of an
+abandoned turn. The node fails, so langgraph writes no checkpoint for that step, and
+the next turn goes on from the last one the abandoned turn completed (deepagents
+patches any tool call left without an answer). The tokens the late call used are still
+counted: the recorder, inside the guard, has seen the call by then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+
+#: How long a cancelled turn may take to stop before it is abandoned (seconds).
+ABANDON_AFTER_S = 1.5
+
+_CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("simagent_turn",
+                                                                      default=None)
+
+
+class TurnAbandoned(BaseException):
+    """Ends a graph run the user abandoned.
+
+    A ``BaseException`` (like ``KeyboardInterrupt``), so no tool or middleware error
+    handler turns it into a message that would then be written to the state.
+    """
+
+
+#: Pump threads of abandoned turns, process-wide: ``exit_process`` must not wait on them.
+_LINGERING: list[threading.Thread] = []
+
+
+def lingering() -> list[threading.Thread]:
+    """Abandoned turns' pumps still blocked in a model call."""
+    return [t for t in _LINGERING if t.is_alive()]
+
+
+def exit_process(code: int) -> None:
+    """End the process with ``code`` without waiting for an abandoned model call.
+
+    Python joins thread-pool workers at exit, and langgraph runs nodes on one: a call
+    that never answers would hold the exit for as long as the provider's timeout. The
+    session is closed by then (trace and checkpoints written), so nothing is lost.
+    """
+    if lingering():
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+class TurnLedger:
+    """Numbers graph runs and remembers the abandoned ones (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+        self._abandoned: set[int] = set()
+
+    def begin(self) -> int:
+        with self._lock:
+            self._last += 1
+            return self._last
+
+    def abandon(self, turn: int, pump: threading.Thread | None = None) -> None:
+        with self._lock:
+            self._abandoned.add(turn)
+        if pump is not None:
+            _LINGERING[:] = [*lingering(), pump]
+
+    def is_abandoned(self, turn: int | None) -> bool:
+        with self._lock:
+            return turn is not None and turn in self._abandoned
+
+    @staticmethod
+    def bind(turn: int) -> None:
+        """Mark the calling thread's context as running ``turn``."""
+        _CURRENT.set(turn)
+
+    def current_abandoned(self) -> bool:
+        """Whether the calling context runs a turn that was abandoned."""
+        return self.is_abandoned(_CURRENT.get())
+
+    def check(self) -> None:
+        """Raise ``TurnAbandoned`` inside a run of an abandoned turn; else nothing."""
+        turn = _CURRENT.get()
+        if self.is_abandoned(turn):
+            raise TurnAbandoned(f"turn {turn} was abandoned")
+
+
+class AbandonGuard(AgentMiddleware):
+    """Outermost middleware: an abandoned run neither calls on nor records anything."""
+
+    def __init__(self, ledger: TurnLedger) -> None:
+        super().__init__()
+        self.ledger = ledger
+
+    def _guarded(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        self.ledger.check()
+        result = handler(request)
+        self.ledger.check()
+        return result
+
+    async def _aguarded(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        self.ledger.check()
+        result = await handler(request)
+        self.ledger.check()
+        return result
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return self._guarded(request, handler)
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await self._aguarded(request, handler)
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return self._guarded(request, handler)
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await self._aguarded(request, handler)
