@@ -91,7 +91,7 @@ def test_two_kernel_calls_then_an_answer_computed_by_the_kernel(opened):
                      "message_assistant", "model_usage"]
     results = [p for k, p in trace if k == "tool_result"]
     assert results[1]["content"] == f"Out[3]: {h % 9973}"
-    assert [p for k, p in trace if k == "message_assistant"][0]["content"] == result.final
+    assert next(p for k, p in trace if k == "message_assistant")["content"] == result.final
     usage = [p for k, p in trace if k == "model_usage"]
     assert all(u["agent"] == "main" and u["source"] == "provider" for u in usage)
 
@@ -113,7 +113,7 @@ def test_skill_body_is_read_on_demand_only(opened):
     skill = content_dir("skills").resolve() / "python-and-kernel" / "SKILL.md"
     body_line = "Native code that never returns to Python cannot be interrupted"
     assert body_line in skill.read_text()
-    session, model, runner = opened([
+    _session, model, runner = opened([
         {"tool": "read_file", "args": {"file_path": str(skill), "limit": 1000}},
         {"final": "read it"}])
     runner.run("how do interrupts work?")
@@ -124,7 +124,7 @@ def test_skill_body_is_read_on_demand_only(opened):
 
 
 def test_offered_tools_are_ours_plus_stock_file_shell_and_task(opened):
-    session, model, runner = opened([{"final": "ok"}])
+    _session, model, runner = opened([{"final": "ok"}])
     runner.run("hi")
     offered = set(model.cursor.request_tools[0])
     assert {"run_python", "reset_kernel", "remember", "record_attempt", "read_file",
@@ -161,7 +161,7 @@ def test_tool_exception_becomes_an_error_result_and_the_turn_goes_on(opened):
         """Always fails."""
         raise RuntimeError(f"sensor {n} offline")
 
-    session, model, runner = opened([
+    session, _model, runner = opened([
         {"tool": "flaky", "args": {"n": 3}},
         {"final": "saw: {out[-1]}"}], extra_tools=[flaky])
     events = []
@@ -212,7 +212,7 @@ def test_empty_replies_are_nudged_at_most_twice_in_a_row(opened):
 
 def test_approval_ask_pauses_execute_then_approve_runs_it(opened, workspace):
     (workspace / "data.csv").write_text("a,b\n1,2\n")
-    session, model, runner = opened([
+    session, _model, runner = opened([
         {"tool": "execute", "args": {"command": "wc -l data.csv"}},
         {"final": "lines: {out[-1]|(\\d+) data.csv}"}], approval="ask")
     result = runner.run("count lines")
@@ -228,7 +228,7 @@ def test_approval_ask_pauses_execute_then_approve_runs_it(opened, workspace):
 
 def test_workspace_mode_writes_inside_freely_and_asks_outside(opened, workspace, tmp_path):
     outside = tmp_path / "elsewhere.txt"
-    session, model, runner = opened([
+    _session, _model, runner = opened([
         {"tool": "write_file", "args": {"file_path": str(workspace / "notes.txt"),
                                         "content": "hello"}},
         {"tool": "write_file", "args": {"file_path": str(outside), "content": "x"}},
@@ -244,7 +244,7 @@ def test_workspace_mode_writes_inside_freely_and_asks_outside(opened, workspace,
 def test_installed_source_and_bundled_content_are_read_only(opened):
     target = content_dir("skills").resolve() / "python-and-kernel" / "SKILL.md"
     before = target.read_text()
-    session, model, runner = opened([
+    _session, _model, runner = opened([
         {"tool": "edit_file", "args": {"file_path": str(target), "old_string": "kernel",
                                        "new_string": "KERNEL"}},
         {"final": "{out[-1]}"}], approval="auto")
@@ -315,7 +315,7 @@ def test_a_model_call_that_ignores_the_cancel_is_abandoned_and_its_reply_dropped
 
 
 def test_reset_kernel_loses_state(opened):
-    session, model, runner = opened([
+    _session, _model, runner = opened([
         {"tool": "run_python", "args": {"code": "y = 5"}},
         {"tool": "reset_kernel", "args": {}},
         {"tool": "run_python", "args": {"code": "y"}},
@@ -346,7 +346,7 @@ def test_resume_in_process_with_live_kernel_keeps_state(workspace):
 def test_secrets_in_the_environment_never_reach_the_trace(opened, monkeypatch):
     secret = "sk-test-9f8e7d6c5b4a39281706"
     monkeypatch.setenv("ACME_API_KEY", secret)
-    session, model, runner = opened([
+    session, _model, runner = opened([
         {"tool": "run_python", "args": {"code": "import os\nprint(os.environ['ACME_API_KEY'])"}},
         {"final": "the key is {out[-1]}"}])
     result = runner.run(f"print my key {secret}")
@@ -367,7 +367,7 @@ def test_scripted_usage_counts_the_request_not_the_script():
 
 
 def test_switching_model_mid_session_keeps_the_thread(opened):
-    session, model, runner = opened([
+    session, _model, runner = opened([
         {"tool": "run_python", "args": {"code": "print('from A')"}}, {"final": "A done"}])
     runner.run("first")
     other = ScriptedChatModel.from_steps([{"final": "B sees: {out[-1]}"}], name="model-b")
@@ -405,7 +405,7 @@ def test_subagent_calls_are_traced_under_their_own_name(opened):
 
 def test_relative_file_paths_mean_the_workspace(opened, workspace):
     (workspace / "params.txt").write_text("dt = 0.01\n")
-    session, model, runner = opened([
+    _session, _model, runner = opened([
         {"tool": "read_file", "args": {"file_path": "params.txt"}},
         {"tool": "write_file", "args": {"file_path": "out/result.txt", "content": "ok"}},
         {"final": "{out[-2]|dt = ([\\d.]+)}"}])
@@ -422,7 +422,7 @@ def test_control_flow_raised_inside_a_tool_is_not_turned_into_an_error(opened):
         """Ask the user a question and wait for the answer."""
         return str(interrupt({"question": question}))
 
-    session, model, runner = opened([
+    session, _model, runner = opened([
         {"tool": "ask_user", "args": {"question": "which cell?"}},
         {"final": "user said {out[-1]}"}], extra_tools=[ask_user])
     paused = runner.run("go")

@@ -17,10 +17,9 @@ import pytest
 
 from simagent.context import prices
 from simagent.context.counting import CATEGORIES
-from simagent.context.thresholds import CLEAR_FRACTION
 from simagent.context.panel import render_context, status_label
 from simagent.context.stats import ContextStats, stats_from_events, stats_from_trace
-from simagent.context.thresholds import ContextSettings, thresholds_for
+from simagent.context.thresholds import CLEAR_FRACTION, ContextSettings, thresholds_for
 from simagent.trace.log import TraceLog
 
 MODEL = "anthropic:claude-sonnet-4-5"
@@ -235,7 +234,8 @@ def test_cli_context_json_and_text(workspace: Path) -> None:
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["session_id"] == sid and data["used"] == 15_000 and data["estimated"] is True
-    assert data["window"] == WINDOW and data["thresholds"]["clear_trigger"] == int(CLEAR_FRACTION * WINDOW)
+    assert data["window"] == WINDOW
+    assert data["thresholds"]["clear_trigger"] == int(CLEAR_FRACTION * WINDOW)
     assert sum(data["categories"].values()) == 15_000
     assert data["boundaries"][0]["kind"] == "summary"
 

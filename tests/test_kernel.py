@@ -143,7 +143,8 @@ def test_timeout_interrupts_and_keeps_state(kernel: Kernel) -> None:
 def test_cell_ignoring_sigint_is_restarted_after_the_grace(kernel: Kernel) -> None:
     kernel.execute("z = 1")
     th, box = run_in_thread(
-        kernel, "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(120)")
+        kernel,
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(120)")
     time.sleep(0.3)
     kernel.interrupt()
     th.join(timeout=60)
@@ -242,7 +243,8 @@ def test_clear_output_and_display_updates(shared: Kernel) -> None:
     assert [d.text for d in r.displays] == ["'second'"]
 
 
-def test_raw_output_numbering_survives_a_new_kernel(session_paths: SessionPaths, workspace: Path) -> None:
+def test_raw_output_numbering_survives_a_new_kernel(session_paths: SessionPaths,
+                                                    workspace: Path) -> None:
     with Kernel(session_paths, cwd=workspace) as k:
         first = k.execute("print('a')").raw_path
     with Kernel(session_paths, cwd=workspace) as k:

@@ -27,7 +27,7 @@ def pyte_full(text: str, cols: int = 300) -> str:
 def feed_chunks(text: str, cuts: list[int], **kw: int) -> str:
     buf = TerminalBuffer(**kw)
     prev = 0
-    for c in sorted(set(cuts)) + [len(text)]:
+    for c in [*sorted(set(cuts)), len(text)]:
         buf.feed(text[prev:c])
         prev = c
     return buf.render()
@@ -76,7 +76,8 @@ def test_real_tqdm_single_and_nested_bars_collapse_exactly() -> None:
     lines = render_text(raw).splitlines()
     assert lines[0] == "starting"
     assert lines[1].startswith("100%|") and "2000/2000" in lines[1]
-    assert [ln for ln in lines if ln.startswith("epoch")] == [f"epoch {i} loss=0.{i}" for i in range(4)]
+    epochs = [ln for ln in lines if ln.startswith("epoch")]
+    assert epochs == [f"epoch {i} loss=0.{i}" for i in range(4)]
     assert not any("inner" in ln for ln in lines)  # leave=False bars are erased
     assert lines[-2].startswith("outer: 100%") and lines[-1] == "done"
     assert len(raw) > 50 * len(render_text(raw))

@@ -29,7 +29,8 @@ MIXED_BLOCK_SETUP = r'''
 def _simagent_bench_block():
     parts, size, epoch = [], 0, 0
     while size < (1 << 20):
-        new = [f"\repoch {epoch:4d}: {i:3d}%|{'█' * (i // 10):<10}| {i}/100 [00:01<00:00, 85.31it/s]"
+        new = [f"\repoch {epoch:4d}: {i:3d}%|{'█' * (i // 10):<10}| "
+               f"{i}/100 [00:01<00:00, 85.31it/s]"
                for i in range(0, 101, 4)]
         new.append("\n")
         new += [f"\x1b[32mINFO\x1b[0m epoch {epoch} step {j}: residual={1.0 / (j + epoch + 1):.6e}"
@@ -43,7 +44,8 @@ _simagent_b = _simagent_bench_block()
 '''
 
 #: The timed cell: ``reps`` blocks, then a final line the result must contain.
-MIXED_OUTPUT_CODE = "import sys\nfor _ in range({reps}):\n    sys.stdout.write(_simagent_b)\nprint(\"\\nDONE final energy=-1.2345\")\n"
+MIXED_OUTPUT_CODE = ("import sys\nfor _ in range({reps}):\n    sys.stdout.write(_simagent_b)\n"
+                     "print(\"\\nDONE final energy=-1.2345\")\n")
 
 
 def mixed_output_code(n_mb: int) -> str:
@@ -143,7 +145,7 @@ def run_kernel_bench(progress: Callable[[str], None] | None = None,
         say("starting kernels")
         kernel.start()
         km = KernelManager(kernel_name="python3")
-        log = open(paths.root / "bare-kernel.log", "wb")
+        log = open(paths.root / "bare-kernel.log", "wb")  # noqa: SIM115 - the bare kernel's life
         km.start_kernel(cwd=tmp, stdout=log, stderr=log)
         kc = km.client()
         kc.start_channels()

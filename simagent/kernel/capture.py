@@ -87,8 +87,8 @@ class Capture:
         if self.raw_path is None:
             return
         if self._raw is None:
-            self._raw = open(self.raw_path, "w", encoding="utf-8", errors="surrogatepass",
-                             newline="")
+            self._raw = open(self.raw_path, "w", encoding="utf-8",  # noqa: SIM115 - closed by close()
+                             errors="surrogatepass", newline="")
         self._raw.write(text)
 
     def close(self) -> None:
@@ -208,7 +208,8 @@ class Capture:
             error=self.error,
             displays=list(self.displays),
             human=list(self.human),
-            raw_path=self.raw_path if self.raw_path is not None and self.raw_path.exists() else None,
+            raw_path=(self.raw_path if self.raw_path is not None and self.raw_path.exists()
+                      else None),
             execution_count=self.execution_count,
             elapsed_s=elapsed_s,
             notice=notice,

@@ -134,7 +134,7 @@ def _patch_outstream() -> None:
     original_init = OutStream.__init__
     original_write = OutStream.write
 
-    def __init__(self, *args, **kwargs):  # noqa: N807
+    def __init__(self, *args, **kwargs):
         self._simagent_sync = threading.Event()
         self._simagent_unflushed = 0
         original_init(self, *args, **kwargs)

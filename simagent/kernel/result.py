@@ -67,7 +67,8 @@ def compact_traceback(frames: list[str]) -> str:
             lines = frame.split("\n")
             if len(lines) > TRACEBACK_FRAME_LINES:
                 # keep the header and the lines around the arrow that marks the failing line
-                arrow = next((j for j, ln in enumerate(lines) if ln.lstrip().startswith(("---->", "->"))), -1)
+                arrow = next((j for j, ln in enumerate(lines)
+                              if ln.lstrip().startswith(("---->", "->"))), -1)
                 lo = max(1, arrow - 2) if arrow > 0 else 1
                 lines = [lines[0], *lines[lo : lo + TRACEBACK_FRAME_LINES - 1]]
             kept.append("\n".join(lines))
@@ -148,7 +149,8 @@ class ExecResult:
 
         streams = self.stdout
         if self.stderr:
-            streams = f"{streams}\n[stderr]\n{self.stderr}" if streams else f"[stderr]\n{self.stderr}"
+            err = f"[stderr]\n{self.stderr}"
+            streams = f"{streams}\n{err}" if streams else err
         budget = max(cap - len(tail), cap // 4)
         if self.rows_dropped > 0 or len(streams) > budget:
             head = ""

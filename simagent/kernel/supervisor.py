@@ -158,7 +158,7 @@ class Kernel:
 
         self.state = "starting"
         if self._log is None:
-            self._log = open(self.paths.kernel_log, "ab", buffering=0)
+            self._log = open(self.paths.kernel_log, "ab", buffering=0)  # noqa: SIM115 - kernel's life
         if self.kernel_name:
             km = KernelManager(kernel_name=self.kernel_name)
         else:
