@@ -216,9 +216,11 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                                exit_codes.USAGE)
             decisions = {p.interrupt_id: [{"type": opts.decision}
                                           for _ in p.action_requests] for p in pending}
-            result = runner.resume(decisions, printer, pending=pending)
+            with runner.sigint_cancels():
+                result = runner.resume(decisions, printer, pending=pending)
         else:
-            result = runner.run(opts.prompt or "", printer)
+            with runner.sigint_cancels():
+                result = runner.run(opts.prompt or "", printer)
         if not opts.json and printer.wrote_text:
             out.write("\n")
         elif not opts.json and result.final and result.status != "error":

@@ -314,6 +314,85 @@ def test_a_model_call_that_ignores_the_cancel_is_abandoned_and_its_reply_dropped
     assert runner.run("third").status == "done"  # the thread goes on
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_a_cell_that_ignores_the_interrupt_is_waited_for_unless_forced(opened, force):
+    """Silence after a cancel is not always the model: a running cell has its own bounded
+    way out (interrupt, then a restart after the grace period), and its outcome is real.
+    A second ctrl+C (``force``) stops waiting; the cell's late result is marked dropped."""
+    session, _model, runner = opened([
+        {"tool": "run_python", "args": {"code": "import signal, time\n"
+                                        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                        "time.sleep(60)"}},
+        {"final": "unreachable"}])
+    session.start_kernel()
+    started = threading.Event()
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", runner.run(
+        "stubborn", lambda e: isinstance(e, ToolStarted) and started.set())))
+    t.start()
+    assert started.wait(30)
+    time.sleep(0.5)
+    runner.cancel()
+    if force:
+        time.sleep(0.3)
+        runner.cancel(force=True)
+        t.join(10)
+        assert not t.is_alive(), "a forced cancel waited for the cell"
+    t.join(60)
+    assert out["r"].status == "cancelled"
+    errors = [e.payload["message"] for e in session.trace.events(["error"])]
+    assert any(m.startswith("turn abandoned") for m in errors) == force
+    deadline = time.monotonic() + 60
+    while not session.trace.events(["tool_result"]) and time.monotonic() < deadline:
+        time.sleep(0.1)  # forced: the kernel restarts on its own schedule
+    results = [e.payload for e in session.trace.events(["tool_result"])]
+    assert results and bool(results[-1].get("dropped")) == force
+    assert "restart" in results[-1]["content"].lower()
+
+
+def test_the_callers_context_reaches_the_graph(opened):
+    """The graph runs on a pump thread; context variables of the caller (usage callbacks,
+    tracing) still see its model calls."""
+    from langchain_core.callbacks import get_usage_metadata_callback
+
+    _session, _model, runner = opened([{"final": "counted"}])
+    with get_usage_metadata_callback() as cb:
+        assert runner.run("hi").final == "counted"
+    assert cb.usage_metadata and sum(u["input_tokens"] for u in
+                                     cb.usage_metadata.values()) > 1000
+
+
+def test_the_innermost_check_stops_a_call_after_a_slow_layer():
+    """Between the guard and the model sit layers that take time (a summary call); the
+    recorder checks again right before the model, so an abandoned run calls nothing."""
+    import contextvars
+
+    from simagent.agent.turns import TurnAbandoned, TurnLedger
+    from simagent.agent.usage import UsageLedger
+    from simagent.trace.recorder import TraceRecorder
+
+    ledger = TurnLedger()
+    turn = ledger.begin()
+    calls = []
+
+    class Trace:
+        def append(self, *a, **k):
+            calls.append(("trace", a))
+
+    rec = TraceRecorder(Trace(), UsageLedger(), turns=ledger)
+
+    def run() -> None:
+        ledger.bind(turn)
+        ledger.abandon(turn)
+        rec.wrap_model_call(object(), lambda _r: calls.append("model"))
+
+    with pytest.raises(TurnAbandoned):
+        contextvars.copy_context().run(run)
+    assert calls == []
+    other = ledger.begin()
+    assert not ledger.is_abandoned(other) and not ledger.is_abandoned(None)
+
+
 def test_reset_kernel_loses_state(opened):
     _session, _model, runner = opened([
         {"tool": "run_python", "args": {"code": "y = 5"}},

@@ -293,10 +293,13 @@ def test_run_with_a_replay_model_uses_the_workflow_simulator(workspace):
     assert data["tool_calls"] >= 5 and "agents" in data["final"]
 
 
+@pytest.mark.parametrize("signals", [1, 2])
 def test_ctrl_c_while_the_model_is_silent_ends_the_run_and_keeps_the_session(workspace,
-                                                                             tmp_path):
+                                                                             tmp_path,
+                                                                             signals):
     """SIGINT while the provider has not sent a token: the run ends as cancelled now
-    (not when the model answers), and the session resumes."""
+    (not when the model answers), and the session resumes. A second ctrl+C while the
+    first is being handled changes nothing."""
     import signal
     import time
 
@@ -316,7 +319,9 @@ def test_ctrl_c_while_the_model_is_silent_ends_the_run_and_keeps_the_session(wor
                 break
             time.sleep(0.1)
         time.sleep(1.0)
-        proc.send_signal(signal.SIGINT)
+        for _ in range(signals):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.5)
         out, err = proc.communicate(timeout=30)  # well before the model's 60 s
     finally:
         if proc.poll() is None:

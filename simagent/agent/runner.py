@@ -17,10 +17,13 @@ calls ``reset_cost_ceiling()`` (the user's explicit decision, e.g. a slash comma
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import queue
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +104,7 @@ class TurnRunner:
         self.session = session
         self.agent = agent
         self._cancel = threading.Event()
+        self._force = threading.Event()  # a second ctrl+C: abandon without waiting
         self.busy = False
 
     # ------------------------------------------------------------------ API
@@ -171,14 +175,42 @@ class TurnRunner:
                 found.append(self._interrupt(intr))
         return found
 
-    def cancel(self) -> None:
-        """Stop the running turn (thread-safe); a running cell is interrupted, state kept."""
+    def cancel(self, *, force: bool = False) -> None:
+        """Stop the running turn (thread-safe); a running cell is interrupted, state kept.
+
+        ``force`` (a second ctrl+C) stops waiting at once: the turn is abandoned now if
+        the graph has not stopped, even while a cell is still being interrupted.
+        """
+        if force and self.busy:
+            self._force.set()
         if not self.busy or self._cancel.is_set():
             return  # idle, or already cancelling
         self._cancel.set()
         self.session.cancel_requested.set()
         self.session.interrupt_kernel()
         threading.Thread(target=self._keep_interrupting, daemon=True).start()
+
+    @contextlib.contextmanager
+    def sigint_cancels(self) -> Iterator[None]:
+        """While a turn runs in the main thread (``simagent run``), ctrl+C cancels it and
+        a second one stops waiting for it, instead of raising ``KeyboardInterrupt`` at
+        whatever line the thread is on (inside a lock's wait that corrupts the lock)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        presses = 0
+
+        def on_sigint(_signum: int, _frame: Any) -> None:
+            nonlocal presses
+            presses += 1
+            force = presses > 1  # the handler only hands over; the work runs elsewhere
+            threading.Thread(target=lambda: self.cancel(force=force), daemon=True).start()
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def _keep_interrupting(self, period_s: float = 0.25, limit_s: float = 15.0) -> None:
         """Re-send the interrupt while the turn runs: a cell may start just after the
@@ -221,6 +253,7 @@ class TurnRunner:
         emit = on_event or (lambda _e: None)
         before = self.session.usage.snapshot()
         self._cancel.clear()
+        self._force.clear()
         self.session.cancel_requested.clear()
         self.busy = True
         result = TurnResult(status="done")
@@ -275,13 +308,17 @@ class TurnRunner:
         """Consume the graph's stream from a pump thread until it ends or is cancelled.
 
         A cancel stops the pump at its next item; a pump that yields nothing for
-        ``ABANDON_AFTER_S`` after the cancel (a model call that has not answered) is
-        abandoned: the turn ends now and the guard keeps the late reply out of the state.
+        ``ABANDON_AFTER_S`` after the cancel (a model call that has not answered, or one
+        still streaming) is abandoned: the turn ends now and the guard keeps the late reply
+        out of the state. A cell still running is waited for: the kernel interrupts it and,
+        past its grace period, restarts, so that wait is bounded and its outcome is real.
         """
         turn = self.session.turns.begin()
         items: queue.Queue[Any] = queue.Queue()
         stop = threading.Event()
-        pump = threading.Thread(target=self._pump, args=(graph_input, turn, items, stop),
+        # the caller's context variables (callbacks, tracing) reach the graph as before
+        pump = threading.Thread(target=contextvars.copy_context().run,
+                                args=(self._pump, graph_input, turn, items, stop),
                                 name=f"simagent-turn-{turn}", daemon=True)
         pump.start()
         cancelled_at: float | None = None
@@ -294,8 +331,11 @@ class TurnRunner:
                         continue
                     stop.set()
                     cancelled_at = cancelled_at or time.monotonic()
-                    if time.monotonic() - cancelled_at < ABANDON_AFTER_S:
-                        continue
+                    if not self._force.is_set() and (
+                            time.monotonic() - cancelled_at < ABANDON_AFTER_S
+                            or self.session.kernel_state in ("busy", "restarting",
+                                                             "starting")):
+                        continue  # a cell has its own bounded way out: interrupt, restart
                     self._abandon(turn, pump, emit)
                     return
                 if item is _END:
@@ -307,11 +347,13 @@ class TurnRunner:
                 if self._cancel.is_set():
                     stop.set()  # the pump closes the stream; wait for it above
         except KeyboardInterrupt:  # ctrl+C in this thread (``simagent run``)
-            self.cancel()  # the running cell too, as a cancel from another thread would
             stop.set()
-            pump.join(ABANDON_AFTER_S)
-            if pump.is_alive():
-                self._abandon(turn, pump, emit)
+            try:
+                self.cancel()  # the running cell too, as a cancel from another thread would
+                pump.join(ABANDON_AFTER_S)
+            finally:  # a second ctrl+C in the meantime must not skip the abandon
+                if pump.is_alive():
+                    self._abandon(turn, pump, emit)
             raise
 
     def _pump(self, graph_input: Any, turn: int, items: queue.Queue[Any],
@@ -339,7 +381,7 @@ class TurnRunner:
         self.session.trace.append("error", {
             "message": "turn abandoned: the model call did not stop on cancel; its late "
                        "reply will be dropped", "where": "turn"})
-        emit(Notice("The model had not answered; the turn was abandoned and a late "
+        emit(Notice("The model call did not stop; the turn was abandoned and its late "
                     "reply will be dropped.", level="warning"))
 
     def _on_item(self, item: Any, emit: OnEvent, result: TurnResult) -> None:

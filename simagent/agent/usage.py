@@ -72,7 +72,7 @@ class UsageLedger:
             self.total.add(record)
             self.by_agent.setdefault(agent, Usage()).add(record)
             self.by_model.setdefault(model, Usage()).add(record)
-            if agent == "main":
+            if agent == "main" and not record.get("dropped"):  # a late, abandoned reply
                 self.last_input_tokens = token_count(record.get("input_tokens"))
 
     def snapshot(self) -> Usage:

@@ -105,8 +105,11 @@ def _usage_recorder(session: Session) -> Any:
     def record(model: str, usage: dict[str, Any] | None) -> None:
         rec: dict[str, Any] = usage_record(usage)
         rec["source"] = "provider" if usage else "estimated"
+        if session.turns.current_abandoned():
+            rec["dropped"] = True
         session.usage.record(SUMMARIZER_AGENT, model, rec)
         session.trace.append("model_usage", {"agent": SUMMARIZER_AGENT, "model": model, **rec})
+        session.turns.check()  # an abandoned turn's summary is paid, never applied
 
     return record
 

@@ -34,7 +34,8 @@ EVENT_KINDS: dict[str, str] = {
                    "summaries), window, dropped (true: a late reply of an abandoned "
                    "turn, paid but never shown)",
     "tool_call": "id, name, args, agent",
-    "tool_result": "tool_call_id, name, content, status (success|error), elapsed_s, agent",
+    "tool_result": "tool_call_id, name, content, status (success|error), elapsed_s, agent, "
+                   "dropped (true: it ended after its turn was abandoned)",
     "kernel_exec": "tool_call_id, code, status, elapsed_s, raw_path, execution_count, state_lost, "
                    "human (notices for the user only, e.g. a dashboard link; absent if none)",
     "artifact": "path, mime, tool_call_id",

@@ -123,12 +123,19 @@ class TraceRecorder(AgentMiddleware):
                                           "request": size.as_dict(), "window": self.window,
                                           **({"dropped": True} if dropped else {})})
 
+    def _check(self) -> None:
+        """Innermost check: layers between the guard and here (a summary) take time."""
+        if self.turns is not None:
+            self.turns.check()
+
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        self._check()
         response = handler(request)
         self._record_response(request, response)
         return response
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        self._check()
         response = await handler(request)
         self._record_response(request, response)
         return response
@@ -162,10 +169,12 @@ class TraceRecorder(AgentMiddleware):
         msg = tool_message_of(result)
         content = msg.text if msg is not None else ""
         status = getattr(msg, "status", "success") or "success"
+        dropped = self.turns is not None and self.turns.current_abandoned()
         self.trace.append("tool_result", {"tool_call_id": call.get("id"),
                                           "name": call.get("name"), "content": content,
                                           "status": status, "elapsed_s": elapsed,
-                                          "agent": self.agent})
+                                          "agent": self.agent,
+                                          **({"dropped": True} if dropped else {})})
         if call.get("name") == TASK_TOOL:
             end = {"name": (call.get("args") or {}).get("subagent_type"),
                    "tool_call_id": call.get("id"), "status": status}

@@ -260,8 +260,11 @@ class TuiApp:
     def ctrl_c(self) -> None:
         """Interrupt a turn; else clear the input; else ask once more, then quit."""
         now = time.monotonic()
-        if self.ctl.cancel_turn():
-            self.ctl.note("interrupting… (the kernel keeps its state)", "warning")
+        again = self.ctl.cancelling
+        if self.ctl.cancel_turn(force=again):
+            self.ctl.note("not waiting any longer: abandoning the turn" if again else
+                          "interrupting… (the kernel keeps its state; ctrl+C again stops "
+                          "waiting)", "warning")
         elif self.input.text:
             self.input.buffer.reset()
         elif now - self._last_ctrl_c < QUIT_WINDOW_S:

@@ -190,21 +190,42 @@ class TuiController:
     def busy(self) -> bool:
         return self._active or (self.runner is not None and self.runner.busy)
 
-    def cancel_turn(self) -> bool:
+    @property
+    def cancelling(self) -> bool:
+        """A cancel of the running turn was asked for and it has not ended yet."""
+        return self.busy and self._early_cancel.is_set()
+
+    def cancel_turn(self, *, force: bool = False) -> bool:
         """Stop the turn (thread-safe): the running cell is interrupted, state kept.
 
         A turn still waiting for the kernel to finish starting never runs; the
-        simulator's warm-up it interrupts runs again before the next cell.
+        simulator's warm-up it interrupts runs again before the next cell. ``force`` (the
+        user's second ctrl+C) abandons the turn without waiting (``TurnRunner.cancel``).
         """
         if not self.busy or self._finishing:
             return False  # nothing left to interrupt: ctrl+C means what it does when idle
         self._early_cancel.set()
         if self.runner is not None and self.runner.busy:
-            self.runner.cancel()
+            self.runner.cancel(force=force)
         elif self.session is not None:
             self.session.cancel_requested.set()
             self.session.interrupt_kernel()
+            if self.runner is not None:  # the turn may be starting right now
+                self.spawn(self._cancel_once_started)
         return True
+
+    def _cancel_once_started(self, limit_s: float = 5.0) -> None:
+        """A cancel that lands as the runner starts (it clears old cancels) is passed on
+        once it runs; a silent model would otherwise hold it until its first event."""
+        import time
+
+        deadline = time.monotonic() + limit_s
+        while self._active and time.monotonic() < deadline:
+            runner = self.runner
+            if runner is not None and runner.busy:
+                runner.cancel()
+                return
+            time.sleep(0.02)
 
     @property
     def model_id(self) -> str | None:
