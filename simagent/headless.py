@@ -216,11 +216,9 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                                exit_codes.USAGE)
             decisions = {p.interrupt_id: [{"type": opts.decision}
                                           for _ in p.action_requests] for p in pending}
-            with runner.sigint_cancels():
-                result = runner.resume(decisions, printer, pending=pending)
+            result = runner.resume(decisions, printer, pending=pending)
         else:
-            with runner.sigint_cancels():
-                result = runner.run(opts.prompt or "", printer)
+            result = runner.run(opts.prompt or "", printer)
         if not opts.json and printer.wrote_text:
             out.write("\n")
         elif not opts.json and result.final and result.status != "error":

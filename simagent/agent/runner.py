@@ -191,10 +191,11 @@ class TurnRunner:
         threading.Thread(target=self._keep_interrupting, daemon=True).start()
 
     @contextlib.contextmanager
-    def sigint_cancels(self) -> Iterator[None]:
-        """While a turn runs in the main thread (``simagent run``), ctrl+C cancels it and
-        a second one stops waiting for it, instead of raising ``KeyboardInterrupt`` at
-        whatever line the thread is on (inside a lock's wait that corrupts the lock)."""
+    def _sigint_cancels(self) -> Iterator[None]:
+        """While a turn runs in the main thread (``simagent run``, the bench), ctrl+C
+        cancels it and a second one stops waiting for it, instead of raising
+        ``KeyboardInterrupt`` at whatever line the thread is on (inside a lock's wait,
+        which corrupts the lock). Elsewhere (the TUI's workers) signals never arrive."""
         if threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -258,8 +259,9 @@ class TurnRunner:
         self.busy = True
         result = TurnResult(status="done")
         try:
-            self._stream(graph_input, emit, result)
-        except KeyboardInterrupt:
+            with self._sigint_cancels():
+                self._stream(graph_input, emit, result)
+        except KeyboardInterrupt:  # landed just before the handler was in place
             self.session.interrupt_kernel()
             result.status = "cancelled"
         except Exception as exc:  # provider and graph failures end the turn, not the app
@@ -322,39 +324,29 @@ class TurnRunner:
                                 name=f"simagent-turn-{turn}", daemon=True)
         pump.start()
         cancelled_at: float | None = None
-        try:
-            while True:
-                try:
-                    item = items.get(timeout=0.05)
-                except queue.Empty:
-                    if not self._cancel.is_set():
-                        continue
-                    stop.set()
-                    cancelled_at = cancelled_at or time.monotonic()
-                    if not self._force.is_set() and (
-                            time.monotonic() - cancelled_at < ABANDON_AFTER_S
-                            or self.session.kernel_state in ("busy", "restarting",
-                                                             "starting")):
-                        continue  # a cell has its own bounded way out: interrupt, restart
-                    self._abandon(turn, pump, emit)
-                    return
-                if item is _END:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                if not stop.is_set():
-                    self._on_item(item, emit, result)
-                if self._cancel.is_set():
-                    stop.set()  # the pump closes the stream; wait for it above
-        except KeyboardInterrupt:  # ctrl+C in this thread (``simagent run``)
-            stop.set()
+        while True:
             try:
-                self.cancel()  # the running cell too, as a cancel from another thread would
-                pump.join(ABANDON_AFTER_S)
-            finally:  # a second ctrl+C in the meantime must not skip the abandon
-                if pump.is_alive():
-                    self._abandon(turn, pump, emit)
-            raise
+                item = items.get(timeout=0.05)
+            except queue.Empty:
+                if not self._cancel.is_set():
+                    continue
+                stop.set()
+                cancelled_at = cancelled_at or time.monotonic()
+                if not self._force.is_set() and (
+                        time.monotonic() - cancelled_at < ABANDON_AFTER_S
+                        or self.session.kernel_state in ("busy", "restarting",
+                                                         "starting")):
+                    continue  # a cell has its own bounded way out: interrupt, restart
+                self._abandon(turn, pump, emit)
+                return
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            if not stop.is_set():
+                self._on_item(item, emit, result)
+            if self._cancel.is_set():
+                stop.set()  # the pump closes the stream; wait for it above
 
     def _pump(self, graph_input: Any, turn: int, items: queue.Queue[Any],
               stop: threading.Event) -> None:

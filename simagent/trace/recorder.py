@@ -21,6 +21,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
+from simagent.agent.turns import TurnLedger
 from simagent.agent.usage import UsageLedger, usage_record
 from simagent.context.counting import RequestSize, measure
 from simagent.trace.log import TraceLog
@@ -77,9 +78,11 @@ class TraceRecorder(AgentMiddleware):
     """Records one agent's model and tool calls (``agent`` = main or a subagent name)."""
 
     def __init__(self, trace: TraceLog, ledger: UsageLedger, *, agent: str = "main",
-                 model_id: str = "?", window: int | None = None, turns: Any = None) -> None:
+                 model_id: str = "?", window: int | None = None,
+                 turns: TurnLedger | None = None) -> None:
         super().__init__()
-        self.turns = turns  # a TurnLedger: an abandoned turn's late reply is paid, not said
+        # an abandoned turn's late reply is paid, not said; alone, nothing is abandoned
+        self.turns = turns if turns is not None else TurnLedger()
         self.trace = trace
         self.ledger = ledger
         self.agent = agent
@@ -102,7 +105,7 @@ class TraceRecorder(AgentMiddleware):
         msg = ai_message_of(response)
         if msg is None:
             return
-        dropped = self.turns is not None and self.turns.current_abandoned()
+        dropped = self.turns.current_abandoned()
         if (thinking := reasoning_text(msg)) and not dropped:
             self.trace.append("message_reasoning", {"content": thinking, "agent": self.agent})
         if msg.text and not dropped:
@@ -123,19 +126,16 @@ class TraceRecorder(AgentMiddleware):
                                           "request": size.as_dict(), "window": self.window,
                                           **({"dropped": True} if dropped else {})})
 
-    def _check(self) -> None:
-        """Innermost check: layers between the guard and here (a summary) take time."""
-        if self.turns is not None:
-            self.turns.check()
-
+    # the innermost check (``turns.check``): layers between the guard and here (a
+    # summary) take time
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        self._check()
+        self.turns.check()
         response = handler(request)
         self._record_response(request, response)
         return response
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        self._check()
+        self.turns.check()
         response = await handler(request)
         self._record_response(request, response)
         return response
@@ -169,7 +169,7 @@ class TraceRecorder(AgentMiddleware):
         msg = tool_message_of(result)
         content = msg.text if msg is not None else ""
         status = getattr(msg, "status", "success") or "success"
-        dropped = self.turns is not None and self.turns.current_abandoned()
+        dropped = self.turns.current_abandoned()
         self.trace.append("tool_result", {"tool_call_id": call.get("id"),
                                           "name": call.get("name"), "content": content,
                                           "status": status, "elapsed_s": elapsed,

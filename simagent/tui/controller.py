@@ -345,12 +345,7 @@ class TuiController:
                 str(req.get("name")), args, current)
 
     def _turn(self, call: Callable[[Callable[[Any], None]], Any]) -> None:
-        forwarded = threading.Event()
-
         def emit(event: Any) -> None:
-            if self._early_cancel.is_set() and not forwarded.is_set():
-                forwarded.set()  # cancelled just as the turn started
-                self.runner.cancel()
             self.post(lambda: self._on_event(event))
             self.post(self.invalidate)
 
