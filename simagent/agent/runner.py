@@ -214,13 +214,15 @@ class TurnRunner:
             signal.signal(signal.SIGINT, previous)
 
     def _keep_interrupting(self, period_s: float = 0.25, limit_s: float = 15.0) -> None:
-        """Re-send the interrupt while the turn runs: a cell may start just after the
-        first one (the kernel was still starting), and a SIGINT can land between cells."""
-        import time
-
+        """Re-send the interrupt while the cancelled turn runs: a cell may start just
+        after the first one (the kernel was still starting), and a SIGINT can land between
+        cells. The check follows the sleep: a next turn may have started meanwhile (it
+        clears the cancel), and its cells are not to be interrupted."""
         deadline = time.monotonic() + limit_s
-        while self.busy and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             time.sleep(period_s)
+            if not (self.busy and self._cancel.is_set()):
+                return
             if self.session.kernel_state == "busy":
                 self.session.interrupt_kernel()
 
@@ -312,8 +314,9 @@ class TurnRunner:
         A cancel stops the pump at its next item; a pump that yields nothing for
         ``ABANDON_AFTER_S`` after the cancel (a model call that has not answered, or one
         still streaming) is abandoned: the turn ends now and the guard keeps the late reply
-        out of the state. A cell still running is waited for: the kernel interrupts it and,
-        past its grace period, restarts, so that wait is bounded and its outcome is real.
+        out of the state. A cell still running is waited for, and the clock starts again
+        when it ends: the kernel interrupts it and, past its grace period, restarts, so
+        that wait is bounded and its outcome is real.
         """
         turn = self.session.turns.begin()
         items: queue.Queue[Any] = queue.Queue()
@@ -323,7 +326,7 @@ class TurnRunner:
                                 args=(self._pump, graph_input, turn, items, stop),
                                 name=f"simagent-turn-{turn}", daemon=True)
         pump.start()
-        cancelled_at: float | None = None
+        quiet_since: float | None = None  # since the cancel, nothing moved (graph, kernel)
         while True:
             try:
                 item = items.get(timeout=0.05)
@@ -331,12 +334,12 @@ class TurnRunner:
                 if not self._cancel.is_set():
                     continue
                 stop.set()
-                cancelled_at = cancelled_at or time.monotonic()
-                if not self._force.is_set() and (
-                        time.monotonic() - cancelled_at < ABANDON_AFTER_S
-                        or self.session.kernel_state in ("busy", "restarting",
-                                                         "starting")):
-                    continue  # a cell has its own bounded way out: interrupt, restart
+                now = time.monotonic()
+                if self.session.kernel_state in ("busy", "restarting", "starting"):
+                    quiet_since = now  # a cell has its own bounded way out: wait for it
+                quiet_since = quiet_since or now
+                if not self._force.is_set() and now - quiet_since < ABANDON_AFTER_S:
+                    continue
                 self._abandon(turn, pump, emit)
                 return
             if item is _END:
