@@ -67,6 +67,24 @@ def _cmd_bench_ensemble(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+def _cmd_bench_counting(args: argparse.Namespace) -> int:
+    from simagent.bench.counting_bench import format_table, run_counting_bench
+    from simagent.bench.workflow import WorkflowError
+
+    try:
+        result = run_counting_bench(args.workflow, args.policy,
+                                    progress=None if args.json else _progress)
+    except (WorkflowError, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    if args.json:
+        import json
+
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_table(result))
+    return exit_codes.OK
+
+
 def _cmd_bench_list(args: argparse.Namespace) -> int:
     from simagent.bench.workflow import WorkflowError, resolve_workflows
 
@@ -499,6 +517,20 @@ def build_parser() -> argparse.ArgumentParser:
                       help="serial/ensemble pairs, interleaved and summed (default: 2)")
     bens.set_defaults(handler=_cmd_bench_ensemble)
 
+    bcount = bench_sub.add_parser(
+        "counting", help="counting cost per model call: chars/4 vs the real tokenizer",
+        description="Replays one workflow (default: the one with the most raw tokens) "
+                    "through the real graph, keeps every request, and times one "
+                    "measurement per request with chars/4 (the old ruler) and with the "
+                    "o200k tokenizer, cold and warm cache, in one run (median ms); also "
+                    "reports the real/approx token ratio on those requests.")
+    bcount.add_argument("workflow", nargs="?", metavar="WF",
+                        help="a bundled workflow id (default: scipy-stiff-kinetics)")
+    bcount.add_argument("--policy", default="simagent", metavar="P",
+                        help="the policy the requests come from (default: simagent)")
+    bcount.add_argument("--json", action="store_true", help="print one JSON object")
+    bcount.set_defaults(handler=_cmd_bench_counting)
+
     blist = bench_sub.add_parser("list", help="list the bundled workflows",
                                  description="The bundled bench workflows (bench/workflows).")
     blist.add_argument("--json", action="store_true", help="print JSON")
@@ -517,7 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
     brun.add_argument("--mode", choices=("replay", "live"), default="replay")
     brun.add_argument("--policy", default="all", metavar="P,...",
                       help="policies: raw, simagent, stock, sliding-window, "
-                           "compress-tool-results, truncate, or all (default)")
+                           "compress-tool-results, truncate, or all (default); a policy "
+                           "may change [context] settings, e.g. "
+                           "'simagent[clear_fraction=0.3;tool_cap_chars=4000]'")
     brun.add_argument("--model", metavar="M", help="the model for --mode live")
     brun.add_argument("--epochs", type=int, default=1, help="runs per workflow and policy")
     brun.add_argument("--out", default="bench-out", help="output folder (default: bench-out)")

@@ -10,6 +10,26 @@ Usage::
     with OpenAIStub(["hello", Reply(tool_calls=[("add", '{"a": 1}')])]) as stub:
         ChatOpenAI(base_url=stub.base_url, ...)
         stub.requests[0].path   # "/v1/chat/completions"
+        stub.requests[0].usage  # the usage the stub reported for it
+
+Usage accounting: a Reply's ``prompt_tokens`` / ``completion_tokens`` are reported as given;
+left ``None`` (the default) they are counted from what was actually received, with the real
+o200k tokenizer (``simagent.context.tokens.encoding``: the offline tiktoken Encoding) and
+deliberately *not* with simagent's ``counting.py``, so tests can compare the two. The rule
+is OpenAI's cookbook recipe for chat requests (``num_tokens_from_messages``), extended to
+tools:
+
+* each message: 3 tokens, plus the tokens of every string it carries: ``role``,
+  ``content`` (a string, or the ``text`` of each text part of a list), ``name`` (plus 1
+  for the ``name`` key), ``tool_call_id``, and for each of ``tool_calls`` the function
+  ``name`` and ``arguments`` string; a ``null`` content counts nothing;
+* 3 tokens priming the reply (``<|start|>assistant<|message|>``);
+* each tool in ``tools``: the tokens of ``json.dumps(tool, ensure_ascii=False)`` (the
+  server sees decoded text, not ``\\u`` escapes) plus ``TOOL_FRAMING`` (7, the cookbook's
+  per-function constant), and ``TOOLS_FRAMING`` (12) once when any tool is sent.
+
+``completion_tokens`` is the tokens of the reply text plus each tool call's name and
+arguments string (at least 1). Image parts are not counted (no test sends one).
 """
 
 from __future__ import annotations
@@ -24,6 +44,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 CHAT_PATH = "/v1/chat/completions"
+#: OpenAI cookbook framing (see the module docstring).
+MESSAGE_FRAMING = 3
+NAME_FRAMING = 1
+REPLY_PRIMING = 3
+TOOL_FRAMING = 7
+TOOLS_FRAMING = 12
 
 
 @dataclass
@@ -32,8 +58,8 @@ class Reply:
 
     text: str | None = None
     tool_calls: list[tuple[str, str]] = field(default_factory=list)  # (name, JSON args string)
-    prompt_tokens: int = 11
-    completion_tokens: int = 7
+    prompt_tokens: int | None = None  # None: counted from the request received
+    completion_tokens: int | None = None  # None: counted from this reply
     cached_tokens: int = 0
     status: int = 200
     error: str = "stub error"
@@ -52,6 +78,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any  # parsed JSON, or the raw text if it was not JSON
+    usage: dict[str, Any] | None = None  # what the stub reported for it (successful chats)
 
 
 class OpenAIStub:
@@ -122,11 +149,58 @@ def _as_reply(r: Reply | str) -> Reply:
     return Reply(text=r) if isinstance(r, str) else r
 
 
-def _usage(reply: Reply) -> dict[str, Any]:
+def _tokens(text: Any) -> int:
+    if not isinstance(text, str) or not text:
+        return 0
+    from simagent.context.tokens import encoding  # the offline o200k Encoding only
+
+    # special-token text inside a message is ordinary text to a provider
+    return len(encoding("o200k_base").encode(text, disallowed_special=()))
+
+
+def _content_tokens(content: Any) -> int:
+    if isinstance(content, list):
+        return sum(_tokens(part.get("text")) for part in content
+                   if isinstance(part, dict) and part.get("type") == "text")
+    return _tokens(content)
+
+
+def count_prompt_tokens(body: Any) -> int:
+    """The prompt tokens of a Chat Completions request body (rule: module docstring)."""
+    if not isinstance(body, dict):
+        return 0
+    total = REPLY_PRIMING
+    for msg in body.get("messages") or []:
+        if not isinstance(msg, dict):
+            continue
+        total += MESSAGE_FRAMING + _tokens(msg.get("role")) + _content_tokens(msg.get("content"))
+        if "name" in msg:
+            total += NAME_FRAMING + _tokens(msg.get("name"))
+        total += _tokens(msg.get("tool_call_id"))
+        for call in msg.get("tool_calls") or []:
+            fn = (call or {}).get("function") or {}
+            total += _tokens(fn.get("name")) + _tokens(fn.get("arguments"))
+    tools = body.get("tools") or []
+    for tool in tools:
+        total += TOOL_FRAMING + _tokens(json.dumps(tool, ensure_ascii=False))
+    return total + (TOOLS_FRAMING if tools else 0)
+
+
+def count_completion_tokens(reply: Reply) -> int:
+    """Tokens of what the reply says: its text and each tool call's name and arguments."""
+    n = _tokens(reply.text) + sum(_tokens(name) + _tokens(args)
+                                  for name, args in reply.tool_calls)
+    return max(1, n)
+
+
+def _usage(reply: Reply, body: Any) -> dict[str, Any]:
+    prompt = reply.prompt_tokens if reply.prompt_tokens is not None else count_prompt_tokens(body)
+    completion = (reply.completion_tokens if reply.completion_tokens is not None
+                  else count_completion_tokens(reply))
     return {
-        "prompt_tokens": reply.prompt_tokens,
-        "completion_tokens": reply.completion_tokens,
-        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": reply.cached_tokens},
         "completion_tokens_details": {"reasoning_tokens": 0},
     }
@@ -158,7 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
             body: Any = json.loads(raw)
         except ValueError:
             body = raw
-        self._record(body)
+        recorded = self._record(body)
         if self.path.split("?")[0] != CHAT_PATH:
             self._send_json(404, {"error": {"message": f"unknown path {self.path}"}})
             return
@@ -171,16 +245,19 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(reply.status, {"error": err})
             return
         body = body if isinstance(body, dict) else {}
+        usage = recorded.usage = _usage(reply, body)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._send_stream(reply, include_usage)
+            self._send_stream(reply, usage if include_usage else None)
         else:
-            self._send_json(200, self._completion(reply))
+            self._send_json(200, self._completion(reply, usage))
 
     # -- responses ---------------------------------------------------------------------------
-    def _record(self, body: Any) -> None:
+    def _record(self, body: Any) -> RecordedRequest:
         headers = {k.lower(): v for k, v in self.headers.items()}
-        self.owner._record(RecordedRequest(self.command, self.path, headers, body))
+        req = RecordedRequest(self.command, self.path, headers, body)
+        self.owner._record(req)
+        return req
 
     def _send_json(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()
@@ -194,7 +271,7 @@ class _Handler(BaseHTTPRequestHandler):
         return {"id": "chatcmpl-stub", "object": obj, "created": int(time.time()),
                 "model": self.owner.model_name, "system_fingerprint": "stub"}
 
-    def _completion(self, reply: Reply) -> dict[str, Any]:
+    def _completion(self, reply: Reply, usage: dict[str, Any]) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text}
         if reply.tool_calls:
             message["tool_calls"] = [
@@ -204,9 +281,10 @@ class _Handler(BaseHTTPRequestHandler):
         finish = "tool_calls" if reply.tool_calls else "stop"
         return {**self._envelope("chat.completion"),
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": _usage(reply)}
+                "usage": usage}
 
-    def _chunks(self, reply: Reply, include_usage: bool) -> Iterator[dict[str, Any]]:
+    def _chunks(self, reply: Reply, usage: dict[str, Any] | None
+                ) -> Iterator[dict[str, Any]]:
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {**self._envelope("chat.completion.chunk"),
                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
@@ -221,16 +299,16 @@ class _Handler(BaseHTTPRequestHandler):
             for piece in _pieces(args):
                 yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
         yield chunk({}, "tool_calls" if reply.tool_calls else "stop")
-        if include_usage:
-            yield {**self._envelope("chat.completion.chunk"), "choices": [], "usage": _usage(reply)}
+        if usage is not None:
+            yield {**self._envelope("chat.completion.chunk"), "choices": [], "usage": usage}
 
-    def _send_stream(self, reply: Reply, include_usage: bool) -> None:
+    def _send_stream(self, reply: Reply, usage: dict[str, Any] | None) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        events = [f"data: {json.dumps(c)}\n\n" for c in self._chunks(reply, include_usage)]
+        events = [f"data: {json.dumps(c)}\n\n" for c in self._chunks(reply, usage)]
         events.append("data: [DONE]\n\n")
         for event in events:
             data = event.encode()

@@ -133,7 +133,8 @@ def history(rounds: int, size: int = 2000) -> list:
     for i in range(rounds):
         msgs.append(AIMessage("", tool_calls=[{"name": "run_python", "args": {"code": f"s{i}"},
                                                 "id": f"c{i}"}]))
-        msgs.append(ToolMessage(f"result {i} " + "x" * size, tool_call_id=f"c{i}"))
+        filler = "".join(f"{(i * 31 + k) % 997:4d}" for k in range(size // 4))  # numbers
+        msgs.append(ToolMessage(f"result {i} " + filler, tool_call_id=f"c{i}"))
     return msgs
 
 
@@ -159,7 +160,7 @@ def test_compress_replaces_only_consumed_long_results():
 
 
 def test_truncate_acts_only_under_pressure_and_recaps():
-    msgs = history(40, size=4000)  # ~40k tokens
+    msgs = history(40, size=4000)  # ~85k tokens
     assert truncate(msgs, 1_000_000) == msgs
     view = truncate(msgs, 40_000)
     assert view[0].text == "the task: sweep it" and view[1].text.startswith("[recap: ")

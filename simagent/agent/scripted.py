@@ -4,8 +4,8 @@ No machine here reaches a model provider, so tests, ``make run`` and the replay 
 drive the *real* deepagents graph with this model. Two properties make it honest:
 
 * its ``usage_metadata`` counts the request it actually received (messages + bound tool
-  schemas, with the same approximate counter for every run), so token figures measure
-  what the harness sends, not what a script claims;
+  schemas, with the real tokenizer every layer counts with: ``counting.count_request``),
+  so token figures measure what the harness sends, not what a script claims;
 * the final text can quote earlier tool results (``{out[-1]}``, ``{out[-2]|regex}``), read
   from the tool messages *in the request*, so an answer is only right if the harness kept
   the needed result visible.
@@ -42,9 +42,7 @@ from typing import Any
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
-from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field
 
 PROVIDER = "scripted"
@@ -223,10 +221,12 @@ class ScriptedChatModel(BaseChatModel):
         return self.model_copy(update={"bound_tools": list(tools)})
 
     def count_request(self, messages: Sequence[BaseMessage]) -> int:
-        """Approximate tokens of the exact request: messages plus bound tool schemas."""
-        schemas = [t if isinstance(t, dict) else convert_to_openai_tool(t)
-                   for t in self.bound_tools]
-        return count_tokens_approximately(list(messages), tools=schemas or None)
+        """Tokens of the exact request (messages plus bound tool schemas), counted with
+        the default ruler (o200k), as a provider counts what it receives."""
+        from simagent.context.counting import count_request
+        from simagent.context.tokens import DEFAULT_ENCODING, Ruler
+
+        return count_request(list(messages), self.bound_tools, Ruler(DEFAULT_ENCODING))
 
     def _reply(self, messages: list[BaseMessage]) -> AIMessage:
         window = (self.profile or {}).get("max_input_tokens")

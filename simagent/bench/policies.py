@@ -9,6 +9,7 @@ synthetic history without a graph. Adding a policy is a few lines in :data:`POLI
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,6 +27,9 @@ STOCK_CLEAR_FRACTION = 0.60
 STOCK_CLEAR_KEEP = 6
 STOCK_SUMMARY_FRACTION = 0.85
 STOCK_SUMMARY_KEEP = 0.10
+#: deepagents and langchain decide with chars/4 (eviction, ClearToolUsesEdit, summary);
+#: the bench still measures what stock sends with the real ruler.
+STOCK_TOKENIZER = "approx"
 SLIDING_TURNS = 20
 COMPRESS_MIN_CHARS = 500
 TRUNCATE_PRESSURE = 0.75
@@ -48,6 +52,12 @@ class Policy:
     view: View | None = None
     #: Extra stock middleware (built per run, for the window).
     extra: Callable[[int], list[Any]] | None = None
+
+    @property
+    def slug(self) -> str:
+        """The name as a folder name (overrides bring ``[;=]``, which paths in requests,
+        and so recall's path finder, must not hold)."""
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", self.name).strip("_")
 
     def context_settings(self, window: int) -> ContextSettings:
         return replace(self.settings, window=window)
@@ -144,7 +154,7 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
                     "summary at 85 % keep 10 %",
            replace(UNMANAGED, evict_tokens=STOCK_EVICT_TOKENS, summarize=True,
                    summary_fraction=STOCK_SUMMARY_FRACTION,
-                   summary_keep_fraction=STOCK_SUMMARY_KEEP),
+                   summary_keep_fraction=STOCK_SUMMARY_KEEP, tokenizer=STOCK_TOKENIZER),
            extra=_stock_clearing),
     Policy("sliding-window", f"the task plus the last {SLIDING_TURNS} model rounds",
            UNMANAGED, view=sliding_window),
@@ -156,12 +166,51 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
 )}
 
 
+def with_settings(policy: Policy, overrides: str) -> Policy:
+    """``policy`` with ``[context]`` settings changed, e.g. ``clear_fraction=0.3;
+    tool_cap_chars=4000`` (TOML values, ``;``-separated): how thresholds are tuned from
+    the bench, side by side with the defaults in one run."""
+    import tomllib
+
+    from simagent.context.thresholds import ContextConfigError
+
+    try:
+        data = tomllib.loads("\n".join(p.strip() for p in overrides.split(";") if p.strip()))
+        checked = ContextSettings.from_mapping(data)
+    except (tomllib.TOMLDecodeError, ContextConfigError) as exc:
+        raise ValueError(f"policy {policy.name}[{overrides}]: {exc}") from exc
+    changed = {k: getattr(checked, k) for k in data}
+    return replace(policy, name=f"{policy.name}[{overrides}]",
+                   summary=f"{policy.summary}; with {overrides}",
+                   settings=replace(policy.settings, **changed))
+
+
+def _split_specs(spec: str) -> list[str]:
+    """Comma-separated names; commas inside ``[...]`` belong to the overrides."""
+    out, depth, cur = [], 0, ""
+    for ch in spec:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [s.strip() for s in [*out, cur] if s.strip()]
+
+
 def resolve_policies(spec: str | None) -> list[Policy]:
-    """``all`` / None -> every policy; else a comma list of names."""
+    """``all`` / None -> every policy; else a comma list of names, each optionally with
+    setting overrides: ``simagent[clear_fraction=0.3]``."""
     if not spec or spec == "all":
         return list(POLICIES.values())
-    names = [n.strip() for n in spec.split(",") if n.strip()]
-    unknown = [n for n in names if n not in POLICIES]
-    if unknown:
-        raise ValueError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
-    return [POLICIES[n] for n in names]
+    out = []
+    for item in _split_specs(spec):
+        name, _, rest = item.partition("[")
+        name = name.strip()
+        if name not in POLICIES:
+            raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+        if rest and not rest.endswith("]"):
+            raise ValueError(f"policy {item!r}: overrides go in brackets, e.g. "
+                             f"{name}[clear_fraction=0.3]")
+        out.append(with_settings(POLICIES[name], rest[:-1]) if rest else POLICIES[name])
+    return out

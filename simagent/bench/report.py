@@ -13,6 +13,15 @@ from typing import Any
 
 from simagent.bench.runner import summarize
 from simagent.context.counting import CATEGORIES
+from simagent.context.recall import CALL_OVERHEAD_TOKENS, PAGE_LINES
+
+SPLIT = ("in_view", "by_pointer", "lost")
+RECOVERY_DEFINITION = (
+    "Policies are ranked by long-workflow input tokens plus recovery cost: what a model that "
+    "knows only the pointer would spend paging each by-pointer fact back with `read_file` "
+    f"({PAGE_LINES}-line pages from the file start through the page holding the next path, "
+    f"then the fact; +{CALL_OVERHEAD_TOKENS} tokens a call). Lost facts are not priced; the "
+    "grep figure is a lower bound and does not rank.")
 
 
 def _k(n: float) -> str:
@@ -23,18 +32,59 @@ def _ratio(n: float, base: float | None) -> str:
     return f"{n / base:.2f}" if base else "-"
 
 
+def _num(x: float | None, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def ranked(summary: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Policies cheapest first by long tokens with recovery; those without long data last
+    (in their first-seen order: sorted is stable)."""
+    def key(item: tuple[str, dict[str, Any]]) -> tuple[bool, int]:
+        s = item[1]
+        if not s["long_raw_tokens_in"]:
+            return (True, 0)
+        return (False, s.get("long_tokens_with_recovery", s["long_tokens_in"]))
+
+    return sorted(summary.items(), key=key)
+
+
 def policy_table(rows: Sequence[dict[str, Any]]) -> str:
-    """One line per policy: pass count, tokens, ratio to raw on long workflows, recall."""
+    """One line per policy, cheapest first counting recovery: pass count, tokens, ratio to
+    raw on long workflows (with and without recovery), the recall split and recall."""
     summary = summarize(rows)
-    lines = ["| policy | passed | tokens in (all) | long: tokens in | long: ratio to raw "
-             "| long: min recall | mean recall |", "|---|---|---|---|---|---|---|"]
-    for name, s in summary.items():
-        ratio = s["long_ratio_to_raw"]
-        lines.append(f"| {name} | {s['passed']}/{s['runs']} | {_k(s['tokens_in'])} | "
-                     f"{_k(s['long_tokens_in'])} | {'-' if ratio is None else f'{ratio:.2f}'} "
-                     f"| {s['min_long_recall'] if s['min_long_recall'] is not None else '-'} "
-                     f"| {s['mean_recall']:.3f} |")
+    lines = ["| rank | policy | passed | tokens in (all) | long: tokens in | long: ratio to raw "
+             "| long: tokens + recovery | long: ratio to raw with recovery | long: in view "
+             "| long: by pointer | long: lost | long: min recall | mean recall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, (name, s) in enumerate(ranked(summary), 1):
+        has_long = bool(s["long_raw_tokens_in"])
+        with_rec = s.get("long_tokens_with_recovery")
+        lines.append(
+            f"| {i} | {name} | {s['passed']}/{s['runs']} | {_k(s['tokens_in'])} | "
+            f"{_k(s['long_tokens_in'])} | {_num(s['long_ratio_to_raw'])} | "
+            f"{_k(with_rec) if has_long and with_rec is not None else '-'} | "
+            f"{_num(s.get('long_ratio_with_recovery'))} | "
+            + " | ".join(_num(s.get(f"long_{k}_mean"), ".3f") for k in SPLIT) + " | "
+            f"{s['min_long_recall'] if s['min_long_recall'] is not None else '-'} "
+            f"| {_num(s['mean_recall'], '.3f')} |")
     return "\n".join(lines)
+
+
+def recall_split_table(rows: Sequence[dict[str, Any]]) -> str:
+    """One line per (long workflow, policy): where the probes stand and what getting the
+    by-pointer ones back costs. Rows recorded before the split show ``-``."""
+    lines = ["| workflow | policy | in view | by pointer | lost | recovery tokens "
+             "| search lower bound |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if not r.get("long"):
+            continue
+        split = "recall_in_view" in r
+        cells = [_num(r.get(f"recall_{k}"), ".2f") if split else "-" for k in SPLIT]
+        lines.append(
+            f"| {r['workflow']} | {r['policy']} | " + " | ".join(cells) + " | "
+            f"{_k(r.get('recovery_tokens') or 0) if split else '-'} | "
+            f"{_k(r.get('recovery_search_tokens') or 0) if split else '-'} |")
+    return "\n".join(lines) if len(lines) > 2 else "(no long workflows in these records)"
 
 
 def workflow_tables(rows: Sequence[dict[str, Any]]) -> str:
@@ -82,7 +132,11 @@ def render_report(rows: Sequence[dict[str, Any]], *, mode: str, plots: Sequence[
              f"{len({r['policy'] for r in rows})} policies, commit {commit or '?'}. "
              "Tokens are what the harness sent (counted on each request the model received); "
              f"ratios are to `raw` in this run; cost at {cost_model} list prices.", "",
-             "## Policies", "", policy_table(rows), "",
+             "## Policies", "", RECOVERY_DEFINITION, "", policy_table(rows), "",
+             "## Recall split and recovery cost", "",
+             "A probe fact is *in view* (verbatim in the last request), *by pointer* (in a "
+             "file the request names, up to two paths deep) or *lost*. Long workflows.", "",
+             recall_split_table(rows), "",
              "## Input tokens by request layer", "", layer_table(rows), "",
              "## Workflows", "", workflow_tables(rows)]
     if plots:
@@ -91,20 +145,43 @@ def render_report(rows: Sequence[dict[str, Any]], *, mode: str, plots: Sequence[
 
 
 def short_table(rows: Sequence[dict[str, Any]]) -> str:
-    """The stdout summary: one line per policy."""
+    """The stdout summary: one line per policy, cheapest first counting recovery."""
     summary = summarize(rows)
     lines = [f"{'policy':<22} {'passed':>7} {'tokens in':>11} {'long x raw':>10} "
-             f"{'min recall':>10}"]
-    for name, s in summary.items():
-        ratio = s["long_ratio_to_raw"]
+             f"{'+recovery':>10} {'min recall':>10}"]
+    for name, s in ranked(summary):
         lines.append(f"{name:<22} {s['passed']:>3}/{s['runs']:<3} {_k(s['tokens_in']):>11} "
-                     f"{'-' if ratio is None else f'{ratio:.2f}':>10} "
+                     f"{_num(s['long_ratio_to_raw']):>10} "
+                     f"{_num(s.get('long_ratio_with_recovery')):>10} "
                      f"{s['min_long_recall'] if s['min_long_recall'] is not None else '-':>10}")
     return "\n".join(lines)
 
 
+def recall_parts(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per policy, mean shares over all its runs: in view, by pointer, lost, and ``unsplit``
+    (kept, from records written before the split), plus tokens in and recovery tokens."""
+    acc: dict[str, dict[str, float]] = {}
+    for r in rows:
+        a = acc.setdefault(r["policy"], {"n": 0, **{k: 0.0 for k in SPLIT}, "unsplit": 0.0,
+                                         "tokens_in": 0, "recovery_tokens": 0})
+        a["n"] += 1
+        a["tokens_in"] += r["tokens_in"]
+        a["recovery_tokens"] += r.get("recovery_tokens") or 0
+        if "recall_in_view" in r:
+            for k in SPLIT:
+                a[k] += r.get(f"recall_{k}") or 0.0
+        else:
+            a["unsplit"] += r["recall"]
+            a["lost"] += 1 - r["recall"]
+    for a in acc.values():
+        for k in (*SPLIT, "unsplit"):
+            a[k] /= a["n"]
+    return acc
+
+
 def plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[str]:
-    """tokens_per_call_<workflow>.png for long workflows and tokens_vs_recall.png."""
+    """tokens_per_call_<workflow>.png for long workflows and tokens_vs_recall.png
+    (recall split per policy beside its tokens, recovery included)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,14 +201,36 @@ def plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[str]:
         fig.savefig(out_dir / name, dpi=110)
         plt.close(fig)
         files.append(name)
-    summary = summarize(rows)
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    for name, s in summary.items():
-        ax.scatter(s["tokens_in"], s["mean_recall"], s=40)
-        ax.annotate(name, (s["tokens_in"], s["mean_recall"]), fontsize=8,
-                    xytext=(4, 4), textcoords="offset points")
-    ax.set(xscale="log", xlabel="total input tokens (all workflows)", ylabel="mean recall",
-           title="tokens vs recall per policy")
+    parts = recall_parts(rows)
+    names = list(parts)
+    fig, (left, right) = plt.subplots(1, 2, sharey=True,
+                                      figsize=(10, 1.2 + 0.45 * len(names)))
+    colors = {"in_view": "tab:green", "by_pointer": "tab:orange", "lost": "tab:red",
+              "unsplit": "tab:gray"}
+    labels = {"in_view": "in view", "by_pointer": "by pointer", "lost": "lost",
+              "unsplit": "kept (old record, not split)"}
+    start = [0.0] * len(names)
+    for k in ("in_view", "by_pointer", "unsplit", "lost"):
+        width = [parts[n][k] for n in names]
+        if k == "unsplit" and not any(width):
+            continue
+        left.barh(names, width, left=start, color=colors[k], label=labels[k])
+        start = [s0 + w for s0, w in zip(start, width, strict=True)]
+    above = {"loc": "lower center", "bbox_to_anchor": (0.5, 1.0), "fontsize": 7, "ncol": 4,
+             "frameon": False}
+    left.set(xlim=(0, 1), xlabel="recall: share of probe facts (mean over runs)")
+    left.invert_yaxis()
+    left.legend(**above)
+    sent = [parts[n]["tokens_in"] for n in names]
+    extra = [parts[n]["recovery_tokens"] for n in names]
+    right.barh(names, sent, color="tab:blue", label="input tokens")
+    right.barh(names, extra, left=sent, color="tab:orange", label="+ recovery (read_file)")
+    for y, (a, b) in enumerate(zip(sent, extra, strict=True)):
+        right.annotate(f" {_k(a)}" + (f" + {_k(b)}" if b else ""), (a + b, y),
+                       va="center", fontsize=7)
+    right.set(xlabel="tokens (all workflows)")
+    right.margins(x=0.25)
+    right.legend(**above)
     fig.tight_layout()
     fig.savefig(out_dir / "tokens_vs_recall.png", dpi=110)
     plt.close(fig)

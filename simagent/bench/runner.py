@@ -73,7 +73,7 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
     """The record of one finished run, from its trace and the model's last request."""
     from simagent.bench.scorers import RunView, grade, step_results
     from simagent.context.prices import cost_usd
-    from simagent.context.recall import reachable, request_text
+    from simagent.context.recall import locate, request_text
 
     events = session.trace.events()
     usage = [e.payload for e in events if e.kind == "model_usage"]
@@ -88,7 +88,14 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
     sim_dirs = session.simulator.package_dirs() if session.simulator else []
     roots = [session.paths.root, session.workspace, *getattr(session, "extra_roots", []),
              *sim_dirs]
-    kept = [reachable(p.fact, text, roots) for p in wf.probes]
+    # in view / by pointer / lost, and what reading the pointer back would cost (recall.py)
+    where = [locate(p.fact, text, roots) for p in wf.probes]
+    kept = [w.status != "lost" for w in where]
+
+    def share(status: str) -> float:
+        return round(sum(w.status == status for w in where) / len(where), 4) if where \
+            else float(status == "in_view")
+
     view = RunView(final=result.final or "", events=events,
                    step_texts=step_results(wf.steps, events), workspace=session.workspace)
     verdicts = grade(wf.scorers, view)
@@ -121,6 +128,13 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
            for kind, name in CONTEXT_KINDS.items()},
         "recall": round(sum(kept) / len(kept), 4) if kept else 1.0,
         "probes_lost": [p.fact for p, k in zip(wf.probes, kept, strict=True) if not k],
+        "recall_in_view": share("in_view"), "recall_by_pointer": share("by_pointer"),
+        "recall_lost": share("lost"),
+        "recovery_tokens": sum(w.recovery_tokens or 0 for w in where),
+        "recovery_search_tokens": sum(w.search_tokens or 0 for w in where),
+        "probes": [{"fact": p.fact[:120], "status": w.status, "pointer": w.pointer,
+                    "recovery_tokens": w.recovery_tokens}
+                   for p, w in zip(wf.probes, where, strict=True)],
         "layers": layers, "wall_s": round(wall, 2),
         "cost_usd": cost_usd(price_model, totals), "cost_model": price_model,
         "final": (result.final or "")[:2000], "commit": commit,
@@ -151,7 +165,7 @@ def run_replay(wf: Workflow, policy: Policy, epoch: int, recording: Any,
     from simagent.agent.scripted import ScriptedChatModel
     from simagent.bench.replay import ReplaySession, policy_workspace
 
-    run_dir = out_dir / "runs" / f"{wf.id}--{policy.name}--{epoch}"
+    run_dir = out_dir / "runs" / f"{wf.id}--{policy.slug}--{epoch}"
     workspace = policy_workspace(recording, run_dir / "workspace")
     session = ReplaySession(workspace, recording, wf)
     session.extra_roots = [recording.session_dir, recording.workspace]
@@ -179,7 +193,7 @@ def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
     from simagent.session import Session
 
     resolved = resolve_model(model_spec)
-    run_dir = out_dir / "runs" / f"{wf.id}--{policy.name}--{epoch}--live"
+    run_dir = out_dir / "runs" / f"{wf.id}--{policy.slug}--{epoch}--live"
     workspace = run_dir / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     wf.write_fixtures(workspace)
@@ -254,14 +268,25 @@ def run_bench(plan: BenchPlan, out_dir: Path,
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per policy: totals over long workflows, ratios to raw, recall and pass counts."""
+    """Per policy: totals over long workflows, ratios to raw, recall and pass counts.
+
+    Recall is also split (in view / by pointer / lost, sums and means over long runs) and
+    the long token total is also given with the recovery cost added: a policy that sends
+    little but leaves every fact behind a long read is cheaper only on paper. Rows written
+    before the split had no such keys; they count in the old totals, not in the split.
+    """
     out: dict[str, dict[str, Any]] = {}
     raw_long = {r["workflow"]: r["tokens_in"] for r in rows
                 if r["policy"] == "raw" and r.get("long")}
+    split = ("in_view", "by_pointer", "lost")
     for r in rows:
         s = out.setdefault(r["policy"], {"runs": 0, "passed": 0, "tokens_in": 0,
                                          "long_tokens_in": 0, "long_raw_tokens_in": 0,
-                                         "long_recall": [], "recall": []})
+                                         "long_recall": [], "recall": [],
+                                         "long_split_runs": 0,
+                                         **{f"long_{k}_sum": 0.0 for k in split},
+                                         "long_recovery_tokens": 0,
+                                         "long_recovery_search_tokens": 0})
         s["runs"] += 1
         s["passed"] += r["verdict"] == "pass"
         s["tokens_in"] += r["tokens_in"]
@@ -270,10 +295,24 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             s["long_tokens_in"] += r["tokens_in"]
             s["long_raw_tokens_in"] += raw_long[r["workflow"]]
             s["long_recall"].append(r["recall"])
+            s["long_recovery_tokens"] += int(r.get("recovery_tokens") or 0)
+            s["long_recovery_search_tokens"] += int(r.get("recovery_search_tokens") or 0)
+            if "recall_in_view" in r:
+                s["long_split_runs"] += 1
+                for k in split:
+                    s[f"long_{k}_sum"] += float(r.get(f"recall_{k}") or 0.0)
     for s in out.values():
         s["long_ratio_to_raw"] = (s["long_tokens_in"] / s["long_raw_tokens_in"]
                                   if s["long_raw_tokens_in"] else None)
         s["min_long_recall"] = min(s["long_recall"]) if s["long_recall"] else None
         s["mean_recall"] = sum(s["recall"]) / len(s["recall"]) if s["recall"] else None
+        for k in split:
+            s[f"long_{k}_sum"] = round(s[f"long_{k}_sum"], 4)
+            s[f"long_{k}_mean"] = (round(s[f"long_{k}_sum"] / s["long_split_runs"], 4)
+                                   if s["long_split_runs"] else None)
+        s["long_tokens_with_recovery"] = s["long_tokens_in"] + s["long_recovery_tokens"]
+        s["long_ratio_with_recovery"] = (s["long_tokens_with_recovery"]
+                                         / s["long_raw_tokens_in"]
+                                         if s["long_raw_tokens_in"] else None)
         del s["long_recall"], s["recall"]
     return out

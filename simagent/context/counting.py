@@ -1,33 +1,103 @@
 """Token counts of exactly what is sent, split by what spent them.
 
 Every layer measures the same thing: system prompt (with the skills and memory indexes
-the middleware appends) + tool schemas + messages, with langchain's approximate counter,
-which is also what the scripted model reports. The counter rounds up per message, so the
-categories add up to the total exactly. When the provider reported usage for the previous
-call, :func:`calibrate` scales the estimate by how far the counter was off on that call,
-so thresholds follow real tokens without a tokenizer (chars/4 under-counts code).
+the middleware appends) + tool schemas + messages, with the real tokenizer of
+:mod:`simagent.context.tokens` (o200k unless the model's family says otherwise), which is
+also what the scripted model reports. A message is counted as a provider frames it: its
+role, its text, each tool call's name and JSON arguments, and a few framing tokens, so
+the categories add up to the total exactly and the total is the tokenizer's count of the
+serialized request (:func:`serialize_request`) to within boundary merges. Texts are
+counted once and cached by content, so a long history costs a hash lookup per message.
+When the provider reported usage for the previous call, :func:`calibrate` scales the
+count by how far it was off on that call (another family's tokenizer, hidden framing).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+)
 
 from simagent.agent.prompts import MEMORY_MARKER, SKILLS_MARKER
+from simagent.context.tokens import Ruler, active_ruler
 
 #: ``additional_kwargs["lc_source"]`` of messages the context layers write.
 SUMMARY_SOURCES = frozenset({"summarization", "simagent_summary", "simagent_checkpoint",
                              "simagent_emergency"})
 CATEGORIES = ("system_prompt", "tool_schemas", "skills_index", "memory_index",
               "conversation", "tool_results", "summaries")
+#: Framing of one message (start, role separator, end), as chat templates add it.
+MESSAGE_FRAME = 3
+#: Framing of one tool call inside an assistant message (id, type, name/arguments keys).
+CALL_FRAME = 3
+#: Framing of one tool schema in the tools list.
+TOOL_FRAME = 3
+#: An image block (OpenAI's high-detail 1024x1024 tile count; providers differ).
+IMAGE_TOKENS = 765
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
 
-def count_messages(messages: Sequence[BaseMessage]) -> int:
-    return count_tokens_approximately(list(messages)) if messages else 0
+def _role(msg: BaseMessage) -> str:
+    return _ROLES.get(msg.type, msg.type)
+
+
+def message_parts(msg: BaseMessage) -> tuple[list[str], int]:
+    """(texts sent, fixed extra tokens): what one message costs, before counting.
+
+    Texts are the content, each tool call's id, name and JSON arguments, and a result's
+    call id (providers send ids with every call and result: 10-20 tokens each)."""
+    texts: list[str] = []
+    extra = 0
+    content = msg.content
+    if isinstance(content, str):
+        texts.append(content)
+    else:
+        for block in content or []:
+            if isinstance(block, str):
+                texts.append(block)
+            elif not isinstance(block, dict):
+                texts.append(str(block))
+            elif block.get("type") == "text":
+                texts.append(str(block.get("text") or ""))
+            elif block.get("type") in ("image", "image_url"):
+                extra += IMAGE_TOKENS
+            elif block.get("type") in ("tool_use", "tool_call", "reasoning", "thinking"):
+                continue  # tool calls are counted below; reasoning is not sent back
+            else:
+                texts.append(json.dumps(block, ensure_ascii=False, default=str))
+    if isinstance(msg, ToolMessage) and msg.tool_call_id:
+        texts.append(msg.tool_call_id)  # sent with the result (tool_call_id / tool_use_id)
+    if isinstance(msg, AIMessage):
+        for call in msg.tool_calls:
+            texts.append(str(call.get("id") or ""))
+            texts.append(str(call.get("name") or ""))
+            texts.append(json.dumps(call.get("args") or {}, ensure_ascii=False, default=str))
+            extra += CALL_FRAME
+        for bad in msg.invalid_tool_calls:
+            texts.append(str(bad.get("name") or ""))
+            texts.append(str(bad.get("args") or ""))
+            extra += CALL_FRAME
+    return texts, extra
+
+
+def count_message(msg: BaseMessage, ruler: Ruler | None = None) -> int:
+    ruler = ruler or active_ruler()
+    texts, extra = message_parts(msg)
+    return (MESSAGE_FRAME + ruler.count(_role(msg)) + extra
+            + sum(ruler.count(t) for t in texts))
+
+
+def count_messages(messages: Sequence[BaseMessage], ruler: Ruler | None = None) -> int:
+    ruler = ruler or active_ruler()
+    return sum(count_message(m, ruler) for m in messages)
 
 
 _SCHEMAS: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -51,18 +121,53 @@ def tool_schema(tool: Any) -> dict[str, Any]:
     return schema
 
 
-def count_tools(tools: Sequence[Any] | None) -> int:
+def schema_text(tool: Any) -> str:
+    return json.dumps(tool_schema(tool), ensure_ascii=False, sort_keys=True, default=str)
+
+
+def count_tools(tools: Sequence[Any] | None, ruler: Ruler | None = None) -> int:
     """Tokens of the tool schemas in the format they are sent in."""
     if not tools:
         return 0
+    ruler = ruler or active_ruler()
     try:
-        return count_tokens_approximately([], tools=[tool_schema(t) for t in tools])
+        return sum(TOOL_FRAME + ruler.count(schema_text(t)) for t in tools)
     except Exception:  # an odd tool object must not break a model call
         return 0
 
 
-def count_text(text: str) -> int:
-    return count_tokens_approximately([SystemMessage(text)]) if text else 0
+def count_text(text: str, ruler: Ruler | None = None) -> int:
+    """Tokens of a bare text (a file the model would read, a section of the prompt)."""
+    return (ruler or active_ruler()).count(text) if text else 0
+
+
+def count_request(messages: Sequence[BaseMessage], tools: Sequence[Any] | None = None,
+                  ruler: Ruler | None = None) -> int:
+    """Tokens of a whole request as a model receives it (system message included)."""
+    ruler = ruler or active_ruler()
+    return count_messages(messages, ruler) + count_tools(tools, ruler)
+
+
+def serialize_request(messages: Sequence[BaseMessage], tools: Sequence[Any] | None = None
+                      ) -> str:
+    """The request as one text, framed the way :func:`count_request` counts it.
+
+    What the accuracy test tokenizes whole: each message is ``role``, a newline, its texts
+    one per line and a blank line; each schema is its JSON on a line. Framing tokens
+    (``MESSAGE_FRAME`` and friends) stand for the template tokens this text lacks.
+    """
+    parts = []
+    for msg in messages:
+        texts, _extra = message_parts(msg)
+        parts.append(_role(msg) + "\n" + "\n".join(texts) + "\n\n")
+    parts.extend(schema_text(t) + "\n" for t in tools or ())
+    return "".join(parts)
+
+
+def framing_tokens(messages: Sequence[BaseMessage], tools: Sequence[Any] | None = None) -> int:
+    """The framing tokens :func:`count_request` adds that :func:`serialize_request` lacks."""
+    return sum(MESSAGE_FRAME + message_parts(m)[1] for m in messages) + \
+        TOOL_FRAME * len(tools or ())
 
 
 def is_summary(msg: BaseMessage) -> bool:
@@ -84,7 +189,7 @@ def split_system(text: str) -> tuple[str, str, str]:
 
 @dataclass(frozen=True)
 class RequestSize:
-    """Tokens of one request by category; ``total`` is what the counter gives the whole."""
+    """Tokens of one request by category; ``total`` is what the ruler gives the whole."""
 
     system_prompt: int = 0
     tool_schemas: int = 0
@@ -117,25 +222,26 @@ class RequestSize:
 
 
 def measure(system_message: BaseMessage | None, messages: Sequence[BaseMessage],
-            tools: Sequence[Any] | None) -> RequestSize:
-    """Split one request into categories; the parts sum to the approximate total."""
+            tools: Sequence[Any] | None, ruler: Ruler | None = None) -> RequestSize:
+    """Split one request into categories; the parts sum to :func:`count_request`'s total."""
+    ruler = ruler or active_ruler()
     base = skills = memory = 0
     if system_message is not None:
-        total_sys = count_messages([system_message])
+        total_sys = count_messages([system_message], ruler)
         _base, skills_text, memory_text = split_system(system_message.text)
-        skills = count_text(skills_text) - 3 if skills_text else 0
-        memory = count_text(memory_text) - 3 if memory_text else 0
+        skills = count_text(skills_text, ruler)
+        memory = count_text(memory_text, ruler)
         base = total_sys - max(0, skills) - max(0, memory)
     conv = results = summaries = 0
     for msg in messages:
-        n = count_messages([msg])
+        n = count_message(msg, ruler)
         if isinstance(msg, ToolMessage):
             results += n
         elif is_summary(msg):
             summaries += n
         else:
             conv += n
-    return RequestSize(system_prompt=base, tool_schemas=count_tools(tools),
+    return RequestSize(system_prompt=base, tool_schemas=count_tools(tools, ruler),
                        skills_index=max(0, skills), memory_index=max(0, memory),
                        conversation=conv, tool_results=results, summaries=summaries)
 

@@ -13,6 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from deepagents.middleware._message_eviction import (
+    _aoffload_tool_message_content,
+    _extract_text_from_message,
+    _offload_tool_message_content,
+)
 from deepagents.middleware.filesystem import FilesystemMiddleware
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import ToolMessage
@@ -24,6 +29,7 @@ from simagent.context.events import emit
 from simagent.context.manual import make_mark_task_done
 from simagent.context.middleware import ContextMiddleware
 from simagent.context.summary import ExtractiveSummarizer, ModelSummarizer, Summarizer
+from simagent.context.tokens import Ruler, resolve_ruler
 
 if TYPE_CHECKING:
     from simagent.session import Session
@@ -34,12 +40,20 @@ SUMMARIZER_AGENT = "summarizer"
 
 
 class TracedFilesystemMiddleware(FilesystemMiddleware):
-    """Stock eviction (same name, so it replaces the default in place), plus a trace event."""
+    """Stock eviction (same name, so it replaces the default in place), measured in real
+    tokens, plus a trace event.
 
-    def __init__(self, *, trace: TraceLog | None, agent: str = "main", **kwargs: Any) -> None:
+    deepagents decides by characters (4 per token), which lets a 20k-token limit pass
+    ~40k real tokens of numeric output; here the limit is counted with the agent's ruler
+    and deepagents' own offloading writes the file and the preview.
+    """
+
+    def __init__(self, *, trace: TraceLog | None, agent: str = "main",
+                 ruler: Ruler | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._trace = trace
         self._agent = agent
+        self._ruler = ruler or resolve_ruler(None)
 
     @property
     def name(self) -> str:
@@ -53,22 +67,37 @@ class TracedFilesystemMiddleware(FilesystemMiddleware):
                 break
         emit(self._trace, "context_eviction", {
             "tool_call_id": before.tool_call_id, "tool": before.name, "path": path,
-            "chars": len(before.text), "tokens_before": count_messages([before]),
-            "tokens_after": count_messages([after]), "agent": self._agent})
+            "chars": len(before.text),
+            "tokens_before": count_messages([before], self._ruler),
+            "tokens_after": count_messages([after], self._ruler), "agent": self._agent})
+
+    def _too_large(self, message: ToolMessage) -> str | None:
+        """The text to offload when it is over the limit in real tokens, else None."""
+        limit = self._tool_token_limit_before_evict
+        if not limit:
+            return None
+        text = _extract_text_from_message(message)
+        return text if self._ruler.count(text) > limit else None
 
     def _process_large_message(self, message: ToolMessage, resolved_backend: Any
                                ) -> tuple[ToolMessage, bool]:
-        out, evicted = super()._process_large_message(message, resolved_backend)
-        if evicted:
-            self._note(message, out)
-        return out, evicted
+        text = self._too_large(message)
+        out = None if text is None else _offload_tool_message_content(
+            message, text, resolved_backend, self._large_tool_results_prefix)
+        if out is None:
+            return message, False
+        self._note(message, out)
+        return out, True
 
     async def _aprocess_large_message(self, message: ToolMessage, resolved_backend: Any
                                       ) -> tuple[ToolMessage, bool]:
-        out, evicted = await super()._aprocess_large_message(message, resolved_backend)
-        if evicted:
-            self._note(message, out)
-        return out, evicted
+        text = self._too_large(message)
+        out = None if text is None else await _aoffload_tool_message_content(
+            message, text, resolved_backend, self._large_tool_results_prefix)
+        if out is None:
+            return message, False
+        self._note(message, out)
+        return out, True
 
 
 class SummarizationOff(AgentMiddleware):
@@ -138,6 +167,7 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
         window=window, max_output=max_output,
         large_results_dir=session.paths.large_tool_results, agent=agent, tools=tools)
     fs = TracedFilesystemMiddleware(trace=session.trace, agent=agent, backend=backend,
+                                    ruler=resolve_ruler(model_id, settings.tokenizer),
                                     tool_token_limit_before_evict=th.evict_tokens(settings),
                                     tools=fs_tools)
     middleware: list[Any] = [fs, SummarizationOff(), context]

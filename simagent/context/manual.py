@@ -78,7 +78,7 @@ def _tokens(context: ContextMiddleware, values: dict[str, Any], messages: list[A
             boundary: dict[str, Any] | None) -> int:
     """Estimated request size for a boundary: last measured fixed part + the new view."""
     view = visible(messages, boundary, values.get(CLEARED_KEY) or ())
-    return _last_fixed(context) + count_messages(view)
+    return _last_fixed(context) + count_messages(view, context.ruler)
 
 
 def _last_fixed(context: ContextMiddleware) -> int:
@@ -98,7 +98,7 @@ def compact_now(graph: Any, config: dict[str, Any], context: ContextMiddleware,
         return ManualResult(False, f"cannot compact: {refused}")
     boundary = values.get(BOUNDARY_KEY)
     tail = messages[cutoff_of(messages, boundary):]
-    keep = min(context.thresholds.summary_keep, count_messages(tail) // 4)
+    keep = min(context.thresholds.summary_keep, count_messages(tail, context.ruler) // 4)
     done = context.compactor.summarize(messages, boundary, keep, focus=focus)
     if done is None:
         return ManualResult(False, "nothing to compact: the conversation since the last "

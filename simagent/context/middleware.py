@@ -49,6 +49,7 @@ from simagent.context.compaction import (
 from simagent.context.counting import RequestSize, calibrate, measure
 from simagent.context.events import emit
 from simagent.context.overflow import is_context_overflow
+from simagent.context.tokens import resolve_ruler, using
 from simagent.trace.log import TraceLog
 
 
@@ -91,6 +92,8 @@ class ContextMiddleware(AgentMiddleware):
         self.agent = agent
         self.large_results_dir = large_results_dir
         self.thresholds = th.thresholds_for(window, model_id, settings, max_output)
+        #: the ruler every decision here is measured with (the model family's tokenizer)
+        self.ruler = resolve_ruler(model_id, settings.tokenizer)
         self.tools = list(tools or [])
         self._last_sent: int | None = None  # our estimate of the previous request
         self._last_reported: int | None = None  # the provider's figure for it
@@ -104,7 +107,7 @@ class ContextMiddleware(AgentMiddleware):
         emit(self.trace, kind, {**payload, "agent": self.agent})
 
     def _measure(self, request: Any, view: list[BaseMessage]) -> tuple[RequestSize, int]:
-        size = measure(request.system_message, view, request.tools)
+        size = measure(request.system_message, view, request.tools, self.ruler)
         return size, calibrate(size.total, self._last_sent, self._last_reported)
 
     def over_budget(self, size: RequestSize, tokens: int) -> bool:
@@ -209,7 +212,8 @@ class ContextMiddleware(AgentMiddleware):
         """``prepare``, or on any failure the last good view: a broken layer (a full disk,
         a summarizer bug) must cost a compaction, never the turn."""
         try:
-            return self.prepare(request)
+            with using(self.ruler):  # clearing and compaction count with the model's ruler
+                return self.prepare(request)
         except Exception as exc:
             self.trace.append("error", {"message": f"{type(exc).__name__}: {exc}"[:500],
                                         "where": f"context layer ({self.agent})"})
@@ -227,7 +231,8 @@ class ContextMiddleware(AgentMiddleware):
         except Exception as exc:
             if not (self.settings.emergency and is_context_overflow(exc)):
                 raise
-            prep = self.emergency(request, prep, exc)
+            with using(self.ruler):
+                prep = self.emergency(request, prep, exc)
             response = handler(request.override(messages=prep.view))
         return self._finish(prep, response)
 
@@ -238,7 +243,8 @@ class ContextMiddleware(AgentMiddleware):
         except Exception as exc:
             if not (self.settings.emergency and is_context_overflow(exc)):
                 raise
-            prep = self.emergency(request, prep, exc)
+            with using(self.ruler):
+                prep = self.emergency(request, prep, exc)
             response = await handler(request.override(messages=prep.view))
         return self._finish(prep, response)
 

@@ -1,20 +1,56 @@
-"""Is a fact still reachable by the model? In the request, or one path away on disk.
+"""Where does a fact stand for the model: in view, one pointer away, or lost — and at what cost.
 
 Every layer that removes content from the view leaves a path behind (a raw output file,
-an evicted result, the conversation history). A fact counts as kept when the request
-holds it, or holds a path to a file that does — following paths a couple of hops, since
-a history file may itself name a raw output. Tests and the bench's recall score use this.
+an evicted result, the conversation history). A yes/no "still reachable" lets every policy
+that leaves a path pass, however expensive the way back is, so :func:`locate` splits it:
+
+- ``in_view``: the request holds the fact verbatim; free.
+- ``by_pointer``: the request names (by absolute path, under allowed roots) a file that
+  holds it, possibly through a chain — a history file may itself name a raw output.
+- ``lost``: neither.
+
+For ``by_pointer`` facts the recovery cost is what the cheapest recovery the harness offers
+would cost a model that knows only the pointer, not the fact: deepagents' ``read_file``
+pages a file ``DEFAULT_READ_LIMIT`` lines at a time, and a model reading from the start
+stops at the page holding what it wants (the next pointer's path in an intermediate
+file, the fact in the last one). ``search_tokens`` is a lower bound for a model that can
+``grep`` for the exact fact (which it does not know, hence a bound, never a ranking).
+Tests and the bench's recall score use this.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from deepagents.middleware.filesystem import DEFAULT_READ_LIMIT
 from langchain_core.messages import AIMessage, BaseMessage
 
+from simagent.context.counting import count_text
+
 _PATH = re.compile(r"(/[^\s\]\)\"'`,;]+)")
+
+#: Lines per ``read_file`` page: deepagents' default ``limit`` (middleware/filesystem.py).
+PAGE_LINES = DEFAULT_READ_LIMIT
+#: Tokens one tool call costs besides the returned text: the call (name, JSON arguments),
+#: the tool message's framing and the read header. An estimate, charged once per call.
+CALL_OVERHEAD_TOKENS = 30
+
+Status = Literal["in_view", "by_pointer", "lost"]
+
+
+@dataclass(frozen=True)
+class FactLocation:
+    """Where a fact is for a model that sees one request (see the module docstring)."""
+
+    status: Status
+    pointer: str | None = None  # first path of the chain, as the request names it
+    chain: tuple[str, ...] = ()  # paths followed, in order, as each text names them
+    recovery_tokens: int | None = None  # read_file pages through each wanted text
+    search_tokens: int | None = None  # lower bound: a grep for the fact in the last file
 
 
 def request_text(messages: Sequence[BaseMessage]) -> str:
@@ -26,39 +62,104 @@ def request_text(messages: Sequence[BaseMessage]) -> str:
     return "\n".join(parts)
 
 
-def paths_in(text: str, roots: Iterable[Path]) -> list[Path]:
-    """Existing files under ``roots`` that ``text`` names."""
-    roots = [Path(r).resolve() for r in roots]
+def _pointers(text: str, roots: Sequence[Path]) -> list[tuple[str, Path, int]]:
+    """(name as written, path, end of its first mention) per existing file under ``roots``."""
+    first: dict[str, int] = {}
+    for m in _PATH.finditer(text):
+        name = m.group(1).rstrip(".:")
+        first.setdefault(name, m.start() + len(name))
     found = []
-    for raw in dict.fromkeys(_PATH.findall(text)):
-        path = Path(raw.rstrip(".:"))
+    for name, end in first.items():
+        path = Path(name)
         try:
             if path.is_file() and any(path.resolve().is_relative_to(r) for r in roots):
-                found.append(path)
+                found.append((name, path, end))
         except OSError:
             continue
     return found
 
 
+def paths_in(text: str, roots: Iterable[Path]) -> list[Path]:
+    """Existing files under ``roots`` that ``text`` names."""
+    return [p for _, p, _ in _pointers(text, [Path(r).resolve() for r in roots])]
+
+
+def _pages_through(text: str, end: int) -> int:
+    """Tokens of paging ``text`` from the start through the page holding index ``end - 1``.
+
+    Pages are cut as deepagents' backends cut them (``splitlines(keepends=True)``, so a page
+    is its lines with their terminators).
+    """
+    lines = text.splitlines(keepends=True)
+    last, pos = 0, 0
+    while last < len(lines) - 1 and pos + len(lines[last]) < end:  # to the line holding end-1
+        pos += len(lines[last])
+        last += 1
+    return sum(count_text("".join(lines[i * PAGE_LINES:(i + 1) * PAGE_LINES]))
+               + CALL_OVERHEAD_TOKENS for i in range(last // PAGE_LINES + 1))
+
+
+def read_cost(text: str, wanted: str) -> int | None:
+    """Tokens of paging ``text`` from the start through the page holding ``wanted``.
+
+    Each page is counted as the tool result it would be (its own lines) plus
+    :data:`CALL_OVERHEAD_TOKENS`; None when ``wanted`` is not in ``text``.
+    """
+    at = text.find(wanted) if wanted else -1
+    return None if at < 0 else _pages_through(text, at + len(wanted))
+
+
+def search_cost(text: str, fact: str) -> int | None:
+    """Tokens of a ``grep`` answer for ``fact``: the line(s) it sits on, plus one call."""
+    at = text.find(fact)
+    if at < 0 or not fact:
+        return None
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at + len(fact))
+    return count_text(text[start:end if end >= 0 else len(text)]) + CALL_OVERHEAD_TOKENS
+
+
+def locate(fact: str, text: str, roots: Iterable[Path], hops: int = 2) -> FactLocation:
+    """Where ``fact`` is from request ``text``: in view, behind the cheapest chain, or lost.
+
+    Chains of up to ``hops`` files are searched level by level (breadth first); a file is
+    expanded again only when reached more cheaply, so the cheapest chain wins and, on ties,
+    the shortest, then the one named first. Reads files; writes nothing.
+    """
+    if fact in text:
+        return FactLocation("in_view")
+    roots = [Path(r).resolve() for r in roots]
+    arrived: dict[Path, int] = {}  # cheapest cost so far of reaching each file
+    best: tuple[int, tuple[str, ...], int] | None = None  # (cost, chain, search)
+    level = [(0, (name,), path) for name, path, _ in _pointers(text, roots)]
+    for depth in range(1, hops + 1):
+        nxt: list[tuple[int, tuple[str, ...], Path]] = []
+        for arrival, chain, path in level:
+            key = path.resolve()
+            if arrived.get(key, arrival + 1) <= arrival or (best and arrival >= best[0]):
+                continue
+            arrived[key] = arrival
+            try:
+                body = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            cost = read_cost(body, fact)
+            if cost is not None and (best is None or arrival + cost < best[0]):
+                best = (arrival + cost, chain, search_cost(body, fact) or 0)
+            for name, target, at in _pointers(body, roots) if depth < hops else ():
+                if target.resolve() != key:
+                    nxt.append((arrival + _pages_through(body, at), (*chain, name), target))
+        level = nxt
+    if best is None:
+        return FactLocation("lost")
+    cost, chain, search = best
+    return FactLocation("by_pointer", pointer=chain[0], chain=chain, recovery_tokens=cost,
+                        search_tokens=search)
+
+
 def reachable(fact: str, text: str, roots: Iterable[Path], hops: int = 2) -> bool:
     """``fact`` is in ``text`` or in a file under ``roots`` that ``text`` names (≤ hops)."""
-    roots = list(roots)
-    seen: set[Path] = set()
-    frontier = [text]
-    for _ in range(hops + 1):
-        nxt = []
-        for chunk in frontier:
-            if fact in chunk:
-                return True
-            for path in paths_in(chunk, roots):
-                if path not in seen:
-                    seen.add(path)
-                    try:
-                        nxt.append(path.read_text(encoding="utf-8", errors="replace"))
-                    except OSError:
-                        continue
-        frontier = nxt
-    return False
+    return locate(fact, text, roots, hops).status != "lost"
 
 
 def recall(facts: Sequence[str], messages: Sequence[BaseMessage], roots: Iterable[Path]) -> float:

@@ -77,6 +77,9 @@ WATCHDOG_MODES = ("off", "warn", "enforce")
 #: Summaries: "auto" (the agent's model; a no-model extractive summary for scripted
 #: models), "extractive", or a model spec for a cheaper summarizer.
 SUMMARY_MODEL = "auto"
+#: The ruler every threshold is measured with: "auto" (by model family, see
+#: ``context.tokens``), an encoding name, or "approx" (chars/4, what peers count with).
+TOKENIZER = "auto"
 
 
 class ContextConfigError(ConfigError):
@@ -96,6 +99,7 @@ class ContextSettings:
     summary_tiers: Mapping[str, float] = field(default_factory=lambda: dict(SUMMARY_TIERS))
     summary_keep_fraction: float = SUMMARY_KEEP_FRACTION
     summary_model: str = SUMMARY_MODEL
+    tokenizer: str = TOKENIZER
     tool_cap_chars: int = TOOL_CAP_CHARS
     tool_caps: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_TOOL_CAPS))
     window: int | None = None  # overrides the model's reported window
@@ -130,6 +134,11 @@ class ContextSettings:
         if data.get("watchdog", "warn") not in WATCHDOG_MODES:
             raise ContextConfigError(f"[context] watchdog must be one of "
                                      f"{', '.join(WATCHDOG_MODES)}")
+        from simagent.context.tokens import RULERS
+
+        if data.get("tokenizer", "auto") not in ("auto", *RULERS):
+            raise ContextConfigError(f"[context] tokenizer must be one of auto, "
+                                     f"{', '.join(RULERS)}")
         caps = data.pop("tool_caps", {}) or {}
         if not isinstance(caps, Mapping) or not all(
                 isinstance(v, int) and v >= 0 for v in caps.values()):

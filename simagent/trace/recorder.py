@@ -24,6 +24,7 @@ from langgraph.types import Command
 from simagent.agent.turns import TurnLedger
 from simagent.agent.usage import UsageLedger, usage_record
 from simagent.context.counting import RequestSize, measure
+from simagent.context.tokens import resolve_ruler
 from simagent.trace.log import TraceLog
 
 TASK_TOOL = "task"  # deepagents' subagent tool
@@ -94,10 +95,10 @@ class TraceRecorder(AgentMiddleware):
         return f"TraceRecorder[{self.agent}]"
 
     # ------------------------------------------------------------ model calls
-    @staticmethod
-    def _measure(request: Any) -> RequestSize:
+    def _measure(self, request: Any) -> RequestSize:
         try:
-            return measure(request.system_message, list(request.messages), request.tools)
+            return measure(request.system_message, list(request.messages), request.tools,
+                           resolve_ruler(self.model_id))
         except Exception:  # never let accounting break a model call
             return RequestSize()
 
