@@ -226,14 +226,15 @@ def test_summarize_adds_the_split_and_recovery_and_keeps_old_keys():
 def test_policy_table_ranks_by_tokens_with_recovery_and_renders_old_rows():
     table = policy_table(ROWS)
     order = [line.split("|")[2].strip() for line in table.splitlines()[2:]]
-    # evict sends fewer tokens than simagent but costs more once recovery is counted
-    assert order == ["truncate", "simagent", "evict", "raw"]
+    # evict sends fewer tokens than simagent but costs more once recovery is counted;
+    # truncate is cheapest but loses half its facts, so it ranks after every lossless one
+    assert order == ["simagent", "evict", "raw", "truncate"]
     assert "long: by pointer" in table.splitlines()[0]
     sim = next(line for line in table.splitlines() if "| simagent |" in line)
     assert "| 25.0k | 0.25 | 0.500 | 0.500 | 0.000 |" in sim
     old = next(line for line in table.splitlines() if "| truncate |" in line)
     assert "| - | - | - |" in old  # no split for an old record
-    assert short_table(ROWS).splitlines()[1].startswith("truncate")
+    assert short_table(ROWS).splitlines()[1].startswith("simagent")
 
 
 def test_recall_split_section_has_one_row_per_long_workflow_and_policy():

@@ -228,6 +228,15 @@ class ScriptedChatModel(BaseChatModel):
 
         return count_request(list(messages), self.bound_tools, Ruler(DEFAULT_ENCODING))
 
+    @staticmethod
+    def count_reply(content: str, tool_calls: Sequence[dict[str, Any]]) -> int:
+        """Output tokens of a reply: its text and each call's name and JSON arguments."""
+        from simagent.context.counting import count_text
+
+        return count_text(content) + sum(
+            count_text(str(c["name"])) + count_text(json.dumps(c["args"], ensure_ascii=False))
+            for c in tool_calls)
+
     def _reply(self, messages: list[BaseMessage]) -> AIMessage:
         window = (self.profile or {}).get("max_input_tokens")
         if self.enforce_window and window:
@@ -270,8 +279,7 @@ class ScriptedChatModel(BaseChatModel):
         content = "\n\n".join(fill_template(t, outputs) for t in text_parts)
         usage_in = self.count_request(messages)
         self.cursor.request_tokens.append(usage_in)
-        usage_out = max(1, len(content) // 4 + sum(len(json.dumps(c["args"])) // 4
-                                                   for c in tool_calls))
+        usage_out = max(1, self.count_reply(content, tool_calls))
         kwargs: dict[str, Any] = {}
         if reasoning:
             kwargs["additional_kwargs"] = {"reasoning_content": reasoning}

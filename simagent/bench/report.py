@@ -17,11 +17,12 @@ from simagent.context.recall import CALL_OVERHEAD_TOKENS, PAGE_LINES
 
 SPLIT = ("in_view", "by_pointer", "lost")
 RECOVERY_DEFINITION = (
-    "Policies are ranked by long-workflow input tokens plus recovery cost: what a model that "
+    "Policies that lose no probe fact rank first, then by the share they lose; within "
+    "that, by long-workflow input tokens plus recovery cost: what a model that "
     "knows only the pointer would spend paging each by-pointer fact back with `read_file` "
     f"({PAGE_LINES}-line pages from the file start through the page holding the next path, "
-    f"then the fact; +{CALL_OVERHEAD_TOKENS} tokens a call). Lost facts are not priced; the "
-    "grep figure is a lower bound and does not rank.")
+    f"then the fact; +{CALL_OVERHEAD_TOKENS} tokens a call). The grep figure is a lower "
+    "bound and does not rank.")
 
 
 def _k(n: float) -> str:
@@ -37,13 +38,18 @@ def _num(x: float | None, fmt: str = ".2f") -> str:
 
 
 def ranked(summary: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Policies cheapest first by long tokens with recovery; those without long data last
-    (in their first-seen order: sorted is stable)."""
-    def key(item: tuple[str, dict[str, Any]]) -> tuple[bool, int]:
+    """Policies that lose no probe fact first, then by the share they lose; within each,
+    cheapest first by long tokens with recovery (a lost fact has no price, so tokens alone
+    would reward losing it). Those without long data last, in first-seen order."""
+    def key(item: tuple[str, dict[str, Any]]) -> tuple[bool, float, int]:
         s = item[1]
         if not s["long_raw_tokens_in"]:
-            return (True, 0)
-        return (False, s.get("long_tokens_with_recovery", s["long_tokens_in"]))
+            return (True, 0.0, 0)
+        lost = s.get("long_lost_mean")
+        if lost is None:  # old records: the yes/no recall
+            lost = 1.0 - (s.get("min_long_recall") or 0.0)
+        return (False, round(lost, 4),
+                s.get("long_tokens_with_recovery", s["long_tokens_in"]))
 
     return sorted(summary.items(), key=key)
 

@@ -68,7 +68,7 @@ def cut_keeping_tokens(messages: Sequence[BaseMessage], keep_tokens: int,
     Returns 0 when everything fits. If even the shortest safe tail is over budget, the
     latest safe cut (keeping the least) is returned, never an unsafe one; the newest
     call/result group is always kept, so the model still sees what it just asked for.
-    ``count`` must add up per message (the approximate counter rounds per message), so
+    ``count`` must add up per message (the ruler counts and frames each message), so
     each message is counted once and tails are suffix sums.
     """
     n = len(messages)

@@ -23,7 +23,7 @@ from langgraph.types import Command
 
 from simagent.agent.turns import TurnLedger
 from simagent.agent.usage import UsageLedger, usage_record
-from simagent.context.counting import RequestSize, measure
+from simagent.context.counting import RequestSize, count_text, measure
 from simagent.context.tokens import resolve_ruler
 from simagent.trace.log import TraceLog
 
@@ -117,7 +117,7 @@ class TraceRecorder(AgentMiddleware):
             record["source"] = "provider"
         else:
             record["input_tokens"] = size.total
-            record["output_tokens"] = max(1, len(msg.text) // 4)
+            record["output_tokens"] = max(1, count_text(msg.text, resolve_ruler(self.model_id)))
             record["total_tokens"] = record["input_tokens"] + record["output_tokens"]
             record["source"] = "estimated"
         model = (msg.response_metadata or {}).get("model_name") or self.model_id
