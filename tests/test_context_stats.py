@@ -245,3 +245,38 @@ def test_cli_context_json_and_text(workspace: Path) -> None:
 
     r = _cli("nope-no-such", "--workspace", str(workspace))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no session matches" in r.stderr
+
+
+def test_panel_names_the_ruler_and_the_providers_ratio(tmp_path: Path) -> None:
+    ours = sum(REQUEST.values())  # 89,000
+    s = stats(tmp_path, [("model_usage", usage(97_900, request=REQUEST, ruler="o200k_base"))])
+    assert s.ruler == "o200k_base" and s.provider_ratio == 1.1
+    text = render_context(s, width=200)
+    assert "Counted with the o200k_base tokenizer; the provider counted 1.10x that" in text
+    est = stats(_fresh(tmp_path, "e"), [("model_usage", usage(ours, request=REQUEST, ruler="approx",
+                                                       source="estimated"))])
+    assert est.provider_ratio is None
+    assert "Counted with chars/4 (approximate); the provider reported no usage" in \
+        render_context(est, width=200)
+    old = stats(_fresh(tmp_path, "o"), [("model_usage", usage(90_000, request=REQUEST))])
+    assert old.ruler is None and "Counted with" not in render_context(old, width=200)
+
+
+def test_a_resumed_agent_starts_calibrated_from_the_trace(tmp_path: Path) -> None:
+    from simagent.context.middleware import last_calibration
+
+    with TraceLog(tmp_path / "trace.sqlite") as log:
+        assert last_calibration(log, "main", MODEL) == (None, None)
+        log.append("model_usage", usage(97_900, request=REQUEST))
+        log.append("model_usage", usage(50_000, request=REQUEST, agent="general-purpose"))
+        log.append("model_usage", usage(10, request=REQUEST, model="openai:gpt-4o"))
+        log.append("model_usage", usage(5, request=REQUEST, source="estimated"))
+        log.append("model_usage", usage(7, request=REQUEST, dropped=True))
+        assert last_calibration(log, "main", MODEL) == (89_000, 97_900)
+        assert last_calibration(log, "general-purpose", MODEL) == (89_000, 50_000)
+        assert last_calibration(log, "main", "openai:gpt-5") == (None, None)
+
+
+def _fresh(tmp_path: Path, name: str) -> Path:
+    (tmp_path / name).mkdir()
+    return tmp_path / name

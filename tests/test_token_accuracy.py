@@ -12,6 +12,7 @@ status bar's percentage and the calibration are measured against in a live sessi
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
@@ -27,6 +28,7 @@ from simagent.context.counting import (
     framing_tokens,
     serialize_request,
 )
+from simagent.context.thresholds import CLEAR_FRACTION
 from simagent.context.tokens import Ruler, encoding
 
 #: The long workflow whose recording runs fastest here (~8 s of real kernel work; the
@@ -87,8 +89,9 @@ def test_counted_total_matches_the_tokenizer_on_a_long_replayed_workflow(tmp_pat
 
 
 # ------------------------------------------------------------------ live, over HTTP
-#: Large enough that no clearing epoch fires (trigger at 40 %), so requests only grow.
-WINDOW = 48_000
+#: Large enough that no clearing epoch fires (the requests stay under 17k tokens; the
+#: trigger sits at 20k), so requests only grow.
+WINDOW = math.ceil(20_000 / CLEAR_FRACTION)
 PROMPTS = ("Print two tables of lognormal samples.", "Now two more, with other seeds.")
 
 

@@ -169,7 +169,7 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
                 RecoveryMiddleware(session.trace, agent=defn.name),
                 WorkspacePathsMiddleware(session.workspace),
                 TraceRecorder(session.trace, session.usage, agent=defn.name, model_id=mid,
-                              turns=session.turns,
+                              turns=session.turns, ruler=layers.context.ruler,
                               window=layers.context.thresholds.window)], chat
 
     note = runtime_note(session.workspace, session.paths.outputs, session.simulator,
@@ -223,7 +223,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
         RecoveryMiddleware(session.trace),
         WorkspacePathsMiddleware(session.workspace),
         TraceRecorder(session.trace, session.usage, agent="main", model_id=model_id,
-                      turns=session.turns,
+                      turns=session.turns, ruler=layers.context.ruler,
                       window=layers.context.thresholds.window),
     ]
     general = {
@@ -237,7 +237,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                        RecoveryMiddleware(session.trace, agent=GENERAL_PURPOSE),
                        WorkspacePathsMiddleware(session.workspace),
                        TraceRecorder(session.trace, session.usage, agent=GENERAL_PURPOSE,
-                                     turns=session.turns,
+                                     turns=session.turns, ruler=sub_layers.context.ruler,
                                      model_id=model_id,
                                      window=sub_layers.context.thresholds.window)],
     }

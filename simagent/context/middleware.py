@@ -95,8 +95,9 @@ class ContextMiddleware(AgentMiddleware):
         #: the ruler every decision here is measured with (the model family's tokenizer)
         self.ruler = resolve_ruler(model_id, settings.tokenizer)
         self.tools = list(tools or [])
-        self._last_sent: int | None = None  # our estimate of the previous request
-        self._last_reported: int | None = None  # the provider's figure for it
+        # our count of the previous request and the provider's figure for it; a resumed
+        # session starts from the trace, so its first estimate is already calibrated
+        self._last_sent, self._last_reported = last_calibration(trace, agent, model_id)
 
     @property
     def name(self) -> str:
@@ -272,10 +273,32 @@ class ContextMiddleware(AgentMiddleware):
         return self._cap(request, await handler(request))
 
 
+def last_calibration(trace: TraceLog | None, agent: str, model_id: str
+                     ) -> tuple[int | None, int | None]:
+    """(our count, provider's count) of this agent's latest provider-reported call with
+    this model and ruler's family, from the trace; (None, None) when there is none."""
+    if trace is None:
+        return None, None
+    try:
+        events = trace.events(["model_usage"])
+    except Exception:  # a trace that cannot be read costs the calibration, not the agent
+        return None, None
+    for event in reversed(events):
+        p = event.payload
+        if ((p.get("agent") or "main") != agent or p.get("model") != model_id
+                or p.get("source") != "provider" or p.get("dropped")):
+            continue
+        sent = RequestSize.from_dict(p.get("request")).total
+        reported = int(p.get("input_tokens") or 0)
+        return (sent, reported) if sent and reported else (None, None)
+    return None, None
+
+
 def current_view(state: dict[str, Any]) -> list[BaseMessage]:
     """The model's view of a checkpointed state (for the bench's recall and for tests)."""
     return visible(list(state.get("messages") or []), state.get(BOUNDARY_KEY),
                    state.get(CLEARED_KEY) or ())
 
 
-__all__ = ["ContextMiddleware", "ContextState", "current_view", "cutoff_of"]
+__all__ = ["ContextMiddleware", "ContextState", "current_view", "cutoff_of",
+           "last_calibration"]

@@ -223,6 +223,15 @@ def _before_any_call(s: ContextStats, width: int) -> list[str]:
                  "and later any summaries.", width, "")
 
 
+def ruler_line(s: ContextStats) -> str:
+    """Which tokenizer counted, and how far the provider's own count was from it."""
+    what = "chars/4 (approximate)" if s.ruler == "approx" else f"the {s.ruler} tokenizer"
+    if s.provider_ratio is None:
+        return f"Counted with {what}; the provider reported no usage to check it against"
+    return (f"Counted with {what}; the provider counted {s.provider_ratio:.2f}x that on "
+            f"the last call (thresholds are scaled by it)")
+
+
 def render_context(stats: ContextStats, width: int = 60) -> str:
     """The ``/context`` panel as plain text (no colours; the TUI adds styling)."""
     s = stats
@@ -238,6 +247,7 @@ def render_context(stats: ContextStats, width: int = 60) -> str:
                        f"{_n(s.last_cache_read)}) · output {_n(s.last_output_tokens)} · "
                        f"{s.main_calls} main-agent call{'s' if s.main_calls != 1 else ''}",
                        width)
+        lines += _wrap(ruler_line(s), width) if s.ruler else []
     lines += ["", *_thresholds(s), "", *_history(s, width)]
     rest = _models_and_cost(s, width)
     if rest:

@@ -110,6 +110,8 @@ class ContextStats:
     unpriced_models: tuple[str, ...] = ()
     ceiling: Ceiling | None = None
     limits: Mapping[str, float] = field(default_factory=dict)
+    ruler: str | None = None  # the tokenizer the context layers counted with
+    provider_ratio: float | None = None  # provider's input tokens / our count, last call
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data (``simagent context --json``)."""
@@ -253,6 +255,8 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
     last: dict[str, Any] = {}
     last_ts: str | None = None
     main_calls, trace_window, trace_model, session_model = 0, None, None, None
+    ruler: str | None = None
+    provider_ratio: float | None = None
     for ev in events:
         p = _payload(ev)
         if ev.kind in ("session_start", "session_resume", "model_switch"):
@@ -268,6 +272,9 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
             cats = scale_categories(request, used) if request and request.total else None
             trace_window = _opt_int(p.get("window")) or trace_window
             trace_model = p.get("model") or trace_model
+            ruler = p.get("ruler") or ruler
+            provider_ratio = (round(used / request.total, 3) if request and request.total
+                              and p.get("source") == "provider" else None)
         elif ev.kind == "cost_ceiling":
             ceiling = Ceiling(ev.ts, str(p.get("action") or "?"), p.get("scope"),
                               _opt_float(p.get("limit")), _opt_float(p.get("spent")),
@@ -312,7 +319,8 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
         total_input_tokens=ledger.total.input_tokens,
         total_output_tokens=ledger.total.output_tokens,
         cost_usd=cost, priced_usd=priced, unpriced_models=unpriced, ceiling=ceiling,
-        limits={k: getattr(settings, k) for k in _LIMITS if getattr(settings, k) is not None})
+        limits={k: getattr(settings, k) for k in _LIMITS if getattr(settings, k) is not None},
+        ruler=ruler, provider_ratio=provider_ratio)
 
 
 def stats_from_trace(trace_path: str | Path, settings: ContextSettings, *,

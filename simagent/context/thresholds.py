@@ -1,10 +1,11 @@
 """Every context threshold, as small pure functions of the loaded window (design.md §7).
 
 One home: the middleware that acts and the ``/context`` panel that explains read the same
-functions, so what the panel promises is what happens. Defaults follow the seeds
-(eviction 20k tokens; clearing at 60 % keeping 6, or 3 below a 100k window; summarization
-per model tier keeping 10 %); every number can be overridden in the ``[context]`` table of
-``.simagent/config.toml``::
+functions, so what the panel promises is what happens. Defaults start from the
+seeds (eviction 20k tokens; clearing at 60 % keeping 6, or 3 below a 100k window;
+summarization per model tier keeping 10 %) and are re-derived from the bench, measured
+with the real tokenizer (``context.tokens``); every number can be overridden in the
+``[context]`` table of ``.simagent/config.toml``::
 
     [context]
     clear_fraction = 0.5
@@ -26,13 +27,20 @@ from simagent.config import ConfigError
 
 #: Window assumed when a model reports none (a cautious mid-size window).
 FALLBACK_WINDOW = 128_000
-#: A single tool result above this many tokens is evicted to disk (deepagents counts 4 chars/token).
-EVICT_TOKENS = 20_000
+#: A single tool result above this many real tokens is evicted to disk; deepagents also
+#: cuts a ``read_file`` page at 4x this many characters. Half the seeds' 20k: on the
+#: bench's long workflows (replay, 128k, real ruler, with the cap and trigger below) 10k
+#: sends 4.93M input tokens vs 4.97M at 20k and 4.95M at 15k, and the peak request falls
+#: from 74k to 59k (66k at 15k), with recall 1.0 at each.
+EVICT_TOKENS = 10_000
 #: Old tool results are cleared from the model's view once the request passes this share.
 #: Lower than the stock 60 %: our placeholders name the raw output file, so clearing
-#: loses nothing reachable, and epochs keep it rare. Measured on the bench's long
-#: workflows (replay, 128k): 0.40 sends 0.28x raw tokens vs 0.36x at 0.60, recall 1.0.
-CLEAR_FRACTION = 0.40
+#: loses nothing reachable, and epochs keep it rare. Re-derived with the real ruler on the
+#: bench's long workflows (replay, 128k, old cap and eviction): 0.30 sends 0.123x raw
+#: tokens vs 0.139x at 0.40, 0.145x at 0.50 and 0.176x at 0.60, recall 1.0 at each; 0.25
+#: saves 2 % more at more epochs (cache rewrites) and a higher peak. (0.40 was tuned on
+#: chars/4, which made it ~0.6-0.8 of the real window for numeric output.)
+CLEAR_FRACTION = 0.30
 #: Clearing always gets its chance before summarization: its trigger stays below this
 #: share of the summary trigger (small-tier models summarize at 35 %).
 CLEAR_BEFORE_SUMMARY = 0.80
@@ -60,10 +68,13 @@ TIER_PATTERNS = {
                 r"(?<![\d.])([6-9]\d|\d{3,})(\.\d+)?b\b",
 }
 #: Per-tool output cap at execution time (head + tail chars reaching the model; the full
-#: text stays on disk and the marker names it). Near Codex's 10 KiB shell limit, below
-#: Claude Code's 30k: on the bench's long workflows 8k sends 0.14-0.35x raw tokens vs
-#: 0.17-0.41x at 30k, with the same recall, since the cut output is one read away.
-TOOL_CAP_CHARS = 8_000
+#: text stays on disk and the marker names it). Below Codex's 10 KiB shell limit and
+#: Claude Code's 30k: with the real ruler, 6k chars of numeric output is ~2-3k tokens.
+#: On the bench's long workflows (replay, 128k, trigger 0.30): 6k sends 0.118x raw
+#: tokens vs 0.112x at 4k and 0.139x at the old 8k (trigger 0.40), recall 1.0 at each;
+#: 4k saves 5 % more in replay but shows the model a third less of every output, which
+#: a live model pays back in re-reads the replay cannot see.
+TOOL_CAP_CHARS = 6_000
 #: Per-tool exceptions (0 = uncapped): ``read_file`` returns the lines the model asked
 #: for (a skill, a page of source), bounded by its own limit and by eviction.
 DEFAULT_TOOL_CAPS = {"read_file": 0}

@@ -24,7 +24,7 @@ from langgraph.types import Command
 from simagent.agent.turns import TurnLedger
 from simagent.agent.usage import UsageLedger, usage_record
 from simagent.context.counting import RequestSize, count_text, measure
-from simagent.context.tokens import resolve_ruler
+from simagent.context.tokens import Ruler, resolve_ruler
 from simagent.trace.log import TraceLog
 
 TASK_TOOL = "task"  # deepagents' subagent tool
@@ -80,7 +80,7 @@ class TraceRecorder(AgentMiddleware):
 
     def __init__(self, trace: TraceLog, ledger: UsageLedger, *, agent: str = "main",
                  model_id: str = "?", window: int | None = None,
-                 turns: TurnLedger | None = None) -> None:
+                 turns: TurnLedger | None = None, ruler: Ruler | None = None) -> None:
         super().__init__()
         # an abandoned turn's late reply is paid, not said; alone, nothing is abandoned
         self.turns = turns if turns is not None else TurnLedger()
@@ -89,6 +89,8 @@ class TraceRecorder(AgentMiddleware):
         self.agent = agent
         self.model_id = model_id
         self.window = window
+        #: the agent's context layer's ruler, so the split it records is what acted
+        self.ruler = ruler or resolve_ruler(model_id)
 
     @property
     def name(self) -> str:  # unique per agent so subagent stacks may hold their own
@@ -98,7 +100,7 @@ class TraceRecorder(AgentMiddleware):
     def _measure(self, request: Any) -> RequestSize:
         try:
             return measure(request.system_message, list(request.messages), request.tools,
-                           resolve_ruler(self.model_id))
+                           self.ruler)
         except Exception:  # never let accounting break a model call
             return RequestSize()
 
@@ -117,7 +119,7 @@ class TraceRecorder(AgentMiddleware):
             record["source"] = "provider"
         else:
             record["input_tokens"] = size.total
-            record["output_tokens"] = max(1, count_text(msg.text, resolve_ruler(self.model_id)))
+            record["output_tokens"] = max(1, count_text(msg.text, self.ruler))
             record["total_tokens"] = record["input_tokens"] + record["output_tokens"]
             record["source"] = "estimated"
         model = (msg.response_metadata or {}).get("model_name") or self.model_id
@@ -125,6 +127,7 @@ class TraceRecorder(AgentMiddleware):
         self.trace.append("model_usage", {"agent": self.agent, "model": self.model_id,
                                           "provider_model": model, **record,
                                           "request": size.as_dict(), "window": self.window,
+                                          "ruler": self.ruler.name,
                                           **({"dropped": True} if dropped else {})})
 
     # the innermost check (``turns.check``): layers between the guard and here (a
