@@ -50,6 +50,19 @@ def check_state_home() -> Check:
     return Check("state home", True, str(home))
 
 
+def check_tokenizer() -> Check:
+    """The shipped encodings load and count offline (every token figure depends on them)."""
+    from simagent.context.tokens import REAL_ENCODINGS, EncodingFileError, Ruler
+
+    try:
+        counts = {name: Ruler(name).count("hello world") for name in REAL_ENCODINGS}
+    except EncodingFileError as exc:
+        return Check("tokenizer", False, str(exc).splitlines()[0], "reinstall simagent")
+    return Check("tokenizer", all(n == 2 for n in counts.values()),
+                 f"{', '.join(REAL_ENCODINGS)} load offline (sha256 checked)",
+                 "reinstall simagent")
+
+
 def check_model(workspace: Path) -> Check:
     from simagent.config import Config, ConfigError
 
@@ -155,6 +168,7 @@ def run_checks(workspace: Path, *, in_kernel: bool = True,
     steps: list[tuple[str, Callable[[], list[Check]]]] = [
         ("python", lambda: [check_python()]),
         ("state home", lambda: [check_state_home()]),
+        ("tokenizer", lambda: [check_tokenizer()]),
         ("kernel", lambda: [check_kernel(workspace)[0]]),
         ("model", lambda: [check_model(workspace)]),
         ("simulators", lambda: check_simulators(workspace, in_kernel=in_kernel)),

@@ -180,7 +180,7 @@ def test_doctor_checks_every_simulator_in_a_kernel(tmp_path):
     r = cli("doctor", "--json", "--workspace", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     checks = {c["name"]: c for c in json.loads(r.stdout)}
-    assert checks["kernel"]["ok"] and checks["python"]["ok"]
+    assert checks["kernel"]["ok"] and checks["python"]["ok"] and checks["tokenizer"]["ok"]
     for name in BUNDLED:
         c = checks[f"sim {name}"]
         assert c["ok"], c

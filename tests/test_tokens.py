@@ -177,3 +177,15 @@ def test_eviction_counts_real_tokens(tmp_path):
     out, evicted = evict(Ruler("o200k_base"))
     assert evicted and len(out.text) < len(NUMERIC)
     assert (tmp_path / "large" / "call_1").read_text() == NUMERIC
+
+
+def test_doctor_checks_the_shipped_encodings(tmp_path, monkeypatch):
+    from simagent.doctor import check_tokenizer
+
+    ok = check_tokenizer()
+    assert ok.ok and "o200k_base" in ok.detail
+    monkeypatch.setattr(tokens, "ENCODINGS_DIR", tmp_path)  # files gone
+    monkeypatch.setattr(tokens, "_ENCODINGS", {})
+    tokens.clear_cache()
+    bad = check_tokenizer()
+    assert not bad.ok and "missing" in bad.detail and bad.fix == "reinstall simagent"
