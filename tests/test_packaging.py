@@ -39,6 +39,8 @@ def test_wheel_installs_and_finds_content_and_runs_its_kernel(tmp_path: Path) ->
         "with Kernel(p.SessionPaths(p.state_home() / 's'), cwd='.') as k:\n"
         "    r = k.execute('import simagent, sys\\nprint(sys.executable)\\nsimagent.__file__')\n"
         "print(r.status); print(r.stdout); print(r.value)\n"
+        "from simagent.context.tokens import ENCODINGS_DIR, Ruler\n"
+        "print(ENCODINGS_DIR); print(Ruler('o200k_base').count('hello world'))\n"
     )
     env = {**os.environ, "SIMAGENT_HOME": str(tmp_path / "home")}
     out = subprocess.run([py, "-c", probe], capture_output=True, text=True, env=env,
@@ -51,6 +53,9 @@ def test_wheel_installs_and_finds_content_and_runs_its_kernel(tmp_path: Path) ->
     assert lines[3] == "['bench', 'memory', 'simulators', 'skills', 'subagents']"
     assert lines[4] == "ok" and lines[5] == str(py)  # the kernel runs the wheel's interpreter
     assert site in lines[6]
+    # the encoding files ship in the wheel: counting works installed, offline
+    assert lines[-2] == str(Path(site) / "simagent" / "context" / "encodings")
+    assert lines[-1] == "2"
     cli = subprocess.run([env_dir / "bin" / "simagent", "--version"], capture_output=True,
                          text=True, env=env)
     assert cli.returncode == 0 and cli.stdout.startswith("simagent ")
