@@ -37,6 +37,8 @@ def test_model_families():
     assert encoding_for_model("openai:gpt-4") == "cl100k_base"
     assert encoding_for_model("openai:gpt-4-turbo-2024-04-09") == "cl100k_base"
     assert encoding_for_model("gpt-3.5-turbo") == "cl100k_base"
+    assert encoding_for_model("openai-compatible:gpt-4@http://127.0.0.1:8000/v1") == \
+        "cl100k_base"
     for model in ("openai:gpt-4o", "openai:gpt-4.1-mini", "openai:gpt-5", "openai:o3",
                   "anthropic:claude-sonnet-4-5", "ollama:qwen3:8b", "replay:x", None):
         assert encoding_for_model(model) == "o200k_base", model

@@ -52,7 +52,7 @@ CACHE_MIN_CHARS = 64
 
 def encoding_for_model(model_id: str | None) -> str:
     """The encoding that counts ``model_id``'s tokens (o200k for anything unknown)."""
-    name = (model_id or "").split(":", 1)[-1].strip().lower()
+    name = (model_id or "").split(":", 1)[-1].split("@", 1)[0].strip().lower()
     return "cl100k_base" if CL100K_MODELS.match(name) else DEFAULT_ENCODING
 
 
