@@ -52,10 +52,10 @@ def check_state_home() -> Check:
 
 def check_tokenizer() -> Check:
     """The shipped encodings load and count offline (every token figure depends on them)."""
-    from simagent.context.tokens import REAL_ENCODINGS, EncodingFileError, Ruler
+    from simagent.context.tokens import REAL_ENCODINGS, EncodingFileError, encoding
 
     try:
-        counts = {name: Ruler(name).count("hello world") for name in REAL_ENCODINGS}
+        counts = {name: len(encoding(name).encode("hello world")) for name in REAL_ENCODINGS}
     except EncodingFileError as exc:
         return Check("tokenizer", False, str(exc).splitlines()[0], "reinstall simagent")
     return Check("tokenizer", all(n == 2 for n in counts.values()),

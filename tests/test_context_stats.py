@@ -253,6 +253,11 @@ def test_panel_names_the_ruler_and_the_providers_ratio(tmp_path: Path) -> None:
     assert s.ruler == "o200k_base" and s.provider_ratio == 1.1
     text = render_context(s, width=200)
     assert "Counted with the o200k_base tokenizer; the provider counted 1.10x that" in text
+    assert "(thresholds are scaled by it)" in text
+    odd = stats(_fresh(tmp_path, "x"), [("model_usage", usage(400_000, request=REQUEST,
+                                                             ruler="o200k_base"))])
+    assert "4.49x that on the last call (thresholds are scaled by at most 3.00x)" in \
+        render_context(odd, width=200)
     est = stats(_fresh(tmp_path, "e"), [("model_usage", usage(ours, request=REQUEST, ruler="approx",
                                                        source="estimated"))])
     assert est.provider_ratio is None
@@ -265,16 +270,23 @@ def test_panel_names_the_ruler_and_the_providers_ratio(tmp_path: Path) -> None:
 def test_a_resumed_agent_starts_calibrated_from_the_trace(tmp_path: Path) -> None:
     from simagent.context.middleware import last_calibration
 
+    o200k = {"ruler": "o200k_base"}
     with TraceLog(tmp_path / "trace.sqlite") as log:
-        assert last_calibration(log, "main", MODEL) == (None, None)
-        log.append("model_usage", usage(97_900, request=REQUEST))
-        log.append("model_usage", usage(50_000, request=REQUEST, agent="general-purpose"))
-        log.append("model_usage", usage(10, request=REQUEST, model="openai:gpt-4o"))
-        log.append("model_usage", usage(5, request=REQUEST, source="estimated"))
-        log.append("model_usage", usage(7, request=REQUEST, dropped=True))
-        assert last_calibration(log, "main", MODEL) == (89_000, 97_900)
-        assert last_calibration(log, "general-purpose", MODEL) == (89_000, 50_000)
-        assert last_calibration(log, "main", "openai:gpt-5") == (None, None)
+        assert last_calibration(log, "main", MODEL, "o200k_base") == (None, None)
+        log.append("model_usage", usage(97_900, request=REQUEST, **o200k))
+        log.append("model_usage", usage(50_000, request=REQUEST, agent="general-purpose",
+                                        **o200k))
+        log.append("model_usage", usage(10, request=REQUEST, model="openai:gpt-4o", **o200k))
+        log.append("model_usage", usage(5, request=REQUEST, source="estimated", **o200k))
+        log.append("model_usage", usage(7, request=REQUEST, dropped=True, **o200k))
+        assert last_calibration(log, "main", MODEL, "o200k_base") == (89_000, 97_900)
+        assert last_calibration(log, "general-purpose", MODEL, "o200k_base") == \
+            (89_000, 50_000)
+        assert last_calibration(log, "main", "openai:gpt-5", "o200k_base") == (None, None)
+        # a split counted with another ruler (or before rulers were traced) would mis-scale
+        assert last_calibration(log, "main", MODEL, "approx") == (None, None)
+        log.append("model_usage", usage(90_000, request=REQUEST))  # an old record
+        assert last_calibration(log, "main", MODEL, "o200k_base") == (None, None)
 
 
 def _fresh(tmp_path: Path, name: str) -> Path:

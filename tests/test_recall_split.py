@@ -17,6 +17,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from simagent.bench.report import (
     RECOVERY_DEFINITION,
     policy_table,
+    ranked,
     recall_parts,
     recall_split_table,
     render_report,
@@ -256,3 +257,21 @@ def test_recall_plot_parts_and_png(tmp_path):
     path = write_report(ROWS, tmp_path, mode="replay")
     assert "![tokens_vs_recall.png](tokens_vs_recall.png)" in path.read_text()
     assert (tmp_path / "tokens_vs_recall.png").stat().st_size > 1000
+
+
+def test_a_tuning_run_without_raw_still_splits_and_ranks():
+    rows = [row("simagent", 20_000, split=(0.5, 0.5, 0.0), recovery=5_000),
+            row("simagent[clear_fraction=0.3]", 12_000, split=(0.5, 0.0, 0.5))]
+    s = summarize(rows)
+    variant = s["simagent[clear_fraction=0.3]"]
+    assert variant["long_tokens_in"] == 12_000 and variant["long_lost_mean"] == 0.5
+    assert variant["long_ratio_to_raw"] is None and s["simagent"]["long_recovery_tokens"] == 5_000
+    # cheaper, but it loses half its facts: the lossless policy ranks first
+    assert [name for name, _ in ranked(s)] == ["simagent", "simagent[clear_fraction=0.3]"]
+
+
+def test_a_path_at_the_end_of_a_sentence_or_in_bold_is_still_a_pointer(tmp_path):
+    raw = tmp_path / "out.txt"
+    raw.write_text("result: 42.5\n")
+    for text in (f"see {raw}!", f"is it in {raw}?", f"**{raw}**", f"<{raw}>", f"{{{raw}}}"):
+        assert locate("result: 42.5", text, [tmp_path]).status == "by_pointer", text

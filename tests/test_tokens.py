@@ -154,6 +154,14 @@ def test_middleware_measures_with_its_models_ruler(tmp_path):
     assert mw("openai:gpt-4").ruler.name == "cl100k_base"
     assert mw("anthropic:claude-sonnet-4-5").ruler.name == "o200k_base"
     assert mw("openai:gpt-4o", ContextSettings(tokenizer="approx")).ruler.name == "approx"
+    # and measures with it: the same request is larger in real tokens than in chars/4
+    from types import SimpleNamespace
+
+    request = SimpleNamespace(system_message=None, tools=[])
+    view = [HumanMessage("go"), ToolMessage(NUMERIC, tool_call_id="c1")]
+    real = mw("openai:gpt-4o")._measure(request, view)[0].total
+    approx = mw("openai:gpt-4o", ContextSettings(tokenizer="approx"))._measure(request, view)
+    assert real == count_request(view, []) and real > 1.5 * approx[0].total
 
 
 def test_eviction_counts_real_tokens(tmp_path):
@@ -191,3 +199,35 @@ def test_doctor_checks_the_shipped_encodings(tmp_path, monkeypatch):
     tokens.clear_cache()
     bad = check_tokenizer()
     assert not bad.ok and "missing" in bad.detail and bad.fix == "reinstall simagent"
+
+
+def test_a_broken_install_counts_chars_over_four_instead_of_failing(tmp_path, monkeypatch):
+    monkeypatch.setattr(tokens, "ENCODINGS_DIR", tmp_path / "nowhere")
+    monkeypatch.setattr(tokens, "_ENCODINGS", {})
+    monkeypatch.setattr(tokens, "_BROKEN", {})
+    tokens.clear_cache()
+    assert Ruler("cl100k_base").count(NUMERIC) == math.ceil(len(NUMERIC) / 4)
+    assert "missing" in tokens.broken_encodings()["cl100k_base"]
+    msgs = [HumanMessage(NUMERIC)]
+    assert count_request(msgs, [], Ruler("cl100k_base")) > 0  # a model call goes on
+
+
+def test_function_tools_get_their_own_schema():
+    from simagent.context.counting import tool_schema
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    def fetch_a_very_long_named_thing(url: str) -> str:
+        """Fetch a page."""
+        return url
+
+    assert tool_schema(add)["function"]["name"] == "add"
+    assert tool_schema(fetch_a_very_long_named_thing)["function"]["name"] == \
+        "fetch_a_very_long_named_thing"
+
+
+def test_media_blocks_cost_a_fixed_amount_not_their_base64():
+    pdf = HumanMessage([{"type": "file", "base64": "A" * 300_000, "mime_type": "application/pdf"}])
+    assert count_message(pdf) < 1_000

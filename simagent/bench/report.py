@@ -43,11 +43,11 @@ def ranked(summary: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]
     would reward losing it). Those without long data last, in first-seen order."""
     def key(item: tuple[str, dict[str, Any]]) -> tuple[bool, float, int]:
         s = item[1]
-        if not s["long_raw_tokens_in"]:
+        if not s.get("long_runs", s["long_raw_tokens_in"]):
             return (True, 0.0, 0)
         lost = s.get("long_lost_mean")
-        if lost is None:  # old records: the yes/no recall
-            lost = 1.0 - (s.get("min_long_recall") or 0.0)
+        if lost is None:  # old records: the yes/no recall, as a mean like the split's
+            lost = 1.0 - (s.get("mean_long_recall") or s.get("min_long_recall") or 0.0)
         return (False, round(lost, 4),
                 s.get("long_tokens_with_recovery", s["long_tokens_in"]))
 
@@ -63,7 +63,7 @@ def policy_table(rows: Sequence[dict[str, Any]]) -> str:
              "| long: by pointer | long: lost | long: min recall | mean recall |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, (name, s) in enumerate(ranked(summary), 1):
-        has_long = bool(s["long_raw_tokens_in"])
+        has_long = bool(s.get("long_runs", s["long_raw_tokens_in"]))
         with_rec = s.get("long_tokens_with_recovery")
         lines.append(
             f"| {i} | {name} | {s['passed']}/{s['runs']} | {_k(s['tokens_in'])} | "

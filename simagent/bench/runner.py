@@ -272,8 +272,10 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
     Recall is also split (in view / by pointer / lost, sums and means over long runs) and
     the long token total is also given with the recovery cost added: a policy that sends
-    little but leaves every fact behind a long read is cheaper only on paper. Rows written
-    before the split had no such keys; they count in the old totals, not in the split.
+    little but leaves every fact behind a long read is cheaper only on paper. Long totals
+    and the split cover every long run; ratios to raw only the workflows raw ran on (a
+    tuning run may leave raw out). Rows written before the split had no such keys; they
+    count in the old totals, not in the split.
     """
     out: dict[str, dict[str, Any]] = {}
     raw_long = {r["workflow"]: r["tokens_in"] for r in rows
@@ -281,7 +283,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     split = ("in_view", "by_pointer", "lost")
     for r in rows:
         s = out.setdefault(r["policy"], {"runs": 0, "passed": 0, "tokens_in": 0,
-                                         "long_tokens_in": 0, "long_raw_tokens_in": 0,
+                                         "long_runs": 0, "long_tokens_in": 0,
+                                         "long_tokens_vs_raw": 0, "long_raw_tokens_in": 0,
                                          "long_recall": [], "recall": [],
                                          "long_split_runs": 0,
                                          **{f"long_{k}_sum": 0.0 for k in split},
@@ -291,28 +294,35 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         s["passed"] += r["verdict"] == "pass"
         s["tokens_in"] += r["tokens_in"]
         s["recall"].append(r["recall"])
-        if r.get("long") and r["workflow"] in raw_long:
-            s["long_tokens_in"] += r["tokens_in"]
+        if not r.get("long"):
+            continue
+        s["long_runs"] += 1
+        s["long_tokens_in"] += r["tokens_in"]
+        s["long_recall"].append(r["recall"])
+        s["long_recovery_tokens"] += int(r.get("recovery_tokens") or 0)
+        s["long_recovery_search_tokens"] += int(r.get("recovery_search_tokens") or 0)
+        if "recall_in_view" in r:
+            s["long_split_runs"] += 1
+            for k in split:
+                s[f"long_{k}_sum"] += float(r.get(f"recall_{k}") or 0.0)
+        if r["workflow"] in raw_long:
+            s["long_tokens_vs_raw"] += r["tokens_in"]
             s["long_raw_tokens_in"] += raw_long[r["workflow"]]
-            s["long_recall"].append(r["recall"])
-            s["long_recovery_tokens"] += int(r.get("recovery_tokens") or 0)
-            s["long_recovery_search_tokens"] += int(r.get("recovery_search_tokens") or 0)
-            if "recall_in_view" in r:
-                s["long_split_runs"] += 1
-                for k in split:
-                    s[f"long_{k}_sum"] += float(r.get(f"recall_{k}") or 0.0)
     for s in out.values():
-        s["long_ratio_to_raw"] = (s["long_tokens_in"] / s["long_raw_tokens_in"]
+        s["long_ratio_to_raw"] = (s["long_tokens_vs_raw"] / s["long_raw_tokens_in"]
                                   if s["long_raw_tokens_in"] else None)
         s["min_long_recall"] = min(s["long_recall"]) if s["long_recall"] else None
+        s["mean_long_recall"] = (sum(s["long_recall"]) / len(s["long_recall"])
+                                 if s["long_recall"] else None)
         s["mean_recall"] = sum(s["recall"]) / len(s["recall"]) if s["recall"] else None
         for k in split:
             s[f"long_{k}_sum"] = round(s[f"long_{k}_sum"], 4)
             s[f"long_{k}_mean"] = (round(s[f"long_{k}_sum"] / s["long_split_runs"], 4)
                                    if s["long_split_runs"] else None)
         s["long_tokens_with_recovery"] = s["long_tokens_in"] + s["long_recovery_tokens"]
-        s["long_ratio_with_recovery"] = (s["long_tokens_with_recovery"]
-                                         / s["long_raw_tokens_in"]
-                                         if s["long_raw_tokens_in"] else None)
+        s["long_ratio_with_recovery"] = (
+            (s["long_tokens_vs_raw"] + s["long_recovery_tokens"]) / s["long_raw_tokens_in"]
+            if s["long_raw_tokens_in"] and s["long_tokens_vs_raw"] == s["long_tokens_in"]
+            else None)
         del s["long_recall"], s["recall"]
     return out

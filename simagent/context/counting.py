@@ -40,8 +40,11 @@ MESSAGE_FRAME = 3
 CALL_FRAME = 3
 #: Framing of one tool schema in the tools list.
 TOOL_FRAME = 3
-#: An image block (OpenAI's high-detail 1024x1024 tile count; providers differ).
+#: An image block (OpenAI's high-detail 1024x1024 tile count; providers differ). Other
+#: media blocks (file, audio, video) are priced alike, as a placeholder, never by their
+#: base64 length.
 IMAGE_TOKENS = 765
+MEDIA_BLOCKS = frozenset({"image", "image_url", "file", "audio", "video", "input_audio"})
 _ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
 
@@ -67,8 +70,8 @@ def message_parts(msg: BaseMessage) -> tuple[list[str], int]:
                 texts.append(str(block))
             elif block.get("type") == "text":
                 texts.append(str(block.get("text") or ""))
-            elif block.get("type") in ("image", "image_url"):
-                extra += IMAGE_TOKENS
+            elif block.get("type") in MEDIA_BLOCKS:
+                extra += IMAGE_TOKENS  # base64 data is not text the model reads
             elif block.get("type") in ("tool_use", "tool_call", "reasoning", "thinking"):
                 continue  # tool calls are counted below; reasoning is not sent back
             else:
@@ -107,14 +110,16 @@ _SCHEMAS_MAX = 512
 def tool_schema(tool: Any) -> dict[str, Any]:
     """The tool as a provider receives it (OpenAI function format), memoized by content
     (never by object: tools close over their session, which must be free to go)."""
+    from langchain_core.tools import BaseTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
     if isinstance(tool, dict):
         return tool
-    key = (str(getattr(tool, "name", "")), str(getattr(tool, "description", "")),
-           repr(getattr(tool, "args", "")))
+    if not isinstance(tool, BaseTool):  # a function or a model class: no stable key
+        return convert_to_openai_tool(tool)
+    key = (type(tool).__qualname__, tool.name, tool.description, repr(tool.args))
     schema = _SCHEMAS.get(key)
     if schema is None:
-        from langchain_core.utils.function_calling import convert_to_openai_tool
-
         if len(_SCHEMAS) >= _SCHEMAS_MAX:
             _SCHEMAS.clear()
         schema = _SCHEMAS[key] = convert_to_openai_tool(tool)
@@ -130,10 +135,13 @@ def count_tools(tools: Sequence[Any] | None, ruler: Ruler | None = None) -> int:
     if not tools:
         return 0
     ruler = ruler or active_ruler()
-    try:
-        return sum(TOOL_FRAME + ruler.count(schema_text(t)) for t in tools)
-    except Exception:  # an odd tool object must not break a model call
-        return 0
+    total = 0
+    for tool in tools:
+        try:
+            total += TOOL_FRAME + ruler.count(schema_text(tool))
+        except Exception:  # an odd tool object must not break a model call
+            total += TOOL_FRAME + ruler.count(str(getattr(tool, "description", "")))
+    return total
 
 
 def count_text(text: str, ruler: Ruler | None = None) -> int:
@@ -246,9 +254,21 @@ def measure(system_message: BaseMessage | None, messages: Sequence[BaseMessage],
                        conversation=conv, tool_results=results, summaries=summaries)
 
 
+#: How far the provider's count may scale ours (another family's tokenizer, hidden
+#: framing); beyond this the provider's figure is taken for an anomaly.
+CALIBRATION_BOUNDS = (0.5, 3.0)
+
+
+def calibration_ratio(previous_estimate: int | None, previous_reported: int | None) -> float:
+    """The provider/our-count ratio of the previous call, within :data:`CALIBRATION_BOUNDS`."""
+    if not previous_estimate or not previous_reported:
+        return 1.0
+    low, high = CALIBRATION_BOUNDS
+    return min(high, max(low, previous_reported / previous_estimate))
+
+
 def calibrate(estimate: int, previous_estimate: int | None, previous_reported: int | None) -> int:
-    """Scale ``estimate`` by the provider/estimate ratio of the previous call (0.5x-3x)."""
+    """Scale ``estimate`` by the provider/estimate ratio of the previous call."""
     if not previous_estimate or not previous_reported:
         return estimate
-    ratio = min(3.0, max(0.5, previous_reported / previous_estimate))
-    return int(estimate * ratio)
+    return int(estimate * calibration_ratio(previous_estimate, previous_reported))

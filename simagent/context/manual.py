@@ -25,6 +25,7 @@ from simagent.context.compaction import (
     visible,
 )
 from simagent.context.counting import count_messages
+from simagent.context.tokens import using
 
 if TYPE_CHECKING:
     from simagent.context.middleware import ContextMiddleware
@@ -99,7 +100,8 @@ def compact_now(graph: Any, config: dict[str, Any], context: ContextMiddleware,
     boundary = values.get(BOUNDARY_KEY)
     tail = messages[cutoff_of(messages, boundary):]
     keep = min(context.thresholds.summary_keep, count_messages(tail, context.ruler) // 4)
-    done = context.compactor.summarize(messages, boundary, keep, focus=focus)
+    with using(context.ruler):  # the kept tail is measured as the middleware measures it
+        done = context.compactor.summarize(messages, boundary, keep, focus=focus)
     if done is None:
         return ManualResult(False, "nothing to compact: the conversation since the last "
                                    "boundary is already minimal")
@@ -120,8 +122,9 @@ def checkpoint_now(graph: Any, config: dict[str, Any], context: ContextMiddlewar
     if refused:
         return ManualResult(False, f"cannot checkpoint: {refused}")
     boundary = values.get(BOUNDARY_KEY)
-    done = context.compactor.checkpoint(messages, boundary, len(messages), note=note,
-                                        how="/done")
+    with using(context.ruler):
+        done = context.compactor.checkpoint(messages, boundary, len(messages), note=note,
+                                            how="/done")
     if done is None:
         return ManualResult(False, "nothing to checkpoint since the last boundary")
     before = _tokens(context, values, messages, boundary)

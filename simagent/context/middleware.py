@@ -97,7 +97,8 @@ class ContextMiddleware(AgentMiddleware):
         self.tools = list(tools or [])
         # our count of the previous request and the provider's figure for it; a resumed
         # session starts from the trace, so its first estimate is already calibrated
-        self._last_sent, self._last_reported = last_calibration(trace, agent, model_id)
+        self._last_sent, self._last_reported = last_calibration(trace, agent, model_id,
+                                                                self.ruler.name)
 
     @property
     def name(self) -> str:
@@ -273,10 +274,11 @@ class ContextMiddleware(AgentMiddleware):
         return self._cap(request, await handler(request))
 
 
-def last_calibration(trace: TraceLog | None, agent: str, model_id: str
+def last_calibration(trace: TraceLog | None, agent: str, model_id: str, ruler: str
                      ) -> tuple[int | None, int | None]:
     """(our count, provider's count) of this agent's latest provider-reported call with
-    this model and ruler's family, from the trace; (None, None) when there is none."""
+    this model, counted with this ruler, from the trace; (None, None) when there is none
+    (a split counted with another ruler, or before rulers were traced, would mis-scale)."""
     if trace is None:
         return None, None
     try:
@@ -288,6 +290,8 @@ def last_calibration(trace: TraceLog | None, agent: str, model_id: str
         if ((p.get("agent") or "main") != agent or p.get("model") != model_id
                 or p.get("source") != "provider" or p.get("dropped")):
             continue
+        if p.get("ruler") != ruler:
+            return None, None
         sent = RequestSize.from_dict(p.get("request")).total
         reported = int(p.get("input_tokens") or 0)
         return (sent, reported) if sent and reported else (None, None)

@@ -228,8 +228,14 @@ def ruler_line(s: ContextStats) -> str:
     what = "chars/4 (approximate)" if s.ruler == "approx" else f"the {s.ruler} tokenizer"
     if s.provider_ratio is None:
         return f"Counted with {what}; the provider reported no usage to check it against"
+    from simagent.context.counting import CALIBRATION_BOUNDS
+
+    low, high = CALIBRATION_BOUNDS
+    used = min(high, max(low, s.provider_ratio))
+    scaled = ("thresholds are scaled by it" if used == s.provider_ratio
+              else f"thresholds are scaled by at most {used:.2f}x")
     return (f"Counted with {what}; the provider counted {s.provider_ratio:.2f}x that on "
-            f"the last call (thresholds are scaled by it)")
+            f"the last call ({scaled})")
 
 
 def render_context(stats: ContextStats, width: int = 60) -> str:

@@ -32,6 +32,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from simagent.context.counting import count_text
 
 _PATH = re.compile(r"(/[^\s\]\)\"'`,;]+)")
+#: Sentence and markup characters a path in prose may end with (``**/x/y.txt**.``).
+_TRAILING = ".:!?*>}…"
 
 #: Lines per ``read_file`` page: deepagents' default ``limit`` (middleware/filesystem.py).
 PAGE_LINES = DEFAULT_READ_LIMIT
@@ -66,7 +68,7 @@ def _pointers(text: str, roots: Sequence[Path]) -> list[tuple[str, Path, int]]:
     """(name as written, path, end of its first mention) per existing file under ``roots``."""
     first: dict[str, int] = {}
     for m in _PATH.finditer(text):
-        name = m.group(1).rstrip(".:")
+        name = m.group(1).rstrip(_TRAILING)
         first.setdefault(name, m.start() + len(name))
     found = []
     for name, end in first.items():

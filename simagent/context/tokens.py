@@ -95,16 +95,17 @@ def encoding(name: str = DEFAULT_ENCODING) -> Any:
         return enc
     with _LOCK:
         if name not in _ENCODINGS:
+            import types
+
             import tiktoken
             from tiktoken_ext import openai_public
 
-            original = openai_public.load_tiktoken_bpe
-            openai_public.load_tiktoken_bpe = _shipped_ranks  # tiktoken's own constructor
-            try:
-                kwargs = getattr(openai_public, name)()
-            finally:
-                openai_public.load_tiktoken_bpe = original
-            _ENCODINGS[name] = tiktoken.Encoding(**kwargs)
+            # tiktoken's own constructor, run with the shipped-file loader in its globals
+            # (a copy: patching the module would race other threads that load encodings)
+            ctor = getattr(openai_public, name)
+            local = types.FunctionType(ctor.__code__, {**vars(openai_public),
+                                                       "load_tiktoken_bpe": _shipped_ranks})
+            _ENCODINGS[name] = tiktoken.Encoding(**local())
     return _ENCODINGS[name]
 
 
@@ -119,9 +120,16 @@ class Ruler:
         return self.name != APPROX
 
     def count(self, text: str) -> int:
+        """Tokens of ``text``. If the encoding cannot load (a broken install), chars/4
+        with one warning: a count must never cost a model call; ``doctor`` names it."""
         if not text:
             return 0
-        if not self.real:
+        if not self.real or self.name in _BROKEN:
+            return -(-len(text) // 4)
+        try:
+            encoding(self.name)
+        except EncodingFileError as exc:
+            _broken(self.name, exc)
             return -(-len(text) // 4)
         if len(text) < CACHE_MIN_CHARS:
             return len(_encode(self.name, text))
@@ -137,6 +145,24 @@ class Ruler:
             if len(_CACHE) > CACHE_ENTRIES:
                 _CACHE.popitem(last=False)
         return n
+
+
+_BROKEN: dict[str, str] = {}  # encodings that failed to load, with the reason
+
+
+def _broken(name: str, exc: Exception) -> None:
+    import logging
+
+    with _LOCK:
+        first = name not in _BROKEN
+        _BROKEN[name] = str(exc)
+    if first:
+        logging.getLogger("simagent").warning("counting with chars/4: %s", exc)
+
+
+def broken_encodings() -> dict[str, str]:
+    """Encodings that failed to load in this process (name -> reason)."""
+    return dict(_BROKEN)
 
 
 def _encode(name: str, text: str) -> list[int]:
