@@ -180,9 +180,10 @@ def test_clearing_happens_in_epochs_and_keeps_the_prefix_stable(opened):
     last = reqs[-1]
     placeholders = [m for m in last if isinstance(m, ToolMessage) and "result cleared" in m.text]
     assert placeholders
-    for m in placeholders:  # each names the raw output file, which exists
-        path = m.text.split("full output is at ")[1].split(" (page")[0]
+    for m in placeholders:  # each names the raw output file, which exists, and its handle
+        path = m.text.split("full output is at ")[1].split(";")[0]
         assert Path(path).is_file()
+        assert f"`_out[{int(Path(path).stem)}].tail(k)`" in m.text
     recent = [m for m in last if isinstance(m, ToolMessage)][-3:]
     assert all("result cleared" not in m.text for m in recent)
 

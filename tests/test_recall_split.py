@@ -275,3 +275,24 @@ def test_a_path_at_the_end_of_a_sentence_or_in_bold_is_still_a_pointer(tmp_path)
     raw.write_text("result: 42.5\n")
     for text in (f"see {raw}!", f"is it in {raw}?", f"**{raw}**", f"<{raw}>", f"{{{raw}}}"):
         assert locate("result: 42.5", text, [tmp_path]).status == "by_pointer", text
+
+
+def test_a_kernel_output_is_paged_back_from_its_end(tmp_path):
+    """``_out[n].tail`` serves kernel raw outputs: a final value on the last page costs one
+    page, not the whole file; the same file elsewhere is read from the start."""
+    from simagent.context.recall import read_cost, tail_cost
+
+    body = "".join(f"row {i} {i * 0.5:.3e}\n" for i in range(1_000)) + "final h=1.280e-03\n"
+    fact = "final h=1.280e-03"
+    (tmp_path / "outputs").mkdir()
+    raw = tmp_path / "outputs" / "0005.txt"
+    other = tmp_path / "elsewhere.txt"
+    for path in (raw, other):
+        path.write_text(body)
+    lines = body.splitlines(keepends=True)
+    one_page = count_text("".join(lines[-PAGE_LINES:])) + CALL_OVERHEAD_TOKENS
+    assert tail_cost(body, fact) == one_page < read_cost(body, fact)
+    assert locate(fact, f"see {raw}", [tmp_path]).recovery_tokens == one_page
+    assert locate(fact, f"see {other}", [tmp_path]).recovery_tokens == read_cost(body, fact)
+    # a fact on the first page is still cheapest from the start
+    assert locate("row 3 ", f"see {raw}", [tmp_path]).recovery_tokens == read_cost(body, "row 3 ")

@@ -21,8 +21,9 @@ RECOVERY_DEFINITION = (
     "that, by long-workflow input tokens plus recovery cost: what a model that "
     "knows only the pointer would spend paging each by-pointer fact back with `read_file` "
     f"({PAGE_LINES}-line pages from the file start through the page holding the next path, "
-    f"then the fact; +{CALL_OVERHEAD_TOKENS} tokens a call). The grep figure is a lower "
-    "bound and does not rank.")
+    f"then the fact; +{CALL_OVERHEAD_TOKENS} tokens a call; a kernel's raw output may "
+    "instead be paged back from its end with `_out[n].tail`, whichever is cheaper). The "
+    "grep figure is a lower bound and does not rank.")
 
 
 def _k(n: float) -> str:

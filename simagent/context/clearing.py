@@ -38,6 +38,12 @@ def recovery_hint(msg: ToolMessage, tool_name: str | None) -> str:
         found = _PATH_RE.search(msg.text + " ")
         path = found.group(1) if found else None
     if path:
+        from simagent.kernel_api.outputs import handle, number_of
+
+        if (n := number_of(path)) is not None:
+            return (f"the full output is at {path}; query it in the kernel with "
+                    f"`{handle(n)}.tail(k)`, `.grep(pattern)` or `.head(k)` "
+                    f"(or page it with `read_file` offset/limit)")
         return f"the full output is at {path} (page it with `read_file` offset/limit)"
     return _REREAD.get(tool_name or "", "re-run the call above if you need it")
 

@@ -13,8 +13,10 @@ For ``by_pointer`` facts the recovery cost is what the cheapest recovery the har
 would cost a model that knows only the pointer, not the fact: deepagents' ``read_file``
 pages a file ``DEFAULT_READ_LIMIT`` lines at a time, and a model reading from the start
 stops at the page holding what it wants (the next pointer's path in an intermediate
-file, the fact in the last one). ``search_tokens`` is a lower bound for a model that can
-``grep`` for the exact fact (which it does not know, hence a bound, never a ranking).
+file, the fact in the last one). A kernel's raw output (``outputs/<n>.txt``) can also be
+paged back from its end in the kernel (``_out[n].tail``), where results usually are.
+``search_tokens`` is a lower bound for a model that can ``grep`` for the exact fact
+(which it does not know, hence a bound, never a ranking).
 Tests and the bench's recall score use this.
 """
 
@@ -30,6 +32,7 @@ from deepagents.middleware.filesystem import DEFAULT_READ_LIMIT
 from langchain_core.messages import AIMessage, BaseMessage
 
 from simagent.context.counting import count_text
+from simagent.kernel_api.outputs import number_of
 
 _PATH = re.compile(r"(/[^\s\]\)\"'`,;]+)")
 #: Sentence and markup characters a path in prose may end with (``**/x/y.txt**.``).
@@ -111,6 +114,31 @@ def read_cost(text: str, wanted: str) -> int | None:
     return None if at < 0 else _pages_through(text, at + len(wanted))
 
 
+def tail_cost(text: str, wanted: str) -> int | None:
+    """Tokens of paging ``text`` back from its end (``_out[n].tail``) through the page
+    holding the last occurrence of ``wanted``; None when it is not there."""
+    at = text.rfind(wanted) if wanted else -1
+    if at < 0:
+        return None
+    lines = text.splitlines(keepends=True)
+    line = text.count("\n", 0, at)  # the line holding the occurrence's start
+    from_end = len(lines) - 1 - line
+    pages = [lines[max(0, len(lines) - (i + 1) * PAGE_LINES):len(lines) - i * PAGE_LINES]
+             for i in range(from_end // PAGE_LINES + 1)]
+    return sum(count_text("".join(page)) + CALL_OVERHEAD_TOKENS for page in pages)
+
+
+def recovery_cost(path: Path, text: str, wanted: str) -> int | None:
+    """The cheapest way the harness offers to reach ``wanted`` in the file at ``path``:
+    ``read_file`` pages from the start and, for a kernel's raw output, which ``_out[n]``
+    serves in the kernel, pages back from the end with ``.tail``."""
+    cost = read_cost(text, wanted)
+    if cost is not None and number_of(path) is not None:
+        back = tail_cost(text, wanted)
+        cost = min(cost, back) if back is not None else cost
+    return cost
+
+
 def search_cost(text: str, fact: str) -> int | None:
     """Tokens of a ``grep`` answer for ``fact``: the line(s) it sits on, plus one call."""
     at = text.find(fact)
@@ -145,7 +173,7 @@ def locate(fact: str, text: str, roots: Iterable[Path], hops: int = 2) -> FactLo
                 body = path.read_text(encoding="utf-8", errors="replace")
             except OSError:
                 continue
-            cost = read_cost(body, fact)
+            cost = recovery_cost(path, body, fact)
             if cost is not None and (best is None or arrival + cost < best[0]):
                 best = (arrival + cost, chain, search_cost(body, fact) or 0)
             for name, target, at in _pointers(body, roots) if depth < hops else ():

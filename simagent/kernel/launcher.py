@@ -1,7 +1,7 @@
 """Kernel-side bootstrap for simagent's default Python kernel.
 
 Run as ``python -m simagent.kernel.launcher -f {connection_file}``. It starts a stock
-ipykernel with four adjustments that only the kernel process can make (ipykernel is
+ipykernel with these adjustments that only the kernel process can make (ipykernel is
 pinned, and ``tests/test_kernel.py`` proves each one on the real kernel):
 
 1. **C-level output is decoded incrementally.** ipykernel reads fd 1/2 in 1000-byte
@@ -24,6 +24,8 @@ pinned, and ``tests/test_kernel.py`` proves each one on the real kernel):
    so background output can never hang the kernel.
 5. **Crashes leave a trace.** ``faulthandler`` writes the native stack of a segfault to
    the kernel's original stderr (``kernel.log``).
+6. **Earlier outputs are objects.** ``_out[n]`` (``simagent.kernel_api.outputs``) is put
+   in the user namespace, hidden from ``%who``, at every (re)start.
 """
 
 from __future__ import annotations
@@ -197,7 +199,19 @@ def main() -> None:
     shell = getattr(app, "shell", None)
     if shell is not None:
         shell.events.register("post_run_cell", _sync_fd_output)
+        _install_outputs(shell)
     app.start()
+
+
+def _install_outputs(shell: object) -> None:
+    """``_out[n]``: earlier executions' outputs, queryable in the kernel (a restart
+    rebuilds it from the session's ``outputs/``)."""
+    try:
+        from simagent.kernel_api.outputs import install
+
+        install(shell.user_ns, getattr(shell, "user_ns_hidden", None))  # type: ignore[attr-defined]
+    except Exception as exc:  # the kernel must start even if this fails
+        print(f"simagent: _out is unavailable: {exc}", file=sys.__stderr__)
 
 
 if __name__ == "__main__":

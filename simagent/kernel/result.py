@@ -172,6 +172,10 @@ class ExecResult:
 
     def truncation_marker(self, shown_chars: int) -> str:
         where = f"full output: {self.raw_path}" if self.raw_path else "full output not kept"
+        from simagent.kernel_api.outputs import handle, number_of
+
+        if (n := number_of(self.raw_path)) is not None:
+            where += f"; in the kernel: {handle(n)}.tail(k) / .grep(pattern)"
         if self.rows_dropped == 0:
             return (f"[output truncated: {_size(shown_chars)} of {_size(self.raw_chars)} "
                     f"printed are shown (head and tail); {where}]")

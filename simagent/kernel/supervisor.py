@@ -25,6 +25,7 @@ from typing import IO, Literal
 from simagent.kernel.capture import Capture, OnOutput
 from simagent.kernel.launcher import FLOW_ENV
 from simagent.kernel.result import MODEL_TEXT_CAP, ExecResult
+from simagent.kernel_api.outputs import raw_name
 from simagent.paths import SESSION_DIR_ENV, SessionPaths, kernelspec_dir
 
 KernelState = Literal["stopped", "starting", "idle", "busy", "restarting", "dead"]
@@ -294,13 +295,26 @@ class Kernel:
                 reason = self.death_reason or _death_reason(self._exit_code())
                 self.restart()
                 notice = f"{reason}; the kernel was restarted and earlier state is lost"
-            return self._run(code, on_output, timeout, notice)
+            result = self._run(code, on_output, timeout, notice)
+            self._write_record(code, result)
+            return result
+
+    def _write_record(self, code: str, result: ExecResult) -> None:
+        """Execution ``n``'s record beside its raw output, for ``_out[n]`` in the kernel."""
+        from simagent.kernel_api.outputs import write_record
+
+        error = result.error.text() if result.error is not None else None
+        write_record(self.paths.outputs, self._seq, {
+            "n": self._seq, "code": code, "status": result.status, "error": error,
+            "figures": [str(d.path) for d in result.displays if d.path is not None],
+            "elapsed_s": round(result.elapsed_s, 3), "execution_count": result.execution_count,
+            "raw_chars": result.raw_chars, "notice": result.notice or None})
 
     def _run(self, code: str, on_output: OnOutput | None, timeout: float | None,
              notice: str) -> ExecResult:
         self._seq += 1
         tag = f"{self._seq:04d}"
-        cap = Capture(self.paths.outputs / f"{tag}.txt", self.paths.artifacts, tag,
+        cap = Capture(self.paths.outputs / raw_name(self._seq), self.paths.artifacts, tag,
                       on_output, self.output_cap)
         kc = self._kc
         self._interrupt_at = None
