@@ -48,9 +48,10 @@ def test_usage_errors_are_one_line_with_exit_2() -> None:
 
 
 def test_kernel_bench_reports_exactly_the_contract_keys() -> None:
-    results, detail = run_kernel_bench(roundtrip_runs=5, capture_sizes_mb=(1,))
+    results, detail = run_kernel_bench(roundtrip_runs=5, capture_sizes_mb=(1,), out_grep_mb=2)
     assert set(results) == {"roundtrip_ratio", "capture_mb_s", "peak_rss_growth_mb",
-                            "interrupt_s", "restart_s"} == set(GOALS)
+                            "interrupt_s", "restart_s", "out_grep_rss_growth_mb"} == set(GOALS)
+    assert results["out_grep_rss_growth_mb"] >= 0
     assert results["roundtrip_ratio"] > 0 and results["capture_mb_s"]["1MB"] > 0
     assert set(results["interrupt_s"]) == {"busy_loop", "sleep"}
     assert results["restart_s"] > 0 and detail["p50_ms"]["simagent"] > 0

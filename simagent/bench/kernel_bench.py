@@ -4,7 +4,8 @@ Figures are ratios or rates taken in the same process and run, because these mac
 are noisy; nothing here is asserted by tests, which check behaviour instead.
 
 JSON keys are exactly ``roundtrip_ratio``, ``capture_mb_s``, ``peak_rss_growth_mb``,
-``interrupt_s`` and ``restart_s``. MB means 2**20 bytes of UTF-8 output.
+``interrupt_s``, ``restart_s`` and ``out_grep_rss_growth_mb`` (the kernel's peak RSS
+growth while ``_out[n].grep`` scans a 200 MB earlier output). MB means 2**20 bytes of UTF-8 output.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from simagent.paths import SessionPaths
 
 ROUNDTRIP_RUNS = 200
 CAPTURE_SIZES_MB = (10, 100)
+#: Size of the earlier output ``_out[n].grep`` scans (the kernel's RSS must not grow with it).
+OUT_GREP_MB = 200
 RESTART_RUNS = 3
 
 #: Kernel code defining a block of just over 1 MB of tqdm-like bars, coloured logs and
@@ -53,9 +56,9 @@ def mixed_output_code(n_mb: int) -> str:
     return MIXED_OUTPUT_CODE.replace("{reps}", str(n_mb))
 
 
-def _rss_bytes() -> int | None:
+def _rss_bytes(pid: int | str = "self") -> int | None:
     try:
-        with open("/proc/self/statm") as f:
+        with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
         return None
@@ -64,16 +67,17 @@ def _rss_bytes() -> int | None:
 class _PeakRss:
     """Samples this process's RSS every few ms; ``growth_mb`` is peak minus baseline."""
 
-    def __init__(self, interval: float = 0.005) -> None:
+    def __init__(self, interval: float = 0.005, pid: int | str = "self") -> None:
         self.interval = interval
-        self.base = _rss_bytes() or 0
+        self.pid = pid
+        self.base = _rss_bytes(pid) or 0
         self.peak = self.base
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            rss = _rss_bytes()
+            rss = _rss_bytes(self.pid)
             if rss is not None and rss > self.peak:
                 self.peak = rss
             self._stop.wait(self.interval)
@@ -85,13 +89,34 @@ class _PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        rss = _rss_bytes()
+        rss = _rss_bytes(self.pid)
         if rss is not None and rss > self.peak:
             self.peak = rss
 
     @property
     def growth_mb(self) -> float:
         return (self.peak - self.base) / (1 << 20)
+
+
+def _out_grep_growth(kernel, paths: SessionPaths, n_mb: int) -> float:
+    """Peak RSS growth of the *kernel* while ``_out[n].grep`` scans an ``n_mb`` MB output
+    (written straight to ``outputs/`` as an earlier execution's): grep must stream."""
+    from simagent.kernel_api.outputs import raw_name, write_record
+
+    n = 9_999  # past any execution of this bench
+    line = "step {:9d} residual=1.234567e-04 dt=1.0e-02 CFL=0.93 T=1234.5678 K\n"
+    block = "".join(line.format(i) for i in range(10_000))
+    with open(paths.outputs / raw_name(n), "w", encoding="utf-8") as fh:
+        for _ in range(-(-(n_mb << 20) // len(block))):
+            fh.write(block)
+        fh.write("NEEDLE final energy=-1.2345\n")
+    write_record(paths.outputs, n, {"n": n, "code": "(bench)", "status": "ok"})
+    kernel.execute("import gc; gc.collect()")
+    with _PeakRss(pid=kernel.pid) as rss:
+        res = kernel.execute(f"print(len(_out[{n}].grep('NEEDLE')))")
+    if res.status != "ok" or res.stdout.strip() != "1":
+        raise RuntimeError(f"_out grep bench: unexpected result {res.model_text()[:300]!r}")
+    return round(rss.growth_mb, 1)
 
 
 def _bare_roundtrip(km, kc, code: str) -> float:
@@ -132,8 +157,9 @@ def _interrupt_latency(kernel, code: str) -> float:
 def run_kernel_bench(progress: Callable[[str], None] | None = None,
                      roundtrip_runs: int = ROUNDTRIP_RUNS,
                      capture_sizes_mb: tuple[int, ...] = CAPTURE_SIZES_MB,
+                     out_grep_mb: int = OUT_GREP_MB,
                      ) -> tuple[dict, dict]:
-    """Run every kernel micro-benchmark: (JSON figures with the five keys, details)."""
+    """Run every kernel micro-benchmark: (JSON figures with the six keys, details)."""
     from jupyter_client.manager import KernelManager
 
     from simagent.kernel import Kernel
@@ -179,6 +205,9 @@ def run_kernel_bench(progress: Callable[[str], None] | None = None,
                 capture[f"{n_mb}MB"] = round(printed / (1 << 20) / elapsed, 1)
                 growth = round(rss.growth_mb, 1)  # reported for the largest run
 
+            say(f"_out grep: {out_grep_mb} MB output, kernel RSS")
+            grep_growth = _out_grep_growth(kernel, paths, out_grep_mb)
+
             say("interrupt: busy loop and sleep")
             interrupt = {
                 "busy_loop": round(_interrupt_latency(kernel, "while True:\n    pass"), 3),
@@ -197,6 +226,7 @@ def run_kernel_bench(progress: Callable[[str], None] | None = None,
         "peak_rss_growth_mb": growth,
         "interrupt_s": interrupt,
         "restart_s": round(statistics.median(restarts), 3),
+        "out_grep_rss_growth_mb": grep_growth,
     }, {"p50_ms": {"simagent": round(p50_ours * 1e3, 2),
                    "jupyter_client": round(p50_bare * 1e3, 2)}}
 
@@ -208,6 +238,7 @@ GOALS = {
     "peak_rss_growth_mb": ("<=", 64.0),
     "interrupt_s": ("<=", 1.0),
     "restart_s": ("<=", 2.0),
+    "out_grep_rss_growth_mb": ("<=", 50.0),  # issue 15: _out[n].grep on a 200 MB output
 }
 
 
