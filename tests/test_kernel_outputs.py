@@ -124,3 +124,16 @@ def test_a_cleared_result_names_its_handle() -> None:
     assert "`_out[7].tail(k)`" in hint and "/s/sessions/x/outputs/0007.txt" in hint
     other = ToolMessage("...", tool_call_id="c2", artifact={"raw_path": "/s/evicted/c2"})
     assert "_out" not in recovery_hint(other, "execute")
+
+
+def test_a_kernel_started_by_name_gets_out_too(session_paths: SessionPaths,
+                                                workspace: Path) -> None:
+    """Another kernelspec may run where simagent is not installed: ``_out`` is sent as the
+    module's own source, so the handles the markers name exist there as well."""
+    with Kernel(session_paths, cwd=workspace, kernel_name="python3") as k:
+        k.execute("print('hello from a named kernel')")
+        r = k.execute("print(type(_out).__module__, _out[-1].tail(1)[0].text)")
+        assert r.stdout.strip() == "simagent_outputs hello from a named kernel"
+        k.restart()
+        r = k.execute("print(len(_out))\n%who")
+        assert r.stdout.splitlines() == ["2", "Interactive namespace is empty."]

@@ -186,6 +186,7 @@ class Kernel:
         self._km, self._kc = km, kc
         self.state = "idle"
         self.death_reason = ""
+        self._install_outputs()
 
     def _process(self):
         """The kernel's Popen, where the provisioner is local (None otherwise)."""
@@ -220,7 +221,29 @@ class Kernel:
         self.state = "idle"
         self.death_reason = ""
         self._drain()
+        self._install_outputs()
         return time.perf_counter() - t0
+
+    def _install_outputs(self) -> None:
+        """``_out`` in a kernel started by name. simagent's own kernel installs it at start
+        (the launcher); another kernel may run in an environment without simagent, so it
+        gets the (standard-library-only) module's source in one silent cell."""
+        if not self.kernel_name or self._kc is None:
+            return
+        from simagent.kernel_api import outputs
+
+        source = Path(outputs.__file__).read_text(encoding="utf-8")
+        code = ("import types as _simagent_t, sys as _simagent_s\n"
+                "_simagent_m = _simagent_t.ModuleType('simagent_outputs')\n"
+                f"exec(compile({source!r}, 'simagent_outputs', 'exec'), _simagent_m.__dict__)\n"
+                "_simagent_s.modules['simagent_outputs'] = _simagent_m\n"
+                "_simagent_m.install(get_ipython().user_ns, get_ipython().user_ns_hidden)\n"
+                "del _simagent_t, _simagent_s, _simagent_m\n")
+        try:
+            self._reply(self._kc.execute(code, silent=True, store_history=False,
+                                         allow_stdin=False))
+        except Exception:  # a kernel that cannot take it still runs code; markers say where
+            pass
 
     def _drain(self) -> None:
         """Drop messages left over from before a restart or an abandoned cell."""
