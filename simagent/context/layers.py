@@ -167,7 +167,7 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
         window=window, max_output=max_output,
         large_results_dir=session.paths.large_tool_results, agent=agent, tools=tools)
     fs = TracedFilesystemMiddleware(trace=session.trace, agent=agent, backend=backend,
-                                    ruler=resolve_ruler(model_id, settings.tokenizer),
+                                    ruler=context.ruler,
                                     tool_token_limit_before_evict=th.evict_tokens(settings),
                                     tools=fs_tools)
     middleware: list[Any] = [fs, SummarizationOff(), context]
