@@ -50,28 +50,20 @@ class _ToolsSeen(ScriptedChatModel):
 
 @pytest.mark.slow
 def test_counted_total_matches_the_tokenizer_on_a_long_replayed_workflow(tmp_path):
-    """What run_replay does, keeping the model: every request of a long workflow under the
-    simagent policy, counted per message (cached), equals the tokenizer's count of the
-    whole serialized request plus the framing constants, to within 1 %."""
-    from simagent.agent.builder import build_agent
-    from simagent.agent.runner import TurnRunner
+    """The bench's replay, keeping each request's tools: every request of a long workflow
+    under the simagent policy, counted per message (cached), equals the tokenizer's count
+    of the whole serialized request plus the framing constants, to within 1 %."""
     from simagent.bench.policies import resolve_policies
-    from simagent.bench.replay import ReplaySession, policy_workspace, record
+    from simagent.bench.replay import record
+    from simagent.bench.runner import replayed
     from simagent.bench.workflow import resolve_workflows
 
     (wf,) = resolve_workflows([LONG_WORKFLOW])
     assert wf.long
     (policy,) = resolve_policies("simagent")
     recording = record(wf, tmp_path / "recording")
-    session = ReplaySession(policy_workspace(recording, tmp_path / "ws"), recording, wf)
-    session.extra_roots = [recording.session_dir, recording.workspace]
-    try:
-        model = _ToolsSeen.from_steps(wf.steps, window=wf.window, name=f"replay:{wf.id}")
-        agent = build_agent(session, model, middleware=policy.middleware(wf.window),
-                            context_settings=policy.context_settings(wf.window))
-        result = TurnRunner(session, agent).run(wf.prompt)
-    finally:
-        session.close()
+    with replayed(wf, policy, recording, tmp_path / "run", model_class=_ToolsSeen) as run:
+        result, model = run.result, run.model
     assert result.status == "done"
     assert len(model.seen) == len(model.requests) >= 20
     enc = encoding("o200k_base")

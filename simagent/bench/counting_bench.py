@@ -33,23 +33,13 @@ def replay_requests(wf: Any, policy: Any, out_dir: Path,
                     progress: Callable[[str], None] | None = None
                     ) -> list[tuple[list[Any], list[Any]]]:
     """Every (messages, tools) request the model received in one replayed run."""
-    from simagent.agent.builder import build_agent
-    from simagent.agent.runner import TurnRunner
-    from simagent.agent.scripted import ScriptedChatModel
-    from simagent.bench.replay import ReplaySession, policy_workspace, record
+    from simagent.bench.replay import record
+    from simagent.bench.runner import replayed
 
     recording = record(wf, out_dir / "recordings" / wf.id, progress=progress or (lambda _m: None))
-    run_dir = out_dir / "runs" / f"{wf.id}--counting"
-    session = ReplaySession(policy_workspace(recording, run_dir / "workspace"), recording, wf)
-    try:
-        model = ScriptedChatModel.from_steps(wf.steps, window=wf.window, name=f"replay:{wf.id}")
-        agent = build_agent(session, model, middleware=policy.middleware(wf.window),
-                            context_settings=policy.context_settings(wf.window))
-        TurnRunner(session, agent).run(wf.prompt)
-        tools = list(model.bound_tools)
-        return [(list(req), tools) for req in model.requests]
-    finally:
-        session.close()
+    with replayed(wf, policy, recording, out_dir / "runs" / f"{wf.id}--counting") as run:
+        tools = list(run.model.bound_tools)
+        return [(list(req), tools) for req in run.model.requests]
 
 
 def _approx(messages: Sequence[Any], tools: Sequence[Any]) -> int:

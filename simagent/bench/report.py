@@ -14,8 +14,8 @@ from typing import Any
 from simagent.bench.runner import summarize
 from simagent.context.counting import CATEGORIES
 from simagent.context.recall import CALL_OVERHEAD_TOKENS, PAGE_LINES
+from simagent.context.recall import STATUSES as SPLIT
 
-SPLIT = ("in_view", "by_pointer", "lost")
 RECOVERY_DEFINITION = (
     "Policies that lose no probe fact rank first, then by the share they lose; within "
     "that, by long-workflow input tokens plus recovery cost: what a model that "
@@ -44,7 +44,7 @@ def ranked(summary: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]
     would reward losing it). Those without long data last, in first-seen order."""
     def key(item: tuple[str, dict[str, Any]]) -> tuple[bool, float, int]:
         s = item[1]
-        if not s.get("long_runs", s["long_raw_tokens_in"]):
+        if not s["long_runs"]:
             return (True, 0.0, 0)
         lost = s.get("long_lost_mean")
         if lost is None:  # old records: the yes/no recall, as a mean like the split's
@@ -64,7 +64,7 @@ def policy_table(rows: Sequence[dict[str, Any]]) -> str:
              "| long: by pointer | long: lost | long: min recall | mean recall |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, (name, s) in enumerate(ranked(summary), 1):
-        has_long = bool(s.get("long_runs", s["long_raw_tokens_in"]))
+        has_long = bool(s["long_runs"])
         with_rec = s.get("long_tokens_with_recovery")
         lines.append(
             f"| {i} | {name} | {s['passed']}/{s['runs']} | {_k(s['tokens_in'])} | "

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -156,31 +157,42 @@ def _step_counter(wf: Workflow, label: str,
     return on_event
 
 
-def run_replay(wf: Workflow, policy: Policy, epoch: int, recording: Any,
-               out_dir: Path, progress: Callable[[str], None] | None = None,
-               label: str = "", commit: str | None = None) -> dict[str, Any]:
-    """One replayed run of ``wf`` under ``policy``: the real graph, recorded kernel results."""
+@contextmanager
+def replayed(wf: Workflow, policy: Policy, recording: Any, run_dir: Path,
+             on_event: Callable[[Any], None] | None = None,
+             model_class: Any = None) -> Iterator[SimpleNamespace]:
+    """Replay ``wf`` under ``policy`` through the real graph in a session that stays open
+    inside the block: ``.session``, ``.model`` (every request it received), ``.result``,
+    ``.wall``. The bench run, ``bench counting`` and the accuracy tests share it."""
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
     from simagent.agent.scripted import ScriptedChatModel
     from simagent.bench.replay import ReplaySession, policy_workspace
 
-    run_dir = out_dir / "runs" / f"{wf.id}--{policy.slug}--{epoch}"
-    workspace = policy_workspace(recording, run_dir / "workspace")
-    session = ReplaySession(workspace, recording, wf)
+    session = ReplaySession(policy_workspace(recording, run_dir / "workspace"), recording, wf)
     session.extra_roots = [recording.session_dir, recording.workspace]
     try:
-        model = ScriptedChatModel.from_steps(wf.steps, window=wf.window, name=f"replay:{wf.id}")
+        model = (model_class or ScriptedChatModel).from_steps(
+            wf.steps, window=wf.window, name=f"replay:{wf.id}")
         agent = build_agent(session, model, middleware=policy.middleware(wf.window),
                             context_settings=policy.context_settings(wf.window))
         started = time.monotonic()
-        result = TurnRunner(session, agent).run(wf.prompt, _step_counter(wf, label, progress))
-        wall = time.monotonic() - started
-        return measure_run(wf, policy, epoch, session=session, model=model, result=result,
-                           wall=wall, mode="replay", model_id=f"replay:{wf.id}",
-                           commit=commit)
+        result = TurnRunner(session, agent).run(wf.prompt, on_event)
+        yield SimpleNamespace(session=session, model=model, result=result,
+                              wall=time.monotonic() - started)
     finally:
         session.close()
+
+
+def run_replay(wf: Workflow, policy: Policy, epoch: int, recording: Any,
+               out_dir: Path, progress: Callable[[str], None] | None = None,
+               label: str = "", commit: str | None = None) -> dict[str, Any]:
+    """One replayed run of ``wf`` under ``policy``: the real graph, recorded kernel results."""
+    run_dir = out_dir / "runs" / f"{wf.id}--{policy.slug}--{epoch}"
+    with replayed(wf, policy, recording, run_dir, _step_counter(wf, label, progress)) as run:
+        return measure_run(wf, policy, epoch, session=run.session, model=run.model,
+                           result=run.result, wall=run.wall, mode="replay",
+                           model_id=f"replay:{wf.id}", commit=commit)
 
 
 def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
@@ -280,7 +292,8 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     raw_long = {r["workflow"]: r["tokens_in"] for r in rows
                 if r["policy"] == "raw" and r.get("long")}
-    split = ("in_view", "by_pointer", "lost")
+    from simagent.context.recall import STATUSES as split
+
     for r in rows:
         s = out.setdefault(r["policy"], {"runs": 0, "passed": 0, "tokens_in": 0,
                                          "long_runs": 0, "long_tokens_in": 0,

@@ -45,6 +45,7 @@ PAGE_LINES = DEFAULT_READ_LIMIT
 CALL_OVERHEAD_TOKENS = 30
 
 Status = Literal["in_view", "by_pointer", "lost"]
+STATUSES: tuple[Status, ...] = ("in_view", "by_pointer", "lost")
 
 
 @dataclass(frozen=True)
