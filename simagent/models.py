@@ -133,6 +133,9 @@ def resolve_model(
         if key in cfg and not _positive_int(cfg[key]):
             raise ModelError(f"model config {key!r} must be a positive integer, got {cfg[key]!r}",
                              code=USAGE_ERROR)
+    if "images" in cfg and not isinstance(cfg["images"], bool):
+        raise ModelError(f"model config 'images' must be true or false, got {cfg['images']!r}",
+                         code=USAGE_ERROR)
     workflow = None
     if parsed.kind == "replay":
         workflow, chat = _replay(parsed, cfg)
@@ -144,6 +147,7 @@ def resolve_model(
         chat = _provider(parsed, cfg, env)
     window = context_window(chat, cfg)
     _pin_window(chat, window)
+    _pin_images(chat, cfg)
     return ResolvedModel(parsed, chat, window, max_output_tokens(chat, cfg), workflow)
 
 
@@ -267,6 +271,51 @@ def _pin_window(chat_model: Any, window: int | None) -> None:
     # A model without a settable profile keeps its own; our window still governs the meter.
     with contextlib.suppress(AttributeError, TypeError, ValueError):
         chat_model.profile = {**profile, "max_input_tokens": window}
+
+
+def _pin_images(chat_model: Any, cfg: Mapping[str, Any]) -> None:
+    """``images = true|false`` in the model's config overrides its profile (a local vision
+    model the profile tables do not know, or a model to keep text-only)."""
+    if "images" not in cfg:
+        return
+    flag = bool(cfg["images"])
+    with contextlib.suppress(AttributeError, TypeError, ValueError):
+        chat_model.profile = {**_profile(chat_model), "image_inputs": flag,
+                              "image_tool_message": flag}
+
+
+def image_support(chat_model: Any) -> tuple[bool, str]:
+    """Whether a tool result may carry an image for this model, and why (one phrase).
+
+    Read from the model profile (``image_inputs`` and ``image_tool_message``, set by the
+    partner packages' tables or by ``images`` in the model config); a model whose profile
+    does not say is treated as text-only, since an image it cannot take fails the request.
+    OpenAI's Chat Completions endpoint refuses images in tool messages whatever the model.
+    """
+    profile = _profile(chat_model)
+    if profile.get("image_inputs") is not True:
+        why = ("its profile says it takes no image input" if profile.get("image_inputs")
+               is False else "it is not known to take image input")
+        return False, f"{why}; set images = true in the [model] config if it does"
+    if profile.get("image_tool_message") is False:
+        return False, "it takes no images in tool results"
+    model = getattr(chat_model, "bound", chat_model)
+    if type(model).__name__ in ("ChatOpenAI", "AzureChatOpenAI") and not _uses_responses(model):
+        base = str(getattr(model, "openai_api_base", None) or "")
+        if not base or "api.openai.com" in base or type(model).__name__ == "AzureChatOpenAI":
+            return False, ("OpenAI's Chat Completions API accepts images only in user "
+                           "messages (the Responses API takes them in tool results)")
+    return True, "its profile accepts images in tool results"
+
+
+def _uses_responses(model: Any) -> bool:
+    flag = getattr(model, "use_responses_api", None)
+    if isinstance(flag, bool):
+        return flag
+    try:
+        return bool(model._use_responses_api({}))  # ChatOpenAI's own auto choice
+    except Exception:
+        return False
 
 
 # ---- provider errors -------------------------------------------------------------------------

@@ -259,8 +259,10 @@ class Session:
             **({"human": list(result.human)} if result.human else {}), **extra})
         for display in result.displays:
             if display.path is not None:
+                figure = {k: v for k, v in (("id", display.figure_id), ("title", display.title),
+                                            ("duplicate", display.duplicate)) if v}
                 self.trace.append("artifact", {"path": str(display.path), "mime": display.mime,
-                                               "tool_call_id": tool_call_id})
+                                               "tool_call_id": tool_call_id, **figure})
 
     def restart_kernel(self) -> float:
         kernel = self.kernel

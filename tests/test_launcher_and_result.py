@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import threading
 import time
 from pathlib import Path
@@ -112,8 +113,9 @@ def test_displays_images_saved_and_other_types_summarised(tmp_path: Path) -> Non
     cap.handle("display_data", {"data": {"text/html": "<b>x</b>" * 100}})
     r = cap.result("ok", 0.1)
     img, html = r.displays
-    assert img.path == tmp_path / "artifacts" / "0007-1.png" and img.path.read_bytes() == png
-    assert "image 3x2 saved" in img.text
+    fid = "fig-" + hashlib.sha256(png).hexdigest()[:8]  # stored under its content hash
+    assert img.path == tmp_path / "artifacts" / f"{fid}.png" and img.path.read_bytes() == png
+    assert img.text == f"[figure {fid} 3x2: {img.path}]"
     assert html.path is None and html.text.startswith("[display: text/html;")
 
 

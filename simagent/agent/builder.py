@@ -31,7 +31,7 @@ from simagent.agent.prompts import (
     build_system_prompt,
 )
 from simagent.agent.recovery import RecoveryMiddleware
-from simagent.agent.tools import session_tools
+from simagent.agent.tools import make_view_figure, session_tools
 from simagent.agent.turns import AbandonGuard
 from simagent.paths import content_dir
 from simagent.trace.recorder import TraceRecorder
@@ -206,7 +206,11 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     backend = build_backend(session.workspace, session.paths.root,
                             read_only=[*read_only, *source_dirs])
     prompt = build_system_prompt(sim, runtime_context(session, source_dirs))
-    tools = [*session_tools(session, context_settings), *extra_tools]
+    from simagent.models import image_support
+
+    # view_figure knows whether this model can be sent images (a switch rebuilds the graph)
+    tools = [*session_tools(session, context_settings),
+             make_view_figure(session, *image_support(chat_model)), *extra_tools]
     memory_path = str((session.memory_dir / INDEX).resolve())
     layers = context_layers(session, chat_model=chat_model, model_id=model_id, window=window,
                             max_output=max_out, backend=backend, settings=context_settings)

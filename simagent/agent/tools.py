@@ -8,6 +8,7 @@ into typed events; none of them print.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import uuid
@@ -28,6 +29,12 @@ DEFAULT_RUN_TIMEOUT_S = 1800.0
 RUN_PYTHON = "run_python"
 RESET_KERNEL = "reset_kernel"
 REMEMBER = "remember"
+VIEW_FIGURE = "view_figure"
+#: Longest image edge sent to a model, in pixels; providers scale larger images down to
+#: about this anyway (Anthropic at 1568) and bill the pixels sent, so we shrink first.
+MAX_IMAGE_EDGE = 1568
+#: Image formats view_figure can send (those the providers all accept).
+_SENDABLE = {".png": "image/png", ".jpg": "image/jpeg"}
 RECORD_ATTEMPT = "record_attempt"
 
 
@@ -49,8 +56,13 @@ def make_run_python(session: Session, settings: ContextSettings | None = None) -
         text: stdout, then `[stderr]`, then `Out[n]: <value of the last expression>`,
         then displays and any error with a compact traceback. Progress bars collapse to
         their final state. Long output keeps its head and tail around a marker giving
-        the path of the full raw output, which `read_file` can page through. Matplotlib figures are
-        saved as PNG files and their paths are listed. If the run exceeds `timeout_s`
+        the path of the full raw output, which `read_file` can page through. Each figure shown
+        is saved once as a PNG named by its content hash and listed as `[figure fig-<hash>
+        WxH: <path>]` followed by its data summary (per axes: title, axis labels with units,
+        ranges, log scales; per series: label, point count, x range, y min…max and last
+        value); showing an identical image again says `same as fig-<hash>`. Call
+        `view_figure` only when the summary cannot answer a question about the figure's
+        look. If the run exceeds `timeout_s`
         (default 1800 s) it is interrupted and the kernel state is kept.
         """
         call_id = runtime.tool_call_id
@@ -67,6 +79,91 @@ def make_run_python(session: Session, settings: ContextSettings | None = None) -
         return result.model_text(cap), {"raw_path": raw, "status": result.status}
 
     return run_python
+
+
+def make_view_figure(session: Session, images: bool, why: str = "") -> BaseTool:
+    """``view_figure``; ``images`` says whether the model takes images in tool results
+    (``simagent.models.image_support``), ``why`` is the reason given when it does not."""
+
+    @tool(VIEW_FIGURE)
+    def view_figure(figure_id: str) -> str | list[dict[str, Any]]:
+        """Look at a saved figure as an image, e.g. view_figure("fig-1a2b3c4d").
+
+        `figure_id` is the id from a `[figure fig-... WxH: path]` line of a `run_python`
+        result (its path works too). Returns the figure's caption and the PNG image. An
+        image costs several hundred tokens of context each time, so first use the data
+        summary printed under the caption, or compute the number you need from the data
+        in the kernel; view a figure to judge what only the picture shows (layout,
+        legibility, shapes, artefacts). If this model cannot take images, it returns a
+        message saying so, with the figure's data summary instead.
+        """
+        from simagent.kernel_api.figures import render_caption
+
+        found = _find_figure(session, figure_id)
+        if isinstance(found, str):
+            return found
+        path, meta = found
+        size = tuple(meta["size"]) if meta.get("size") else None
+        caption = render_caption(path.stem, str(path), size, meta.get("summary"))
+        if not images:
+            return (f"view_figure: {path.stem} was not sent: this model cannot be given images "
+                    f"({why or 'text-only'}). Work from its data summary:\n{caption}")
+        mime = _SENDABLE.get(path.suffix)
+        if mime is None:
+            return (f"view_figure: {path.stem} is {path.suffix} and only PNG or JPEG images "
+                    f"can be sent. Its data summary:\n{caption}")
+        blob, note = _sendable_image(path.read_bytes(), mime)
+        head = caption.split("\n", 1)[0] + note
+        return [{"type": "text", "text": head},
+                {"type": "image", "base64": base64.b64encode(blob).decode("ascii"),
+                 "mime_type": mime}]
+
+    return view_figure
+
+
+def _find_figure(session: Session, figure_id: str) -> tuple[Any, dict[str, Any]] | str:
+    """The figure's file and sidecar record, or a message naming the known ids."""
+    from pathlib import Path
+
+    from simagent.kernel_api.figures import is_figure_id
+
+    folder = session.paths.artifacts
+    key = Path(str(figure_id).strip()).stem
+    if is_figure_id(key):
+        for path in sorted(folder.glob(f"{key}.*")):
+            if path.suffix != ".json":
+                try:
+                    meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    meta = {}
+                return path, meta if isinstance(meta, dict) else {}
+    known = sorted(folder.glob("fig-*.json"), key=lambda p: p.stat().st_mtime)
+    ids = ", ".join(p.stem for p in known[-10:]) or "none yet"
+    return (f"view_figure: no figure {figure_id!r} in this session. Ids look like "
+            f"fig-1a2b3c4d; the latest figures are: {ids}")
+
+
+def _sendable_image(blob: bytes, mime: str) -> tuple[bytes, str]:
+    """The image scaled to at most :data:`MAX_IMAGE_EDGE` pixels a side (Pillow, which
+    matplotlib depends on); unchanged when already small or when Pillow is missing."""
+    try:
+        import io
+
+        from PIL import Image
+    except ImportError:
+        return blob, ""
+    try:
+        with Image.open(io.BytesIO(blob)) as img:
+            w, h = img.size
+            if max(w, h) <= MAX_IMAGE_EDGE:
+                return blob, ""
+            scale = MAX_IMAGE_EDGE / max(w, h)
+            small = img.resize((max(1, round(w * scale)), max(1, round(h * scale))))
+            out = io.BytesIO()
+            small.save(out, format="PNG" if mime == "image/png" else "JPEG")
+            return out.getvalue(), f" (sent scaled to {small.size[0]}x{small.size[1]})"
+    except Exception:
+        return blob, ""
 
 
 def make_reset_kernel(session: Session) -> BaseTool:

@@ -10,6 +10,10 @@ views of the output:
 
 Displays of :data:`simagent.kernel.HUMAN_MIME` are for the person, not the model: they go
 to the callback (kind ``"human"``) and to ``ExecResult.human``, never into the text.
+
+Images are stored once under their content hash (``artifacts/fig-<sha256[:8]>.png``, with
+a ``.json`` sidecar holding the data summary and the execution that first showed it) and
+captioned for the model by :mod:`simagent.kernel_api.figures`.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from simagent.kernel.result import (
     png_size,
 )
 from simagent.kernel.terminal import TerminalBuffer
+from simagent.kernel_api.figures import FIGURE_MIME, figure_id, figure_title, render_caption
+from simagent.kernel_api.outputs import handle
 
 OutputKind = Literal["stdout", "stderr", "display", "error", "clear", "human"]
 
@@ -80,7 +86,7 @@ class Capture:
         self.execution_count: int | None = None
         self._raw: IO[str] | None = None
         self._clear_pending = False
-        self._n_images = 0
+        self._figure_ids: set[str] = set()  # figures already shown by this execution
 
     # --------------------------------------------------------------- raw log
     def _log(self, text: str) -> None:
@@ -142,12 +148,17 @@ class Capture:
             return
         plain = data.get("text/plain", "")
         if msg_type == "execute_result":
-            self.value = cap_bytes(plain)
             self.execution_count = content.get("execution_count", self.execution_count)
-            self._log(f"Out[{self.execution_count}]: {plain}\n")
-            return
+            if not any(m in data for m in _IMAGE_TYPES):  # a figure value is shown as one
+                self.value = cap_bytes(plain)
+                self._log(f"Out[{self.execution_count}]: {plain}\n")
+                return
         display_id = (content.get("transient") or {}).get("display_id")
         display = self._make_display(data, plain, display_id)
+        if display.figure_id is not None:
+            if display.figure_id in self._figure_ids and msg_type != "update_display_data":
+                return  # the same image again in this execution (e.g. `fig` then the flush)
+            self._figure_ids.add(display.figure_id)
         if msg_type == "update_display_data" and display_id:
             for i, d in enumerate(self.displays):
                 if d.display_id == display_id:
@@ -168,22 +179,67 @@ class Capture:
     def _make_display(self, data: dict, plain: str, display_id: str | None) -> Display:
         for mime, ext in _IMAGE_TYPES.items():
             if mime in data and self.artifacts_dir is not None:
-                self._n_images += 1
-                path = self.artifacts_dir / f"{self.tag}-{self._n_images}.{ext}"
-                raw = data[mime]
-                blob = raw.encode() if mime == "image/svg+xml" else base64.b64decode(raw)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(blob)
-                size = png_size(blob) if ext == "png" else None
-                dims = f" {size[0]}x{size[1]}" if size else ""
-                label = f" ({plain})" if plain and not plain.startswith("<Figure") else ""
-                return Display(mime, f"[image{dims} saved: {path}]{label}", path, display_id)
+                return self._figure(data, mime, ext, plain, display_id)
         if plain:
             return Display("text/plain", cap_bytes(plain), None, display_id)
         kinds = ", ".join(sorted(data)) or "empty"
         size = len(json.dumps(data)) if data else 0
         return Display(next(iter(data), "unknown"),
                        f"[display: {kinds}; {size:,} chars not shown]", None, display_id)
+
+    def _figure(self, data: dict, mime: str, ext: str, plain: str,
+                display_id: str | None) -> Display:
+        """Store an image once under its content hash; caption it with its data summary.
+
+        A repeat of an image shown by an earlier execution is captioned as such (the model
+        already has its summary); a repeat within this execution adds nothing.
+        """
+        assert self.artifacts_dir is not None
+        raw = data[mime]
+        blob = raw.encode() if mime == "image/svg+xml" else base64.b64decode(raw)
+        fid, path = self._store(blob, ext)
+        summary = data.get(FIGURE_MIME)
+        sidecar = path.with_suffix(".json")
+        here = handle(int(self.tag)) if self.tag.isdigit() else self.tag
+        first = None
+        try:
+            first = json.loads(sidecar.read_text(encoding="utf-8")).get("first")
+        except (OSError, ValueError):
+            pass
+        size = png_size(blob) if ext == "png" else None
+        if first is None:
+            first = here
+            meta = {"id": fid, "path": str(path), "mime": mime, "bytes": len(blob),
+                    "size": list(size) if size else None, "first": first,
+                    "summary": summary if isinstance(summary, dict) else None}
+            try:
+                sidecar.write_text(json.dumps(meta, default=str), encoding="utf-8")
+            except OSError:
+                pass
+        same_as = first if first != here else None
+        label = plain if plain and not plain.startswith("<Figure") else ""
+        text = render_caption(fid, str(path), size,
+                              summary if isinstance(summary, dict) else None, same_as, label)
+        return Display(mime, text, path, display_id, figure_id=fid,
+                       duplicate=same_as is not None,
+                       title=figure_title(summary) if isinstance(summary, dict) else None)
+
+    def _store(self, blob: bytes, ext: str) -> tuple[str, Path]:
+        """``artifacts/fig-<hash>.<ext>``, written unless identical bytes are there already
+        (a 32-bit prefix that collides with different bytes gets a longer one)."""
+        assert self.artifacts_dir is not None
+        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        for length in (8, 16, 64):
+            fid = figure_id(blob, length)
+            path = self.artifacts_dir / f"{fid}.{ext}"
+            try:
+                if path.read_bytes() == blob:
+                    return fid, path
+                continue  # same prefix, other image
+            except OSError:
+                path.write_bytes(blob)
+                return fid, path
+        return fid, path
 
     def _error(self, content: dict) -> None:
         ename = content.get("ename", "Error")

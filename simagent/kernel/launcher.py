@@ -26,6 +26,9 @@ pinned, and ``tests/test_kernel.py`` proves each one on the real kernel):
    the kernel's original stderr (``kernel.log``).
 6. **Earlier outputs are objects.** ``_out[n]`` (``simagent.kernel_api.outputs``) is put
    in the user namespace, hidden from ``%who``, at every (re)start.
+7. **Figures carry their data.** A display formatter (``simagent.kernel_api.figures``)
+   adds a data summary of every matplotlib figure to the display message of its PNG, so
+   the model can read a plot's numbers without being sent the image.
 """
 
 from __future__ import annotations
@@ -200,6 +203,7 @@ def main() -> None:
     if shell is not None:
         shell.events.register("post_run_cell", _sync_fd_output)
         _install_outputs(shell)
+        _install_figures(shell)
     app.start()
 
 
@@ -212,6 +216,16 @@ def _install_outputs(shell: object) -> None:
         install(shell.user_ns, getattr(shell, "user_ns_hidden", None))  # type: ignore[attr-defined]
     except Exception as exc:  # the kernel must start even if this fails
         print(f"simagent: _out is unavailable: {exc}", file=sys.__stderr__)
+
+
+def _install_figures(shell: object) -> None:
+    """Figure data summaries beside each PNG (the model's default view of a plot)."""
+    try:
+        from simagent.kernel_api.figures import install
+
+        install(shell)
+    except Exception as exc:  # the kernel must start even if this fails
+        print(f"simagent: figure summaries are unavailable: {exc}", file=sys.__stderr__)
 
 
 if __name__ == "__main__":

@@ -99,6 +99,10 @@ class Display:
     text: str  # model-facing one-liner or text/plain
     path: Path | None = None
     display_id: str | None = None
+    #: Images: the content-hash id (``fig-<hex>``); True when an earlier execution showed it.
+    figure_id: str | None = None
+    duplicate: bool = False
+    title: str | None = None
 
 
 @dataclass

@@ -230,15 +230,19 @@ class Kernel:
         gets the (standard-library-only) module's source in one silent cell."""
         if not self.kernel_name or self._kc is None:
             return
-        from simagent.kernel_api import outputs
+        from simagent.kernel_api import figures, outputs
 
-        source = Path(outputs.__file__).read_text(encoding="utf-8")
-        code = ("import types as _simagent_t, sys as _simagent_s\n"
-                "_simagent_m = _simagent_t.ModuleType('simagent_outputs')\n"
-                f"exec(compile({source!r}, 'simagent_outputs', 'exec'), _simagent_m.__dict__)\n"
-                "_simagent_s.modules['simagent_outputs'] = _simagent_m\n"
-                "_simagent_m.install(get_ipython().user_ns, get_ipython().user_ns_hidden)\n"
-                "del _simagent_t, _simagent_s, _simagent_m\n")
+        code = "import types as _simagent_t, sys as _simagent_s\n"
+        for module, name, call in (
+                (outputs, "simagent_outputs", "(get_ipython().user_ns, "
+                                              "get_ipython().user_ns_hidden)"),
+                (figures, "simagent_figures", "(get_ipython())")):  # figure data summaries
+            source = Path(module.__file__).read_text(encoding="utf-8")
+            code += (f"_simagent_m = _simagent_t.ModuleType({name!r})\n"
+                     f"exec(compile({source!r}, {name!r}, 'exec'), _simagent_m.__dict__)\n"
+                     f"_simagent_s.modules[{name!r}] = _simagent_m\n"
+                     f"_simagent_m.install{call}\n")
+        code += "del _simagent_t, _simagent_s, _simagent_m\n"
         try:
             self._reply(self._kc.execute(code, silent=True, store_history=False,
                                          allow_stdin=False))

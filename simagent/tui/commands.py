@@ -56,7 +56,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "send"), ("Alt+Enter", "new line"),
     ("ctrl+C", "interrupt the turn (kernel state kept); twice when idle to quit"),
-    ("ctrl+O", "expand / collapse tool output and reasoning"),
+    ("ctrl+O", "expand / collapse tool output, reasoning and figure file paths"),
     ("shift+Tab", "cycle approval mode"), ("Tab", "complete commands and arguments"),
     ("ctrl+P / ctrl+N", "previous / next input (also up / down)"),
     ("PageUp / PageDown", "scroll the conversation"),

@@ -3,7 +3,8 @@
 Tool cards are one line when collapsed; a running ``run_python`` card also shows its
 code and a live tail of the rendered output, so a progress bar redraws in place. Ctrl+O
 expands every card and reasoning block; an expanded card still shows a bounded tail of
-the output with a note naming the file that holds all of it.
+the output with a note naming the file that holds all of it, and lists the PNG file of
+every figure the tool showed (see :func:`figure_rows` on why images are not drawn).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from typing import Any
 
 from simagent.headless import one_line
+from simagent.kernel_api.figures import parse_captions
 from simagent.tui.entries import (
     TASK_TOOL,
     ApprovalEntry,
@@ -44,6 +46,9 @@ REASONING_TAIL_CHARS = 2_000
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 _STATUS_MARK = {"success": ("✓", "class:ok"), "error": ("✗", "class:error"),
                 "cancelled": ("■", "class:warning"), "requested": ("○", "class:dim")}
+#: Why an expanded card lists figure files instead of drawing them (said once per card).
+INLINE_IMAGES_NOTE = ("images are not drawn here: this full-screen UI repaints a text grid, "
+                      "which would erase kitty/iTerm2/sixel pictures; open the file")
 _NOTICE_STYLE = {"info": "class:notice", "warning": "class:warning", "error": "class:error",
                  "alert": "class:alert", "context": "class:dim", "human": "class:human"}
 
@@ -151,6 +156,32 @@ def render_card(card: ToolCard, width: int, expanded: bool, now: float) -> list[
                             "class:output", card.raw_path)
         rows += [[("class:dim", "  ⎿ " if i == 0 else "    "), *row]
                  for i, row in enumerate(out_rows)]
+    if expanded and not live:
+        rows += figure_rows(card, width)
+    return rows
+
+
+def figure_rows(card: ToolCard, width: int) -> list[Line]:
+    """One row per distinct figure the card's result names: id, size and PNG path.
+
+    The path is the whole deal: drawing the image inline (kitty, iTerm2 or sixel graphics)
+    would need an escape stream written past prompt_toolkit, which repaints its text grid
+    on every frame and scroll and so erases or smears such pictures; no well-kept library
+    does that cheaply for a full-screen prompt_toolkit app. So the card says where the
+    file is and one line says why it is not drawn.
+    """
+    seen: dict[str, dict[str, Any]] = {}
+    for fig in parse_captions(card.content):
+        seen.setdefault(fig["id"], fig)
+    if not seen:
+        return []
+    rows: list[Line] = []
+    for fig in seen.values():
+        size = f" {fig['size'][0]}x{fig['size'][1]}" if fig["size"] else ""
+        rows += _indent_rows(_plain_rows(f"▣ {fig['id']}{size}  {fig['path']}", width - 4,
+                                         "class:tool.label"), "  ")
+    rows += _indent_rows(_plain_rows(f"({INLINE_IMAGES_NOTE})", width - 4, "class:dim"),
+                         "  ")
     return rows
 
 
