@@ -27,7 +27,7 @@ STUDIES = sorted((Path(__file__).parent / "studies").glob("*.toml"))
 
 
 def test_every_bundled_simulator_has_a_study():
-    assert {p.stem for p in STUDIES} >= {"ase", "cantera", "pybamm", "scipy", "simpy"}
+    assert {p.stem for p in STUDIES} >= {"ase", "cantera", "fipy", "pybamm", "scipy", "simpy"}
 
 
 @pytest.mark.slow

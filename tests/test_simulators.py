@@ -19,7 +19,7 @@ from simagent.paths import content_dir
 from simagent.session import Session
 from simagent.simulators import DEFAULT_SIMULATOR, SimulatorError, discover, parse_simulator
 
-BUNDLED = ("ase", "cantera", "pybamm", "scipy", "simpy")
+BUNDLED = ("ase", "cantera", "fipy", "pybamm", "scipy", "simpy")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -52,7 +52,7 @@ def test_pyproject_extras_mirror_each_simulator_pip_list():
         "optional-dependencies"]
     for name in BUNDLED:
         assert extras[name] == list(discover()[name].pip), name
-    assert extras["simulators"] == ["simagent[pybamm,cantera,ase,simpy,scipy]"]
+    assert extras["simulators"] == ["simagent[pybamm,cantera,ase,simpy,scipy,fipy]"]
 
 
 @pytest.mark.parametrize("name", BUNDLED)
