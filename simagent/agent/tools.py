@@ -57,12 +57,10 @@ def make_run_python(session: Session, settings: ContextSettings | None = None) -
         then displays and any error with a compact traceback. Progress bars collapse to
         their final state. Long output keeps its head and tail around a marker giving
         the path of the full raw output, which `read_file` can page through. Each figure shown
-        is saved once as a PNG named by its content hash and listed as `[figure fig-<hash>
-        WxH: <path>]` followed by its data summary (per axes: title, axis labels with units,
-        ranges, log scales; per series: label, point count, x range, y min…max and last
-        value); showing an identical image again says `same as fig-<hash>`. Call
-        `view_figure` only when the summary cannot answer a question about the figure's
-        look. If the run exceeds `timeout_s`
+        is saved once, by content hash, and listed as `[figure fig-<hash> WxH: <path>]`
+        plus a data summary (axes titles, labels with units, ranges; per series: label,
+        points, x range, y min…max and last); a repeat says `same as fig-<hash>`.
+        `view_figure` shows the image itself. If the run exceeds `timeout_s`
         (default 1800 s) it is interrupted and the kernel state is kept.
         """
         call_id = runtime.tool_call_id
@@ -87,15 +85,11 @@ def make_view_figure(session: Session, images: bool, why: str = "") -> BaseTool:
 
     @tool(VIEW_FIGURE)
     def view_figure(figure_id: str) -> str | list[dict[str, Any]]:
-        """Look at a saved figure as an image, e.g. view_figure("fig-1a2b3c4d").
-
-        `figure_id` is the id from a `[figure fig-... WxH: path]` line of a `run_python`
-        result (its path works too). Returns the figure's caption and the PNG image. An
-        image costs several hundred tokens of context each time, so first use the data
-        summary printed under the caption, or compute the number you need from the data
-        in the kernel; view a figure to judge what only the picture shows (layout,
-        legibility, shapes, artefacts). If this model cannot take images, it returns a
-        message saying so, with the figure's data summary instead.
+        """Show a saved figure as an image: figure_id is `fig-<hash>` from a `[figure ...]`
+        line of a run_python result. An image costs hundreds of tokens each view; first
+        use the data summary under that line or compute from the data in the kernel. View
+        only for what just the picture shows (layout, shapes, artefacts). A model that
+        cannot take images gets a message and the summary instead.
         """
         from simagent.kernel_api.figures import render_caption
 
