@@ -306,3 +306,18 @@ def test_ctrl_o_on_a_figure_card_shows_the_png_path() -> None:
     assert [r for r in shown if "▣" in r] == [
         "  ▣ fig-0123abcd 556x433  /s/artifacts/fig-0123abcd.png"]
     assert any(INLINE_IMAGES_NOTE[:40] in r for r in shown)
+
+
+def test_a_large_figure_is_sent_scaled_to_the_provider_limit() -> None:
+    from simagent.agent.tools import MAX_IMAGE_EDGE, _sendable_image
+    from simagent.kernel.result import png_size
+
+    fig, ax = plt.subplots(figsize=(8, 6), dpi=300)
+    ax.plot([0, 1], [0, 1])
+    big = _png(fig)
+    plt.close(fig)
+    assert png_size(big) == (2400, 1800)
+    small, note = _sendable_image(big, "image/png")
+    assert png_size(small) == (MAX_IMAGE_EDGE, 1176)
+    assert note == f" (sent scaled to {MAX_IMAGE_EDGE}x1176)"
+    assert _sendable_image(small, "image/png") == (small, "")  # small enough already
