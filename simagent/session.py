@@ -79,6 +79,7 @@ class Session:
         self.turns = TurnLedger()  # graph runs, and those a cancel abandoned
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._checkpointer: Any = None
+        self._started_at: float | None = None  # epoch seconds, read from the trace once
         self.closed = False
 
     # ------------------------------------------------------------ lifecycle
@@ -263,6 +264,20 @@ class Session:
                                             ("duplicate", display.duplicate)) if v}
                 self.trace.append("artifact", {"path": str(display.path), "mime": display.mime,
                                                "tool_call_id": tool_call_id, **figure})
+
+    def state_snapshot(self) -> dict[str, Any]:
+        """The runtime picture the kernel state card is built from (``kernel/snapshot.py``).
+
+        Never starts a kernel, never waits on a running cell: what cannot be read is
+        reported as such.
+        """
+        from simagent.kernel import snapshot
+
+        if self._started_at is None:
+            self._started_at = snapshot.session_start(self.trace)
+        registry = list(self.simulator.state_registry) if self.simulator else []
+        return snapshot.take(self._kernel, registry, self.workspace, self.trace,
+                             self._started_at)
 
     def restart_kernel(self) -> float:
         kernel = self.kernel

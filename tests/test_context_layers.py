@@ -298,9 +298,13 @@ def test_mark_task_done_slices_the_finished_task_at_the_next_turn(opened):
     assert not kinds(session, "context_checkpoint")  # nothing sliced mid-task
     runner.run("task two")
     req = model.requests[-1]
-    assert [type(m).__name__ for m in req] == ["SystemMessage", "HumanMessage", "HumanMessage"]
-    record, user = req[1], req[2]
+    # the task record, the kernel state card (the session's kernel holds what T1 made),
+    # then the new question last
+    assert [type(m).__name__ for m in req] == ["SystemMessage"] + ["HumanMessage"] * 3
+    record, card, user = req[1], req[2], req[3]
     assert record.additional_kwargs["lc_source"] == "simagent_checkpoint"
+    assert card.additional_kwargs["lc_source"] == "simagent_state_card"
+    assert 'after="checkpoint"' in card.text
     for section in CHECKPOINT_SECTIONS:
         assert f"# {section}" in record.text
     assert "T1 computed: 42" in record.text and user.text == "task two"
@@ -321,7 +325,13 @@ def test_done_command_checkpoints_between_turns(opened):
     runner.run("two")
     req = model.requests[-1]
     assert req[1].additional_kwargs["lc_source"] == "simagent_checkpoint"
-    assert "D found" in req[1].text and req[2].text == "two"
+    assert "D found" in req[1].text and req[3].text == "two"
+    # /done leaves a kernel state card between the record and the next question
+    assert req[2].additional_kwargs["lc_source"] == "simagent_state_card"
+    assert 'after="checkpoint"' in req[2].text and "np=numpy" in req[2].text
+    (_, _, card), = kinds(session, "context_state_card")
+    assert card["reason"] == "checkpoint"
+    assert card["tokens"] == agent.context.ruler.count(req[2].text)
     boundary = state_of(agent, session)[BOUNDARY_KEY]
     assert boundary["kind"] == "checkpoint"
     assert [m.text for m in current_view(state_of(agent, session))][-2:] == ["two", "two"]

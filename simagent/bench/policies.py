@@ -38,7 +38,8 @@ TRUNCATE_KEEP = 10
 #: simagent's layers switched off: what a harness without context management sends.
 UNMANAGED = ContextSettings(evict_tokens=None, clear_fraction=None, summarize=False,
                             checkpoints=False, budget_check=False, emergency=False,
-                            tool_cap_chars=0, watchdog="off", summary_model="extractive")
+                            tool_cap_chars=0, watchdog="off", summary_model="extractive",
+                            state_card_tokens=0)
 
 View = Callable[[list[BaseMessage], int], list[BaseMessage]]
 

@@ -44,12 +44,14 @@ class Recording:
     workspace: Path
     session_dir: Path
     results: list[tuple[str, ExecResult]] = field(default_factory=list)
+    #: the session's state snapshot after each result (the kernel state card's source)
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
-    def queues(self) -> dict[str, deque[ExecResult]]:
-        out: dict[str, deque[ExecResult]] = defaultdict(deque)
-        for code, result in self.results:
-            out[code].append(result)
+    def queues(self) -> dict[str, deque[tuple[int, ExecResult]]]:
+        out: dict[str, deque[tuple[int, ExecResult]]] = defaultdict(deque)
+        for i, (code, result) in enumerate(self.results):
+            out[code].append((i, result))
         return out
 
 
@@ -73,6 +75,7 @@ def record(wf: Workflow, root: Path, progress: Any = None) -> Recording:
             if progress:
                 progress(f"recording {wf.id}: kernel step {i + 1}/{len(codes)}")
             rec.results.append((code, session.execute(code, timeout=600)))
+            rec.snapshots.append(session.state_snapshot())
     finally:
         session.close()
     rec.seconds = time.monotonic() - started
@@ -87,6 +90,8 @@ class ReplaySession(Session):
         super().__init__(workspace, new_session_id(), config=Config(),
                          simulator=get_simulator(wf.simulator), approval="auto", **kw)
         self._queues = recording.queues()
+        self._snapshots = recording.snapshots
+        self._last_served: int | None = None
         self._warmed = True
         self.trace.append("session_start", {"session_id": self.id, "workspace": str(workspace),
                                             "simulator": self.simulator.name
@@ -117,9 +122,17 @@ class ReplaySession(Session):
                 "ReplayError", "no recorded result for this code (the trajectory changed)",
                 ""))
         else:
-            result = queue.popleft()
+            self._last_served, result = queue.popleft()
         self.trace_execution(code, result, tool_call_id, replayed=True)
         return result
+
+    def state_snapshot(self) -> dict[str, Any]:
+        """The recorded kernel's snapshot after the latest served step (what the live
+        kernel held at that point), so state cards in replay are those of the real run."""
+        if self._last_served is None or self._last_served >= len(self._snapshots):
+            return {"kernel": {"status": "not started", "generation": 0, "executions": 0},
+                    "probe": None, "figures": [], "files": [], "files_more": 0}
+        return self._snapshots[self._last_served]
 
 
 def policy_workspace(recording: Recording, dest: Path) -> Path:

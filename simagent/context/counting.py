@@ -32,8 +32,16 @@ from simagent.context.tokens import Ruler, active_ruler
 #: ``additional_kwargs["lc_source"]`` of messages the context layers write.
 SUMMARY_SOURCES = frozenset({"summarization", "simagent_summary", "simagent_checkpoint",
                              "simagent_emergency"})
+#: Where a kernel state card says so (``simagent.context.state_card``): its own category.
+STATE_CARD_SOURCE = "simagent_state_card"
 CATEGORIES = ("system_prompt", "tool_schemas", "skills_index", "memory_index",
-              "conversation", "tool_results", "summaries")
+              "conversation", "tool_results", "summaries", "state_card", "images")
+#: How ``/context``, ``simagent context`` and the bench name each category (one home).
+CATEGORY_LABELS = {"system_prompt": "system prompt", "tool_schemas": "tool schemas",
+                   "skills_index": "skills index", "memory_index": "memory index",
+                   "conversation": "conversation", "tool_results": "tool results",
+                   "summaries": "summaries", "state_card": "state card",
+                   "images": "images"}
 #: Framing of one message (start, role separator, end), as chat templates add it.
 MESSAGE_FRAME = 3
 #: Framing of one tool call inside an assistant message (id, type, name/arguments keys).
@@ -183,6 +191,19 @@ def is_summary(msg: BaseMessage) -> bool:
     return source in SUMMARY_SOURCES
 
 
+def is_state_card(msg: BaseMessage) -> bool:
+    return (isinstance(msg, HumanMessage)
+            and msg.additional_kwargs.get("lc_source") == STATE_CARD_SOURCE)
+
+
+def media_tokens(msg: BaseMessage) -> int:
+    """The part of :func:`count_message` that media blocks (images) cost."""
+    if not isinstance(msg.content, list):
+        return 0
+    return IMAGE_TOKENS * sum(1 for b in msg.content
+                              if isinstance(b, dict) and b.get("type") in MEDIA_BLOCKS)
+
+
 def split_system(text: str) -> tuple[str, str, str]:
     """(base prompt, skills index, memory index) of a system prompt simagent assembled."""
     cuts = sorted((text.find(m), m) for m in (SKILLS_MARKER, MEMORY_MARKER) if m in text)
@@ -206,6 +227,8 @@ class RequestSize:
     conversation: int = 0
     tool_results: int = 0
     summaries: int = 0
+    state_card: int = 0
+    images: int = 0
 
     @property
     def total(self) -> int:
@@ -218,7 +241,8 @@ class RequestSize:
 
     @property
     def history(self) -> int:
-        return self.conversation + self.tool_results + self.summaries
+        return (self.conversation + self.tool_results + self.summaries + self.state_card
+                + self.images)
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -240,18 +264,23 @@ def measure(system_message: BaseMessage | None, messages: Sequence[BaseMessage],
         skills = count_text(skills_text, ruler)
         memory = count_text(memory_text, ruler)
         base = total_sys - max(0, skills) - max(0, memory)
-    conv = results = summaries = 0
+    conv = results = summaries = card = images = 0
     for msg in messages:
-        n = count_message(msg, ruler)
+        media = media_tokens(msg)
+        n = count_message(msg, ruler) - media
+        images += media
         if isinstance(msg, ToolMessage):
             results += n
         elif is_summary(msg):
             summaries += n
+        elif is_state_card(msg):
+            card += n
         else:
             conv += n
     return RequestSize(system_prompt=base, tool_schemas=count_tools(tools, ruler),
                        skills_index=max(0, skills), memory_index=max(0, memory),
-                       conversation=conv, tool_results=results, summaries=summaries)
+                       conversation=conv, tool_results=results, summaries=summaries,
+                       state_card=card, images=images)
 
 
 #: How far the provider's count may scale ours (another family's tokenizer, hidden

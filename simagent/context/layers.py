@@ -165,7 +165,8 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
     context = ContextMiddleware(
         trace=session.trace, compactor=compactor, settings=settings, model_id=model_id,
         window=window, max_output=max_output,
-        large_results_dir=session.paths.large_tool_results, agent=agent, tools=tools)
+        large_results_dir=session.paths.large_tool_results, agent=agent, tools=tools,
+        state_source=session.state_snapshot)
     fs = TracedFilesystemMiddleware(trace=session.trace, agent=agent, backend=backend,
                                     ruler=context.ruler,
                                     tool_token_limit_before_evict=th.evict_tokens(settings),

@@ -21,10 +21,11 @@ from simagent.context.compaction import (
     BOUNDARY_KEY,
     CLEARED_KEY,
     PENDING_CHECKPOINT_KEY,
+    Compaction,
     cutoff_of,
-    visible,
 )
 from simagent.context.counting import count_messages
+from simagent.context.state_card import STATE_CARD_KEY, card_event
 from simagent.context.tokens import using
 
 if TYPE_CHECKING:
@@ -76,10 +77,29 @@ def _thread(graph: Any, config: dict[str, Any]) -> tuple[list[Any], dict[str, An
 
 
 def _tokens(context: ContextMiddleware, values: dict[str, Any], messages: list[Any],
-            boundary: dict[str, Any] | None) -> int:
+            boundary: dict[str, Any] | None, card: dict[str, Any] | None) -> int:
     """Estimated request size for a boundary: last measured fixed part + the new view."""
-    view = visible(messages, boundary, values.get(CLEARED_KEY) or ())
+    view = context.view(messages, boundary, values.get(CLEARED_KEY) or (), card)
     return _last_fixed(context) + count_messages(view, context.ruler)
+
+
+def _commit(graph: Any, config: dict[str, Any], context: ContextMiddleware,
+            values: dict[str, Any], messages: list[Any], done: Compaction, kind: str,
+            card_reason: str, update: dict[str, Any], **extra: Any) -> tuple[int, int]:
+    """Store a manual boundary (with a fresh kernel state card) and trace both; returns
+    the estimated request size (before, after)."""
+    old_card = values.get(STATE_CARD_KEY)
+    card = context.make_card(messages, old_card, card_reason)
+    before = _tokens(context, values, messages, values.get(BOUNDARY_KEY), old_card)
+    after = _tokens(context, values, messages, done.boundary, card or old_card)
+    if card is not None:
+        update = {**update, STATE_CARD_KEY: card}
+        extra["state_card_tokens"] = card["tokens"]
+    graph.update_state(config, {BOUNDARY_KEY: done.boundary, **update})
+    context.record(kind, done, before, after, **extra)
+    if card is not None:
+        context.trace.append("context_state_card", card_event(card, context.agent))
+    return before, after
 
 
 def _last_fixed(context: ContextMiddleware) -> int:
@@ -105,11 +125,9 @@ def compact_now(graph: Any, config: dict[str, Any], context: ContextMiddleware,
     if done is None:
         return ManualResult(False, "nothing to compact: the conversation since the last "
                                    "boundary is already minimal")
-    before = _tokens(context, values, messages, boundary)
-    after = _tokens(context, values, messages, done.boundary)
-    graph.update_state(config, {BOUNDARY_KEY: done.boundary})
-    context.record("context_summary", done, before, after, reason="manual", focus=focus,
-                   summarizer=context.compactor.summarizer.name)
+    before, after = _commit(graph, config, context, values, messages, done,
+                            "context_summary", "compact", {}, reason="manual", focus=focus,
+                            summarizer=context.compactor.summarizer.name)
     return ManualResult(True, f"compacted {done.dropped} messages (~{before:,} → ~{after:,} "
                               f"tokens); full history in {done.path}", str(done.path),
                         done.dropped, before, after)
@@ -127,10 +145,9 @@ def checkpoint_now(graph: Any, config: dict[str, Any], context: ContextMiddlewar
                                             how="/done")
     if done is None:
         return ManualResult(False, "nothing to checkpoint since the last boundary")
-    before = _tokens(context, values, messages, boundary)
-    after = _tokens(context, values, messages, done.boundary)
-    graph.update_state(config, {BOUNDARY_KEY: done.boundary, PENDING_CHECKPOINT_KEY: None})
-    context.record("context_checkpoint", done, before, after, note=note, source="command")
+    before, after = _commit(graph, config, context, values, messages, done,
+                            "context_checkpoint", "checkpoint", {PENDING_CHECKPOINT_KEY: None},
+                            note=note, source="command")
     return ManualResult(True, f"task checkpoint written ({done.dropped} messages → record); "
                               f"full history in {done.path}", str(done.path), done.dropped,
                         before, after)

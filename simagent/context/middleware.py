@@ -11,7 +11,10 @@ order, cheapest first:
    enough;
 4. summarization runs if the request is still over the tier's trigger, or over the
    history budget (``window - system - summary - tool_defs - max_output``);
-5. the call; on a context-overflow error, one emergency truncation and one retry.
+5. after any of these that took kernel output from view, a kernel state card read from
+   the live kernel follows the newest message (``state_card.py``);
+6. the call; on a context-overflow error, one emergency truncation (with a card) and one
+   retry.
 
 Per tool call, results over the tool's cap keep head and tail, the full text goes to
 ``large_tool_results/``. State keeps every raw message; decisions live in private state
@@ -30,7 +33,7 @@ from langchain.agents.middleware.types import (
     ExtendedModelResponse,
     PrivateStateAttr,
 )
-from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
 from langgraph.types import Command
 
 from simagent.context import thresholds as th
@@ -49,6 +52,7 @@ from simagent.context.compaction import (
 from simagent.context.counting import RequestSize, calibrate, measure
 from simagent.context.events import emit
 from simagent.context.overflow import is_context_overflow
+from simagent.context.state_card import STATE_CARD_KEY, card_event, render_card, with_card
 from simagent.context.tokens import resolve_ruler, using
 from simagent.trace.log import TraceLog
 
@@ -63,6 +67,7 @@ class ContextState(AgentState):
     # last wins: two mark_task_done calls in one reply must not crash the step
     simagent_pending_checkpoint: Annotated[NotRequired[dict[str, Any] | None],
                                            PrivateStateAttr, _last]
+    simagent_state_card: Annotated[NotRequired[dict[str, Any] | None], PrivateStateAttr]
 
 
 @dataclass
@@ -73,6 +78,7 @@ class Prepared:
     update: dict[str, Any] = field(default_factory=dict)
     boundary: dict[str, Any] | None = None
     cleared: frozenset[str] = frozenset()
+    card: dict[str, Any] | None = None
 
 
 class ContextMiddleware(AgentMiddleware):
@@ -82,8 +88,8 @@ class ContextMiddleware(AgentMiddleware):
 
     def __init__(self, *, trace: TraceLog, compactor: Compactor, settings: th.ContextSettings,
                  model_id: str, window: int | None, max_output: int | None,
-                 large_results_dir: Any, agent: str = "main", tools: list[Any] | None = None
-                 ) -> None:
+                 large_results_dir: Any, agent: str = "main", tools: list[Any] | None = None,
+                 state_source: Callable[[], dict[str, Any]] | None = None) -> None:
         super().__init__()
         self.trace = trace
         self.compactor = compactor
@@ -95,6 +101,8 @@ class ContextMiddleware(AgentMiddleware):
         #: the ruler every decision here is measured with (the model family's tokenizer)
         self.ruler = resolve_ruler(model_id, settings.tokenizer)
         self.tools = list(tools or [])
+        #: the runtime snapshot a state card is made from (``Session.state_snapshot``)
+        self.state_source = state_source
         # our count of the previous request and the provider's figure for it; a resumed
         # session starts from the trace, so its first estimate is already calibrated
         self._last_sent, self._last_reported = last_calibration(trace, agent, model_id,
@@ -120,31 +128,40 @@ class ContextMiddleware(AgentMiddleware):
             self.thresholds.window, system=int((size.fixed - size.tool_schemas) * scale),
             summary=int(size.summaries * scale), tool_defs=int(size.tool_schemas * scale),
             max_output_tokens=self.thresholds.max_output)
-        return (size.conversation + size.tool_results) * scale > budget
+        return (size.history - size.summaries) * scale > budget
 
     # ------------------------------------------------------------------ layers
+    def view(self, messages: list[BaseMessage], boundary: dict[str, Any] | None,
+             cleared: Any, card: dict[str, Any] | None) -> list[BaseMessage]:
+        return with_card(visible(messages, boundary, cleared), card, boundary is not None)
+
     def prepare(self, request: Any) -> Prepared:
         state = request.state or {}
         messages = list(request.messages)
         boundary = state.get(BOUNDARY_KEY)
         cleared = frozenset(state.get(CLEARED_KEY) or ())
+        card = state.get(STATE_CARD_KEY)
         update: dict[str, Any] = {}
+        events: list[tuple[str, dict[str, Any]]] = []
+        card_reason: str | None = None
 
         pending = state.get(PENDING_CHECKPOINT_KEY)
         if pending and self.settings.checkpoints:
             starts = [i for i in turn_starts(messages) if i >= int(pending.get("at", 0))]
             if starts:
-                before = self._measure(request, visible(messages, boundary, cleared))[1]
+                before = self._measure(request, self.view(messages, boundary, cleared, card))[1]
                 done = self.compactor.checkpoint(messages, boundary, starts[0],
                                                  note=pending.get("detail"), how="mark_task_done")
                 update[PENDING_CHECKPOINT_KEY] = None
                 if done is not None:
                     boundary = update[BOUNDARY_KEY] = done.boundary
-                    after = self._measure(request, visible(messages, boundary, cleared))[1]
-                    self.record("context_checkpoint", done, before, after,
-                                 note=pending.get("detail"), source="tool")
+                    after = self._measure(request, self.view(messages, boundary, cleared,
+                                                             card))[1]
+                    events.append(("context_checkpoint", self.compaction_payload(
+                        done, before, after, note=pending.get("detail"), source="tool")))
+                    card_reason = "checkpoint"
 
-        view = visible(messages, boundary, cleared)
+        view = self.view(messages, boundary, cleared, card)
         size, tokens = self._measure(request, view)
         thr = self.thresholds
 
@@ -153,31 +170,71 @@ class ContextMiddleware(AgentMiddleware):
                            keep_tokens=thr.clear_keep_tokens)
         if epoch is not None:
             new_cleared, _freed = epoch
-            newly = len(new_cleared - cleared)
+            newly = new_cleared - cleared
             cleared = new_cleared
             update[CLEARED_KEY] = sorted(cleared)
-            view = visible(messages, boundary, cleared)
+            view = self.view(messages, boundary, cleared, card)
             before, (size, tokens) = tokens, self._measure(request, view)
-            self._emit("context_clear", {"cleared": newly, "total_cleared": len(cleared),
-                                         "tokens_before": before, "tokens_after": tokens})
+            events.append(("context_clear", {"cleared": len(newly),
+                                             "total_cleared": len(cleared),
+                                             "tokens_before": before, "tokens_after": tokens}))
+            if card_reason is None and _has_kernel_results(messages, newly):
+                card_reason = "clear"
 
         due = thr.summary_trigger is not None and tokens >= thr.summary_trigger
         if due or self.over_budget(size, tokens):
             done = self.compactor.summarize(messages, boundary, thr.summary_keep)
             if done is not None:
                 boundary = update[BOUNDARY_KEY] = done.boundary
-                view = visible(messages, boundary, cleared)
+                view = self.view(messages, boundary, cleared, card)
                 before, (size, tokens) = tokens, self._measure(request, view)
-                self.record("context_summary", done, before, tokens,
-                             reason="threshold" if due else "budget", focus=None,
-                             summarizer=self.compactor.summarizer.name)
-        return Prepared(view, size, tokens, update, boundary, cleared)
+                events.append(("context_summary", self.compaction_payload(
+                    done, before, tokens, reason="threshold" if due else "budget", focus=None,
+                    summarizer=self.compactor.summarizer.name)))
+                card_reason = "summary"
+
+        if card_reason is not None:
+            new_card = self.make_card(messages, card, card_reason)
+            if new_card is not None:
+                card = update[STATE_CARD_KEY] = new_card
+                view = self.view(messages, boundary, cleared, card)
+                size, tokens = self._measure(request, view)
+                events[-1][1].update(tokens_after=tokens, state_card_tokens=new_card["tokens"])
+        for kind, payload in events:
+            self._emit(kind, payload)
+        if card_reason is not None and update.get(STATE_CARD_KEY):
+            self._emit("context_state_card", card_event(card, self.agent))
+        return Prepared(view, size, tokens, update, boundary, cleared, card)
+
+    def make_card(self, messages: list[BaseMessage], previous: dict[str, Any] | None,
+                  reason: str) -> dict[str, Any] | None:
+        """A kernel state card after the newest message, or None when off or unreadable."""
+        if not self.settings.state_card_tokens or self.state_source is None or not messages:
+            return None
+        try:
+            snapshot = self.state_source()
+        except Exception as exc:  # a card that cannot be made costs the card, not the call
+            self.trace.append("error", {"message": f"{type(exc).__name__}: {exc}"[:500],
+                                        "where": f"state card ({self.agent})"})
+            return None
+        card = render_card(snapshot, reason=reason, budget=self.settings.state_card_tokens,
+                           previous=previous, ruler=self.ruler)
+        # after the newest message; before it when that is the user's new turn, so the
+        # question stays the last thing the model reads
+        newest_is_user = isinstance(messages[-1], HumanMessage) and len(messages) > 1
+        card["after_id"] = messages[-2 if newest_is_user else -1].id
+        card["n"] = int((previous or {}).get("n") or 0) + 1
+        return card
+
+    def compaction_payload(self, done: Compaction, before: int, after: int,
+                           **extra: Any) -> dict[str, Any]:
+        return {"cutoff_index": done.boundary["cutoff"], "messages": done.dropped,
+                "path": str(done.path), "tokens_before": before, "tokens_after": after,
+                **extra}
 
     def record(self, kind: str, done: Compaction, before: int, after: int, **extra: Any) -> None:
-        """Trace and stream one compaction (automatic here, manual in ``manual.py``)."""
-        self._emit(kind, {"cutoff_index": done.boundary["cutoff"], "messages": done.dropped,
-                          "path": str(done.path), "tokens_before": before,
-                          "tokens_after": after, **extra})
+        """Trace and stream one compaction (the manual ones in ``manual.py``)."""
+        self._emit(kind, self.compaction_payload(done, before, after, **extra))
 
     def emergency(self, request: Any, prep: Prepared, error: Exception) -> Prepared:
         """Truncate to a safe boundary keeping half; raise ``error`` if nothing can go."""
@@ -185,14 +242,20 @@ class ContextMiddleware(AgentMiddleware):
         done = self.compactor.emergency(messages, prep.boundary, th.EMERGENCY_MIN_MESSAGES)
         if done is None:
             raise error
-        view = visible(messages, done.boundary, prep.cleared)
+        card = self.make_card(messages, prep.card, "emergency") or prep.card
+        update = {**prep.update, BOUNDARY_KEY: done.boundary}
+        if card is not prep.card:
+            update[STATE_CARD_KEY] = card
+        view = self.view(messages, done.boundary, prep.cleared, card)
         size, tokens = self._measure(request, view)
         self._emit("context_emergency", {
             "error": str(error).splitlines()[0][:300] if str(error) else type(error).__name__,
             "kept": done.kept, "dropped": done.dropped, "path": str(done.path),
-            "tokens_before": prep.tokens, "tokens_after": tokens})
-        return Prepared(view, size, tokens, {**prep.update, BOUNDARY_KEY: done.boundary},
-                        done.boundary, prep.cleared)
+            "tokens_before": prep.tokens, "tokens_after": tokens,
+            **({"state_card_tokens": card["tokens"]} if card is not prep.card else {})})
+        if card is not prep.card:
+            self._emit("context_state_card", card_event(card, self.agent))
+        return Prepared(view, size, tokens, update, done.boundary, prep.cleared, card)
 
     # --------------------------------------------------------------- model call
     def _finish(self, prep: Prepared, response: Any) -> Any:
@@ -222,9 +285,10 @@ class ContextMiddleware(AgentMiddleware):
             state = request.state or {}
             cleared = frozenset(state.get(CLEARED_KEY) or ())
             boundary = state.get(BOUNDARY_KEY)
-            view = visible(list(request.messages), boundary, cleared)
+            card = state.get(STATE_CARD_KEY)
+            view = self.view(list(request.messages), boundary, cleared, card)
             size, tokens = self._measure(request, view)
-            return Prepared(view, size, tokens, {}, boundary, cleared)
+            return Prepared(view, size, tokens, {}, boundary, cleared, card)
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         prep = self.safe_prepare(request)
@@ -300,8 +364,17 @@ def last_calibration(trace: TraceLog | None, agent: str, model_id: str, ruler: s
 
 def current_view(state: dict[str, Any]) -> list[BaseMessage]:
     """The model's view of a checkpointed state (for the bench's recall and for tests)."""
-    return visible(list(state.get("messages") or []), state.get(BOUNDARY_KEY),
-                   state.get(CLEARED_KEY) or ())
+    boundary = state.get(BOUNDARY_KEY)
+    return with_card(visible(list(state.get("messages") or []), boundary,
+                             state.get(CLEARED_KEY) or ()),
+                     state.get(STATE_CARD_KEY), boundary is not None)
+
+
+def _has_kernel_results(messages: list[BaseMessage], ids: Any) -> bool:
+    """Whether any of the results ``ids`` came from the kernel (they carry a raw output)."""
+    return any(isinstance(m, ToolMessage) and m.tool_call_id in ids
+               and isinstance(m.artifact, dict) and m.artifact.get("raw_path")
+               for m in messages)
 
 
 __all__ = ["ContextMiddleware", "ContextState", "current_view", "cutoff_of",

@@ -11,17 +11,13 @@ from __future__ import annotations
 import textwrap
 from datetime import datetime
 
-from simagent.context.counting import CATEGORIES
+from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
 from simagent.context.stats import ContextStats, TokenRow
 
 BAR_CELLS = 24
 #: Status-bar levels: dim below 70 % of the window, warning from 70 %, alert from 90 %.
 WARNING_PERCENT = 70
 ALERT_PERCENT = 90
-_LABELS = {"system_prompt": "system prompt", "tool_schemas": "tool schemas",
-           "skills_index": "skills index", "memory_index": "memory index",
-           "conversation": "conversation", "tool_results": "tool results",
-           "summaries": "summaries"}
 _MAX_BOUNDARIES = 10
 
 
@@ -114,8 +110,8 @@ def _categories(s: ContextStats) -> list[str]:
         lines.append(f"  (no split recorded for this session) {_n(s.used)} in all")
     else:
         for cat in CATEGORIES:
-            tokens = getattr(s.categories, cat)
-            lines.append(f"  {_LABELS[cat]:<15}{_n(tokens):>10}  {_pct(tokens, s.window):>6}")
+            tokens, label = getattr(s.categories, cat), CATEGORY_LABELS[cat]
+            lines.append(f"  {label:<15}{_n(tokens):>10}  {_pct(tokens, s.window):>6}")
     lines.append(f"  {'free space':<15}{_n(s.free_tokens):>10}  {_pct(s.free_tokens, s.window):>6}")
     return lines
 
@@ -152,7 +148,7 @@ def _clip(line: str, width: int) -> str:
 def _history(s: ContextStats, width: int) -> list[str]:
     tallies = (("evictions", s.evictions), ("clears", s.clears), ("summaries", s.summaries),
                ("checkpoints", s.checkpoints), ("emergencies", s.emergencies),
-               ("watchdog alerts", s.watchdog_alerts))
+               ("state cards", s.state_cards), ("watchdog alerts", s.watchdog_alerts))
     done = [(name, t) for name, t in tallies if t.count]
     if not done:
         return ["Context events: none yet"]

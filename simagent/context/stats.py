@@ -29,7 +29,8 @@ BOUNDARY_KINDS = {"context_clear": "clear", "context_summary": "summary",
 #: Events counted on the panel, by the ContextStats field that tallies them.
 TALLIED = {"context_eviction": "evictions", "context_clear": "clears",
            "context_summary": "summaries", "context_checkpoint": "checkpoints",
-           "context_emergency": "emergencies", "watchdog_alert": "watchdog_alerts"}
+           "context_emergency": "emergencies", "watchdog_alert": "watchdog_alerts",
+           "context_state_card": "state_cards"}
 _FIXED = ("system_prompt", "tool_schemas", "skills_index", "memory_index")
 _LIMITS = ("max_turn_usd", "max_session_usd", "max_turn_tokens", "max_session_tokens")
 
@@ -100,6 +101,7 @@ class ContextStats:
     checkpoints: Tally = field(default_factory=Tally)
     emergencies: Tally = field(default_factory=Tally)
     watchdog_alerts: Tally = field(default_factory=Tally)
+    state_cards: Tally = field(default_factory=Tally)
     boundaries: tuple[Boundary, ...] = ()
     subagents: tuple[TokenRow, ...] = ()
     models: tuple[TokenRow, ...] = ()  # by cost, highest first
@@ -172,11 +174,15 @@ def after_compaction(cats: RequestSize, kind: str, payload: Mapping[str, Any],
     if cats.fixed > tokens_after:  # odd event: shrink everything to fit
         fixed = _apportion(fixed, tokens_after)
     rest = max(0, tokens_after - sum(fixed.values()))
+    # a kernel state card made with the compaction replaces the previous one
+    new_card = payload.get("state_card_tokens")
+    card = min(rest, token_count(new_card) if new_card is not None else cats.state_card)
+    rest -= card
     hist = {"conversation": cats.conversation, "tool_results": cats.tool_results,
-            "summaries": cats.summaries}
+            "summaries": cats.summaries, "images": cats.images}
     if kind == "context_clear":
         excess = sum(hist.values()) - rest
-        for key in ("tool_results", "conversation", "summaries"):
+        for key in ("images", "tool_results", "conversation", "summaries"):
             take = min(max(0, excess), hist[key])
             hist[key] -= take
             excess -= take
@@ -184,16 +190,16 @@ def after_compaction(cats: RequestSize, kind: str, payload: Mapping[str, Any],
             hist["conversation"] -= excess
     elif kind in ("context_summary", "context_checkpoint"):
         summary = min(rest, token_count(payload.get("summary_tokens")))
-        kept = _apportion({"conversation": cats.conversation,
-                           "tool_results": cats.tool_results}, rest - summary)
+        kept = _apportion({"conversation": cats.conversation, "tool_results": cats.tool_results,
+                           "images": cats.images}, rest - summary)
         if not any(kept.values()) and rest - summary > 0:
             kept["conversation"] = rest - summary
         hist = {**kept, "summaries": summary}
         if not summary and kind == "context_checkpoint":  # the task record replaces turns
-            hist = {"conversation": 0, "tool_results": 0, "summaries": rest}
+            hist = {"conversation": 0, "tool_results": 0, "summaries": rest, "images": 0}
     else:
         hist = _apportion(hist, rest) if sum(hist.values()) else {**hist, "conversation": rest}
-    return RequestSize(**fixed, **hist)
+    return RequestSize(**fixed, **hist, state_card=card)
 
 
 def _detail(kind: str, p: Mapping[str, Any]) -> str:

@@ -91,6 +91,10 @@ SUMMARY_MODEL = "auto"
 #: The ruler every threshold is measured with: "auto" (by model family, see
 #: ``context.tokens``), an encoding name, or "approx" (chars/4, what peers count with).
 TOKENIZER = "auto"
+#: Most tokens the kernel state card may take after a compaction (0: no card). 1.5k holds
+#: ~40 names with shapes plus imports, figures and files; a card is sent on every call
+#: until the next compaction, so it must stay small next to what the compaction freed.
+STATE_CARD_TOKENS = 1_500
 
 
 class ContextConfigError(ConfigError):
@@ -125,6 +129,7 @@ class ContextSettings:
     checkpoints: bool = True
     budget_check: bool = True
     emergency: bool = True
+    state_card_tokens: int = STATE_CARD_TOKENS
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ContextSettings:
@@ -150,6 +155,10 @@ class ContextSettings:
         if data.get("tokenizer", "auto") not in ("auto", *RULERS):
             raise ContextConfigError(f"[context] tokenizer must be one of auto, "
                                      f"{', '.join(RULERS)}")
+        card = data.get("state_card_tokens", STATE_CARD_TOKENS)
+        if not isinstance(card, int) or isinstance(card, bool) or card < 0:
+            raise ContextConfigError("[context] state_card_tokens must be a whole number of "
+                                     "tokens (0 turns the kernel state card off)")
         caps = data.pop("tool_caps", {}) or {}
         if not isinstance(caps, Mapping) or not all(
                 isinstance(v, int) and v >= 0 for v in caps.values()):

@@ -12,6 +12,7 @@ called from any other thread (a UI's Ctrl+C handler) while ``execute`` waits.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import queue
@@ -20,7 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 from simagent.kernel.capture import Capture, OnOutput
 from simagent.kernel.launcher import FLOW_ENV
@@ -36,6 +37,8 @@ INTERRUPT_GRACE_S = 10.0
 INTERRUPT_RESEND_S = 1.0
 #: How often a waiting ``execute`` checks that the kernel process is alive.
 _POLL_S = 0.1
+#: How long a state probe waits for a busy kernel before giving up (a running cell).
+PROBE_WAIT_S = 2.0
 _STARTUP_TIMEOUT_S = 60.0
 _DEFAULT_SPEC = "simagent-python"
 #: Environment variables the kernel must not inherit: pytest's disables fd capture.
@@ -136,6 +139,9 @@ class Kernel:
         self._draining = False  # the cell went idle; only its reply is awaited
         self._seq = self._last_output_seq()
         self._flow: _FlowAck | None = None
+        #: how many times a process was started for this kernel (1 after start; +1 per
+        #: restart): the state card tells a restart by a changed generation
+        self.generation = 0
 
     # ------------------------------------------------------------- lifecycle
     def _last_output_seq(self) -> int:
@@ -186,6 +192,7 @@ class Kernel:
         self._km, self._kc = km, kc
         self.state = "idle"
         self.death_reason = ""
+        self.generation += 1
         self._install_outputs()
 
     def _process(self):
@@ -220,9 +227,40 @@ class Kernel:
             self.start()
         self.state = "idle"
         self.death_reason = ""
+        self.generation += 1
         self._drain()
         self._install_outputs()
         return time.perf_counter() - t0
+
+    def probe_state(self, registry: list[dict[str, Any]] | None = None,
+                    wait_s: float = PROBE_WAIT_S) -> dict[str, Any] | None:
+        """The live kernel's names, imports and registry objects (``state_probe.probe``),
+        read with one silent ``user_expressions`` request: no history entry, no execution
+        count, nothing left in the namespace.
+
+        None when there is no idle kernel to ask within ``wait_s`` (a cell is running, the
+        kernel is dead or not started): a model call must never wait on a simulation.
+        """
+        if self._km is None or self.state != "idle":
+            return None
+        if not self._lock.acquire(timeout=wait_s):
+            return None
+        try:
+            if self._kc is None or not self.is_alive():
+                return None
+            from simagent.kernel_api.state_probe import expression
+
+            msg_id = self._kc.execute("", silent=True, store_history=False, allow_stdin=False,
+                                      user_expressions={"state": expression(registry)})
+            reply = self._reply(msg_id)
+            found = (reply.get("user_expressions") or {}).get("state") or {}
+            if found.get("status") != "ok":
+                return {"error": f"{found.get('ename', 'no reply')}: {found.get('evalue', '')}"}
+            return json.loads(ast.literal_eval(found["data"]["text/plain"]))
+        except Exception as exc:  # a probe that fails costs the card's names, not the call
+            return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        finally:
+            self._lock.release()
 
     def _install_outputs(self) -> None:
         """``_out`` in a kernel started by name. simagent's own kernel installs it at start

@@ -31,8 +31,8 @@ EVENT_KINDS: dict[str, str] = {
                    "cache_creation, reasoning_tokens, source (provider|estimated), "
                    "request (tokens by category of the request sent: system_prompt, "
                    "tool_schemas, skills_index, memory_index, conversation, tool_results, "
-                   "summaries), window, dropped (true: a late reply of an abandoned "
-                   "turn, paid but never shown)",
+                   "summaries, state_card, images), window, dropped (true: a late reply of "
+                   "an abandoned turn, paid but never shown)",
     "tool_call": "id, name, args, agent",
     "tool_result": "tool_call_id, name, content, status (success|error), elapsed_s, agent, "
                    "dropped (true: it ended after its turn was abandoned)",
@@ -51,6 +51,9 @@ EVENT_KINDS: dict[str, str] = {
     "context_checkpoint": "note, source (tool|command), cutoff_index, messages, path, "
                           "tokens_before, tokens_after, agent",
     "context_emergency": "error, kept, dropped, path, tokens_before, tokens_after, agent",
+    "context_state_card": "reason (summary|emergency|compact|checkpoint|clear), tokens, names "
+                          "(how many the kernel holds), shown, generation, restarted, lost "
+                          "(names a restart took), agent",
     "watchdog_alert": "tool, args, repeats, mode (warn|enforce), agent",
     "cost_ceiling": "action (tripped|reset|refused), scope (turn|session), limit, spent, "
                     "unit (usd|tokens)",

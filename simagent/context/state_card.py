@@ -1,0 +1,219 @@
+"""The kernel state card: after a compaction, re-ground the model in the live kernel.
+
+A summary says what the session *did*; only the kernel knows what it *holds* now. After
+every compaction (summary, emergency, ``/compact``, a task checkpoint, and a clearing
+epoch that cleared kernel results) the next request carries one deterministic card built
+from a snapshot of the runtime (:func:`simagent.session.Session.state_snapshot`): the
+user's names with type and shape (largest first), imports and functions, the simulator's
+registry objects with the fields its ``simulator.toml`` names, figures made and files
+written in the session. No prose, no model call, so it costs nothing to make, works in
+replay, and cannot hallucinate a variable.
+
+The card is bounded (``[context] state_card_tokens``, default
+:data:`simagent.context.thresholds.STATE_CARD_TOKENS`): names are dropped smallest first,
+then files, then figures. It lives in private graph state (:data:`STATE_CARD_KEY`) with
+the id of the message it follows, so the same view is rebuilt on every call (a stable
+prompt prefix) and a resumed session shows it too; the next compaction replaces it. When
+the kernel's generation changed since the previous card, the card says the kernel was
+restarted and lists the names that were lost.
+
+Everything here is pure: a snapshot in, text and plain data out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage, HumanMessage
+
+from simagent.context.counting import STATE_CARD_SOURCE, is_state_card
+from simagent.context.tokens import Ruler, active_ruler
+
+#: Graph-state key of the current card (private: never passed to subagents).
+STATE_CARD_KEY = "simagent_state_card"
+#: Compactions that make a card, as the trace's ``reason`` names them.
+REASONS = ("summary", "emergency", "compact", "checkpoint", "clear")
+_MAX_LOST = 40
+_MAX_FIGURES = 12
+_MAX_FILES = 15
+_MAX_LIST_CHARS = 400
+
+
+def _size(n: int) -> str:
+    n = int(n or 0)
+    for unit, div in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def _joined(items: Sequence[str], limit: int = _MAX_LIST_CHARS) -> str:
+    out, used = [], 0
+    for i, item in enumerate(items):
+        if used + len(item) > limit and out:
+            return ", ".join(out) + f", … (+{len(items) - i} more)"
+        out.append(item)
+        used += len(item) + 2
+    return ", ".join(out)
+
+
+def name_line(entry: dict[str, Any]) -> str:
+    """``- df: pandas.DataFrame (72, 5) columns [...] 3.1 kB`` (registry fields inline)."""
+    desc = str(entry.get("desc") or "")
+    size = int(entry.get("bytes") or 0)
+    kind = str(entry.get("type") or "?")
+    if desc.startswith("= "):
+        return f"- {entry['name']} {desc} ({kind})"
+    line = f"- {entry['name']}: {kind}"
+    if entry.get("registry"):
+        line += f" [{entry['registry']}]"
+    if desc:
+        line += f" {desc}"
+    if size >= 1024:
+        line += f", {_size(size)}"
+    fields = entry.get("fields") or []
+    if fields:
+        line += " — " + "; ".join(f"{k}={v}" for k, v in fields)
+    return line
+
+
+def _kernel_line(snapshot: dict[str, Any], previous: dict[str, Any] | None
+                 ) -> tuple[str, bool, list[str]]:
+    """(line, restarted, lost names)."""
+    kernel = snapshot.get("kernel") or {}
+    status = str(kernel.get("status") or "unknown")
+    gen = int(kernel.get("generation") or 0)
+    execs = int(kernel.get("executions") or 0)
+    line = f"kernel: {status}, {execs} executions so far"
+    restarted, lost = False, []
+    if previous is not None and previous.get("generation") and gen != previous["generation"]:
+        restarted = True
+        now = {e["name"] for e in (snapshot.get("probe") or {}).get("names") or []}
+        lost = [n for n in previous.get("names") or [] if n not in now]
+        shown = _joined(lost[:_MAX_LOST]) if lost else "none of the listed names"
+        line += (f"\nTHE KERNEL WAS RESTARTED since the last card: state from before is gone; "
+                 f"lost: {shown}. Re-run the cells that defined what you still need.")
+    elif gen > 1:
+        line += (f"; it was restarted {gen - 1} time(s) this session, so names defined "
+                 f"before the last restart are gone")
+    return line, restarted, lost
+
+
+def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
+                previous: dict[str, Any] | None = None, ruler: Ruler | None = None
+                ) -> dict[str, Any]:
+    """The card for ``snapshot`` within ``budget`` tokens, as stored in graph state.
+
+    Returns ``{"text", "tokens", "reason", "generation", "names", "restarted", "lost"}``;
+    ``names`` (every probed name, not just the shown ones) lets the next card tell
+    what a restart lost.
+    """
+    ruler = ruler or active_ruler()
+    probe = snapshot.get("probe") or {}
+    entries = list(probe.get("names") or [])
+    # the simulator's own objects first, then the rest largest first (probe order)
+    entries.sort(key=lambda e: 0 if e.get("registry") else 1)
+    kernel_line, restarted, lost = _kernel_line(snapshot, previous)
+    head = [f'<kernel_state after="{reason}">',
+            "Read from the live kernel just now (exact, not remembered); names, types and "
+            "shapes below exist in the kernel as listed.", kernel_line]
+    if probe.get("error"):
+        head.append(f"(the kernel could not be read: {probe['error']})")
+    foot = ["Earlier outputs stay queryable in the kernel: _out[n].tail(k), "
+            "_out[n].grep(pattern), _out[n].code.", "</kernel_state>"]
+    names = [name_line(e) for e in entries]
+    more = int(probe.get("more_names") or 0)
+    imports = list(probe.get("imports") or [])
+    functions = list(probe.get("functions") or [])
+    figures = [_figure_line(f) for f in (snapshot.get("figures") or [])[-_MAX_FIGURES:]]
+    n_figures = len(snapshot.get("figures") or [])
+    files = [f"{f['path']} ({_size(f.get('bytes', 0))})"
+             for f in (snapshot.get("files") or [])[:_MAX_FILES]]
+    n_files = len(snapshot.get("files") or []) + int(snapshot.get("files_more") or 0)
+
+    def assemble(k_names: int, k_files: int, k_figs: int) -> str:
+        body = list(head)
+        if entries or not probe.get("error"):
+            hidden = len(entries) - k_names + more
+            body.append(f"names ({k_names} of {len(entries) + more}, largest first"
+                        f"{'; the smaller ones are not shown' if hidden else ''}):"
+                        if entries else "names: none defined")
+            body += names[:k_names]
+        if imports:
+            body.append("imports: " + _joined(imports))
+        if functions:
+            body.append("functions/classes: " + _joined(functions))
+        if n_figures:
+            body.append(f"figures ({n_figures}, newest {k_figs} shown):" if k_figs < n_figures
+                        else f"figures ({n_figures}):")
+            body += figures[len(figures) - k_figs:] if k_figs else []
+        if n_files:
+            body.append(f"files written in the workspace this session ({n_files}"
+                        f"{f', newest {k_files} shown' if k_files < n_files else ''}):")
+            body += [f"- {f}" for f in files[:k_files]]
+        return "\n".join(body + foot)
+
+    k_names, k_files, k_figs = len(names), len(files), len(figures)
+    text = assemble(k_names, k_files, k_figs)
+    tokens = ruler.count(text)
+    if tokens > budget:
+        # the most names that fit beside every file and figure (binary search: a few counts)
+        lo, hi = 0, k_names
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ruler.count(assemble(mid, k_files, k_figs)) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        k_names = lo
+        text = assemble(k_names, k_files, k_figs)
+        tokens = ruler.count(text)
+        while tokens > budget and (k_files or k_figs):  # then files, then figures
+            if k_files:
+                k_files -= 1
+            else:
+                k_figs -= 1
+            text = assemble(k_names, k_files, k_figs)
+            tokens = ruler.count(text)
+    kernel = snapshot.get("kernel") or {}
+    return {"text": text, "tokens": tokens, "reason": reason,
+            "generation": int(kernel.get("generation") or 0),
+            "names": [e["name"] for e in entries], "restarted": restarted, "lost": lost,
+            "shown": k_names}
+
+
+def _figure_line(fig: dict[str, Any]) -> str:
+    label = fig.get("id") or ""
+    title = fig.get("title") or ""
+    parts = [p for p in (label, f'"{title}"' if title else "", str(fig.get("path") or "")) if p]
+    return "- " + " ".join(parts)
+
+
+def card_message(card: dict[str, Any]) -> HumanMessage:
+    """The card as the message the model reads (same text and id on every call)."""
+    return HumanMessage(content=card["text"], id=f"simagent-state-card-{card.get('n', 0)}",
+                        additional_kwargs={"lc_source": STATE_CARD_SOURCE})
+
+
+def with_card(view: list[BaseMessage], card: dict[str, Any] | None,
+              boundary: bool) -> list[BaseMessage]:
+    """``view`` with the card after the message it was made after.
+
+    That message may since have gone behind a boundary (then the card follows the
+    boundary's message); a card whose compaction came later than the latest boundary
+    always has its message in view.
+    """
+    if not card or not card.get("text"):
+        return view
+    view = [m for m in view if not is_state_card(m)]
+    at = next((i + 1 for i, m in enumerate(view) if m.id and m.id == card.get("after_id")),
+              1 if boundary and view else 0)
+    return [*view[:at], card_message(card), *view[at:]]
+
+
+def card_event(card: dict[str, Any], agent: str) -> dict[str, Any]:
+    """The ``context_state_card`` trace payload."""
+    return {"reason": card["reason"], "tokens": card["tokens"], "names": len(card["names"]),
+            "shown": card.get("shown", 0), "generation": card["generation"],
+            "restarted": card["restarted"], "lost": card["lost"][:_MAX_LOST], "agent": agent}
