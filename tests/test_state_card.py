@@ -91,6 +91,35 @@ def test_probe_reads_a_simulators_registry_fields(kernel):
     assert abs(float(fields["energy [eV]"]) - float(out.stdout)) < 1e-5
 
 
+def test_the_shipped_pybamm_and_cantera_registries_read_their_objects(kernel):
+    code = ("import pybamm\nimport cantera as ct\n"
+            "pv = pybamm.ParameterValues('Chen2020')\n"
+            "sim = pybamm.Simulation(pybamm.lithium_ion.SPM(), parameter_values=pv)\n"
+            "sol = sim.solve([0, 3600])\n"
+            "gas = ct.Solution('h2o2.yaml')\ngas.TPX = 1100, ct.one_atm, 'H2:2,O2:1,N2:3.76'\n"
+            "reactor = ct.IdealGasConstPressureReactor(gas)\n"
+            "net = ct.ReactorNet([reactor])\nnet.advance(1e-4)\n"
+            "print(sol['Discharge capacity [A.h]'].entries[-1], net.time)")
+    out = kernel.execute(code)
+    assert out.status == "ok", out.model_text(4000)
+    from simagent.simulators import get_simulator
+
+    registry = [*get_simulator("pybamm").state_registry, *get_simulator("cantera").state_registry]
+    state = kernel.probe_state(registry)
+    by_name = {e["name"]: e for e in state["names"]}
+    sol = dict(by_name["sol"]["fields"])
+    assert sol["termination"] == "event: Minimum voltage [V]"
+    assert float(sol["discharge capacity [A.h]"]) == pytest.approx(
+        float(out.stdout.split()[0]), rel=1e-5)
+    assert dict(by_name["pv"]["fields"])["nominal capacity [A.h]"] == "5"
+    assert dict(by_name["sim"]["fields"])["solved"] == "True"
+    assert dict(by_name["gas"]["fields"])["mechanism"] == "h2o2.yaml"
+    assert dict(by_name["net"]["fields"])["time [s]"] == "0.0001"
+    assert by_name["reactor"]["registry"] == "Cantera reactor"
+    # the simulator's objects lead, whatever their size in bytes
+    assert all("registry" in e for e in state["names"][:6])
+
+
 def test_probe_does_not_wait_on_a_running_cell(kernel):
     worker = threading.Thread(target=kernel.execute, args=("import time; time.sleep(4)",))
     worker.start()

@@ -153,7 +153,8 @@ def probe(ns: dict, hidden: dict, registry: list | None = None,
                 entry["fields"] = _fields(value, dict(reg.get("fields") or {}))
                 break
         names.append(entry)
-    names.sort(key=lambda e: (-e["bytes"], e["name"]))
+    # the simulator's own objects first (small in bytes, large in meaning), then by size
+    names.sort(key=lambda e: ("registry" not in e, -e["bytes"], e["name"]))
     return {"names": names[:max_names], "more_names": max(0, len(names) - max_names),
             "imports": sorted(imports), "functions": sorted(functions)}
 
