@@ -104,8 +104,9 @@ def runtime_section(ctx: RuntimeContext) -> str:
         f"- Python: {ctx.python}",
     ]
     if ctx.plotting:
-        lines.append("- Plotting: matplotlib is available; figures shown in a cell are saved "
-                     "as PNG and their paths returned. There is no display window.")
+        lines.append("- Plotting: matplotlib is available; each figure shown in a cell is "
+                     "saved as PNG and returned as its id, path and a data summary (axes, "
+                     "ranges, series). There is no display window.")
     if ctx.source_dirs:
         lines.append("- Installed simulator source (read-only): "
                      + ", ".join(str(p) for p in ctx.source_dirs))
