@@ -104,6 +104,13 @@ def context_line(event: Any) -> str | None:
         return (f"~ context: {who}emergency compaction after a context-length error: kept "
                 f"{_n(d.get('kept'))}, dropped {_n(d.get('dropped'))} messages "
                 f"({_tokens(d)}{_history(d)})")
+    if kind == "context_state_card":
+        if d.get("restarted"):
+            lost = ", ".join(str(n) for n in (d.get("lost") or [])[:8]) or "none listed"
+            return (f"! context: {who}kernel state card: the kernel was restarted since the "
+                    f"last card; lost: {lost}")
+        return (f"~ context: {who}kernel state card after the {d.get('reason') or 'compaction'}"
+                f" ({_n(d.get('names'))} names, {_n(d.get('tokens'))} tokens)")
     if kind == "watchdog_alert":
         stopped = "; turn stopped" if d.get("mode") == "enforce" else ""
         return (f"! watchdog: {who}{d.get('tool') or 'a tool'} called {_n(d.get('repeats'))} "

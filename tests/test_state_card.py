@@ -66,7 +66,7 @@ def test_probe_reads_names_types_and_shapes_without_touching_the_session(kernel)
     assert by_name["capacity_Ah"]["desc"] == "= 4.955"
     assert by_name["label"]["desc"] == "= 'Chen2020 1C'"
     assert by_name["runs"]["desc"].startswith("len 2 keys")
-    assert [e["name"] for e in state["names"]][0] == "grid"  # largest first
+    assert state["names"][0]["name"] == "grid"  # largest first
     assert "np=numpy" in state["imports"] and "sqrt" in state["imports"]
     assert state["functions"] == ["helper"]
     assert not any(n.startswith("_") for n in by_name)  # _out and IPython's _i1... hidden
@@ -309,6 +309,18 @@ def test_no_card_when_switched_off(workspace):
         assert not session.trace.events(["context_state_card"])
     finally:
         session.close()
+
+
+def test_the_card_event_is_one_line_and_a_restart_stands_out():
+    from simagent.agent.events import ContextEvent
+    from simagent.headless import context_line
+
+    calm = context_line(ContextEvent("context_state_card", {
+        "reason": "summary", "names": 12, "tokens": 340, "restarted": False, "lost": []}))
+    assert calm == "~ context: kernel state card after the summary (12 names, 340 tokens)"
+    loud = context_line(ContextEvent("context_state_card", {
+        "reason": "clear", "names": 1, "tokens": 90, "restarted": True, "lost": ["sol", "pv"]}))
+    assert loud.startswith("! context:") and "lost: sol, pv" in loud
 
 
 def test_state_card_tokens_setting_is_validated():

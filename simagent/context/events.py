@@ -11,6 +11,11 @@ from typing import Any
 
 from simagent.trace.log import TraceLog
 
+#: Trace kinds shown as notices in transcripts and a resumed TUI (one line each, by
+#: ``simagent.headless.context_line``).
+CONTEXT_KINDS = ("context_eviction", "context_clear", "context_summary", "context_checkpoint",
+                 "context_emergency", "context_state_card", "watchdog_alert", "cost_ceiling")
+
 
 def emit(trace: TraceLog | None, kind: str, payload: dict[str, Any]) -> None:
     if trace is not None:

@@ -25,6 +25,7 @@ from simagent.context.compaction import (
     cutoff_of,
 )
 from simagent.context.counting import count_messages
+from simagent.context.events import emit
 from simagent.context.state_card import STATE_CARD_KEY, card_event
 from simagent.context.tokens import using
 
@@ -98,7 +99,7 @@ def _commit(graph: Any, config: dict[str, Any], context: ContextMiddleware,
     graph.update_state(config, {BOUNDARY_KEY: done.boundary, **update})
     context.record(kind, done, before, after, **extra)
     if card is not None:
-        context.trace.append("context_state_card", card_event(card, context.agent))
+        emit(context.trace, "context_state_card", card_event(card, context.agent))
     return before, after
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from simagent.agent.usage import UsageLedger
+from simagent.context.events import CONTEXT_KINDS
 from simagent.trace.log import Event
 
 #: Tool output shown inline; the rest stays in the raw output file named in the note.
 DISPLAY_CAP = 4000
-_CONTEXT_KINDS = ("context_eviction", "context_clear", "context_summary", "context_checkpoint",
-                  "context_emergency", "watchdog_alert", "cost_ceiling")
+_CONTEXT_KINDS = CONTEXT_KINDS
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

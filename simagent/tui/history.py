@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from simagent.agent.events import ContextEvent
+from simagent.context.events import CONTEXT_KINDS
 from simagent.headless import context_line
 from simagent.tui.entries import AssistantEntry, Entry, NoticeEntry, ToolCard, UserEntry
 
-_CONTEXT_KINDS = ("context_eviction", "context_clear", "context_summary", "context_checkpoint",
-                  "context_emergency", "watchdog_alert", "cost_ceiling")
+_CONTEXT_KINDS = CONTEXT_KINDS
 #: How many of the newest entries a resumed session shows (older ones stay in the trace).
 HISTORY_LIMIT = 200
 
