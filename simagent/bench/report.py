@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from simagent.bench.runner import summarize
-from simagent.context.counting import CATEGORIES
+from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
 from simagent.context.recall import CALL_OVERHEAD_TOKENS, PAGE_LINES
 from simagent.context.recall import STATUSES as SPLIT
 
@@ -123,12 +123,19 @@ def layer_table(rows: Sequence[dict[str, Any]]) -> str:
         for cat, n in (r.get("layers") or {}).items():
             acc[cat] = acc.get(cat, 0) + n
     cats = [c for c in CATEGORIES if any(c in v for v in by_policy.values())]
-    lines = ["| policy | " + " | ".join(cats) + " |", "|---|" + "---|" * len(cats)]
+    lines = ["| policy | " + " | ".join(CATEGORY_LABELS[c] for c in cats) + " |",
+             "|---|" + "---|" * len(cats)]
     for name, acc in by_policy.items():
         total = sum(acc.values()) or 1
         lines.append(f"| {name} | " + " | ".join(
-            f"{_k(acc.get(c, 0))} ({100 * acc.get(c, 0) / total:.0f}%)" for c in cats) + " |")
+            f"{_k(acc.get(c, 0))} ({_share(acc.get(c, 0), total)})" for c in cats) + " |")
     return "\n".join(lines)
+
+
+def _share(part: int, whole: int) -> str:
+    """Small layers (a state card, images) keep a decimal so they do not read as 0 %."""
+    pct = 100 * part / whole
+    return f"{pct:.0f}%" if pct >= 10 or pct == 0 else f"{pct:.1f}%"
 
 
 def render_report(rows: Sequence[dict[str, Any]], *, mode: str, plots: Sequence[str] = ()) -> str:
