@@ -42,6 +42,9 @@ class Simulator:
     domain_hints: str = ""
     warmup: str = ""
     example_prompts: tuple[str, ...] = ()
+    #: ``digest = "module:function"``: the output digester in ``module.py`` of the folder
+    #: (``simagent.kernel.digest``); empty: the generic one.
+    digest: str = ""
     #: Environment variables for the kernel (e.g. opting out of an import-time prompt).
     env: tuple[tuple[str, str], ...] = ()
 
@@ -119,6 +122,19 @@ def subagent_files(simulator: Simulator | None) -> list[Path]:
     return [f for f in files if f.name.lower() != "readme.md"]
 
 
+def _digest_spec(folder: Path, data: dict[str, Any]) -> str:
+    """``digest = "module:function"``, checked: the module file must be in the folder."""
+    spec = data.get("digest", "")
+    if not spec:
+        return ""
+    module = str(spec).split(":", 1)[0]
+    if not re.fullmatch(r"[A-Za-z_]\w*:[A-Za-z_]\w*", str(spec)) \
+            or not (folder / f"{module}.py").is_file():
+        raise SimulatorError(f"{folder / 'simulator.toml'}: digest must be \"module:function\" "
+                             f"with module.py in {folder} (got {spec!r})")
+    return str(spec)
+
+
 def parse_simulator(folder: Path) -> Simulator:
     path = folder / "simulator.toml"
     try:
@@ -138,6 +154,7 @@ def parse_simulator(folder: Path) -> Simulator:
         name=str(data["name"]), display_name=str(data["display_name"]),
         description=str(data["description"]).strip(), root=folder,
         packages=tuple(data.get("packages", [])), pip=tuple(data.get("pip", [])),
+        digest=_digest_spec(folder, data),
         domain_hints=str(data.get("domain_hints", "")).strip(),
         warmup=str(data.get("warmup", "")).strip(),
         example_prompts=tuple(data.get("example_prompts", [])),

@@ -147,6 +147,21 @@ def test_bad_simulator_toml_names_the_file(tmp_path):
         'name = "bad"\ndisplay_name = "B"\ndescription = "d"\nenv = { X = 1 }\n')
     with pytest.raises(SimulatorError, match="env must be a table of strings"):
         parse_simulator(folder)
+    # a digester must name a module file in the folder and a function (module:function)
+    (folder / "simulator.toml").write_text(
+        'name = "bad"\ndisplay_name = "B"\ndescription = "d"\ndigest = "missing:digest"\n')
+    with pytest.raises(SimulatorError, match="digest must be"):
+        parse_simulator(folder)
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_simulators_with_long_logs_declare_a_digester_file_beside_them(name):
+    sim = discover()[name]
+    if name in ("pybamm", "cantera", "ase"):
+        module = sim.digest.split(":", 1)[0]
+        assert (sim.root / f"{module}.py").is_file(), sim.digest
+    else:
+        assert sim.digest == ""  # the generic digester serves them
 
 
 def test_init_writes_config_keeps_other_settings_and_checks_imports(tmp_path):

@@ -74,7 +74,13 @@ def make_run_python(session: Session, settings: ContextSettings | None = None) -
                                  timeout=timeout_s or DEFAULT_RUN_TIMEOUT_S,
                                  tool_call_id=call_id)
         raw = str(result.raw_path) if result.raw_path else None
-        return result.model_text(cap), {"raw_path": raw, "status": result.status}
+        # over the cap, the simulator's digest of the raw output joins head and tail; only
+        # under simagent's own cap (the raw and stock bench baselines keep plain head/tail)
+        from simagent.kernel.digest import output_digester
+
+        digest = output_digester(session.simulator, result.raw_path, session.trace) \
+            if cap else None
+        return result.model_text(cap, digest=digest), {"raw_path": raw, "status": result.status}
 
     return run_python
 

@@ -8,6 +8,7 @@ marker always says how much was dropped and where the full raw output is on disk
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -131,13 +132,17 @@ class ExecResult:
     def ok(self) -> bool:
         return self.status == "ok"
 
-    def model_text(self, cap: int | None = None, head_share: float = 0.25) -> str:
+    def model_text(self, cap: int | None = None, head_share: float = 0.25,
+                   digest: Callable[[int], tuple[str, str, int] | None] | None = None) -> str:
         """The text a model sees: streams, value, displays, error, notice; capped.
 
         Value, displays, error and notice are always kept whole (errors teach). Streams
         over the budget keep their head (setup, parameters) and their longer tail
         (results) around a marker naming the raw output file; when capture already
-        dropped the head of a huge output, only the tail is left to show.
+        dropped the head of a huge output, only the tail is left to show. ``digest``
+        (``simagent.kernel.digest.output_digester``) is asked, only then, for a digest of
+        the whole raw output in at most half the budget: (digester, text, lines read) or
+        None; it goes after the marker, head and tail share what is left.
         """
         cap = cap or self.cap
         tail_parts: list[str] = []
@@ -157,6 +162,14 @@ class ExecResult:
             streams = f"{streams}\n{err}" if streams else err
         budget = max(cap - len(tail), cap // 4)
         if self.rows_dropped > 0 or len(streams) > budget:
+            block = ""
+            made = digest(budget // 2) if digest is not None else None
+            if made:
+                name, text, lines = made
+                block = (f"[digest of {lines:,} lines by the {name} digester: tables collapsed "
+                         f"to statistics, warnings, errors and final lines verbatim]\n{text}\n"
+                         f"[end of digest; the output's end follows]\n")
+                budget = max(budget - len(block), cap // 8)
             head = ""
             if self.rows_dropped == 0:
                 head = streams[: int(budget * head_share)]
@@ -168,7 +181,7 @@ class ExecResult:
             if 0 <= nl < 200 and len(kept) < len(rest):  # start on a whole line
                 kept = kept[nl + 1 :]
             marker = self.truncation_marker(len(head) + len(kept))
-            streams = f"{head}{marker}\n{kept}" if head else f"{marker}\n{kept}"
+            streams = f"{head}{marker}\n{block}{kept}" if head else f"{marker}\n{block}{kept}"
         text = "\n".join(p for p in (streams, tail) if p)
         if not text:
             return "(no output)" if self.status == "ok" else f"[{self.status}]"
