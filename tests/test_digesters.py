@@ -364,6 +364,12 @@ def test_a_failing_digester_leaves_plain_head_and_tail(tmp_path, monkeypatch, bo
     # the generic digester on the same output does add a digest
     generic = core.output_digester(None, raw, trace)
     assert "[digest of " in result.model_text(2000, digest=generic)
+    # ... but not to an output of a few (long) lines: head and tail show most of it
+    rows = raw.read_text().split("\n")
+    short = outputs / "0004.txt"  # 20 lines of 9 rows each: a table, yet only 20 lines
+    short.write_text("".join(" ".join(rows[i:i + 9]) + "\n" for i in range(0, 180, 9)))
+    assert core.digest_text(short.read_text())  # the core alone would digest it
+    assert core.output_digester(None, short, trace)(2000) is None
 
 
 # ------------------------------------------------------------------------ the core

@@ -39,6 +39,8 @@ DEFAULT_MAX_CHARS = 4000
 #: Seconds a digester may run before the result falls back to plain head/tail (the
 #: generic core reads ~8 MB/s here: a 200 MB output digests in ~25 s, in ~20 MB RSS).
 DIGEST_TIMEOUT_S = 30.0
+#: Outputs of fewer lines get no digest (head and tail show most of them).
+DIGEST_MIN_LINES = 30
 #: A family (lines of one shape) with at most this many rows is shown verbatim: short
 #: tables are results, long ones are step logs.
 VERBATIM_ROWS = 12
@@ -208,56 +210,34 @@ def split_numbers(line: str) -> tuple[str, list[tuple[str, float]], list[tuple[i
 def column_labels(line: str, spans: list[tuple[int, int]], header: str = "",
                   names: tuple[str, ...] = ()) -> list[str]:
     """Names of a row's numeric fields: given names, then ``name=`` labels (and
-    ``name=[a b]`` vectors as ``name[i]``), then the header word above the column,
-    then ``name:`` and a preceding word, else the column's position."""
-    fields = [(m.start(), m.end(), m.group()) for m in _HEADER_FIELD.finditer(header)] \
-        if header else []
+    ``name=[a b]`` vectors as ``name[i]``), then the header field above the column,
+    then ``name:`` or a preceding word, else the column's position."""
+    fields = [(m.start(), m.end(), m.group()) for m in _HEADER_FIELD.finditer(header)]
     labels: list[str] = []
     group, index, prev = "", 0, 0
     for k, (start, end) in enumerate(spans):
-        gap = line[prev:start]
-        prev = end
+        gap, prev = line[prev:start], end
         if k < len(names):
             labels.append(names[k])
-            continue
-        if group and not re.search(r"[\])}]", gap) and not re.search(r"[A-Za-z=]", gap):
+        elif group and not re.search(r"[\])}A-Za-z=]", gap):  # the next vector element
             index += 1
             labels.append(f"{group}[{index}]")
-            continue
-        group = ""
-        eq = _LABEL_EQ.search(gap)
-        if eq:
-            if eq.group(2):
-                group, index = eq.group(1), 0
-                labels.append(f"{group}[0]")
-            else:
-                labels.append(eq.group(1))
-            continue
-        head = _header_over(fields, start, end)
-        if head:
-            labels.append(head)
-            continue
-        word = _LABEL_COLON.search(gap) or _LABEL_WORD.search(gap)
-        if word and (len(word.groups()) < 2 or not word.group(2)):
-            labels.append(word.group(1))
-        elif word:
-            group, index = word.group(1), 0
-            labels.append(f"{group}[0]")
+        elif (m := _LABEL_EQ.search(gap)) or (not (head := _header_over(fields, start, end)) \
+                and (m := _LABEL_COLON.search(gap) or _LABEL_WORD.search(gap))):
+            opens = m.lastindex == 2 and m.group(2)
+            group, index = (m.group(1), 0) if opens else ("", 0)
+            labels.append(f"{group}[0]" if opens else m.group(1))
         else:
-            labels.append(f"#{k + 1}")
+            group = ""
+            labels.append(head or f"#{k + 1}")
     return labels
 
 
 def _header_over(fields: list[tuple[int, int, str]], start: int, end: int) -> str:
-    """The header field above a column: overlapping it, else the nearest right edge."""
-    best, dist = "", 1 << 30
-    for fs, fe, text in fields:
-        if fs < end and start < fe:
-            return text
-        d = min(abs(fe - end), abs(fs - start))
-        if d < dist:
-            best, dist = text, d
-    return best if dist <= 4 else ""
+    """The header field above a column: overlapping it, else one edge within 4 chars."""
+    over = [t for fs, fe, t in fields if fs < end and start < fe]
+    near = [t for fs, fe, t in fields if min(abs(fe - end), abs(fs - start)) <= 4]
+    return (over or near or [""])[0]
 
 
 def _clip(text: str, width: int) -> str:
@@ -531,7 +511,7 @@ def generic(lines: Iterable[str], max_chars: int = DEFAULT_MAX_CHARS) -> str:
 
 # ---------------------------------------------------------------------- host side
 class DigestTimeout(RuntimeError):
-    pass
+    """A digester ran past its deadline."""
 
 
 def iter_raw_lines(path: str | Path, deadline: float | None = None) -> Iterator[str]:
@@ -640,6 +620,7 @@ def output_digester(simulator: Any, raw_path: str | Path | None,
                                                   f"{time.monotonic() - started:.1f} s"})
             except Exception:
                 pass  # tracing must never break a tool call
-        return (name, text, lines) if text.strip() else None
+        # a short output (a few huge lines) is better served by head and tail alone
+        return (name, text, lines) if text.strip() and lines >= DIGEST_MIN_LINES else None
 
     return make
