@@ -218,7 +218,7 @@ ASE_LOG = """
     dyn = Langevin(md, 2 * units.fs, temperature_K=600, friction=0.02 / units.fs,
                    rng=np.random.default_rng(7))
     dyn.attach(MDLogger(dyn, md, "-", header=True, peratom=True), interval=1)
-    dyn.run(400)
+    dyn.run(1000)
     try:
         bad = bulk("Fe", "bcc", a=2.87)
         bad.calc = EMT()
