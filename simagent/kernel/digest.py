@@ -83,6 +83,8 @@ FINAL_PATTERN = (r"(?i:\b(?:final|total|results?|summary|converged|terminat\w*|f
 FINAL_RE = re.compile(FINAL_PATTERN)
 #: Lines that belong to the kept line above them (indented detail, traceback frames).
 CONT_RE = re.compile(r"^\s+\S")
+#: ``path.py:12: UserWarning: message``, as ``warnings`` prints it.
+PY_WARNING_RE = re.compile(r"^\S.*:\d+: \w*Warning: ")
 #: Column labels that name the independent variable (where a min/max happened).
 X_LABEL_RE = re.compile(r"(?i)^(?:t|time|step|steps|iter\w*|it|n|cycle|epoch|nstep)\b")
 _LABEL_EQ = re.compile(r"([A-Za-z_][\w.]*(?:\s?\[[^\]\d]*\])?)\s*=\s*([\[(]?)\s*$")
@@ -314,7 +316,9 @@ class Digester:
         if self._open is not None and r.continuation is not None \
                 and r.continuation.search(text) and _wordy(text):
             self._open.more.append(_clip(text, ROW_CHARS * 2))
-            if len(self._open.more) >= CONTINUATION_LINES:
+            # a Python warning continues on one line (its source line), no more
+            limit = 1 if PY_WARNING_RE.match(self._open.text) else CONTINUATION_LINES
+            if len(self._open.more) >= limit:
                 self._open = None
             return
         self._open = None
