@@ -265,6 +265,11 @@ class Session:
                 self.trace.append("artifact", {"path": str(display.path), "mime": display.mime,
                                                "tool_call_id": tool_call_id, **figure})
 
+    @property
+    def artifact_dirs(self) -> list[Path]:
+        """Where this session's figures are (a replayed session adds the recording's)."""
+        return [self.paths.artifacts]
+
     def state_snapshot(self) -> dict[str, Any]:
         """The runtime picture the kernel state card is built from (``kernel/snapshot.py``).
 

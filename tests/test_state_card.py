@@ -344,6 +344,8 @@ def test_replay_serves_the_recorded_snapshot_of_the_last_served_step(tmp_path):
     session = ReplaySession(ws, rec, wf)
     try:
         assert session.state_snapshot()["probe"] is None  # nothing served yet
+        # the recorded results name the recording's figures: view_figure finds them
+        assert session.artifact_dirs == [session.paths.artifacts, tmp_path / "s" / "artifacts"]
         session.execute("b = 2")
         assert session.state_snapshot() == rec.snapshots[1]
         session.execute("a = 1")

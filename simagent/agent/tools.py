@@ -127,17 +127,18 @@ def _find_figure(session: Session, figure_id: str) -> tuple[Any, dict[str, Any]]
 
     from simagent.kernel_api.figures import is_figure_id
 
-    folder = session.paths.artifacts
+    folders = session.artifact_dirs
     key = Path(str(figure_id).strip()).stem
     if is_figure_id(key):
-        for path in sorted(folder.glob(f"{key}.*")):
+        for path in sorted(p for folder in folders for p in folder.glob(f"{key}.*")):
             if path.suffix != ".json":
                 try:
                     meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
                 except (OSError, ValueError):
                     meta = {}
                 return path, meta if isinstance(meta, dict) else {}
-    known = sorted(folder.glob("fig-*.json"), key=lambda p: p.stat().st_mtime)
+    known = sorted((p for folder in folders for p in folder.glob("fig-*.json")),
+                   key=lambda p: p.stat().st_mtime)
     ids = ", ".join(p.stem for p in known[-10:]) or "none yet"
     return (f"view_figure: no figure {figure_id!r} in this session. Ids look like "
             f"fig-1a2b3c4d; the latest figures are: {ids}")

@@ -91,6 +91,7 @@ class ReplaySession(Session):
                          simulator=get_simulator(wf.simulator), approval="auto", **kw)
         self._queues = recording.queues()
         self._snapshots = recording.snapshots
+        self._recorded_artifacts = recording.session_dir / "artifacts"
         self._last_served: int | None = None
         self._warmed = True
         self.trace.append("session_start", {"session_id": self.id, "workspace": str(workspace),
@@ -125,6 +126,11 @@ class ReplaySession(Session):
             self._last_served, result = queue.popleft()
         self.trace_execution(code, result, tool_call_id, replayed=True)
         return result
+
+    @property
+    def artifact_dirs(self) -> list[Path]:
+        """The recording's figures too: the recorded results name them."""
+        return [self.paths.artifacts, self._recorded_artifacts]
 
     def state_snapshot(self) -> dict[str, Any]:
         """The recorded kernel's snapshot after the latest served step (what the live

@@ -174,6 +174,9 @@ def replayed(wf: Workflow, policy: Policy, recording: Any, run_dir: Path,
     try:
         model = (model_class or ScriptedChatModel).from_steps(
             wf.steps, window=wf.window, name=f"replay:{wf.id}")
+        # the bench stands for a frontier model (its prices), which takes images in tool
+        # results: view_figure sends the picture and it counts in the images layer
+        model.profile = {**(model.profile or {}), "image_inputs": True}
         agent = build_agent(session, model, middleware=policy.middleware(wf.window),
                             context_settings=policy.context_settings(wf.window))
         started = time.monotonic()
