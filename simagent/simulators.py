@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,9 @@ class Simulator:
     digest: str = ""
     #: Environment variables for the kernel (e.g. opting out of an import-time prompt).
     env: tuple[tuple[str, str], ...] = ()
+    #: ``[[state.registry]]``: the simulator's objects the kernel state card describes,
+    #: each ``{"type": "pkg.Class", "label": str, "fields": {label: expression of obj}}``.
+    state_registry: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
 
     @property
     def skills_dir(self) -> Path:
@@ -158,7 +161,22 @@ def parse_simulator(folder: Path) -> Simulator:
         domain_hints=str(data.get("domain_hints", "")).strip(),
         warmup=str(data.get("warmup", "")).strip(),
         example_prompts=tuple(data.get("example_prompts", [])),
-        env=tuple(sorted(env.items())))
+        env=tuple(sorted(env.items())), state_registry=_state_registry(path, data))
+
+
+def _state_registry(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    entries = (data.get("state") or {}).get("registry") or []
+    out = []
+    for entry in entries if isinstance(entries, list) else [None]:
+        fields = entry.get("fields", {}) if isinstance(entry, dict) else None
+        if (not isinstance(entry, dict) or "." not in str(entry.get("type", ""))
+                or not isinstance(fields, dict)
+                or not all(isinstance(v, str) for v in fields.values())):
+            raise SimulatorError(f"{path}: each [[state.registry]] needs type = \"pkg.Class\" "
+                                 f"and fields = {{label = \"expression of obj\"}}")
+        out.append({"type": str(entry["type"]), "label": str(entry.get("label") or ""),
+                    "fields": dict(fields)})
+    return tuple(out)
 
 
 def _entry_point_folders() -> list[Path]:

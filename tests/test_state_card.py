@@ -323,6 +323,23 @@ def test_the_card_event_is_one_line_and_a_restart_stands_out():
     assert loud.startswith("! context:") and "lost: sol, pv" in loud
 
 
+def test_a_bad_state_registry_in_simulator_toml_is_one_clear_error(tmp_path):
+    from simagent.simulators import SimulatorError, get_simulator, parse_simulator
+
+    for sim in ("pybamm", "cantera", "ase"):
+        assert all(e["type"].count(".") >= 1 and e["fields"]
+                   for e in get_simulator(sim).state_registry)
+    head = 'name = "x"\ndisplay_name = "X"\ndescription = "d"\n'
+    (tmp_path / "simulator.toml").write_text(
+        head + '[[state.registry]]\ntype = "Solution"\nfields = {}\n')
+    with pytest.raises(SimulatorError, match=r"\[\[state.registry\]\] needs type"):
+        parse_simulator(tmp_path)
+    (tmp_path / "simulator.toml").write_text(
+        head + '[[state.registry]]\ntype = "pkg.Solution"\nfields = { t = 3 }\n')
+    with pytest.raises(SimulatorError, match="expression of obj"):
+        parse_simulator(tmp_path)
+
+
 def test_state_card_tokens_setting_is_validated():
     assert th.ContextSettings.from_mapping({"state_card_tokens": 800}).state_card_tokens == 800
     for bad in (-1, 1.5, "many", True):
