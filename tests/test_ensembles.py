@@ -258,6 +258,7 @@ def test_an_error_of_the_sweep_itself_stops_its_cases(box):
 from simagent.kernel_api.cache import CaseCache
 _save = CaseCache.save
 def _broken(self, key, record):
+    time.sleep(1.5)  # both workers have moved on to slow cases by then (0 and 1 are fast)
     raise RuntimeError("cache broke")
 CaseCache.save = _broken
 ensemble.last = "stale"
