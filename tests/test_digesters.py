@@ -24,6 +24,7 @@ from langchain_core.messages import ToolMessage
 from simagent.context.capping import MARKER_SLACK
 from simagent.context.tokens import resolve_ruler
 from simagent.kernel import digest as core
+from simagent.kernel import digesters as host
 from simagent.kernel.terminal import ESC_SEQ_RE
 from simagent.simulators import SimulatorError, discover, parse_simulator
 
@@ -45,9 +46,9 @@ def run_log(tmp_path: Path, name: str, code: str) -> Path:
 
 
 def digest_of(sim: str, log: Path, max_chars: int = core.DEFAULT_MAX_CHARS) -> str:
-    name, fn = core.load_digester(discover()[sim])
+    name, fn = host.load_digester(discover()[sim])
     assert name == sim
-    text, lines = core.run_digester(fn, log, max_chars)
+    text, lines = host.run_digester(fn, log, max_chars)
     assert lines == len(log.read_text().split("\n")) - 1
     return text
 
@@ -344,7 +345,7 @@ def test_a_failing_digester_leaves_plain_head_and_tail(tmp_path, monkeypatch, bo
     from simagent.kernel.result import ExecResult
     from simagent.trace.log import TraceLog
 
-    monkeypatch.setattr(core, "DIGEST_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(host, "DIGEST_TIMEOUT_S", 0.5)
     (tmp_path / "mine.py").write_text(body)
     outputs = tmp_path / "outputs"
     outputs.mkdir()
@@ -358,19 +359,19 @@ def test_a_failing_digester_leaves_plain_head_and_tail(tmp_path, monkeypatch, bo
     result = ExecResult(status="ok", stdout=raw.read_text(), raw_path=raw,
                         raw_chars=len(raw.read_text()))
     trace = TraceLog(tmp_path / "trace.sqlite")
-    digest = core.output_digester(_Sim(tmp_path, "mine:digest"), raw, trace)
+    digest = host.output_digester(_Sim(tmp_path, "mine:digest"), raw, trace)
     assert result.model_text(2000, digest=digest) == result.model_text(2000)
     [event] = trace.events(["error"])
     assert "output digest" in event.payload["where"]
     # the generic digester on the same output does add a digest
-    generic = core.output_digester(None, raw, trace)
+    generic = host.output_digester(None, raw, trace)
     assert "[digest of " in result.model_text(2000, digest=generic)
     # ... but not to an output of a few (long) lines: head and tail show most of it
     rows = raw.read_text().split("\n")
     short = outputs / "0004.txt"  # 20 lines of 9 rows each: a table, yet only 20 lines
     short.write_text("".join(" ".join(rows[i:i + 9]) + "\n" for i in range(0, 180, 9)))
     assert core.digest_text(short.read_text())  # the core alone would digest it
-    assert core.output_digester(None, short, trace)(2000) is None
+    assert host.output_digester(None, short, trace)(2000) is None
 
 
 # ------------------------------------------------------------------------ the core
@@ -399,7 +400,7 @@ def test_raw_lines_stream_with_bounded_lines_and_terminal_rewrites(tmp_path):
     with open(path, "w") as f:
         f.write("x" * (3 * core._READ_CHUNK) + "\n")  # one enormous line
         f.write("progress  10%\rprogress  50%\rprogress 100%\n\x1b[31mWarning: red\x1b[0m\n")
-    lines = list(core.iter_raw_lines(path))
+    lines = list(host.iter_raw_lines(path))
     assert len(lines) == 3 and len(lines[0]) == core._READ_CHUNK
     d = core.Digester().feed(lines)
     assert [k.text for k in d.kept] == ["Warning: red"]
@@ -410,9 +411,9 @@ def test_bundled_digesters_are_declared_and_others_get_the_generic_one():
     sims = discover()
     for name in ("pybamm", "cantera", "ase"):
         assert sims[name].digest == "digest:digest"
-        assert core.load_digester(sims[name])[0] == name
-    assert core.load_digester(sims["scipy"])[0] == "generic"
-    assert core.load_digester(None)[0] == "generic"
+        assert host.load_digester(sims[name])[0] == name
+    assert host.load_digester(sims["scipy"])[0] == "generic"
+    assert host.load_digester(None)[0] == "generic"
 
 
 def test_a_bad_digest_declaration_names_the_file(tmp_path):

@@ -76,7 +76,7 @@ def make_run_python(session: Session, settings: ContextSettings | None = None) -
         raw = str(result.raw_path) if result.raw_path else None
         # over the cap, the simulator's digest of the raw output joins head and tail; only
         # under simagent's own cap (the raw and stock bench baselines keep plain head/tail)
-        from simagent.kernel.digest import output_digester
+        from simagent.kernel.digesters import output_digester
 
         digest = output_digester(session.simulator, result.raw_path, session.trace) \
             if cap else None

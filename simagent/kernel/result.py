@@ -140,7 +140,7 @@ class ExecResult:
         over the budget keep their head (setup, parameters) and their longer tail
         (results) around a marker naming the raw output file; when capture already
         dropped the head of a huge output, only the tail is left to show. ``digest``
-        (``simagent.kernel.digest.output_digester``) is asked, only then, for a digest of
+        (``simagent.kernel.digesters.output_digester``) is asked, only then, for a digest of
         the whole raw output in at most half the budget: (digester, text, lines read) or
         None; it goes after the marker, head and tail share what is left.
         """
