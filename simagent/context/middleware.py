@@ -133,7 +133,7 @@ class ContextMiddleware(AgentMiddleware):
     # ------------------------------------------------------------------ layers
     def view(self, messages: list[BaseMessage], boundary: dict[str, Any] | None,
              cleared: Any, card: dict[str, Any] | None) -> list[BaseMessage]:
-        return with_card(visible(messages, boundary, cleared), card, boundary is not None)
+        return model_view(messages, boundary, cleared, card)
 
     def prepare(self, request: Any) -> Prepared:
         state = request.state or {}
@@ -364,10 +364,14 @@ def last_calibration(trace: TraceLog | None, agent: str, model_id: str, ruler: s
 
 def current_view(state: dict[str, Any]) -> list[BaseMessage]:
     """The model's view of a checkpointed state (for the bench's recall and for tests)."""
-    boundary = state.get(BOUNDARY_KEY)
-    return with_card(visible(list(state.get("messages") or []), boundary,
-                             state.get(CLEARED_KEY) or ()),
-                     state.get(STATE_CARD_KEY), boundary is not None)
+    return model_view(list(state.get("messages") or []), state.get(BOUNDARY_KEY),
+                      state.get(CLEARED_KEY) or (), state.get(STATE_CARD_KEY))
+
+
+def model_view(messages: list[BaseMessage], boundary: dict[str, Any] | None, cleared: Any,
+               card: dict[str, Any] | None) -> list[BaseMessage]:
+    """Raw messages -> what the model sees: boundary, cleared placeholders, state card."""
+    return with_card(visible(messages, boundary, cleared), card, boundary is not None)
 
 
 def _has_kernel_results(messages: list[BaseMessage], ids: Any) -> bool:
