@@ -34,7 +34,7 @@ def kernel_part(kernel: Kernel | None) -> dict[str, Any]:
     if kernel is None:
         return {"status": "not started", "generation": 0, "executions": 0}
     return {"status": kernel.state, "generation": kernel.generation,
-            "executions": kernel._seq}
+            "executions": kernel.executions}
 
 
 def workspace_files(root: Path, since: float) -> tuple[list[dict[str, Any]], int]:

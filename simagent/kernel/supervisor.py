@@ -200,6 +200,11 @@ class Kernel:
         return getattr(getattr(self._km, "provisioner", None), "process", None)
 
     @property
+    def executions(self) -> int:
+        """Executions so far in this session (the ``n`` of the latest ``_out[n]``)."""
+        return self._seq
+
+    @property
     def pid(self) -> int | None:
         return getattr(self._process(), "pid", None)
 
