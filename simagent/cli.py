@@ -120,7 +120,8 @@ def _cmd_bench_run(args: argparse.Namespace) -> int:
         raise CliError("--epochs must be at least 1")
     try:
         plan = BenchPlan(resolve_workflows(args.workflows), resolve_policies(args.policy),
-                         epochs=args.epochs, mode=args.mode, model=args.model)
+                         epochs=args.epochs, mode=args.mode, model=args.model,
+                         windows=parse_windows(args.window) if args.window else None)
     except (WorkflowError, ValueError) as exc:
         raise CliError(str(exc)) from exc
     out = Path(args.out)
@@ -139,8 +140,27 @@ def _cmd_bench_run(args: argparse.Namespace) -> int:
     else:
         print("\n" + short_table(rows))
         print(f"\nreport: {report}")
-    failed = [r for r in rows if r["verdict"] != "pass" and r["policy"] in ("raw", "simagent")]
+    # raw at an enforced window is meant to be refused; simagent must pass everywhere
+    failed = [r for r in rows if r["verdict"] != "pass" and (
+        r["policy"] == "simagent" or (r["policy"] == "raw" and not r.get("enforced")))]
     return exit_codes.FAILED if failed else exit_codes.OK
+
+
+def parse_windows(spec: str) -> list[int]:
+    """``128k,32k,16000`` -> [128000, 32000, 16000]; a clear error for anything else."""
+    out = []
+    for part in (p.strip().lower() for p in spec.split(",") if p.strip()):
+        try:
+            value = float(part[:-1]) * 1000 if part.endswith("k") else float(part)
+        except ValueError:
+            raise ValueError(f"--window: {part!r} is not a number of tokens "
+                             "(e.g. 128k,32k,16000)") from None
+        if value <= 1000 or value != int(value):
+            raise ValueError(f"--window: {part!r} must be a whole number of tokens > 1000")
+        out.append(int(value))
+    if not out:
+        raise ValueError("--window needs at least one window, e.g. 128k,32k,16k")
+    return list(dict.fromkeys(out))
 
 
 def _bench_progress(message: str) -> None:
@@ -543,7 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "through the real graph per policy (no key needed); live mode runs a "
                     "real model. Writes records.jsonl, report.md and PNG plots to --out; an "
                     "interrupted run resumes without redoing finished rows. Exit 1 when a "
-                    "raw or simagent run fails its scorers.")
+                    "simagent run fails its scorers, or a raw run at a window that is not "
+                    "enforced.")
     brun.add_argument("workflows", nargs="*", metavar="WF",
                       help="bundled workflow ids or workflow files (default: all bundled)")
     brun.add_argument("--mode", choices=("replay", "live"), default="replay")
@@ -554,6 +575,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "'simagent[clear_fraction=0.3;tool_cap_chars=4000]'")
     brun.add_argument("--model", metavar="M", help="the model for --mode live")
     brun.add_argument("--epochs", type=int, default=1, help="runs per workflow and policy")
+    brun.add_argument("--window", metavar="N,...",
+                      help="replay at each of these context windows (tokens; 128k, 32k, "
+                           "16000), the model refusing longer requests like a provider; "
+                           "default: a workflow's `windows`, else its declared window, "
+                           "not enforced")
     brun.add_argument("--out", default="bench-out", help="output folder (default: bench-out)")
     brun.add_argument("--fresh", action="store_true", help="ignore finished rows in --out")
     brun.add_argument("--json", action="store_true", help="print one JSON summary")

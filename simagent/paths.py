@@ -120,8 +120,19 @@ class SessionPaths:
         return self.root / "conversation_history"
 
     @property
+    def ledger(self) -> Path:
+        """``ledger.jsonl``: one entry per compaction, what left the model's view and where
+        it is (``simagent.context.ledger``)."""
+        return self.root / "ledger.jsonl"
+
+    @property
     def artifacts(self) -> Path:
         return self.root / "artifacts"
+
+    @property
+    def task_records(self) -> Path:
+        """``tasks.jsonl``: one typed record per closed task (``/done``, ``mark_task_done``)."""
+        return self.root / "tasks.jsonl"
 
     @property
     def ensembles(self) -> Path:

@@ -121,7 +121,7 @@ def long_steps(n_calls: int) -> list[dict]:
                     "for k in range(200):\n    sys.stdout.write(f'\\rstep {k}/200')\n"
                     "print()\nblock = 'z' * 99 + '\\n'\nfor k in range(25_000):\n"
                     "    sys.stdout.write(block)\nprint('tail', 42)")
-        else:  # the model's code is long too: tool-call arguments are never cleared
+        else:  # the model's code is long too (kept: this test runs without input clearing)
             code = (f"# sweep step {i}: " + "parameters under study, " * 50 + "\n"
                     f"print('FACT-{i:03d} = {i * 7919}')\n"
                     f"for k in range(40):\n    print('sweep', {i}, k, 'residual', k * 1e-3)")
@@ -134,7 +134,9 @@ def long_steps(n_calls: int) -> list[dict]:
 
 def test_long_session_crosses_every_threshold_in_order_without_overflow(opened):
     n = 64
-    settings = th.ContextSettings(evict_tokens=5_000,
+    # inputs stay in view, so the history grows past the summary trigger (input clearing
+    # on its own is tested in test_input_clearing.py)
+    settings = th.ContextSettings(evict_tokens=5_000, clear_inputs=False,
                                   tool_caps={"run_python": 6_000, "execute": 0})
     # the window is sized so the real-token history crosses the summary trigger (85 %)
     session, model, agent, runner = opened(long_steps(n), settings=settings, window=32_000,
@@ -290,7 +292,7 @@ def test_compact_now_summarizes_with_focus_and_keeps_raw_state(opened):
 
 def test_mark_task_done_slices_the_finished_task_at_the_next_turn(opened):
     steps = [{"tool": "run_python", "args": {"code": "print('T1 result =', 6 * 7)"}},
-             {"tool": "mark_task_done", "args": {"detail": "T1 computed: 42"}},
+             {"tool": "mark_task_done", "args": {"answer": "T1 computed: 42"}},
              {"final": "task one done"}, {"final": "task two"}]
     session, model, _agent, runner = opened(steps, settings=th.ContextSettings(),
                                            window=128_000)
@@ -402,13 +404,13 @@ def test_model_summaries_do_not_stream_as_the_answer_and_are_accounted(opened, t
 
 
 def test_two_task_marks_in_one_reply_and_compact_after_a_failed_turn(opened):
-    steps = [{"tools": [{"tool": "mark_task_done", "args": {"detail": "a"}},
-                        {"tool": "mark_task_done", "args": {"detail": "b"}}]},
+    steps = [{"tools": [{"tool": "mark_task_done", "args": {"answer": "a"}},
+                        {"tool": "mark_task_done", "args": {"answer": "b"}}]},
              {"final": "done"}]
     session, _model, agent, runner = opened(steps, settings=th.ContextSettings(),
                                            window=128_000)
     assert runner.run("go").status == "done"
-    assert state_of(agent, session)["simagent_pending_checkpoint"]["detail"] == "b"
+    assert state_of(agent, session)["simagent_pending_checkpoint"]["record"]["answer"] == "b"
     # a turn that fails (the script is exhausted mid-way is fine; force a provider error)
     failing = ScriptedChatModel.from_steps([], window=1_000, enforce_window=True)
     runner.switch_agent(build_agent(session, failing, context_settings=th.ContextSettings(

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
@@ -141,8 +142,9 @@ def _tool_name(t: Any) -> str:
     return str(getattr(t, "name", "?"))
 
 
-class ScriptedContextOverflow(ValueError):
-    """What a provider answers when a request exceeds the window (``enforce_window``)."""
+class ScriptedContextOverflow(ContextOverflowError, ValueError):
+    """What a provider answers when a request exceeds the window (``enforce_window``):
+    langchain's own overflow error, so the harness treats it as any provider's refusal."""
 
     status_code = 400
 

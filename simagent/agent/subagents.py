@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
 
 from simagent import exit_codes
 from simagent.config import ConfigError
 from simagent.frontmatter import FrontmatterError, read_frontmatter
+from simagent.records import KeyValueArgs, Report, files_read
 from simagent.simulators import subagent_files
 
 if TYPE_CHECKING:
@@ -56,27 +57,9 @@ class SubagentError(ConfigError):
         self.code = code
 
 
-class KeyValue(BaseModel):
-    name: str
-    value: float | int | str
-    unit: str = ""
-
-
-class SubagentReport(BaseModel):
-    """The normalized record the parent receives (the model-facing schema is below)."""
-
-    answer: str
-    key_values: list[KeyValue] = []
-    files_read: list[str] = []
-    assumptions: list[str] = []
-    open_questions: list[str] = []
-
-
-class KeyValueArgs(TypedDict):
-    name: Annotated[str, Field(description="What the number is, e.g. 'discharge capacity'.")]
-    value: Annotated[float | int | str, Field(description="The value.")]
-    unit: NotRequired[Annotated[str, Field(description="Its unit, e.g. 'A.h'; '' if "
-                                                       "dimensionless.")]]
+#: The normalized record the parent receives (the model-facing schema is below); its
+#: shape is shared with task records (``simagent/records.py``).
+SubagentReport = Report
 
 
 class submit_report(TypedDict):  # the class name is the tool name the model sees
@@ -180,22 +163,6 @@ def runtime_note(workspace: Path, outputs: Path, simulator: Simulator | None,
                  "main agent sees of your work, so put every needed number in `key_values` "
                  "with its unit.")
     return "\n".join(lines)
-
-
-def files_read(messages: Sequence[Any]) -> list[str]:
-    """Paths the agent really read with ``read_file`` (failed reads excluded), in order."""
-    failed = {m.tool_call_id for m in messages
-              if isinstance(m, ToolMessage) and (m.status == "error" or m.text.startswith(
-                  ("Error:", "Error ")))}
-    seen: dict[str, None] = {}
-    for msg in messages:
-        if isinstance(msg, AIMessage):
-            for call in msg.tool_calls:
-                if call.get("name") == "read_file" and call.get("id") not in failed:
-                    path = (call.get("args") or {}).get("file_path")
-                    if isinstance(path, str):
-                        seen.setdefault(path, None)
-    return list(seen)
 
 
 def finish_report(structured: Any, messages: Sequence[Any]) -> SubagentReport:

@@ -36,6 +36,7 @@ MAX_IMAGE_EDGE = 1568
 #: Image formats view_figure can send (those the providers all accept).
 _SENDABLE = {".png": "image/png", ".jpg": "image/jpeg"}
 RECORD_ATTEMPT = "record_attempt"
+RECALL = "recall"
 
 
 def _writer(runtime: ToolRuntime | None):
@@ -49,19 +50,17 @@ def make_run_python(session: Session, settings: ContextSettings | None = None) -
     @tool(RUN_PYTHON, response_format="content_and_artifact")
     def run_python(code: str, runtime: ToolRuntime,
                    timeout_s: float | None = None) -> tuple[str, dict[str, Any]]:
-        """Run Python code in the session's persistent IPython kernel and return its output.
+        """Run Python code in the session's persistent IPython kernel (working directory:
+        the workspace); variables, imports and figures persist between calls.
 
-        Variables, imports and open figures persist between calls (one kernel for the
-        whole session; the working directory is the workspace). Returns the rendered
-        text: stdout, then `[stderr]`, then `Out[n]: <value of the last expression>`,
-        then displays and any error with a compact traceback. Progress bars collapse to
-        their final state. Long output keeps its head and tail around a marker giving
-        the path of the full raw output, which `read_file` can page through. Each figure shown
-        is saved once, by content hash, and listed as `[figure fig-<hash> WxH: <path>]`
-        plus a data summary (axes titles, labels with units, ranges; per series: label,
-        points, x range, y min…max and last); a repeat says `same as fig-<hash>`.
-        `view_figure` shows the image itself. If the run exceeds `timeout_s`
-        (default 1800 s) it is interrupted and the kernel state is kept.
+        Returns stdout, `[stderr]`, `Out[n]: <last expression>`, displays and any error
+        with a compact traceback; progress bars show their final state. Long output
+        keeps head and tail around a marker naming the full raw output file (page it
+        with `read_file`). Each figure shown is saved once and listed as
+        `[figure fig-<hash> WxH: <path>]` with a data summary (axes, labels with units,
+        ranges; per series: points, x range, y min…max, last); a repeat says
+        `same as fig-<hash>`; `view_figure` shows the image. A run past `timeout_s`
+        (default 1800 s) is interrupted; the kernel state is kept.
         """
         call_id = runtime.tool_call_id
         write = _writer(runtime)
@@ -91,11 +90,11 @@ def make_view_figure(session: Session, images: bool, why: str = "") -> BaseTool:
 
     @tool(VIEW_FIGURE)
     def view_figure(figure_id: str) -> str | list[dict[str, Any]]:
-        """Show a saved figure as an image: figure_id is `fig-<hash>` from a `[figure ...]`
-        line of a run_python result. An image costs hundreds of tokens each view; first
-        use the data summary under that line or compute from the data in the kernel. View
-        only for what just the picture shows (layout, shapes, artefacts). A model that
-        cannot take images gets a message and the summary instead.
+        """Show a saved figure as an image (`figure_id`: the `fig-<hash>` of a
+        `[figure ...]` line). Each view costs hundreds of tokens: first use the data
+        summary under that line or compute from the data; view only for what the picture
+        alone shows (layout, shapes, artefacts). A model that cannot take images gets the
+        summary instead.
         """
         from simagent.kernel_api.figures import render_caption
 
@@ -170,10 +169,9 @@ def _sendable_image(blob: bytes, mime: str) -> tuple[bytes, str]:
 def make_reset_kernel(session: Session) -> BaseTool:
     @tool(RESET_KERNEL)
     def reset_kernel() -> str:
-        """Restart the Python kernel: every variable, import and figure is lost.
-
-        Use only when the kernel is wedged or its state is hopelessly inconsistent;
-        an interrupted or failed cell does not need a reset.
+        """Restart the Python kernel, losing every variable, import and figure. Only for
+        a wedged or hopelessly inconsistent kernel; an interrupted or failed cell needs
+        no reset.
         """
         seconds = session.restart_kernel()
         return (f"Kernel restarted in {seconds:.1f} s. All variables and imports are gone; "
@@ -185,13 +183,11 @@ def make_reset_kernel(session: Session) -> BaseTool:
 def make_remember(session: Session) -> BaseTool:
     @tool(REMEMBER)
     def remember(title: str, content: str, kind: str = "project") -> str:
-        """Save a durable note to this workspace's memory for future sessions.
-
-        Writes `<slug>.md` in the memory folder and adds or refreshes its one-line
-        entry in MEMORY.md (the index shown in your instructions). Save facts that will
-        still matter later: validated parameters, data locations, user preferences,
-        pitfalls found. `kind` is one of project, user, simulator, preference,
-        reference. Saving a title again replaces that note. Returns the note's path.
+        """Save a durable note to this workspace's memory for later sessions: `<slug>.md`
+        plus its line in the MEMORY.md index shown in your instructions. For facts that
+        will still matter: validated parameters, data locations, user preferences,
+        pitfalls. `kind`: project, user, simulator, preference or reference. Saving a
+        title again replaces its note. Returns the note's path.
         """
         saved = memory_notes.remember(session.memory_dir, title, content, kind)
         session.trace.append("memory_write", {"path": str(saved.path), "title": title,
@@ -207,15 +203,12 @@ def make_record_attempt(session: Session) -> BaseTool:
     def record_attempt(rationale: str, parameters: dict[str, Any],
                        metrics: dict[str, Any] | None = None, outcome: str = "",
                        parent: int | None = None, notes: str = "") -> str:
-        """Log one attempt of a parameter investigation (an auditable record).
-
-        Call after each run you evaluate while searching parameters: why you tried it
-        (`rationale`), the parameter values (`parameters`), the resulting figures with
-        units in the key names (`metrics`, e.g. {"capacity_Ah": 4.8}), a short verdict
-        (`outcome`, e.g. "accepted", "rejected: voltage below cut-off") and, if it
-        refines an earlier attempt, that attempt's number (`parent`). Records are kept
-        in full for the whole session and never cleared from your context, so the log
-        is the reliable memory of what was tried. Returns the attempt number.
+        """Log one attempt of a parameter investigation; call after each run you
+        evaluate. `rationale`: why you tried it; `parameters`: the values; `metrics`:
+        the results with units in the key names (e.g. {"capacity_Ah": 4.8}); `outcome`:
+        a short verdict (e.g. "rejected: voltage below cut-off"); `parent`: the number
+        of the attempt it refines. The log is never cleared from your context: it is
+        the reliable memory of what was tried. Returns the attempt number.
         """
         record = session.attempts.add(rationale=rationale, parameters=parameters,
                                       metrics=metrics or {}, outcome=outcome,
@@ -226,6 +219,21 @@ def make_record_attempt(session: Session) -> BaseTool:
         return f"attempt #{record['index']}{parent_s} recorded: {shown}"
 
     return record_attempt
+
+
+def make_recall(session: Session) -> BaseTool:
+    @tool(RECALL)
+    def recall(query: str) -> str:
+        """Find values, files, figures and decisions that left your context (cleared
+        results, summaries, finished tasks). Every word of `query` must occur in a line,
+        e.g. "capacity Ah". Returns up to 12 lines, each with where its full text is:
+        `_out[n]`, a file path, or a history file:line. Use before re-running code.
+        """
+        from simagent.context.ledger import recall_text
+
+        return recall_text(session.paths, query)
+
+    return recall
 
 
 class AttemptLog:
@@ -254,6 +262,9 @@ class AttemptLog:
 
 
 def session_tools(session: Session, settings: ContextSettings | None = None) -> list[BaseTool]:
-    """The session's own tools; ``settings`` (default: the session's) sets output caps."""
+    """The session's own tools; ``settings`` (default: the session's) sets output caps and
+    whether the ledger's ``recall`` is offered."""
+    ledger = (settings or session.context_settings).ledger
     return [make_run_python(session, settings), make_reset_kernel(session),
-            make_remember(session), make_record_attempt(session)]
+            make_remember(session), make_record_attempt(session),
+            *([make_recall(session)] if ledger else [])]

@@ -44,6 +44,18 @@ class Usage:
         return {f: getattr(self, f) for f in (*_FIELDS, "calls")}
 
 
+#: Where langchain-anthropic puts cache writes split by TTL; it then zeroes the generic
+#: ``cache_creation`` key (to avoid double counting), so the writes must be summed here.
+_TTL_WRITES = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+
+
+def cache_write_tokens(details_in: Mapping[str, Any]) -> int:
+    """Tokens written to the provider's prompt cache (Anthropic ``cache_creation``), from
+    ``usage_metadata["input_token_details"]``; 0 where the provider reports none."""
+    by_ttl = sum(token_count(details_in.get(k)) for k in _TTL_WRITES)
+    return by_ttl or token_count(details_in.get("cache_creation"))
+
+
 def usage_record(usage_metadata: Mapping[str, Any] | None) -> dict[str, int]:
     """Flatten langchain ``usage_metadata`` (with its detail dicts) into ledger fields."""
     um = dict(usage_metadata or {})
@@ -54,7 +66,7 @@ def usage_record(usage_metadata: Mapping[str, Any] | None) -> dict[str, int]:
         "output_tokens": int(um.get("output_tokens") or 0),
         "total_tokens": int(um.get("total_tokens") or 0),
         "cache_read": int(details_in.get("cache_read") or 0),
-        "cache_creation": int(details_in.get("cache_creation") or 0),
+        "cache_creation": cache_write_tokens(details_in),
         "reasoning_tokens": int(details_out.get("reasoning") or 0),
     }
 

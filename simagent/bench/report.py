@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simagent.bench.runner import summarize
+from simagent.bench.cost_report import cache_table, pareto_plot
+from simagent.bench.runner import provider_refused, run_label, summarize
 from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
 from simagent.context.recall import CALL_OVERHEAD_TOKENS, PAGE_LINES
 from simagent.context.recall import STATUSES as SPLIT
@@ -88,25 +89,51 @@ def recall_split_table(rows: Sequence[dict[str, Any]]) -> str:
         split = "recall_in_view" in r
         cells = [_num(r.get(f"recall_{k}"), ".2f") if split else "-" for k in SPLIT]
         lines.append(
-            f"| {r['workflow']} | {r['policy']} | " + " | ".join(cells) + " | "
+            f"| {r['workflow']} | {run_label(r)} | " + " | ".join(cells) + " | "
             f"{_k(r.get('recovery_tokens') or 0) if split else '-'} | "
             f"{_k(r.get('recovery_search_tokens') or 0) if split else '-'} |")
     return "\n".join(lines) if len(lines) > 2 else "(no long workflows in these records)"
+
+
+def window_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The sweep: per enforced window (largest first) and policy, whether every workflow
+    completed (no provider refusal reached the run), what the layers did, what was kept,
+    and tokens next to ``stock`` at the same window. Empty when no run was enforced."""
+    summary = summarize([r for r in rows if r.get("enforced")])
+    if not summary:
+        return ""
+    lines = ["| window | policy | passed | refused by provider | summaries | emergencies "
+             "(max per run) | long: tokens in | x stock | in view | by pointer | lost "
+             "| min recall |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    order = sorted(summary.items(), key=lambda kv: (-(kv[1]["window"] or 0),
+                                                    kv[1]["policy"] != "simagent",
+                                                    kv[1]["policy"]))
+    for _label, s in order:
+        lines.append(
+            f"| {_k(s['window'] or 0)} | {s['policy']} | {s['passed']}/{s['runs']} | "
+            f"{s['provider_errors']} | {s.get('summaries', 0)} | {s['emergencies']} "
+            f"({s.get('max_emergencies', 0)}) | {_k(s['long_tokens_in'])} | "
+            f"{_num(s.get('long_ratio_to_stock'))} | "
+            + " | ".join(_num(s.get(f"long_{k}_mean"), ".3f") for k in SPLIT) + " | "
+            f"{s['min_long_recall'] if s['min_long_recall'] is not None else '-'} |")
+    return "\n".join(lines)
 
 
 def workflow_tables(rows: Sequence[dict[str, Any]]) -> str:
     out = []
     for wf in dict.fromkeys(r["workflow"] for r in rows):
         mine = [r for r in rows if r["workflow"] == wf]
-        raw = next((r["tokens_in"] for r in mine if r["policy"] == "raw"), None)
+        raws = {(r.get("window"), bool(r.get("enforced"))): r["tokens_in"] for r in mine
+                if r["policy"] == "raw" and not provider_refused(r)}
         tag = " (long)" if mine[0].get("long") else ""
         out += [f"### {wf}{tag}", "",
                 "| policy | verdict | tokens in | x raw | peak | calls | tools | evict | clear "
                 "| summ | recall | wall s | failed |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in mine:
+            raw = raws.get((r.get("window"), bool(r.get("enforced"))))
             out.append(
-                f"| {r['policy']} | {r['verdict']} | {_k(r['tokens_in'])} | "
+                f"| {run_label(r)} | {r['verdict']} | {_k(r['tokens_in'])} | "
                 f"{_ratio(r['tokens_in'], raw)} | {_k(r['peak_tokens'])} | {r['model_calls']} "
                 f"| {r['tool_calls']} | {r['evictions']} | {r['clears']} | {r['summaries']} | "
                 f"{r['recall']:.2f} | {r['wall_s']:.1f} | "
@@ -115,11 +142,32 @@ def workflow_tables(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def support_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Numbers in each final answer that nothing the run saw backs (``support.py``), one
+    line per workflow and outcome: policies whose answers fare alike share a line. Empty
+    when no row carries the fields (records written before the check)."""
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for r in rows:
+        if "numbers_checked" not in r:
+            continue
+        key = (r["workflow"], r["numbers_checked"], r.get("numbers_unsupported", 0),
+               tuple(r.get("unsupported_numbers") or ()))
+        groups.setdefault(key, []).append(run_label(r))
+    if not groups:
+        return ""
+    lines = ["| workflow | policies | checked | unsupported | unsupported numbers |",
+             "|---|---|---|---|---|"]
+    for (wf, checked, n, listed), labels in groups.items():
+        shown = ", ".join(f"`{x}`" for x in listed) + (" ..." if n > len(listed) else "")
+        lines.append(f"| {wf} | {', '.join(labels)} | {checked} | {n} | {shown or '-'} |")
+    return "\n".join(lines)
+
+
 def layer_table(rows: Sequence[dict[str, Any]]) -> str:
     """Which request layer spent the input tokens, per policy (all workflows)."""
     by_policy: dict[str, dict[str, int]] = {}
     for r in rows:
-        acc = by_policy.setdefault(r["policy"], {})
+        acc = by_policy.setdefault(run_label(r), {})
         for cat, n in (r.get("layers") or {}).items():
             acc[cat] = acc.get(cat, 0) + n
     cats = [c for c in CATEGORIES if any(c in v for v in by_policy.values())]
@@ -147,11 +195,28 @@ def render_report(rows: Sequence[dict[str, Any]], *, mode: str, plots: Sequence[
              "Tokens are what the harness sent (counted on each request the model received); "
              f"ratios are to `raw` in this run; cost at {cost_model} list prices.", "",
              "## Policies", "", RECOVERY_DEFINITION, "", policy_table(rows), "",
+             *(["## Window sweep", "",
+                "Each run at an enforced window: the replayed model refuses a request over "
+                "it as a provider does (`context_length_exceeded`); such a run is recorded "
+                "as failed, not crashed. Ratios are to `stock` at the same window.", "",
+                sweep, ""] if (sweep := window_table(rows)) else []),
+             *(["## Cost with prompt caching", "",
+                "Long workflows (all, when the run has none). The provider's prefix cache simulated on the requests each "
+                "run sent (replay) or as the provider reported it (live): Anthropic writes "
+                "at 1.25x the input price and reads at 0.1x at its breakpoints (tools, "
+                "system prompt, last message); OpenAI reads the longest prefix seen before "
+                "(from 1,024 tokens, in 128-token steps) at its cached rate. A clearing "
+                "epoch or a summary rewrites the prefix after the first message it changes."
+                , "", costs, ""] if (costs := cache_table(rows)) else []),
              "## Recall split and recovery cost", "",
              "A probe fact is *in view* (verbatim in the last request), *by pointer* (in a "
              "file the request names, up to two paths deep) or *lost*. Long workflows.", "",
              recall_split_table(rows), "",
              "## Input tokens by request layer", "", layer_table(rows), "",
+             *(["## Unsupported numbers", "", "Numbers in the final answer that no tool "
+                "result, raw output, code or report of the run backs (rounding, SI prefixes "
+                "and percentages allowed; small integers, markers, dates and the prompt's "
+                "numbers not checked).", "", t, ""] if (t := support_table(rows)) else []),
              "## Workflows", "", workflow_tables(rows)]
     if plots:
         parts += ["## Plots", ""] + [f"![{p}]({p})" for p in plots]
@@ -176,7 +241,7 @@ def recall_parts(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
     (kept, from records written before the split), plus tokens in and recovery tokens."""
     acc: dict[str, dict[str, float]] = {}
     for r in rows:
-        a = acc.setdefault(r["policy"], {"n": 0, **{k: 0.0 for k in SPLIT}, "unsplit": 0.0,
+        a = acc.setdefault(run_label(r), {"n": 0, **{k: 0.0 for k in SPLIT}, "unsplit": 0.0,
                                          "tokens_in": 0, "recovery_tokens": 0})
         a["n"] += 1
         a["tokens_in"] += r["tokens_in"]
@@ -206,7 +271,7 @@ def plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[str]:
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for r in (r for r in rows if r["workflow"] == wf):
             ax.plot(range(1, len(r["per_call_tokens"]) + 1), r["per_call_tokens"],
-                    label=r["policy"])
+                    label=run_label(r))
         ax.set(xlabel="model call", ylabel="request tokens", title=f"{wf}: request size")
         ax.set_yscale("log")
         ax.legend(fontsize=8)
@@ -253,6 +318,8 @@ def plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[str]:
 
 def write_report(rows: Sequence[dict[str, Any]], out_dir: Path, *, mode: str) -> Path:
     plots = plot(rows, out_dir) if rows else []
+    if rows and (pareto := pareto_plot(rows, out_dir)):
+        plots.append(pareto)
     path = out_dir / "report.md"
     path.write_text(render_report(rows, mode=mode, plots=plots), encoding="utf-8")
     return path

@@ -13,7 +13,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -37,10 +37,29 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def row_key(row: dict[str, Any]) -> tuple[str, str, int, str, str | None]:
-    """Rows are reused on resume only for the same code (commit) and mode."""
+def row_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    """Rows are reused on resume only for the same code (commit), mode and window."""
     return (row["workflow"], row["policy"], int(row["epoch"]), row.get("mode", "replay"),
-            row.get("commit"))
+            row.get("commit"), row.get("window"), bool(row.get("enforced")))
+
+
+def window_tag(window: int) -> str:
+    """``128k``, ``16k``, ``12.5k``: how a window is named in labels and folder names."""
+    k = window / 1000
+    return f"{k:g}k"
+
+
+def run_label(row: dict[str, Any]) -> str:
+    """The policy as the report names it: ``simagent``, or ``simagent @16k`` for a run at an
+    enforced window (a sweep), so every table and plot carries the window."""
+    if row.get("enforced") and row.get("window"):
+        return f"{row['policy']} @{window_tag(int(row['window']))}"
+    return row["policy"]
+
+
+def provider_refused(row: dict[str, Any]) -> bool:
+    """The run ended on a provider error (the window refused a request), not a verdict."""
+    return bool(row.get("provider_error"))
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
@@ -62,17 +81,31 @@ class BenchPlan:
     epochs: int = 1
     mode: str = "replay"
     model: str | None = None  # live mode
+    #: ``--window``: replay every workflow at each of these windows, enforced (a sweep)
+    windows: list[int] | None = None
 
-    def keys(self) -> list[tuple[Workflow, Policy, int]]:
-        return [(w, p, e) for w in self.workflows for p in self.policies
-                for e in range(self.epochs)]
+    def windows_for(self, wf: Workflow) -> list[tuple[int, bool]]:
+        """(window, enforced) runs of ``wf``: ``--window``, else the workflow's ``windows``
+        (both enforced, as a provider refuses an over-long request), else its declared
+        window, not enforced (the classic run, where ``raw`` is the unbounded reference)."""
+        if self.windows:
+            return [(w, True) for w in self.windows]
+        if wf.windows:
+            return [(w, True) for w in wf.windows]
+        return [(wf.window, False)]
+
+    def keys(self) -> list[tuple[Workflow, Policy, int, int, bool]]:
+        return [(w, p, e, win, enf) for w in self.workflows for win, enf in self.windows_for(w)
+                for p in self.policies for e in range(self.epochs)]
 
 
 def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model: Any,
                 result: Any, wall: float, mode: str, model_id: str,
-                commit: str | None = None) -> dict[str, Any]:
+                commit: str | None = None, enforced: bool = False) -> dict[str, Any]:
     """The record of one finished run, from its trace and the model's last request."""
     from simagent.bench.scorers import RunView, grade, step_results
+    from simagent.bench.caching import cache_fields
+    from simagent.context.ledger import ledger_recall
     from simagent.context.prices import cost_usd
     from simagent.context.recall import locate, request_text
 
@@ -116,8 +149,13 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
     price_model = REFERENCE_MODEL if mode == "replay" else model_id
     totals = SimpleNamespace(input_tokens=tokens_in, output_tokens=tokens_out, cache_read=cache)
     return {
-        "run": f"{wf.id}/{policy.name}/{epoch}", "workflow": wf.id, "policy": policy.name,
+        "run": f"{wf.id}/{policy.name}/{epoch}" + (f"/{window_tag(wf.window)}"
+                                                     if enforced else ""),
+        "workflow": wf.id, "policy": policy.name,
         "model": model_id, "mode": mode, "epoch": epoch, "long": wf.long,
+        "window": wf.window, "enforced": enforced,
+        "provider_error": bool(getattr(result, "provider_error", False)),
+        "error": (getattr(result, "error", None) or "")[:300] or None,
         "verdict": "pass" if not failed else "fail", "failed_scorers": failed,
         "scorers": [{"scorer": v.scorer, "ok": v.ok, "detail": v.detail} for v in verdicts],
         "tokens_in": tokens_in, "tokens_out": tokens_out, "tokens_cache_read": cache,
@@ -131,6 +169,10 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
         "probes_lost": [p.fact for p, k in zip(wf.probes, kept, strict=True) if not k],
         "recall_in_view": share("in_view"), "recall_by_pointer": share("by_pointer"),
         "recall_lost": share("lost"),
+        # of the probes out of view, the share the ledger's recall(query) finds (ledger.py)
+        "ledger_recall": ledger_recall(session, [p.fact for p, w in zip(wf.probes, where,
+                                                                        strict=True)
+                                                 if w.status != "in_view"]),
         "recovery_tokens": sum(w.recovery_tokens or 0 for w in where),
         "recovery_search_tokens": sum(w.search_tokens or 0 for w in where),
         "probes": [{"fact": p.fact[:120], "status": w.status, "pointer": w.pointer,
@@ -138,7 +180,11 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
                    for p, w in zip(wf.probes, where, strict=True)],
         "layers": layers, "wall_s": round(wall, 2),
         "cost_usd": cost_usd(price_model, totals), "cost_model": price_model,
+        # provider prompt caching per family: simulated in replay, reported when live
+        **cache_fields(model, usage, mode=mode, price_model=price_model),
         "final": (result.final or "")[:2000], "commit": commit,
+        # numbers in the final answer that nothing the run saw backs (support.py)
+        **view.support.record_fields(),
     }
 
 
@@ -160,10 +206,11 @@ def _step_counter(wf: Workflow, label: str,
 @contextmanager
 def replayed(wf: Workflow, policy: Policy, recording: Any, run_dir: Path,
              on_event: Callable[[Any], None] | None = None,
-             model_class: Any = None) -> Iterator[SimpleNamespace]:
+             model_class: Any = None, enforce: bool = False) -> Iterator[SimpleNamespace]:
     """Replay ``wf`` under ``policy`` through the real graph in a session that stays open
     inside the block: ``.session``, ``.model`` (every request it received), ``.result``,
-    ``.wall``. The bench run, ``bench counting`` and the accuracy tests share it."""
+    ``.wall``. The bench run, ``bench counting`` and the accuracy tests share it.
+    ``enforce``: the model refuses a request over ``wf.window`` as a provider does."""
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
     from simagent.agent.scripted import ScriptedChatModel
@@ -173,7 +220,7 @@ def replayed(wf: Workflow, policy: Policy, recording: Any, run_dir: Path,
     session.extra_roots = [recording.session_dir, recording.workspace]
     try:
         model = (model_class or ScriptedChatModel).from_steps(
-            wf.steps, window=wf.window, name=f"replay:{wf.id}")
+            wf.steps, window=wf.window, name=f"replay:{wf.id}", enforce_window=enforce)
         # the bench stands for a frontier model (its prices), which takes images in tool
         # results: view_figure sends the picture and it counts in the images layer
         model.profile = {**(model.profile or {}), "image_inputs": True}
@@ -189,13 +236,17 @@ def replayed(wf: Workflow, policy: Policy, recording: Any, run_dir: Path,
 
 def run_replay(wf: Workflow, policy: Policy, epoch: int, recording: Any,
                out_dir: Path, progress: Callable[[str], None] | None = None,
-               label: str = "", commit: str | None = None) -> dict[str, Any]:
-    """One replayed run of ``wf`` under ``policy``: the real graph, recorded kernel results."""
-    run_dir = out_dir / "runs" / f"{wf.id}--{policy.slug}--{epoch}"
-    with replayed(wf, policy, recording, run_dir, _step_counter(wf, label, progress)) as run:
+               label: str = "", commit: str | None = None,
+               enforced: bool = False) -> dict[str, Any]:
+    """One replayed run of ``wf`` under ``policy``: the real graph, recorded kernel results;
+    ``enforced``: at ``wf.window``, refused above it like a provider."""
+    run_dir = out_dir / "runs" / (f"{wf.id}--{policy.slug}--{epoch}"
+                                  + (f"--{window_tag(wf.window)}" if enforced else ""))
+    with replayed(wf, policy, recording, run_dir, _step_counter(wf, label, progress),
+                  enforce=enforced) as run:
         return measure_run(wf, policy, epoch, session=run.session, model=run.model,
                            result=run.result, wall=run.wall, mode="replay",
-                           model_id=f"replay:{wf.id}", commit=commit)
+                           model_id=f"replay:{wf.id}", commit=commit, enforced=enforced)
 
 
 def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
@@ -259,23 +310,27 @@ def run_bench(plan: BenchPlan, out_dir: Path,
     rows: list[dict[str, Any]] = []
     say = progress or (lambda _m: None)
     for wf in plan.workflows:
-        keys = {(p.name, e): (wf.id, p.name, e, plan.mode, commit) for p in plan.policies
-                for e in range(plan.epochs)}
-        todo = [(p, e) for p in plan.policies for e in range(plan.epochs)
-                if keys[(p.name, e)] not in done]
+        runs = [(win, enf, p, e) for win, enf in plan.windows_for(wf) for p in plan.policies
+                for e in range(plan.epochs)]
+        keys = {(win, enf, p.name, e): (wf.id, p.name, e, plan.mode, commit, win, enf)
+                for win, enf, p, e in runs}
+        todo = [r for r in runs if keys[(r[0], r[1], r[2].name, r[3])] not in done]
         rows += [done[k] for k in keys.values() if k in done]
         n += len(keys) - len(todo)
         if not todo:
             continue
         recording = record(wf, out_dir / "recordings" / wf.id, progress=say) \
             if plan.mode == "replay" else None
-        for policy, epoch in todo:
+        for win, enforced, policy, epoch in todo:
             n += 1
+            at = replace(wf, window=win)
             label = f"[{n}/{total}] {wf.id} / {policy.name}" + (
+                f" @{window_tag(win)}" if enforced else "") + (
                 f" / epoch {epoch}" if plan.epochs > 1 else "")
             say(label)
-            row = run_replay(wf, policy, epoch, recording, out_dir, say, label, commit) \
-                if recording else run_live(wf, policy, epoch, plan.model or "", out_dir, commit)
+            row = run_replay(at, policy, epoch, recording, out_dir, say, label, commit,
+                             enforced) \
+                if recording else run_live(at, policy, epoch, plan.model or "", out_dir, commit)
             with path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
             rows.append(row)
@@ -283,7 +338,8 @@ def run_bench(plan: BenchPlan, out_dir: Path,
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per policy: totals over long workflows, ratios to raw, recall and pass counts.
+    """Per policy (and window, in a sweep: keyed by :func:`run_label`): totals over long
+    workflows, ratios to raw and to stock at the same window, recall and pass counts.
 
     Recall is also split (in view / by pointer / lost, sums and means over long runs) and
     the long token total is also given with the recovery cost added: a policy that sends
@@ -293,21 +349,38 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     count in the old totals, not in the split.
     """
     out: dict[str, dict[str, Any]] = {}
-    raw_long = {r["workflow"]: r["tokens_in"] for r in rows
-                if r["policy"] == "raw" and r.get("long")}
+
+    def at(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["workflow"], r.get("window"), bool(r.get("enforced")))
+
+    # references at the same window; a run the provider refused sent only part of the work,
+    # so it is no reference
+    raw_long = {at(r): r["tokens_in"] for r in rows
+                if r["policy"] == "raw" and r.get("long") and not provider_refused(r)}
+    stock_long = {at(r): r["tokens_in"] for r in rows
+                  if r["policy"] == "stock" and r.get("long") and not provider_refused(r)}
     from simagent.context.recall import STATUSES as split
 
     for r in rows:
-        s = out.setdefault(r["policy"], {"runs": 0, "passed": 0, "tokens_in": 0,
+        s = out.setdefault(run_label(r), {"runs": 0, "passed": 0, "tokens_in": 0,
                                          "long_runs": 0, "long_tokens_in": 0,
                                          "long_tokens_vs_raw": 0, "long_raw_tokens_in": 0,
                                          "long_recall": [], "recall": [],
                                          "long_split_runs": 0,
                                          **{f"long_{k}_sum": 0.0 for k in split},
                                          "long_recovery_tokens": 0,
-                                         "long_recovery_search_tokens": 0})
+                                         "long_recovery_search_tokens": 0,
+                                         "long_tokens_vs_stock": 0,
+                                         "long_stock_tokens_in": 0,
+                                         "provider_errors": 0, "emergencies": 0,
+                                         "window": r.get("window") if r.get("enforced")
+                                         else None, "policy": r["policy"]})
         s["runs"] += 1
         s["passed"] += r["verdict"] == "pass"
+        s["provider_errors"] += provider_refused(r)
+        s["emergencies"] += int(r.get("emergencies") or 0)
+        s["max_emergencies"] = max(s.get("max_emergencies", 0), int(r.get("emergencies") or 0))
+        s["summaries"] = s.get("summaries", 0) + int(r.get("summaries") or 0)
         s["tokens_in"] += r["tokens_in"]
         s["recall"].append(r["recall"])
         if not r.get("long"):
@@ -321,12 +394,17 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             s["long_split_runs"] += 1
             for k in split:
                 s[f"long_{k}_sum"] += float(r.get(f"recall_{k}") or 0.0)
-        if r["workflow"] in raw_long:
+        if at(r) in raw_long:
             s["long_tokens_vs_raw"] += r["tokens_in"]
-            s["long_raw_tokens_in"] += raw_long[r["workflow"]]
+            s["long_raw_tokens_in"] += raw_long[at(r)]
+        if at(r) in stock_long:
+            s["long_tokens_vs_stock"] += r["tokens_in"]
+            s["long_stock_tokens_in"] += stock_long[at(r)]
     for s in out.values():
         s["long_ratio_to_raw"] = (s["long_tokens_vs_raw"] / s["long_raw_tokens_in"]
                                   if s["long_raw_tokens_in"] else None)
+        s["long_ratio_to_stock"] = (s["long_tokens_vs_stock"] / s["long_stock_tokens_in"]
+                                    if s["long_stock_tokens_in"] else None)
         s["min_long_recall"] = min(s["long_recall"]) if s["long_recall"] else None
         s["mean_long_recall"] = (sum(s["long_recall"]) / len(s["long_recall"])
                                  if s["long_recall"] else None)

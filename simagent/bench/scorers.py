@@ -11,8 +11,12 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simagent.bench.support import SupportReport
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
@@ -23,6 +27,14 @@ class RunView:
     events: Sequence[Any]  # trace events (.kind, .payload)
     step_texts: dict[int, list[str]]
     workspace: Path
+
+    @cached_property
+    def support(self) -> SupportReport:
+        """The final answer's numbers vs what the run saw (``support.py``); computed once
+        for the record and the ``supported_numbers`` scorer (it reads raw output files)."""
+        from simagent.bench.support import check_run
+
+        return check_run(self.final, self.events)
 
 
 @dataclass(frozen=True)
@@ -137,9 +149,37 @@ def subagent(sc: dict[str, Any], run: RunView) -> Verdict:
                    f"{len(ends)} typed report(s)")
 
 
+def supported_numbers(sc: dict[str, Any], run: RunView) -> Verdict:
+    """Every number of the final answer is backed by something the run saw (support.py)."""
+    bad = run.support
+    n, limit = len(bad.unsupported), int(sc.get("max", 0))
+    listed = ", ".join(f.text for f in bad.unsupported[:8])
+    return Verdict("supported_numbers", n <= limit,
+                   f"{n} of {len(bad.checked)} number(s) unsupported (max {limit})"
+                   + (f": {listed}" if listed else ""))
+
+
+def task_record(sc: dict[str, Any], run: RunView) -> Verdict:
+    """The latest task record (of ``source``, when given) graded on one field."""
+    from simagent.context.task_records import check_record, records_from_events
+
+    filed = [f for f in records_from_events(run.events)
+             if sc.get("source") is None or sc["source"] in f.record.source]
+    name = f"task_record:{sc['field']}"
+    if not filed:
+        return Verdict(name, False, "no task record" + (f" from {sc['source']}"
+                                                        if sc.get("source") else ""))
+    ok, detail = check_record(filed[-1].record, sc["field"], expected=sc.get("expected"),
+                              unit=sc.get("unit"), contains=sc.get("contains"),
+                              rel_tol=float(sc.get("rel_tol", 1e-6)),
+                              abs_tol=float(sc.get("abs_tol", 0.0)))
+    return Verdict(name, ok, detail)
+
+
 SCORERS = {"numeric": numeric, "cites": cites, "tool_used": tool_used,
            "tool_avoided": tool_avoided, "artifact": artifact, "file_exists": file_exists,
-           "subagent": subagent}
+           "subagent": subagent, "supported_numbers": supported_numbers,
+           "task_record": task_record}
 
 
 def grade(scorers: Sequence[dict[str, Any]], run: RunView) -> list[Verdict]:

@@ -25,8 +25,12 @@ SCORER_FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "artifact": (set(), {"min", "suffix"}),
     "file_exists": ({"path"}, {"contains"}),
     "subagent": ({"name"}, {"min"}),
+    "task_record": ({"field"}, {"expected", "unit", "contains", "source", "rel_tol",
+                                "abs_tol"}),
+    "supported_numbers": (set(), {"max"}),
 }
-_TOP = {"id", "title", "simulator", "prompt", "long", "window", "tags", "fixtures", "budgets",
+_TOP = {"id", "title", "simulator", "prompt", "long", "window", "windows", "tags", "fixtures",
+        "budgets",
         "steps", "probes", "scorers", "description"}
 _BUDGETS = {"model_calls", "tokens", "seconds"}
 
@@ -51,6 +55,9 @@ class Workflow:
     simulator: str | None = None
     long: bool = False
     window: int = DEFAULT_WINDOW
+    #: Windows a sweep replays this workflow at, each enforced like a provider (``--window``
+    #: overrides); empty: the declared ``window``, not enforced.
+    windows: tuple[int, ...] = ()
     tags: tuple[str, ...] = ()
     fixtures: dict[str, dict[str, str]] = field(default_factory=dict)
     budgets: dict[str, float] = field(default_factory=dict)
@@ -157,6 +164,10 @@ def load_workflow(path: str | Path) -> Workflow:
     window = data.get("window", DEFAULT_WINDOW)
     _need(isinstance(window, int) and window > 1000, where, "`window` must be an integer "
                                                           "> 1000")
+    windows = data.get("windows", [])
+    _need(isinstance(windows, list) and all(isinstance(w, int) and not isinstance(w, bool)
+                                            and w > 1000 for w in windows), where,
+          "`windows` must be a list of integers > 1000 (tokens), e.g. [128000, 32000]")
     fixtures = data.get("fixtures", {})
     _need(isinstance(fixtures, dict), where, "`fixtures` must be a table")
     for rel, spec in fixtures.items():
@@ -196,6 +207,14 @@ def load_workflow(path: str | Path) -> Workflow:
         if sc["kind"] == "numeric":
             _need(("expected" in sc) != ("expected_from" in sc), w,
                   "numeric needs exactly one of `expected` or `expected_from`")
+        if sc["kind"] == "task_record":
+            from simagent.context.task_records import GRADED_FIELDS
+
+            f = sc["field"]
+            _need(isinstance(f, str) and (f in GRADED_FIELDS or f.startswith("key_values.")),
+                  w, f"`field` must be one of {list(GRADED_FIELDS)} or 'key_values.<name>'")
+            _need(not {"expected", "unit"} & set(sc) or f.startswith("key_values."), w,
+                  "`expected` and `unit` grade a key value: field = 'key_values.<name>'")
         for key in ("from_step",):
             if key in sc:
                 _need(isinstance(sc[key], int) and 0 <= sc[key] < len(steps), w,
@@ -204,7 +223,8 @@ def load_workflow(path: str | Path) -> Workflow:
     return Workflow(
         id=data["id"], title=data["title"], prompt=data["prompt"], steps=steps, path=path,
         simulator=sim, long=bool(data.get("long", False)), window=window,
-        tags=tuple(data.get("tags", ())), fixtures=fixtures, budgets=budgets,
+        windows=tuple(dict.fromkeys(windows)), tags=tuple(data.get("tags", ())),
+        fixtures=fixtures, budgets=budgets,
         probes=tuple(probes), scorers=tuple(scorers))
 
 

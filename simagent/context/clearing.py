@@ -12,8 +12,10 @@ the content back.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
@@ -30,13 +32,33 @@ _REREAD = {"read_file": "read the file again with `read_file` (same arguments)",
            "grep": "run `grep` again", "glob": "run `glob` again", "ls": "run `ls` again"}
 
 
-def recovery_hint(msg: ToolMessage, tool_name: str | None) -> str:
-    """How the model gets a cleared result back: a path on disk, or re-running the call."""
+#: Tools whose bulky input is swapped for a pointer once their result is cleared, and
+#: the argument that holds it. Only the kernel's code: it is saved with each execution's
+#: record, so ``_out[n].code`` returns it in one line.
+INPUT_ARGS = {"run_python": "code"}
+
+
+def raw_path_of(msg: ToolMessage) -> str | None:
+    """The file holding a result's full content: the kernel's raw output, or the path an
+    eviction or a cap marker names."""
     artifact = msg.artifact if isinstance(msg.artifact, dict) else {}
     path = artifact.get("raw_path")
     if not path:
         found = _PATH_RE.search(msg.text + " ")
         path = found.group(1) if found else None
+    return path or None
+
+
+def execution_of(msg: ToolMessage) -> int | None:
+    """The kernel execution ``n`` a result came from (its ``_out[n]``), if it names one."""
+    from simagent.kernel_api.outputs import number_of
+
+    return number_of(raw_path_of(msg))
+
+
+def recovery_hint(msg: ToolMessage, tool_name: str | None) -> str:
+    """How the model gets a cleared result back: a path on disk, or re-running the call."""
+    path = raw_path_of(msg)
     if path:
         from simagent.kernel_api.outputs import handle, number_of
 
@@ -98,17 +120,24 @@ def is_error(msg: ToolMessage) -> bool:
 def plan_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *, total_tokens: int,
                trigger: int | None, keep: int, min_freed: int,
                excluded: Collection[str] = EXCLUDED_TOOLS,
-               keep_tokens: int | None = None) -> tuple[frozenset[str], int] | None:
+               keep_tokens: int | None = None,
+               clear_inputs: bool = False) -> tuple[frozenset[str], int] | None:
     """The new cleared set and the tokens it frees, or None when no epoch is due.
 
     Due when the request is over ``trigger`` and clearing every candidate frees at least
-    ``min_freed`` tokens; a smaller gain would bust caches for little.
+    ``min_freed`` tokens; a smaller gain would bust caches for little. With
+    ``clear_inputs`` the calls' inputs that go with the results count too.
     """
     if trigger is None or total_tokens <= trigger:
         return None
     names = tool_names(messages)
     todo = candidates(messages, cleared, keep, excluded, keep_tokens)
     freed = sum(count_messages([m]) - count_messages([_cleared_copy(m, names)]) for m in todo)
+    if clear_inputs and todo:
+        pointers = input_pointers(messages, clearable_inputs(messages, [m.tool_call_id
+                                                                        for m in todo]))
+        freed += sum(count_messages([m]) - count_messages([without_inputs(m, pointers)])
+                     for m in messages if _holds_any(m, pointers))
     if not todo or freed < max(1, min_freed):
         return None
     return frozenset(cleared) | {m.tool_call_id for m in todo}, freed
@@ -121,11 +150,115 @@ def _cleared_copy(msg: ToolMessage, names: dict[str, str]) -> ToolMessage:
                                   "response_metadata": meta, "artifact": None})
 
 
-def apply_cleared(messages: Sequence[BaseMessage], cleared: Collection[str]) -> list[BaseMessage]:
-    """The model's view: cleared results replaced by their placeholders (copies only)."""
-    if not cleared:
+def apply_cleared(messages: Sequence[BaseMessage], cleared: Collection[str],
+                  inputs: Collection[str] = ()) -> list[BaseMessage]:
+    """The model's view: cleared results replaced by their placeholders and the inputs of
+    the calls in ``inputs`` by pointers (copies only; ``messages`` stay as they are)."""
+    if not cleared and not inputs:
         return list(messages)
     names = tool_names(messages)
-    return [_cleared_copy(m, names)
-            if isinstance(m, ToolMessage) and m.tool_call_id in cleared and not is_cleared(m)
-            else m for m in messages]
+    pointers = input_pointers(messages, inputs)
+    out: list[BaseMessage] = []
+    for m in messages:
+        if isinstance(m, ToolMessage) and m.tool_call_id in cleared and not is_cleared(m):
+            m = _cleared_copy(m, names)
+        elif pointers and _holds_any(m, pointers):
+            m = without_inputs(m, pointers)
+        out.append(m)
+    return out
+
+
+# ------------------------------------------------------------------- inputs
+def input_pointer(n: int) -> str:
+    """What a cleared cell's ``code`` becomes: still Python, and one kernel line away."""
+    from simagent.kernel_api.outputs import handle
+
+    return f"# code cleared from view: {handle(n)}.code"
+
+
+def clearable_inputs(messages: Sequence[BaseMessage], cleared: Collection[str]
+                     ) -> frozenset[str]:
+    """Calls whose input may leave the view: a tool in :data:`INPUT_ARGS` whose result is
+    in ``cleared`` and names its kernel execution (so the code can be had back).
+    ``messages`` are the raw ones: a placeholder no longer carries the result's path."""
+    names = tool_names(messages)
+    wanted = set(cleared)
+    return frozenset(m.tool_call_id for m in messages
+                     if isinstance(m, ToolMessage) and m.tool_call_id in wanted
+                     and names.get(m.tool_call_id) in INPUT_ARGS
+                     and execution_of(m) is not None)
+
+
+def input_pointers(messages: Sequence[BaseMessage], inputs: Collection[str]) -> dict[str, str]:
+    """tool_call_id -> the pointer its input becomes, for the calls in ``inputs`` whose
+    result (in ``messages``, uncleared) names its execution."""
+    if not inputs:
+        return {}
+    wanted = set(inputs)
+    out = {}
+    for m in messages:
+        if isinstance(m, ToolMessage) and m.tool_call_id in wanted and not is_cleared(m):
+            n = execution_of(m)
+            if n is not None:
+                out[m.tool_call_id] = input_pointer(n)
+    return out
+
+
+def _holds_any(msg: BaseMessage, pointers: Mapping[str, str]) -> bool:
+    return isinstance(msg, AIMessage) and any(c.get("id") in pointers for c in msg.tool_calls)
+
+
+def _swapped(name: str | None, args: Any, pointer: str) -> Any:
+    arg = INPUT_ARGS.get(name or "")
+    if arg and isinstance(args, dict) and arg in args:
+        return {**args, arg: pointer}
+    return args
+
+
+def _swapped_json(name: str | None, arguments: Any, pointer: str) -> Any:
+    """The same swap inside a JSON-encoded arguments string (OpenAI's wire format)."""
+    try:
+        args = json.loads(arguments)
+    except (TypeError, ValueError):
+        return arguments
+    new = _swapped(name, args, pointer)
+    return arguments if new is args else json.dumps(new, ensure_ascii=False)
+
+
+def _swapped_block(block: Any, pointers: Mapping[str, str]) -> Any:
+    """A content block carrying a call (Anthropic ``tool_use``, standard ``tool_call``,
+    Responses ``function_call``) with the same swap, so no converter resends the code."""
+    if not isinstance(block, dict):
+        return block
+    kind = block.get("type")
+    if kind == "tool_use" and block.get("id") in pointers:
+        return {**block, "input": _swapped(block.get("name"), block.get("input"),
+                                           pointers[block["id"]])}
+    if kind == "tool_call" and block.get("id") in pointers:
+        return {**block, "args": _swapped(block.get("name"), block.get("args"),
+                                          pointers[block["id"]])}
+    if kind == "function_call" and block.get("call_id") in pointers:
+        return {**block, "arguments": _swapped_json(block.get("name"), block.get("arguments"),
+                                                    pointers[block["call_id"]])}
+    return block
+
+
+def without_inputs(msg: AIMessage, pointers: Mapping[str, str]) -> AIMessage:
+    """A copy of ``msg`` whose calls in ``pointers`` carry the pointer as their input;
+    ids, names, order and every other argument stay, so results still pair."""
+    calls = [{**c, "args": _swapped(c.get("name"), c.get("args"), pointers[c["id"]])}
+             if c.get("id") in pointers else c for c in msg.tool_calls]
+    update: dict[str, Any] = {"tool_calls": calls}
+    if isinstance(msg.content, list):
+        update["content"] = [_swapped_block(b, pointers) for b in msg.content]
+    raw = msg.additional_kwargs.get("tool_calls")
+    if isinstance(raw, list):
+        fixed = []
+        for tc in raw:
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if isinstance(fn, dict) and tc.get("id") in pointers:
+                tc = {**tc, "function": {**fn, "arguments": _swapped_json(
+                    fn.get("name"), fn.get("arguments"), pointers[tc["id"]])}}
+            fixed.append(tc)
+        update["additional_kwargs"] = {**msg.additional_kwargs, "tool_calls": fixed}
+    return msg.model_copy(update=update)

@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
@@ -21,9 +21,14 @@ from simagent.context.boundaries import cut_keeping_messages, cut_keeping_tokens
 from simagent.context.counting import count_messages
 from simagent.context.summary import ExtractiveSummarizer, Summarizer, boundary_message, offload
 
+if TYPE_CHECKING:
+    from simagent.context.ledger import Ledger
+
 #: Graph-state keys (private: never passed to subagents, never in the graph's output).
 BOUNDARY_KEY = "simagent_boundary"
 CLEARED_KEY = "simagent_cleared"
+#: Calls whose input (a cell's code) is cleared from view with their result.
+CLEARED_INPUTS_KEY = "simagent_cleared_inputs"
 PENDING_CHECKPOINT_KEY = "simagent_pending_checkpoint"
 
 
@@ -48,11 +53,12 @@ def view_of(messages: Sequence[BaseMessage], boundary: dict[str, Any] | None) ->
 
 
 def visible(messages: Sequence[BaseMessage], boundary: dict[str, Any] | None,
-            cleared: Collection[str]) -> list[BaseMessage]:
-    """The model's view: the boundary's view with cleared results as placeholders."""
+            cleared: Collection[str], inputs: Collection[str] = ()) -> list[BaseMessage]:
+    """The model's view: the boundary's view with cleared results as placeholders and
+    cleared inputs as pointers."""
     from simagent.context.clearing import apply_cleared
 
-    return apply_cleared(view_of(messages, boundary), cleared)
+    return apply_cleared(view_of(messages, boundary), cleared, inputs)
 
 
 @dataclass
@@ -61,15 +67,19 @@ class Compaction:
     dropped: int  # raw messages newly moved behind the boundary
     kept: int
     path: Path
+    ledger: dict[str, Any] | None = None  # the ledger entry of what left the view
 
 
 class Compactor:
     """Writes boundaries; ``summarizer`` condenses, the history file keeps everything."""
 
-    def __init__(self, history_path: Path, summarizer: Summarizer) -> None:
+    def __init__(self, history_path: Path, summarizer: Summarizer,
+                 ledger: Ledger | None = None) -> None:
         self.history_path = history_path
         self.summarizer = summarizer
         self.extractive = ExtractiveSummarizer()
+        #: every compaction's dropped items, with pointers (None: the policy keeps none)
+        self.ledger = ledger
 
     def _make(self, messages: Sequence[BaseMessage], boundary: dict[str, Any] | None,
               cut: int, *, kind: str, focus: str | None = None, how: str = "",
@@ -78,7 +88,9 @@ class Compactor:
         if cut <= start:
             return None
         dropped = list(messages[start:cut])
-        offload(self.history_path, dropped, kind=kind, first_index=start)
+        starts = offload(self.history_path, dropped, kind=kind, first_index=start)
+        entry = self.ledger.record(kind, dropped, history=self.history_path, starts=starts,
+                                   cutoff=cut, focus=focus) if self.ledger else None
         previous = [boundary["message"]] if boundary else []
         write = self.extractive if extractive else self.summarizer
         text = write([*previous, *dropped], kind=kind if kind != "emergency" else "summary",
@@ -88,7 +100,7 @@ class Compactor:
                "path": str(self.history_path), "kind": kind,
                "at": datetime.now(UTC).isoformat(timespec="seconds")}
         return Compaction(new, dropped=len(dropped), kept=len(messages) - cut,
-                          path=self.history_path)
+                          path=self.history_path, ledger=entry)
 
     def summarize(self, messages: Sequence[BaseMessage], boundary: dict[str, Any] | None,
                   keep_tokens: int, *, focus: str | None = None) -> Compaction | None:

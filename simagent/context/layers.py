@@ -26,6 +26,7 @@ from simagent.context import thresholds as th
 from simagent.context.compaction import Compactor
 from simagent.context.counting import count_messages
 from simagent.context.events import emit
+from simagent.context.ledger import Ledger
 from simagent.context.manual import make_mark_task_done
 from simagent.context.middleware import ContextMiddleware
 from simagent.context.summary import ExtractiveSummarizer, ModelSummarizer, Summarizer
@@ -160,18 +161,24 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
     settings = settings or session.context_settings
     suffix = "" if agent == "main" else f"-{agent}"
     history = session.paths.conversation_history / f"{session.id}{suffix}.md"
-    compactor = Compactor(history, build_summarizer(settings, chat_model, model_id, session))
+    compactor = Compactor(history, build_summarizer(settings, chat_model, model_id, session),
+                          Ledger(session.paths.ledger, agent) if settings.ledger else None)
     tools = [make_mark_task_done()] if settings.checkpoints and agent == "main" else []
     context = ContextMiddleware(
         trace=session.trace, compactor=compactor, settings=settings, model_id=model_id,
         window=window, max_output=max_output,
         large_results_dir=session.paths.large_tool_results, agent=agent, tools=tools,
-        state_source=session.state_snapshot)
+        state_source=session.state_snapshot,
+        task_records=session.paths.task_records if agent == "main" else None)
     fs = TracedFilesystemMiddleware(trace=session.trace, agent=agent, backend=backend,
                                     ruler=context.ruler,
-                                    tool_token_limit_before_evict=th.evict_tokens(settings),
+                                    tool_token_limit_before_evict=context.thresholds.evict_tokens,
                                     tools=fs_tools)
     middleware: list[Any] = [fs, SummarizationOff(), context]
+    if settings.slim_tools:  # outside the context layers: they measure what is sent
+        from simagent.agent.tool_text import SlimToolsMiddleware
+
+        middleware.insert(2, SlimToolsMiddleware())
     if agent == "main":
         from simagent.context.guards import CostCeilingMiddleware, WatchdogMiddleware
 

@@ -3,19 +3,23 @@
 ``/compact`` and ``/done`` run between turns, outside the graph: they read the checkpointed
 thread, write a boundary with the same ``Compactor`` the middleware uses, and store it
 with ``update_state``; the raw messages are untouched. ``mark_task_done`` runs inside a
-turn, so it only leaves a pending note; the middleware writes the task record when the
-next user turn starts (a task that is done cannot be sliced while it is still running).
+turn, so it only files the task's typed record (validated; a bad one goes back to the
+model as a tool error it can fix) and leaves it pending; the middleware writes the
+checkpoint with that record when the next user turn starts (a task that is done cannot
+be sliced while it is still running). ``/done`` builds its record from the task's messages
+(``task_records.derive``) and merges one the model filed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from langchain.tools import ToolRuntime
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.types import Command
+from pydantic import Field
 
 from simagent.context.compaction import (
     BOUNDARY_KEY,
@@ -27,31 +31,56 @@ from simagent.context.compaction import (
 from simagent.context.counting import count_messages
 from simagent.context.events import emit
 from simagent.context.state_card import STATE_CARD_KEY, card_event
+from simagent.context.task_records import (
+    FROM_COMMAND,
+    MARK_TASK_DONE,
+    close_task,
+    filed_record,
+    pending_record,
+)
 from simagent.context.tokens import using
+from simagent.records import KeyValueArgs
 
 if TYPE_CHECKING:
     from simagent.context.middleware import ContextMiddleware
 
-MARK_TASK_DONE = "mark_task_done"
-
 
 def make_mark_task_done() -> BaseTool:
     @tool(MARK_TASK_DONE)
-    def mark_task_done(detail: str, runtime: ToolRuntime) -> Command:
-        """Mark the current task as finished, at a natural task boundary.
+    def mark_task_done(
+        answer: Annotated[str, Field(description="The outcome, in a few sentences.")],
+        runtime: ToolRuntime,
+        key_values: Annotated[list[KeyValueArgs], Field(
+            default_factory=list, description="The numbers that matter, with units.")],
+        files_read: Annotated[list[str], Field(default_factory=list,
+                                               description="Input files used.")],
+        files_written: Annotated[list[str], Field(default_factory=list,
+                                                  description="Files written.")],
+        assumptions: Annotated[list[str], Field(
+            default_factory=list, description="Incl. simulator defaults left unchanged.")],
+        open_questions: Annotated[list[str], Field(default_factory=list,
+                                                   description="What is still unsettled.")],
+    ) -> Command | ToolMessage:
+        """Close the finished, verified task with a typed record, before an unrelated one.
 
-        Call it once the user's task is complete and verified, before moving to an
-        unrelated one. `detail`: one or two sentences with the outcome (key values with
-        units, files written). When the next user request starts, the finished task's
-        messages are condensed into a six-section record (task, files & changes,
-        technical context, strategy, verification & next steps, where we are) and the
-        full history is saved to a file the record names. Returns a confirmation.
+        At the next request the task's messages leave the context; this record, a
+        summary and the path of the full history replace them.
         """
+        record, wrong = filed_record({
+            "answer": answer, "key_values": list(key_values), "files_read": list(files_read),
+            "files_written": list(files_written), "assumptions": list(assumptions),
+            "open_questions": list(open_questions)})
+        if record is None:
+            return ToolMessage(content="mark_task_done: the record was not filed; fix it and "
+                                       "call again:\n" + "\n".join(f"- {w}" for w in wrong),
+                               tool_call_id=runtime.tool_call_id, name=MARK_TASK_DONE,
+                               status="error")
         at = len(runtime.state.get("messages") or [])
-        note = ToolMessage(content="Task marked done; its record is written when the next "
-                                   "request starts.", tool_call_id=runtime.tool_call_id,
+        note = ToolMessage(content="Task record filed; the task is closed with it when the "
+                                   "next request starts.", tool_call_id=runtime.tool_call_id,
                            name=MARK_TASK_DONE)
-        return Command(update={PENDING_CHECKPOINT_KEY: {"detail": detail, "at": at},
+        return Command(update={PENDING_CHECKPOINT_KEY: {"record": record.model_dump(),
+                                                        "at": at},
                                "messages": [note]})
 
     return mark_task_done
@@ -136,19 +165,25 @@ def compact_now(graph: Any, config: dict[str, Any], context: ContextMiddleware,
 
 def checkpoint_now(graph: Any, config: dict[str, Any], context: ContextMiddleware,
                    note: str | None = None) -> ManualResult:
-    """``/done [note]``: close the finished task; the next request starts clean."""
+    """``/done [note]``: close the finished task; the next request starts clean.
+
+    Its record is derived from the task's messages, merged with the one the model filed
+    with ``mark_task_done`` if it did (that pending checkpoint is this one now).
+    """
     messages, values, refused = _thread(graph, config)
     if refused:
         return ManualResult(False, f"cannot checkpoint: {refused}")
     boundary = values.get(BOUNDARY_KEY)
     with using(context.ruler):
-        done = context.compactor.checkpoint(messages, boundary, len(messages), note=note,
-                                            how="/done")
+        done = close_task(context.compactor, messages, boundary, len(messages),
+                          source=FROM_COMMAND, note=note,
+                          filed=pending_record(values.get(PENDING_CHECKPOINT_KEY)),
+                          store=context.task_records)
     if done is None:
         return ManualResult(False, "nothing to checkpoint since the last boundary")
     before, after = _commit(graph, config, context, values, messages, done,
                             "context_checkpoint", "checkpoint", {PENDING_CHECKPOINT_KEY: None},
-                            note=note, source="command")
+                            note=note, source="command", record=done.boundary["record"])
     return ManualResult(True, f"task checkpoint written ({done.dropped} messages → record); "
                               f"full history in {done.path}", str(done.path), done.dropped,
                         before, after)

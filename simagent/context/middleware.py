@@ -39,9 +39,10 @@ from langgraph.types import Command
 from simagent.context import thresholds as th
 from simagent.context.boundaries import turn_starts
 from simagent.context.capping import cap_tool_message
-from simagent.context.clearing import plan_epoch
+from simagent.context.clearing import clearable_inputs, plan_epoch
 from simagent.context.compaction import (
     BOUNDARY_KEY,
+    CLEARED_INPUTS_KEY,
     CLEARED_KEY,
     PENDING_CHECKPOINT_KEY,
     Compaction,
@@ -52,7 +53,10 @@ from simagent.context.compaction import (
 from simagent.context.counting import RequestSize, calibrate, measure
 from simagent.context.events import emit
 from simagent.context.overflow import is_context_overflow
+from simagent.context.prefix import rewrite_tokens
+from simagent.context.prices import cache_rules
 from simagent.context.state_card import STATE_CARD_KEY, card_event, render_card, with_card
+from simagent.context.task_records import FROM_TOOL, close_task, pending_record
 from simagent.context.tokens import resolve_ruler, using
 from simagent.trace.log import TraceLog
 
@@ -64,6 +68,7 @@ def _last(_old: Any, new: Any) -> Any:
 class ContextState(AgentState):
     simagent_boundary: Annotated[NotRequired[dict[str, Any] | None], PrivateStateAttr]
     simagent_cleared: Annotated[NotRequired[list[str] | None], PrivateStateAttr]
+    simagent_cleared_inputs: Annotated[NotRequired[list[str] | None], PrivateStateAttr]
     # last wins: two mark_task_done calls in one reply must not crash the step
     simagent_pending_checkpoint: Annotated[NotRequired[dict[str, Any] | None],
                                            PrivateStateAttr, _last]
@@ -79,6 +84,7 @@ class Prepared:
     boundary: dict[str, Any] | None = None
     cleared: frozenset[str] = frozenset()
     card: dict[str, Any] | None = None
+    inputs: frozenset[str] = frozenset()  # calls whose code is cleared
 
 
 class ContextMiddleware(AgentMiddleware):
@@ -89,7 +95,8 @@ class ContextMiddleware(AgentMiddleware):
     def __init__(self, *, trace: TraceLog, compactor: Compactor, settings: th.ContextSettings,
                  model_id: str, window: int | None, max_output: int | None,
                  large_results_dir: Any, agent: str = "main", tools: list[Any] | None = None,
-                 state_source: Callable[[], dict[str, Any]] | None = None) -> None:
+                 state_source: Callable[[], dict[str, Any]] | None = None,
+                 task_records: Any = None) -> None:
         super().__init__()
         self.trace = trace
         self.compactor = compactor
@@ -103,6 +110,11 @@ class ContextMiddleware(AgentMiddleware):
         self.tools = list(tools or [])
         #: the runtime snapshot a state card is made from (``Session.state_snapshot``)
         self.state_source = state_source
+        #: whose prompt cache a compaction's rewrite is counted for (None: automatic)
+        rules = cache_rules(model_id)
+        self.cache_family = rules.family if rules else None
+        #: the session's ``tasks.jsonl`` (None: task records live in state and trace only)
+        self.task_records = task_records
         # our count of the previous request and the provider's figure for it; a resumed
         # session starts from the trace, so its first estimate is already calibrated
         self._last_sent, self._last_reported = last_calibration(trace, agent, model_id,
@@ -132,14 +144,15 @@ class ContextMiddleware(AgentMiddleware):
 
     # ------------------------------------------------------------------ layers
     def view(self, messages: list[BaseMessage], boundary: dict[str, Any] | None,
-             cleared: Any, card: dict[str, Any] | None) -> list[BaseMessage]:
-        return model_view(messages, boundary, cleared, card)
+             cleared: Any, card: dict[str, Any] | None, inputs: Any = ()) -> list[BaseMessage]:
+        return model_view(messages, boundary, cleared, card, inputs)
 
     def prepare(self, request: Any) -> Prepared:
         state = request.state or {}
         messages = list(request.messages)
         boundary = state.get(BOUNDARY_KEY)
         cleared = frozenset(state.get(CLEARED_KEY) or ())
+        inputs = frozenset(state.get(CLEARED_INPUTS_KEY) or ())
         card = state.get(STATE_CARD_KEY)
         update: dict[str, Any] = {}
         events: list[tuple[str, dict[str, Any]]] = []
@@ -149,35 +162,43 @@ class ContextMiddleware(AgentMiddleware):
         if pending and self.settings.checkpoints:
             starts = [i for i in turn_starts(messages) if i >= int(pending.get("at", 0))]
             if starts:
-                before = self._measure(request, self.view(messages, boundary, cleared, card))[1]
-                done = self.compactor.checkpoint(messages, boundary, starts[0],
-                                                 note=pending.get("detail"), how="mark_task_done")
+                before = self._measure(request, self.view(messages, boundary, cleared, card,
+                                                          inputs))[1]
+                done = close_task(self.compactor, messages, boundary, starts[0],
+                                  source=FROM_TOOL, filed=pending_record(pending),
+                                  store=self.task_records)
                 update[PENDING_CHECKPOINT_KEY] = None
                 if done is not None:
                     boundary = update[BOUNDARY_KEY] = done.boundary
                     after = self._measure(request, self.view(messages, boundary, cleared,
-                                                             card))[1]
+                                                             card, inputs))[1]
                     events.append(("context_checkpoint", self.compaction_payload(
-                        done, before, after, note=pending.get("detail"), source="tool")))
+                        done, before, after, note=None, source="tool",
+                        record=done.boundary["record"])))
                     card_reason = "checkpoint"
 
-        view = self.view(messages, boundary, cleared, card)
+        view = self.view(messages, boundary, cleared, card, inputs)
         size, tokens = self._measure(request, view)
         thr = self.thresholds
 
         epoch = plan_epoch(view, cleared, total_tokens=tokens, trigger=thr.clear_trigger,
                            keep=thr.clear_keep, min_freed=thr.clear_min_freed,
-                           keep_tokens=thr.clear_keep_tokens)
+                           keep_tokens=thr.clear_keep_tokens,
+                           clear_inputs=self.settings.clear_inputs)
         if epoch is not None:
             new_cleared, _freed = epoch
             newly = new_cleared - cleared
             cleared = new_cleared
             update[CLEARED_KEY] = sorted(cleared)
-            view = self.view(messages, boundary, cleared, card)
+            if self.settings.clear_inputs:  # decided with the results: one prefix change
+                inputs = inputs | clearable_inputs(messages, cleared)
+                update[CLEARED_INPUTS_KEY] = sorted(inputs)
+            view = self.view(messages, boundary, cleared, card, inputs)
             before, (size, tokens) = tokens, self._measure(request, view)
             events.append(("context_clear", {"cleared": len(newly),
                                              "total_cleared": len(cleared),
                                              "tokens_before": before, "tokens_after": tokens}))
+            events[-1][1].update(self.clear_ledger(messages, newly))
             if card_reason is None and _has_kernel_results(messages, newly):
                 card_reason = "clear"
 
@@ -186,7 +207,7 @@ class ContextMiddleware(AgentMiddleware):
             done = self.compactor.summarize(messages, boundary, thr.summary_keep)
             if done is not None:
                 boundary = update[BOUNDARY_KEY] = done.boundary
-                view = self.view(messages, boundary, cleared, card)
+                view = self.view(messages, boundary, cleared, card, inputs)
                 before, (size, tokens) = tokens, self._measure(request, view)
                 events.append(("context_summary", self.compaction_payload(
                     done, before, tokens, reason="threshold" if due else "budget", focus=None,
@@ -197,19 +218,26 @@ class ContextMiddleware(AgentMiddleware):
             new_card = self.make_card(messages, card, card_reason)
             if new_card is not None:
                 card = update[STATE_CARD_KEY] = new_card
-                view = self.view(messages, boundary, cleared, card)
+                view = self.view(messages, boundary, cleared, card, inputs)
                 size, tokens = self._measure(request, view)
                 events[-1][1].update(tokens_after=tokens, state_card_tokens=new_card["tokens"])
+        if events:  # what the change costs the provider's prompt cache
+            unchanged = self.view(messages, state.get(BOUNDARY_KEY),
+                                  frozenset(state.get(CLEARED_KEY) or ()),
+                                  state.get(STATE_CARD_KEY),
+                                  frozenset(state.get(CLEARED_INPUTS_KEY) or ()))
+            events[-1][1]["cache_write_tokens"] = rewrite_tokens(unchanged, view, self.ruler,
+                                                                 self.cache_family)
         for kind, payload in events:
             self._emit(kind, payload)
         if card_reason is not None and update.get(STATE_CARD_KEY):
             self._emit("context_state_card", card_event(card, self.agent))
-        return Prepared(view, size, tokens, update, boundary, cleared, card)
+        return Prepared(view, size, tokens, update, boundary, cleared, card, inputs)
 
     def make_card(self, messages: list[BaseMessage], previous: dict[str, Any] | None,
                   reason: str) -> dict[str, Any] | None:
         """A kernel state card after the newest message, or None when off or unreadable."""
-        if not self.settings.state_card_tokens or self.state_source is None or not messages:
+        if not self.thresholds.state_card or self.state_source is None or not messages:
             return None
         try:
             snapshot = self.state_source()
@@ -217,7 +245,7 @@ class ContextMiddleware(AgentMiddleware):
             self.trace.append("error", {"message": f"{type(exc).__name__}: {exc}"[:500],
                                         "where": f"state card ({self.agent})"})
             return None
-        card = render_card(snapshot, reason=reason, budget=self.settings.state_card_tokens,
+        card = render_card(snapshot, reason=reason, budget=self.thresholds.state_card,
                            previous=previous, ruler=self.ruler)
         # after the newest message; before it when that is the user's new turn, so the
         # question stays the last thing the model reads
@@ -228,9 +256,22 @@ class ContextMiddleware(AgentMiddleware):
 
     def compaction_payload(self, done: Compaction, before: int, after: int,
                            **extra: Any) -> dict[str, Any]:
+        from simagent.context.ledger import trace_fields
+
         return {"cutoff_index": done.boundary["cutoff"], "messages": done.dropped,
                 "path": str(done.path), "tokens_before": before, "tokens_after": after,
-                **extra}
+                **extra, **trace_fields(done.ledger)}
+
+    def clear_ledger(self, messages: list[BaseMessage], newly: Any) -> dict[str, Any]:
+        """The ledger entry of a clearing epoch (the results stay in state and on disk:
+        its pointers are raw outputs, evicted files and the files read), as trace fields."""
+        ledger = self.compactor.ledger
+        if ledger is None or not newly:
+            return {}
+        from simagent.context.ledger import calls_by_id, trace_fields
+
+        results = [m for m in messages if isinstance(m, ToolMessage) and m.tool_call_id in newly]
+        return trace_fields(ledger.record("clear", results, calls=calls_by_id(messages)))
 
     def record(self, kind: str, done: Compaction, before: int, after: int, **extra: Any) -> None:
         """Trace and stream one compaction (the manual ones in ``manual.py``)."""
@@ -238,6 +279,8 @@ class ContextMiddleware(AgentMiddleware):
 
     def emergency(self, request: Any, prep: Prepared, error: Exception) -> Prepared:
         """Truncate to a safe boundary keeping half; raise ``error`` if nothing can go."""
+        from simagent.context.ledger import trace_fields
+
         messages = list(request.messages)
         done = self.compactor.emergency(messages, prep.boundary, th.EMERGENCY_MIN_MESSAGES)
         if done is None:
@@ -246,16 +289,18 @@ class ContextMiddleware(AgentMiddleware):
         update = {**prep.update, BOUNDARY_KEY: done.boundary}
         if card is not prep.card:
             update[STATE_CARD_KEY] = card
-        view = self.view(messages, done.boundary, prep.cleared, card)
+        view = self.view(messages, done.boundary, prep.cleared, card, prep.inputs)
         size, tokens = self._measure(request, view)
         self._emit("context_emergency", {
             "error": str(error).splitlines()[0][:300] if str(error) else type(error).__name__,
             "kept": done.kept, "dropped": done.dropped, "path": str(done.path),
-            "tokens_before": prep.tokens, "tokens_after": tokens,
+            "tokens_before": prep.tokens, "tokens_after": tokens, **trace_fields(done.ledger),
+            "cache_write_tokens": rewrite_tokens(prep.view, view, self.ruler, self.cache_family),
             **({"state_card_tokens": card["tokens"]} if card is not prep.card else {})})
         if card is not prep.card:
             self._emit("context_state_card", card_event(card, self.agent))
-        return Prepared(view, size, tokens, update, done.boundary, prep.cleared, card)
+        return Prepared(view, size, tokens, update, done.boundary, prep.cleared, card,
+                        prep.inputs)
 
     # --------------------------------------------------------------- model call
     def _finish(self, prep: Prepared, response: Any) -> Any:
@@ -284,11 +329,12 @@ class ContextMiddleware(AgentMiddleware):
                                         "where": f"context layer ({self.agent})"})
             state = request.state or {}
             cleared = frozenset(state.get(CLEARED_KEY) or ())
+            inputs = frozenset(state.get(CLEARED_INPUTS_KEY) or ())
             boundary = state.get(BOUNDARY_KEY)
             card = state.get(STATE_CARD_KEY)
-            view = self.view(list(request.messages), boundary, cleared, card)
+            view = self.view(list(request.messages), boundary, cleared, card, inputs)
             size, tokens = self._measure(request, view)
-            return Prepared(view, size, tokens, {}, boundary, cleared, card)
+            return Prepared(view, size, tokens, {}, boundary, cleared, card, inputs)
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         prep = self.safe_prepare(request)
@@ -365,13 +411,15 @@ def last_calibration(trace: TraceLog | None, agent: str, model_id: str, ruler: s
 def current_view(state: dict[str, Any]) -> list[BaseMessage]:
     """The model's view of a checkpointed state (for the bench's recall and for tests)."""
     return model_view(list(state.get("messages") or []), state.get(BOUNDARY_KEY),
-                      state.get(CLEARED_KEY) or (), state.get(STATE_CARD_KEY))
+                      state.get(CLEARED_KEY) or (), state.get(STATE_CARD_KEY),
+                      state.get(CLEARED_INPUTS_KEY) or ())
 
 
 def model_view(messages: list[BaseMessage], boundary: dict[str, Any] | None, cleared: Any,
-               card: dict[str, Any] | None) -> list[BaseMessage]:
-    """Raw messages -> what the model sees: boundary, cleared placeholders, state card."""
-    return with_card(visible(messages, boundary, cleared), card, boundary is not None)
+               card: dict[str, Any] | None, inputs: Any = ()) -> list[BaseMessage]:
+    """Raw messages -> what the model sees: boundary, cleared placeholders and input
+    pointers, state card."""
+    return with_card(visible(messages, boundary, cleared, inputs), card, boundary is not None)
 
 
 def _has_kernel_results(messages: list[BaseMessage], ids: Any) -> bool:

@@ -19,6 +19,7 @@ BAR_CELLS = 24
 WARNING_PERCENT = 70
 ALERT_PERCENT = 90
 _MAX_BOUNDARIES = 10
+_MAX_TASKS = 5
 
 
 def format_tokens(n: int | None) -> str:
@@ -160,9 +161,54 @@ def _history(s: ContextStats, width: int) -> list[str]:
         lines.append("History:" + (f" (last {len(shown)}; {more} earlier)" if more else ""))
     for b in shown:
         who = f" [{b.agent}]" if b.agent != "main" else ""
+        led = f" ledger {b.ledger_items}" if b.ledger_items is not None else ""
+        cache = f" cache write {format_tokens(b.cache_write)}" if b.cache_write else ""
         line = (f"  {_when(b.ts)}  {b.kind:<10} {format_tokens(b.tokens_before)} → "
-                f"{format_tokens(b.tokens_after)}{who}")
+                f"{format_tokens(b.tokens_after)}{who}{led}{cache}")
         lines.append(_clip(line + (f"  {b.detail}" if b.detail else ""), max(width, 40)))
+    return lines + _ledger(s, width)
+
+
+def _ledger(s: ContextStats, width: int) -> list[str]:
+    """The latest dropped-items ledger entry: what left the view and where it is."""
+    led = s.ledger
+    if led is None:
+        return []
+    kinds = ", ".join(f"{n} {k}{'s' if n != 1 and not k.endswith('s') else ''}"
+                      for k, n in led.kinds.items()) or "nothing"
+    capped = f"; {led.found} found" if led.found > led.items else ""
+    lines = _wrap(f"Ledger: {s.ledger_entries} entr{'ies' if s.ledger_entries != 1 else 'y'}; "
+                  f"latest #{led.id} after a {led.after}: {kinds}{capped}", width, "  ")
+    lines += [_clip(f"  - {item}", max(width, 40)) for item in led.preview]
+    lines += _wrap(f"  recall(query) searches it{'; all entries: ' + led.path if led.path else ''}",
+                   width, "    ")
+    return lines
+
+
+def _tasks(s: ContextStats, width: int) -> list[str]:
+    """The typed records of closed tasks, newest last: answer, key values, files."""
+    if not s.task_records:
+        return []
+    from simagent.records import format_value
+
+    shown = s.task_records[-_MAX_TASKS:]
+    more = len(s.task_records) - len(shown)
+    lines = ["", f"Task records ({len(s.task_records)}" + (f"; last {len(shown)})" if more
+                                                         else "):")]
+    for t in shown:
+        r = t.record
+        when = "filed; closed at the next request" if not t.written else ""
+        answer = (str(r.get("answer") or "").strip().splitlines() or [""])[0]
+        lines.append(_clip(f"  {_when(t.ts)}  {t.source}{f' ({when})' if when else ''}  "
+                           f"{answer}", max(width, 40)))
+        values = " · ".join(format_value(kv) for kv in r.get("key_values") or ())
+        files = " · ".join(f"{label} {', '.join(r[key])}" for key, label in
+                           (("files_written", "wrote"), ("files_read", "read")) if r.get(key))
+        caveats = " · ".join(f"{len(r[key])} {label}{'s' if len(r[key]) != 1 else ''}"
+                             for key, label in (("assumptions", "assumption"),
+                                                ("open_questions", "open question"))
+                             if r.get(key))
+        lines += [_clip(f"    {x}", max(width, 40)) for x in (values, files, caveats) if x]
     return lines
 
 
@@ -251,6 +297,7 @@ def render_context(stats: ContextStats, width: int = 60) -> str:
                        width)
         lines += _wrap(ruler_line(s), width) if s.ruler else []
     lines += ["", *_thresholds(s), "", *_history(s, width)]
+    lines += _tasks(s, width)
     rest = _models_and_cost(s, width)
     if rest:
         lines += ["", *(w for line in rest for w in

@@ -3,10 +3,14 @@
 One home, so the figures the user sees (``/context``, ``simagent run --json``, the bench)
 and the cost ceiling that stops a turn are computed from the same numbers and cannot
 disagree. Prices are list prices for standard (non-batch, short-context) requests;
-long-context tiers and cache *writes* are not modelled: cache writes count at the input
-rate (Anthropic bills them at 1.25x, so Anthropic figures are slightly low). Update the
-table when providers change their prices; a model not found here has an unknown cost
-(``None``), which the callers report instead of pretending it is free.
+long-context tiers are not modelled. Update the table when providers change their
+prices; a model not found here has an unknown cost (``None``), which the callers report
+instead of pretending it is free.
+
+Prompt caching is priced here too (:class:`CacheRules`, :func:`cache_rules`): the read
+price is the table's ``cache_read_per_mtok``; a cache *write* (Anthropic's
+``cache_creation``) costs the input price times the family's write multiplier. The
+bench's cache simulation (``simagent.bench.caching``) takes every rule from here.
 
 Local and stand-in models cost nothing: ``scripted:``/``replay:`` play a script,
 ``ollama:`` and ``openai-compatible:`` run on the user's own hardware (or a server whose
@@ -90,6 +94,85 @@ def price_for(model_id: str | None) -> Price | None:
     return None
 
 
+class CacheRules(NamedTuple):
+    """How a model family's provider caches a request's prefix (priced with the table).
+
+    ``breakpoints`` > 0: the prefix is cached only where the request marks it
+    (``cache_control``), and a later request reads an entry that ends at most
+    ``lookback`` content blocks before one of its own breakpoints; 0: every prefix is
+    cached automatically. Only prefixes of at least ``min_prefix`` tokens are cached, and
+    a read covers a whole number of ``increment`` tokens.
+    """
+
+    family: str  # "anthropic" | "openai"
+    write_multiplier: float  # price of a token written to the cache / the input price
+    min_prefix: int
+    increment: int = 1
+    breakpoints: int = 0
+    lookback: int = 0
+
+
+#: Anthropic (platform.claude.com, "Prompt caching", checked 2026-11): explicit
+#: ``cache_control`` breakpoints, at most 4 a request; a 5-minute write costs 1.25x the
+#: input price (a 1-hour write 2x; simagent asks for 5 minutes), a read 0.1x (the table's
+#: ``cache_read_per_mtok``); the automatic prefix check looks back about 20 content blocks
+#: from each breakpoint; prefixes under 1,024 tokens (Sonnet 4/4.5, Opus 4/4.1) are not
+#: cached; see :data:`ANTHROPIC_MIN_PREFIX` for the models with a higher floor.
+ANTHROPIC_CACHE = CacheRules("anthropic", write_multiplier=1.25, min_prefix=1024,
+                             breakpoints=4, lookback=20)
+ANTHROPIC_MIN_PREFIX = {"claude-opus-4-5": 4096, "claude-haiku-4-5": 4096,
+                        "claude-3-5-haiku": 2048}
+#: OpenAI (openai.com/index/api-prompt-caching, platform docs "Prompt caching"): automatic,
+#: no write surcharge; prompts of 1,024 tokens or more read the longest previously seen
+#: prefix in 128-token steps. The read discount differs per model (gpt-5 family 0.1x,
+#: gpt-4.1 0.25x, gpt-4o 0.5x): it is the table's ``cache_read_per_mtok``.
+OPENAI_CACHE = CacheRules("openai", write_multiplier=1.0, min_prefix=1024, increment=128)
+
+
+def _price_key(model_id: str | None) -> str | None:
+    raw = (model_id or "").strip()
+    _provider, sep, name = raw.partition(":")
+    name = _norm(name if sep else raw)
+    return next((key for key, pattern in _PATTERNS if pattern.search(name)), None)
+
+
+def cache_rules(model_id: str | None) -> CacheRules | None:
+    """The prompt-cache rules of ``model_id``'s family; None when simagent does not model
+    its cache (free, unknown, Gemini, DeepSeek), so its input is priced uncached."""
+    if price_for(model_id) in (None, FREE):
+        return None
+    key = _price_key(model_id)
+    if key is None:
+        return None
+    if key.startswith("claude"):
+        return ANTHROPIC_CACHE._replace(min_prefix=ANTHROPIC_MIN_PREFIX.get(key, 1024))
+    if key.startswith(("gpt-", "o3", "o4")):
+        return OPENAI_CACHE
+    return None
+
+
+def cache_write_per_mtok(model_id: str | None) -> float | None:
+    """USD per million tokens written to the cache (the input price where writes are not
+    charged extra or the cache is not modelled); None when the model's price is unknown."""
+    price = price_for(model_id)
+    if price is None:
+        return None
+    rules = cache_rules(model_id)
+    return price.input_per_mtok * (rules.write_multiplier if rules else 1.0)
+
+
+def cached_cost_usd(model_id: str | None, *, uncached: int, cache_write: int,
+                    cache_read: int, output: int = 0) -> float | None:
+    """USD for input split into uncached, cache-write and cache-read tokens, plus output."""
+    price = price_for(model_id)
+    write = cache_write_per_mtok(model_id)
+    if price is None or write is None:
+        return None
+    return (max(0, uncached) * price.input_per_mtok + max(0, cache_write) * write
+            + max(0, cache_read) * price.cache_read_per_mtok
+            + max(0, output) * price.output_per_mtok) / 1_000_000
+
+
 def _field(usage: Any, name: str) -> int:
     value = usage.get(name) if isinstance(usage, Mapping) else getattr(usage, name, 0)
     try:
@@ -99,19 +182,18 @@ def _field(usage: Any, name: str) -> int:
 
 
 def cost_usd(model_id: str | None, usage: Any) -> float | None:
-    """USD for ``usage`` (anything with input_tokens, output_tokens, cache_read).
+    """USD for ``usage`` (anything with input_tokens, output_tokens, cache_read and
+    optionally cache_creation).
 
-    ``input_tokens`` includes the cache reads (as in langchain ``usage_metadata``), so
-    those are billed once, at the cache rate. None when the model's price is unknown.
+    ``input_tokens`` includes the cache reads and writes (as in langchain
+    ``usage_metadata``), so each is billed once: reads at the cache rate, writes at the
+    write rate (:func:`cache_write_per_mtok`). None when the model's price is unknown.
     """
-    price = price_for(model_id)
-    if price is None:
-        return None
-    cached = max(0, _field(usage, "cache_read"))
-    fresh = max(0, _field(usage, "input_tokens") - cached)
-    output = max(0, _field(usage, "output_tokens"))
-    return (fresh * price.input_per_mtok + cached * price.cache_read_per_mtok
-            + output * price.output_per_mtok) / 1_000_000
+    read = max(0, _field(usage, "cache_read"))
+    write = max(0, _field(usage, "cache_creation"))
+    return cached_cost_usd(model_id, uncached=_field(usage, "input_tokens") - read - write,
+                           cache_write=write, cache_read=read,
+                           output=_field(usage, "output_tokens"))
 
 
 def usage_cost(by_model: Mapping[str, Any]) -> tuple[float, list[str]]:

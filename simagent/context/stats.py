@@ -51,6 +51,35 @@ class Boundary:
     tokens_after: int | None
     detail: str  # reason/focus, note, error; and the path that holds what left the view
     agent: str
+    ledger_items: int | None = None  # items its ledger entry lists (None: no entry)
+    #: tokens the next request writes to the provider's prompt cache because of it
+    #: (``simagent.context.prefix.rewrite_tokens``); None in traces from before
+    cache_write: int | None = None
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """The latest ledger entry, as its compaction's trace event describes it."""
+
+    id: int | None
+    after: str  # the compaction: clear | summary | checkpoint | emergency
+    items: int
+    found: int  # before the per-kind caps
+    kinds: Mapping[str, int]
+    preview: tuple[str, ...]
+    path: str | None  # the ledger file
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task record (``/done``, ``mark_task_done``) as the panel lists it; ``record`` is
+    the :class:`~simagent.records.TaskRecord` as plain data; ``written`` False: filed by
+    the model, its checkpoint not written yet."""
+
+    ts: str
+    source: str
+    record: Mapping[str, Any]
+    written: bool = True
 
 
 @dataclass(frozen=True)
@@ -114,6 +143,9 @@ class ContextStats:
     limits: Mapping[str, float] = field(default_factory=dict)
     ruler: str | None = None  # the tokenizer the context layers counted with
     provider_ratio: float | None = None  # provider's input tokens / our count, last call
+    ledger: LedgerView | None = None  # the latest dropped-items ledger entry
+    ledger_entries: int = 0
+    task_records: tuple[TaskRow, ...] = ()  # oldest first
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data (``simagent context --json``)."""
@@ -263,6 +295,8 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
     main_calls, trace_window, trace_model, session_model = 0, None, None, None
     ruler: str | None = None
     provider_ratio: float | None = None
+    latest_ledger: LedgerView | None = None
+    ledger_entries = 0
     for ev in events:
         p = _payload(ev)
         if ev.kind in ("session_start", "session_resume", "model_switch"):
@@ -291,8 +325,16 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
             tally[1] = ev.ts
         if ev.kind in BOUNDARY_KINDS:
             before, tokens_after = _opt_int(p.get("tokens_before")), _opt_int(p.get("tokens_after"))
+            items = _opt_int(p.get("ledger_items")) if p.get("ledger") is not None else None
             boundaries.append(Boundary(ev.ts, BOUNDARY_KINDS[ev.kind], before, tokens_after,
-                                       _detail(ev.kind, p), str(p.get("agent") or "main")))
+                                       _detail(ev.kind, p), str(p.get("agent") or "main"),
+                                       items, _opt_int(p.get("cache_write_tokens"))))
+            if items is not None:
+                ledger_entries += 1
+                latest_ledger = LedgerView(
+                    _opt_int(p.get("ledger")), BOUNDARY_KINDS[ev.kind], items,
+                    _opt_int(p.get("ledger_found")) or items, dict(p.get("ledger_kinds") or {}),
+                    tuple(str(x) for x in p.get("ledger_preview") or ()), p.get("ledger_path"))
             if _is_main(p):  # the last measured figure is stale now: estimate
                 estimated, after = True, BOUNDARY_KINDS[ev.kind]
                 if tokens_after is not None:
@@ -326,7 +368,15 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
         total_output_tokens=ledger.total.output_tokens,
         cost_usd=cost, priced_usd=priced, unpriced_models=unpriced, ceiling=ceiling,
         limits={k: getattr(settings, k) for k in _LIMITS if getattr(settings, k) is not None},
-        ruler=ruler, provider_ratio=provider_ratio)
+        ruler=ruler, provider_ratio=provider_ratio, ledger=latest_ledger,
+        ledger_entries=ledger_entries, task_records=_task_rows(events))
+
+
+def _task_rows(events: list[Any]) -> tuple[TaskRow, ...]:
+    from simagent.context.task_records import records_from_events
+
+    return tuple(TaskRow(f.ts, f.record.source, f.record.model_dump(), f.written)
+                 for f in records_from_events(events))
 
 
 def stats_from_trace(trace_path: str | Path, settings: ContextSettings, *,
@@ -339,6 +389,7 @@ def stats_from_trace(trace_path: str | Path, settings: ContextSettings, *,
     return stats_from_events(events, settings=settings, model_id=model_id, window=window)
 
 
-__all__ = ["BOUNDARY_KINDS", "CATEGORIES", "Boundary", "Ceiling", "ContextStats", "Tally",
+__all__ = ["BOUNDARY_KINDS", "CATEGORIES", "Boundary", "Ceiling", "ContextStats", "LedgerView",
+           "Tally", "TaskRow",
            "TokenRow", "after_compaction", "scale_categories", "stats_from_events",
            "stats_from_trace"]

@@ -200,28 +200,50 @@ def _bullets(items: Sequence[str]) -> str:
 
 
 # --------------------------------------------------------------------- offload
-def offload(path: Path, messages: Sequence[BaseMessage], *, kind: str, first_index: int) -> Path:
-    """Append ``messages`` to the thread's history file (whole, nothing clipped)."""
+def offload(path: Path, messages: Sequence[BaseMessage], *, kind: str,
+            first_index: int) -> list[int | None]:
+    """Append ``messages`` to the thread's history file (whole, nothing clipped).
+
+    Returns, per message, the 1-based line of the file its text starts on (None for a
+    previous summary, which is not written again): the ledger's pointers.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
-    lines = [f"## {kind.capitalize()} at {stamp}: messages {first_index}–"
-             f"{first_index + len(messages) - 1}\n"]
+    try:
+        with open(path, "rb") as fh:
+            line = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b"")) + 1
+    except FileNotFoundError:
+        line = 1
+    blocks: list[str] = []
+    starts: list[int | None] = []
+
+    def add(block: str) -> int:
+        """Append a block (blocks are joined by newlines); returns its first line."""
+        nonlocal line
+        first = line
+        blocks.append(block)
+        line += block.count("\n") + 1
+        return first
+
+    add(f"## {kind.capitalize()} at {stamp}: messages {first_index}–"
+        f"{first_index + len(messages) - 1}\n")
     for msg in messages:
         if is_summary(msg):
+            starts.append(None)
             continue
         if isinstance(msg, ToolMessage):
-            lines.append(f"### tool result ({msg.name or '?'}, {msg.tool_call_id})\n{msg.text}\n")
+            head = f"### tool result ({msg.name or '?'}, {msg.tool_call_id})"
         elif isinstance(msg, AIMessage):
-            lines.append(f"### assistant\n{msg.text}\n")
-            for call in msg.tool_calls:
-                lines.append(f"tool call `{call['name']}` ({call.get('id')}):\n```json\n"
-                             f"{json.dumps(call['args'], indent=1)}\n```\n")
+            head = "### assistant"
         else:
-            lines.append(f"### {'user' if isinstance(msg, HumanMessage) else msg.type}\n"
-                         f"{msg.text}\n")
+            head = f"### {'user' if isinstance(msg, HumanMessage) else msg.type}"
+        starts.append(add(f"{head}\n{msg.text}\n") + 1)
+        for call in msg.tool_calls if isinstance(msg, AIMessage) else ():
+            add(f"tool call `{call['name']}` ({call.get('id')}):\n```json\n"
+                f"{json.dumps(call['args'], indent=1)}\n```\n")
     with open(path, "a", encoding="utf-8") as fh:
-        fh.write("\n".join(lines) + "\n")
-    return path
+        fh.write("\n".join(blocks) + "\n")
+    return starts
 
 
 _HEADERS = {

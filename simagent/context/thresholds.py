@@ -33,6 +33,10 @@ FALLBACK_WINDOW = 128_000
 #: sends 4.93M input tokens vs 4.97M at 20k and 4.95M at 15k, and the peak request falls
 #: from 74k to 59k (66k at 15k), with recall 1.0 at each.
 EVICT_TOKENS = 10_000
+#: ... and never more than this share of the window: at 16k a 10k-token result (a page of
+#: source) is most of the request, and the turn that reads it would be refused. 0.08 keeps
+#: 10k from a 125k window up and gives 1.3k at 16k, 2.6k at 32k.
+EVICT_FRACTION = 0.08
 #: Old tool results are cleared from the model's view once the request passes this share.
 #: Lower than the stock 60 %: our placeholders name the raw output file, so clearing
 #: loses nothing reachable, and epochs keep it rare. Re-derived with the real ruler on the
@@ -95,6 +99,8 @@ TOKENIZER = "auto"
 #: ~40 names with shapes plus imports, figures and files; a card is sent on every call
 #: until the next compaction, so it must stay small next to what the compaction freed.
 STATE_CARD_TOKENS = 1_500
+#: ... and at most this share of the window (800 tokens at 16k, the full 1.5k from 30k up).
+STATE_CARD_FRACTION = 0.05
 
 
 class ContextConfigError(ConfigError):
@@ -110,6 +116,10 @@ class ContextSettings:
     clear_keep: int | None = None  # None: CLEAR_KEEP, or CLEAR_KEEP_SMALL in a small window
     clear_keep_fraction: float | None = CLEAR_KEEP_FRACTION  # None: count only
     clear_min_freed_fraction: float = CLEAR_MIN_FREED_FRACTION
+    #: clear a run_python call's code with its result (a pointer to ``_out[n].code``)
+    clear_inputs: bool = True
+    #: send deepagents' tools with simagent's slim descriptions (``agent/tool_text.py``)
+    slim_tools: bool = True
     summary_fraction: float | None = None  # None: by tier
     summary_tiers: Mapping[str, float] = field(default_factory=lambda: dict(SUMMARY_TIERS))
     summary_keep_fraction: float = SUMMARY_KEEP_FRACTION
@@ -130,6 +140,7 @@ class ContextSettings:
     budget_check: bool = True
     emergency: bool = True
     state_card_tokens: int = STATE_CARD_TOKENS
+    ledger: bool = True  # the dropped-items ledger and the recall tool (context/ledger.py)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ContextSettings:
@@ -207,8 +218,21 @@ def tool_cap(tool_name: str, settings: ContextSettings) -> int | None:
     return cap or None
 
 
-def evict_tokens(settings: ContextSettings) -> int | None:
-    return settings.evict_tokens or None
+def evict_tokens(settings: ContextSettings, window: int | None = None) -> int | None:
+    """Real tokens above which one tool result is evicted: the setting, capped by
+    ``EVICT_FRACTION`` of the window when one is known."""
+    if not settings.evict_tokens:
+        return None
+    if window:
+        return min(settings.evict_tokens, max(500, int(EVICT_FRACTION * window)))
+    return settings.evict_tokens
+
+
+def state_card_tokens(window: int, settings: ContextSettings) -> int:
+    """Most tokens the kernel state card may take (0: no card)."""
+    if not settings.state_card_tokens:
+        return 0
+    return min(settings.state_card_tokens, max(200, int(STATE_CARD_FRACTION * window)))
 
 
 def clear_trigger_tokens(window: int, settings: ContextSettings,
@@ -278,13 +302,15 @@ class Thresholds:
     summary_trigger: int | None
     summary_keep: int
     max_output: int
+    state_card: int = 0
 
 
 def thresholds_for(model_window: int | None, model_id: str | None,
                    settings: ContextSettings, model_max_output: int | None = None) -> Thresholds:
     window = effective_window(model_window, settings)
     return Thresholds(
-        window=window, tier=model_tier(model_id), evict_tokens=evict_tokens(settings),
+        window=window, tier=model_tier(model_id), evict_tokens=evict_tokens(settings, window),
+        state_card=state_card_tokens(window, settings),
         clear_trigger=clear_trigger_tokens(window, settings, model_id),
         clear_keep=clear_keep(window, settings),
         clear_keep_tokens=clear_keep_tokens(window, settings),

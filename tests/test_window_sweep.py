@@ -1,0 +1,104 @@
+"""The window sweep: one trajectory replayed at several enforced windows, side by side."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simagent.bench.policies import resolve_policies
+from simagent.bench.runner import BenchPlan, run_bench, run_label, summarize
+from simagent.bench.workflow import WorkflowError, load_workflow, resolve_workflows
+from simagent.cli import parse_windows
+
+# A short workflow whose second step prints ~80k characters: unmanaged, the request that
+# carries it is far over a 16k window; capped, it fits.
+SWEEP = '''
+id = "sweep-demo"
+title = "t"
+prompt = "Print a long table, then report its last value."
+windows = [128000, 16000]
+
+[[steps]]
+tool = "run_python"
+args = { code = "x = 6 * 7\\nprint('value', x)" }
+
+[[steps]]
+tool = "run_python"
+args = { code = "for i in range(2000):\\n    print(f'row {i:05d} value={i * 0.5:.1f} ' + 'z' * 20)" }
+
+[[steps]]
+final = "The value is {out[0]|value (\\\\d+)}; the last row is {out[-1]|value=([\\\\d.]+) z+\\\\s*$}."
+
+[[probes]]
+fact = "value 42"
+from_step = 0
+
+[[scorers]]
+kind = "numeric"
+answer_regex = "value is (\\\\d+)"
+expected = 42
+'''
+
+
+def test_parse_windows_accepts_k_suffixes_and_rejects_nonsense():
+    assert parse_windows("128k, 32k,16000") == [128_000, 32_000, 16_000]
+    assert parse_windows("12.5k,12.5k") == [12_500]
+    for bad in ("", "big", "500", "1.5"):
+        with pytest.raises(ValueError, match="--window"):
+            parse_windows(bad)
+
+
+def test_workflow_windows_are_validated(tmp_path):
+    path = tmp_path / "sweep-demo.toml"
+    path.write_text(SWEEP)
+    assert load_workflow(path).windows == (128_000, 16_000)
+    path.write_text(SWEEP.replace("windows = [128000, 16000]", "windows = [128000, 900]"))
+    with pytest.raises(WorkflowError, match="windows"):
+        load_workflow(path)
+
+
+def test_plan_runs_the_declared_window_unenforced_unless_a_sweep_is_asked():
+    canary = resolve_workflows(["canary"])[0]
+    plan = BenchPlan([canary], resolve_policies("raw"))
+    assert plan.windows_for(canary) == [(canary.window, False)]
+    plan = BenchPlan([canary], resolve_policies("raw"), windows=[32_000, 16_000])
+    assert plan.windows_for(canary) == [(32_000, True), (16_000, True)]
+
+
+@pytest.mark.slow
+def test_sweep_records_a_refused_run_as_failed_and_simagent_passes_everywhere(tmp_path):
+    path = tmp_path / "sweep-demo.toml"
+    path.write_text(SWEEP)
+    wf = load_workflow(path)
+    plan = BenchPlan([wf], resolve_policies("raw,simagent,stock"))
+    rows = run_bench(plan, tmp_path / "out")
+    by = {run_label(r): r for r in rows}
+    assert set(by) == {f"{p} @{w}" for p in ("raw", "simagent", "stock") for w in ("128k", "16k")}
+    for r in rows:
+        assert r["enforced"] and r["window"] in (128_000, 16_000)
+        assert r["run"].endswith("/128k") or r["run"].endswith("/16k")
+        # every run is priced with caching, and every input token is billed once
+        for fam in ("anthropic", "openai"):
+            c = r["cache"][fam]
+            assert c["uncached"] + c["cache_write"] + c["cache_read"] == r["tokens_in"]
+    # unmanaged, the 80k-character output is refused at 16k: a failed run, not a crash
+    raw16 = by["raw @16k"]
+    assert raw16["provider_error"] and raw16["verdict"] == "fail"
+    assert "context_length_exceeded" in raw16["error"]
+    assert not by["raw @128k"]["provider_error"]
+    for label in ("simagent @16k", "simagent @128k", "stock @128k"):
+        assert by[label]["verdict"] == "pass" and not by[label]["provider_error"], label
+        assert by[label]["peak_tokens"] <= by[label]["window"]
+    summary = summarize(rows)
+    assert summary["raw @16k"]["provider_errors"] == 1
+    assert summary["simagent @16k"]["window"] == 16_000
+    records = [json.loads(line) for line in
+               (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 6
+    from simagent.bench.report import write_report
+
+    report = write_report(rows, tmp_path / "out", mode="replay").read_text()
+    assert "## Window sweep" in report and "| 16.0k | simagent | 1/1 | 0 |" in report
+    assert "## Cost with prompt caching" in report and "| raw @16k | 0/1 |" in report
+    assert (tmp_path / "out" / "pareto_cost_recall.png").stat().st_size > 1000
