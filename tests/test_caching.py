@@ -186,3 +186,30 @@ def test_a_clearing_epoch_traces_its_cache_write_and_context_shows_it(workspace)
         assert "cache write" in render_context(stats, width=120)
     finally:
         session.close()
+
+
+def test_extractive_summaries_merge_instead_of_nesting_and_stay_bounded():
+    """Sixty summaries in a row (a long session at a small window): the summary keeps the
+    newest numbers and the first request, never quotes itself, and its size levels off."""
+    from simagent.context.summary import SECTION_CHARS, ExtractiveSummarizer, boundary_message
+
+    summarize = ExtractiveSummarizer()
+    previous = None
+    sizes = []
+    for k in range(60):
+        msgs = [HumanMessage(f"step {k}: continue the sweep")] if k else \
+            [HumanMessage("Sweep the rate constant k1 and report the half-life.")]
+        msgs += [AIMessage(f"Run {k} looks converged.", id=f"a{k}"),
+                 ToolMessage(f"k1_{k} = {k * 0.25:.2f} 1/s\nhalf_life_{k}: {k + 10.5} s\n"
+                             f"wrote results_{k}.csv", tool_call_id=f"c{k}")]
+        text = summarize([*([previous] if previous else []), *msgs], kind="summary")
+        previous = boundary_message("summary", text, __import__("pathlib").Path("h.md"), 3)
+        sizes.append(len(text))
+    assert "Earlier summary" not in text and text.count("<summary>") == 0
+    assert "half_life_59: 69.5 s" in text and "results_59.csv" in text
+    assert "Sweep the rate constant" in text or "step 59" in text
+    assert max(sizes) <= sum(SECTION_CHARS[s] for s in ("Session intent", "Decisions and reasons",
+                                                         "Artifacts and files",
+                                                         "Numbers that matter",
+                                                         "Next steps")) + 400
+    assert sizes[-1] <= sizes[40] * 1.1  # levelled off, not growing with the history

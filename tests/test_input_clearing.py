@@ -130,9 +130,10 @@ TOOLS = ("run_python", "run_python", "read_file", "grep", "record_attempt")
 
 
 def conversation(seed: int) -> list[BaseMessage]:
-    """Turns of steps; a step is 1-3 parallel calls (some in Anthropic's content-block
-    form, some with OpenAI's raw ``tool_calls`` too), results in any order, some errors,
-    some kernel results without an execution number."""
+    """Turns of steps; a step is 1-3 parallel calls (some also as Anthropic ``tool_use``
+    blocks, some as Responses ``function_call`` blocks, some with OpenAI's raw
+    ``tool_calls``), results in any order, some errors, some kernel results without an
+    execution number."""
     rnd = random.Random(seed)
     msgs: list[BaseMessage] = []
     n = 0
@@ -146,13 +147,17 @@ def conversation(seed: int) -> list[BaseMessage]:
                         if name == "run_python" else {"file_path": f"/w/f{n}.txt"})
                 calls.append({"name": name, "args": args, "id": f"c{n}", "type": "tool_call"})
                 n += 1
-            style = rnd.randint(0, 2)
+            style = rnd.randint(0, 3)
             kw: dict = {}
             content: str | list = "thinking" if rnd.random() < 0.5 else ""
             if style == 1:
                 content = [{"type": "text", "text": "calling"}] + [
                     {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]}
                     for c in calls]
+            elif style == 3:  # the Responses API reads these, not tool_calls
+                content = [{"type": "text", "text": "calling"}] + [
+                    {"type": "function_call", "call_id": c["id"], "id": f"fc_{c['id']}",
+                     "name": c["name"], "arguments": json.dumps(c["args"])} for c in calls]
             elif style == 2:
                 kw["additional_kwargs"] = {"tool_calls": [
                     {"id": c["id"], "type": "function",
@@ -277,7 +282,13 @@ def test_random_clearing_sets_leave_every_provider_a_valid_conversation(seed, sh
             args = json.loads(c["function"]["arguments"])
             assert isinstance(args, dict) and (c["id"] not in inputs
                                                or args["code"].startswith("# code cleared"))
-    assert paired(responses_pairs(_construct_responses_api_input(view)))
+    items = _construct_responses_api_input(view)
+    assert paired(responses_pairs(items))
+    for it in items:
+        if it.get("type") == "function_call":
+            args = json.loads(it["arguments"])
+            assert (it["call_id"] in inputs) == args.get("code", "").startswith(
+                "# code cleared"), it
 
 
 # ------------------------------------------------------------------ real graph

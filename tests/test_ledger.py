@@ -229,13 +229,19 @@ def payloads(session, kind):
 def test_clearing_and_a_summary_write_entries_and_the_model_recalls_a_dropped_value(opened):
     steps = [{"tool": "run_python",
               "args": {"code": f"print('R{i} value_mV =', {i} * 37.5, 'mV')\nprint('v' * 3000)"}}
-             for i in range(24)]
-    steps += [{"tool": RECALL, "args": {"query": "R2 value_mV"}},
-              {"final": "{out[-1]|R2 value_mV = \\S+ mV}"}]
-    # clearing epochs first, then a summary once clearing no longer keeps up
-    settings = th.ContextSettings(summary_fraction=0.48, clear_min_freed_fraction=0.12)
-    session, model, _agent, runner = opened(steps, settings, 30_000)
-    result = runner.run("sweep R and report R2")
+             for i in range(24)] + [{"final": "swept"}]
+    # a first turn under clearing only: epochs clear the older results
+    session, _model, _agent, runner = opened(
+        steps, th.ContextSettings(summarize=False, budget_check=False), 30_000)
+    assert runner.run("sweep R").status == "done"
+    # the same thread, rebuilt with summaries only and a low trigger: the next turn's
+    # first call summarizes, then the model asks recall for a value that left the view
+    model = ScriptedChatModel.from_steps(
+        [{"tool": RECALL, "args": {"query": "R2 value_mV"}, "id": "recall-1"},  # ids unique
+         {"final": "{out[-1]|R2 value_mV = \\S+ mV}"}], window=30_000, enforce_window=True)
+    agent = build_agent(session, model, context_settings=th.ContextSettings(
+        clear_fraction=None, summary_fraction=0.3))
+    result = TurnRunner(session, agent).run("what was R2?")
     assert result.status == "done", result.error
     assert result.final == "R2 value_mV = 75.0 mV"
 
@@ -301,8 +307,25 @@ def test_compact_and_done_write_entries_that_context_shows(opened, workspace):
 def test_policies_without_a_ledger_offer_no_recall_and_write_none(workspace):
     session = Session.create(workspace, approval="auto")
     try:
-        assert RECALL in [t.name for t in session_tools(session)]
+        (recall,) = [t for t in session_tools(session) if t.name == RECALL]
+        assert f"up to {RECALL_HITS} lines" in recall.description  # says what it returns
         assert RECALL not in [t.name for t in session_tools(session, UNMANAGED)]
     finally:
         session.close()
     assert not session.paths.ledger.exists()
+
+
+def test_an_emergency_truncation_writes_an_entry_too(opened):
+    code = "print('E{i}_V =', {i} / 8, 'V')\nprint('w' * 2000)"
+    steps = [{"tool": "run_python", "args": {"code": code.format(i=i)}}
+             for i in range(12)] + [{"final": "{out[-1]|E\\d+_V}"}]
+    # only the provider's refusal compacts here (the configured window hides the model's)
+    settings = th.ContextSettings(window=500_000, summarize=False, clear_fraction=None,
+                                  budget_check=False)
+    session, model, _agent, runner = opened(steps, settings, 14_000)
+    assert runner.run("go").status == "done"
+    events = payloads(session, "context_emergency")
+    assert events and len(model.cursor.rejected) == len(events)
+    kinds = {e["id"]: e["kind"] for e in read_entries(session.paths.ledger)}
+    assert [kinds[p["ledger"]] for p in events] == ["emergency"] * len(events)
+    assert "- [number] E0_V = 0.0 V  ⟶ _out[" in recall_text(session.paths, "E0_V")

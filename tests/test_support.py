@@ -4,11 +4,10 @@ exclusions, bounded raw reads, and one scripted run through the real graph and k
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from simagent.bench.scorers import RunView, grade
@@ -36,7 +35,7 @@ def backed(answer: str, *seen: str) -> bool:
 
 
 def statuses(final: str, *seen: str, prompt: str = "") -> dict[str, str]:
-    report = check(final, corpus(*seen), corpus(prompt, kind="prompt"))
+    report = check(final, corpus(*seen), extract(prompt))
     return {f.text: f.status if f.status != "ignored" else f"ignored:{f.why}"
             for f in report.findings}
 
@@ -98,18 +97,19 @@ def test_rounding_survives_unit_prefixes_and_percentages(x, k):
 @given(x=values, d=st.floats(0.011, 0.5), sign=st.sampled_from([1, -1]), k=st.integers(3, 8))
 def test_a_value_off_by_more_than_one_percent_is_not_backed(x, d, sign, k):
     answer = x * (1 + sign * d)
-    written = f"{answer:.{k}g}"
+    written = f"{answer:#.{k}g}"  # `#` keeps trailing zeros: k digits shown
     # the far-away neighbours make sure an unrelated corpus does not back it either
     assert not backed(f"v = {written} here", f"value {x!r}", f"{x * 10!r} {x / 10!r}")
 
 
-@settings(max_examples=50)
-@given(x=values, k=st.integers(3, 6))
-def test_more_digits_than_the_source_showed_are_not_backed(x, k):
+@given(x=values, k=st.integers(2, 5), r=st.floats(2e-4, 5e-3), sign=st.sampled_from([1, -1]))
+def test_digits_the_source_never_showed_are_not_backed(x, k, r, sign):
+    """An answer more precise than its source backs nothing once it differs by more than
+    REL_TOL: the extra digits came from nowhere."""
     shown = float(f"{x:.{k}g}")
-    invented = shown + 4 * 10 ** (math.floor(math.log10(shown)) - k - 1)  # a digit past it
-    assume(abs(invented - shown) / shown > 2e-4)
-    assert not backed(f"v = {invented:.{k + 2}g} here", f"value {shown!r}")
+    invented = shown * (1 + sign * r)
+    assume(f"{invented:.{k}g}" == f"{shown:.{k}g}")  # it still rounds to what was shown
+    assert not backed(f"v = {invented:.9g} here", f"value {shown!r}")
 
 
 @pytest.mark.parametrize(("answer", "seen"), [
@@ -145,14 +145,15 @@ def test_near_misses_are_not_backed(answer, seen):
 def test_exclusions_each_have_their_reason():
     final = ("1. First, Cu(111) with H2O2 and y2_max: 123.4 K.\n"
              "(12) Attempts #14-#15 ran with SciPy 1.17.0 in 2019 at 00:00-08:00.\n"
-             "We used 3 restarts and 50 000 people; 2024 steps gave 77.7 and 8.25.")
+             "We used 3 restarts and 50 000 people; 2024 steps gave 77.7 and 8.25 (Chen, "
+             "(2020)) over (2030 steps).")
     got = statuses(final, "T = 123.41", "p = 8.249", prompt="a town of 50 000 people")
     assert got["123.4 K"] == "supported" and got["8.25"] == "supported"
     assert got["77.7"] == "unsupported"
-    assert got["1"] == "ignored:small"                        # the marker is small anyway
+    assert got["1"] == "ignored:marker"
     assert got["111"] == "unsupported"                        # a Miller index is checked
     assert got["2"] == "ignored:identifier"                   # H2O2, y2_max
-    assert got["(12)".strip("()")] == "ignored:marker"
+    assert got["12"] == "ignored:marker"
     assert got["14"] == "ignored:marker" and got["15"] == "ignored:marker"
     assert got["1.17"] == "ignored:date"                      # a version string
     assert got["2019"] == "ignored:date"
@@ -160,6 +161,15 @@ def test_exclusions_each_have_their_reason():
     assert got["3"] == "ignored:small"
     assert got["50 000"] == "ignored:prompt"
     assert got["2024"] == "unsupported"                       # a count, not a year
+    assert got["2020"] == "ignored:date" and got["2030"] == "unsupported"
+
+
+def test_only_the_prompts_own_numbers_are_excluded():
+    got = statuses("Waits grew by about 30 %, 20 % are VIPs, 0.50 of 120 calls.",
+                   "wait change +31.2 %", prompt="120 calls/h, 20 % VIPs, answer within 30 s "
+                   "at 0.5 load; see Chen2020")
+    assert got == {"30 %": "supported", "20 %": "ignored:prompt", "0.50": "ignored:prompt",
+                   "120": "ignored:prompt"}
 
 
 def test_a_number_the_agent_only_said_itself_does_not_back_it():
@@ -200,7 +210,24 @@ def test_a_number_only_in_a_raw_file_is_reported_apart(tmp_path):
     fields = report.record_fields()
     assert fields == {"numbers_checked": 3, "numbers_unsupported": 1,
                       "unsupported_numbers": ["99.5"], "numbers_raw_only": 1,
-                      "raw_only_numbers": ["61.25 %"]}
+                      "raw_only_numbers": ["61.25 %"], "support_power": 1.0}
+    # the model never saw the raw file: a raw-only number fails the scorer too
+    run = RunView(final="result 42.42 after 61.25 % of the run", events=events,
+                  step_texts={}, workspace=tmp_path)
+    (verdict,) = grade([{"kind": "supported_numbers"}], run)
+    assert not verdict.ok and verdict.detail.endswith(": 61.25 % (raw only)")
+
+
+def test_power_says_how_much_support_means_in_a_dense_corpus():
+    final = "the mean temperature is 294.63 K"
+    sparse = check(final, corpus("T_mean = 294.63"))
+    log = "\n".join(f"step {i} T = {280 + i * 0.01:.2f}" for i in range(4000))  # 280..320 K
+    dense = check(final, corpus("T_mean = 294.63", log))
+    assert [f.status for f in sparse.findings] == [f.status for f in dense.findings] == [
+        "supported"]
+    assert sparse.power == 1.0
+    assert dense.power is not None and dense.power < 0.5  # +-1-3 % are all in the log
+    assert check("nothing to check here", corpus("x")).power is None
 
 
 # --------------------------------------------------------------------- scorer
@@ -214,6 +241,20 @@ def test_the_scorer_passes_up_to_max_unsupported(tmp_path):
     assert lenient.ok
 
 
+def test_the_report_table_merges_policies_that_fare_alike():
+    from simagent.bench.report import support_table
+
+    base = {"workflow": "w", "numbers_checked": 5, "numbers_unsupported": 1,
+            "unsupported_numbers": ["4.73 V"], "numbers_raw_only": 0, "support_power": 0.9}
+    rows = [{**base, "policy": "raw"}, {**base, "policy": "simagent"},
+            {**base, "policy": "stock", "numbers_unsupported": 0, "unsupported_numbers": []},
+            {"workflow": "old", "policy": "raw"}]  # a record from before the check
+    lines = support_table(rows).splitlines()
+    assert lines[2:] == ["| w | raw, simagent | 5 | 1 | 0 | 0.90 | `4.73 V` |",
+                         "| w | stock | 5 | 0 | 0 | 0.90 | - |"]
+    assert support_table([{"workflow": "old", "policy": "raw"}]) == ""
+
+
 # ------------------------------------------------------------ real graph + kernel
 WORKFLOW = '''
 id = "support-demo"
@@ -223,7 +264,8 @@ prompt = "Compute the decay constant of the relaxation and give it in ms."
 tool = "run_python"
 args = {{ code = "import math\\nprint(f'tau = {{math.pi * 7:.4f}} ms')" }}
 [[steps]]
-final = "The decay constant is {{out[-1]|tau = ([\\\\d.]+) ms}} ms (0.02199 s); the amplitude is 4.73 V."
+final = """The decay constant is {{out[-1]|tau = ([\\\\d.]+) ms}} ms (0.02199 s); \\
+the amplitude is 4.73 V."""
 [[scorers]]
 kind = "supported_numbers"
 '''
@@ -254,6 +296,3 @@ def test_a_replayed_run_flags_only_the_fabricated_number(tmp_path):
     (verdict,) = row["scorers"]
     assert verdict["detail"] == "1 of 3 number(s) unsupported (max 0): 4.73 V"
 
-
-def test_fixture_path_is_a_plain_file():
-    assert Path(__file__).is_file()

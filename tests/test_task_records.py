@@ -134,6 +134,24 @@ def test_derive_from_plain_messages():
     assert record.note == "n" and record.source == "/done"
 
 
+def test_records_from_events_counts_a_rewritten_checkpoint_once():
+    from types import SimpleNamespace as Ev
+
+    rec = filed_record(CAPACITY)[0].model_dump()
+    other = {**rec, "answer": "another task"}
+    events = [Ev(id=1, ts="t1", kind="context_checkpoint",
+                 payload={"cutoff_index": 4, "record": rec, "agent": "main"}),
+              Ev(id=2, ts="t2", kind="context_checkpoint",  # the model call failed: again
+                 payload={"cutoff_index": 4, "record": rec, "agent": "main"}),
+              Ev(id=3, ts="t3", kind="context_checkpoint",
+                 payload={"cutoff_index": 9, "record": other, "agent": "main"}),
+              Ev(id=4, ts="t4", kind="context_checkpoint",  # a subagent's is not a task
+                 payload={"cutoff_index": 2, "record": other, "agent": "helper"})]
+    got = records_from_events(events)
+    assert [(f.ts, f.record.answer) for f in got] == [("t2", CAPACITY["answer"]),
+                                                       ("t3", "another task")]
+
+
 # ---------------------------------------------------------------- /done on the graph
 def test_done_derives_a_typed_record_from_the_task(opened, workspace):
     data = workspace / "notes.txt"

@@ -25,10 +25,10 @@ args = { code = "x = 6 * 7\\nprint('value', x)" }
 
 [[steps]]
 tool = "run_python"
-args = { code = "for i in range(2000):\\n    print(f'row {i:05d} value={i * 0.5:.1f} ' + 'z' * 20)" }
+args = { code = "for i in range(2000):\\n    print(f'row {i:05d} value={i / 2:.1f} ' + 'z' * 9)" }
 
 [[steps]]
-final = "The value is {out[0]|value (\\\\d+)}; the last row is {out[-1]|value=([\\\\d.]+) z+\\\\s*$}."
+final = "The value is {out[0]|value (\\\\d+)}."
 
 [[probes]]
 fact = "value 42"
@@ -73,29 +73,46 @@ def test_sweep_records_a_refused_run_as_failed_and_simagent_passes_everywhere(tm
     wf = load_workflow(path)
     plan = BenchPlan([wf], resolve_policies("raw,simagent,stock"))
     rows = run_bench(plan, tmp_path / "out")
-    by = {run_label(r): r for r in rows}
+    classic = {r["policy"]: r for r in rows if not r["enforced"]}
+    assert set(classic) == {"raw", "simagent", "stock"}  # the unenforced reference runs
+    by = {run_label(r): r for r in rows if r["enforced"]}
     assert set(by) == {f"{p} @{w}" for p in ("raw", "simagent", "stock") for w in ("128k", "16k")}
-    for r in rows:
-        assert r["enforced"] and r["window"] in (128_000, 16_000)
+    for r in by.values():
+        assert r["window"] in (128_000, 16_000)
         assert r["run"].endswith("/128k") or r["run"].endswith("/16k")
-        # every run is priced with caching, and every input token is billed once
+    for r in rows:  # every run is priced with caching, and every input token billed once
         for fam in ("anthropic", "openai"):
             c = r["cache"][fam]
             assert c["uncached"] + c["cache_write"] + c["cache_read"] == r["tokens_in"]
-    # unmanaged, the 80k-character output is refused at 16k: a failed run, not a crash
+    # unmanaged, the long output is refused at 16k: a failed run, not a crash
     raw16 = by["raw @16k"]
     assert raw16["provider_error"] and raw16["verdict"] == "fail"
     assert "context_length_exceeded" in raw16["error"]
     assert not by["raw @128k"]["provider_error"]
     for label in ("simagent @16k", "simagent @128k", "stock @128k"):
         assert by[label]["verdict"] == "pass" and not by[label]["provider_error"], label
-        assert by[label]["peak_tokens"] <= by[label]["window"]
+        assert by[label]["max_request_tokens"] <= by[label]["window"]
+    # at 128k nothing was over the window, so the enforced runs are the classic ones ...
+    for p in ("raw", "simagent", "stock"):
+        assert by[f"{p} @128k"]["same_as"] == classic[p]["run"]
+    # ... which replaying them enforced confirms
+    again = run_bench(BenchPlan([wf], resolve_policies("raw,simagent,stock"),
+                                windows=[128_000]), tmp_path / "again")
+    for r in again:
+        twin = by[run_label(r)]
+        assert "same_as" not in r
+        for key in ("recall", "verdict", "summaries", "clears", "model_calls", "tool_calls"):
+            assert r[key] == twin[key], (run_label(r), key)
+        # the same requests, but for the run folder's name in the paths they show
+        assert len(r["per_call_tokens"]) == len(twin["per_call_tokens"])
+        for a, b in zip(r["per_call_tokens"], twin["per_call_tokens"], strict=True):
+            assert abs(a - b) <= 40, (run_label(r), a, b)
     summary = summarize(rows)
     assert summary["raw @16k"]["provider_errors"] == 1
     assert summary["simagent @16k"]["window"] == 16_000
     records = [json.loads(line) for line in
                (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
-    assert len(records) == 6
+    assert len(records) == 9
     from simagent.bench.report import write_report
 
     report = write_report(rows, tmp_path / "out", mode="replay").read_text()

@@ -107,7 +107,8 @@ def pareto_plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> str | None:
     """``pareto_cost_recall.png``: dollars per solved long workflow (Anthropic prices with
     caching) against mean recall, one point per policy and window; policies that solved
     nothing sit at the right edge, marked. None when no run is priced."""
-    summary = cost_summary(rows)
+    # a sweep's points (its 128k run stands for the classic one); else every run
+    summary = cost_summary([r for r in rows if r.get("enforced")] or rows)
     points = [(label, s) for label, s in summary.items()
               if s["anthropic"]["cost_usd"] is not None]
     if not points:

@@ -104,7 +104,8 @@ def window_table(rows: Sequence[dict[str, Any]]) -> str:
         return ""
     lines = ["| window | policy | passed | refused by provider | summaries | emergencies "
              "(max per run) | long: tokens in | x stock | in view | by pointer | lost "
-             "| min recall |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| min recall | ledger recall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = sorted(summary.items(), key=lambda kv: (-(kv[1]["window"] or 0),
                                                     kv[1]["policy"] != "simagent",
                                                     kv[1]["policy"]))
@@ -115,8 +116,18 @@ def window_table(rows: Sequence[dict[str, Any]]) -> str:
             f"({s.get('max_emergencies', 0)}) | {_k(s['long_tokens_in'])} | "
             f"{_num(s.get('long_ratio_to_stock'))} | "
             + " | ".join(_num(s.get(f"long_{k}_mean"), ".3f") for k in SPLIT) + " | "
-            f"{s['min_long_recall'] if s['min_long_recall'] is not None else '-'} |")
+            f"{s['min_long_recall'] if s['min_long_recall'] is not None else '-'} | "
+            f"{_num(ledger_recall(rows, s))} |")
     return "\n".join(lines)
+
+
+def ledger_recall(rows: Sequence[dict[str, Any]], s: dict[str, Any]) -> float | None:
+    """Mean ``ledger_recall`` (share of the probe facts that left the view which the
+    ``recall`` tool finds) over the runs of one sweep line; None where none left."""
+    got = [r["ledger_recall"] for r in rows if r.get("enforced") and r.get("long")
+           and r["policy"] == s["policy"] and r.get("window") == s["window"]
+           and r.get("ledger_recall") is not None]
+    return sum(got) / len(got) if got else None
 
 
 def workflow_tables(rows: Sequence[dict[str, Any]]) -> str:
@@ -151,15 +162,17 @@ def support_table(rows: Sequence[dict[str, Any]]) -> str:
         if "numbers_checked" not in r:
             continue
         key = (r["workflow"], r["numbers_checked"], r.get("numbers_unsupported", 0),
-               tuple(r.get("unsupported_numbers") or ()))
+               tuple(r.get("unsupported_numbers") or ()), r.get("numbers_raw_only", 0),
+               r.get("support_power"))
         groups.setdefault(key, []).append(run_label(r))
     if not groups:
         return ""
-    lines = ["| workflow | policies | checked | unsupported | unsupported numbers |",
-             "|---|---|---|---|---|"]
-    for (wf, checked, n, listed), labels in groups.items():
+    lines = ["| workflow | policies | checked | unsupported | raw only | power "
+             "| unsupported numbers |", "|---|---|---|---|---|---|---|"]
+    for (wf, checked, n, listed, raw, power), labels in groups.items():
         shown = ", ".join(f"`{x}`" for x in listed) + (" ..." if n > len(listed) else "")
-        lines.append(f"| {wf} | {', '.join(labels)} | {checked} | {n} | {shown or '-'} |")
+        lines.append(f"| {wf} | {', '.join(labels)} | {checked} | {n} | {raw} | "
+                     f"{_num(power)} | {shown or '-'} |")
     return "\n".join(lines)
 
 
@@ -186,6 +199,12 @@ def _share(part: int, whole: int) -> str:
     return f"{pct:.0f}%" if pct >= 10 or pct == 0 else f"{pct:.1f}%"
 
 
+def classic(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs at each workflow's declared window, not enforced (ratios to an unbounded
+    ``raw``); all rows when the run is a sweep alone. The sweep has its own tables."""
+    return [r for r in rows if not r.get("enforced")] or list(rows)
+
+
 def render_report(rows: Sequence[dict[str, Any]], *, mode: str, plots: Sequence[str] = ()) -> str:
     commit = next((r.get("commit") for r in rows if r.get("commit")), None)
     cost_model = next((r.get("cost_model") for r in rows), None)
@@ -194,15 +213,16 @@ def render_report(rows: Sequence[dict[str, Any]], *, mode: str, plots: Sequence[
              f"{len({r['policy'] for r in rows})} policies, commit {commit or '?'}. "
              "Tokens are what the harness sent (counted on each request the model received); "
              f"ratios are to `raw` in this run; cost at {cost_model} list prices.", "",
-             "## Policies", "", RECOVERY_DEFINITION, "", policy_table(rows), "",
+             "## Policies", "", RECOVERY_DEFINITION, "", policy_table(classic(rows)), "",
              *(["## Window sweep", "",
                 "Each run at an enforced window: the replayed model refuses a request over "
                 "it as a provider does (`context_length_exceeded`); such a run is recorded "
                 "as failed, not crashed. Ratios are to `stock` at the same window.", "",
                 sweep, ""] if (sweep := window_table(rows)) else []),
              *(["## Cost with prompt caching", "",
-                "Long workflows (all, when the run has none). The provider's prefix cache simulated on the requests each "
-                "run sent (replay) or as the provider reported it (live): Anthropic writes "
+                "Long workflows (all, when the run has none). The provider's prefix cache "
+                "simulated on the requests each run sent (replay) or as the provider "
+                "reported it (live): Anthropic writes "
                 "at 1.25x the input price and reads at 0.1x at its breakpoints (tools, "
                 "system prompt, last message); OpenAI reads the longest prefix seen before "
                 "(from 1,024 tokens, in 128-token steps) at its cached rate. A clearing "
@@ -211,12 +231,16 @@ def render_report(rows: Sequence[dict[str, Any]], *, mode: str, plots: Sequence[
              "## Recall split and recovery cost", "",
              "A probe fact is *in view* (verbatim in the last request), *by pointer* (in a "
              "file the request names, up to two paths deep) or *lost*. Long workflows.", "",
-             recall_split_table(rows), "",
-             "## Input tokens by request layer", "", layer_table(rows), "",
+             recall_split_table(classic(rows)), "",
+             "## Input tokens by request layer", "", layer_table(classic(rows)), "",
              *(["## Unsupported numbers", "", "Numbers in the final answer that no tool "
-                "result, raw output, code or report of the run backs (rounding, SI prefixes "
-                "and percentages allowed; small integers, markers, dates and the prompt's "
-                "numbers not checked).", "", t, ""] if (t := support_table(rows)) else []),
+                "result, code or report of the run backs (rounding, SI prefixes and "
+                "percentages allowed; small integers, markers, dates and the prompt's "
+                "numbers not checked). *Raw only* (flagged too): backed by nothing but a "
+                "raw output file the model never saw in a tool result. *Power*: the share "
+                "of the checked numbers' neighbours (nudged 1-5 %) the run's sources would "
+                "have flagged; dense per-step logs back many by chance.", "", t, ""]
+               if (t := support_table(rows)) else []),
              "## Workflows", "", workflow_tables(rows)]
     if plots:
         parts += ["## Plots", ""] + [f"![{p}]({p})" for p in plots]

@@ -85,14 +85,13 @@ class BenchPlan:
     windows: list[int] | None = None
 
     def windows_for(self, wf: Workflow) -> list[tuple[int, bool]]:
-        """(window, enforced) runs of ``wf``: ``--window``, else the workflow's ``windows``
-        (both enforced, as a provider refuses an over-long request), else its declared
-        window, not enforced (the classic run, where ``raw`` is the unbounded reference)."""
+        """(window, enforced) runs of ``wf``: ``--window`` alone (enforced, as a provider
+        refuses an over-long request), else its declared window not enforced (the classic
+        run, where ``raw`` is the unbounded reference) followed by its ``windows``, each
+        enforced (the sweep ``make run`` includes)."""
         if self.windows:
             return [(w, True) for w in self.windows]
-        if wf.windows:
-            return [(w, True) for w in wf.windows]
-        return [(wf.window, False)]
+        return [(wf.window, False), *((w, True) for w in wf.windows)]
 
     def keys(self) -> list[tuple[Workflow, Policy, int, int, bool]]:
         return [(w, p, e, win, enf) for w in self.workflows for win, enf in self.windows_for(w)
@@ -103,8 +102,8 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
                 result: Any, wall: float, mode: str, model_id: str,
                 commit: str | None = None, enforced: bool = False) -> dict[str, Any]:
     """The record of one finished run, from its trace and the model's last request."""
-    from simagent.bench.scorers import RunView, grade, step_results
     from simagent.bench.caching import cache_fields
+    from simagent.bench.scorers import RunView, grade, step_results
     from simagent.context.ledger import ledger_recall
     from simagent.context.prices import cost_usd
     from simagent.context.recall import locate, request_text
@@ -160,6 +159,8 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
         "scorers": [{"scorer": v.scorer, "ok": v.ok, "detail": v.detail} for v in verdicts],
         "tokens_in": tokens_in, "tokens_out": tokens_out, "tokens_cache_read": cache,
         "peak_tokens": max((int(u.get("input_tokens", 0)) for u in main), default=0),
+        # subagents included: what an enforced window is checked against
+        "max_request_tokens": max((int(u.get("input_tokens", 0)) for u in usage), default=0),
         "per_call_tokens": [int(u.get("input_tokens", 0)) for u in main],
         "model_calls": len(usage),
         "tool_calls": sum(1 for e in events if e.kind == "tool_call"),
@@ -296,6 +297,25 @@ def _final_view(agent: Any, session: Any) -> list[Any]:
     return list(current_view(state))
 
 
+def unrefused_at(row: dict[str, Any], window: int) -> bool:
+    """A replayed run at ``window``, not enforced, that sent no request over it (subagents
+    included): enforcing the window would have refused nothing."""
+    return (row.get("mode", "replay") == "replay" and not row.get("enforced")
+            and row.get("window") == window and not provider_refused(row)
+            and "max_request_tokens" in row and row["max_request_tokens"] <= window)
+
+
+def enforced_twin(row: dict[str, Any]) -> dict[str, Any]:
+    """The enforced run at the window of ``row`` (see :func:`unrefused_at`), without
+    replaying it again: replay is deterministic (recorded kernel results and snapshots,
+    the scripted model, extractive summaries), and the scripted model's only use of an
+    enforced window is to refuse a request over it, which this run never sent. Replayed,
+    it differs only by its run folder's name in the paths the requests show (a few tokens
+    a request). The record says so (``same_as``); a test replays both and compares them."""
+    return {**row, "run": f"{row['run']}/{window_tag(int(row['window']))}",
+            "enforced": True, "same_as": row["run"]}
+
+
 def run_bench(plan: BenchPlan, out_dir: Path,
               progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run every missing row of ``plan``; returns all rows for the plan (old and new)."""
@@ -328,9 +348,15 @@ def run_bench(plan: BenchPlan, out_dir: Path,
                 f" @{window_tag(win)}" if enforced else "") + (
                 f" / epoch {epoch}" if plan.epochs > 1 else "")
             say(label)
-            row = run_replay(at, policy, epoch, recording, out_dir, say, label, commit,
-                             enforced) \
-                if recording else run_live(at, policy, epoch, plan.model or "", out_dir, commit)
+            twin = next((r for r in rows if r["workflow"] == wf.id and r["policy"] == policy.name
+                         and r["epoch"] == epoch and r.get("commit") == commit
+                         and unrefused_at(r, win)), None) if enforced and recording else None
+            if twin is not None:
+                row = enforced_twin(twin)
+            else:
+                row = run_replay(at, policy, epoch, recording, out_dir, say, label, commit,
+                                 enforced) if recording else \
+                    run_live(at, policy, epoch, plan.model or "", out_dir, commit)
             with path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
             rows.append(row)
@@ -397,7 +423,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if at(r) in raw_long:
             s["long_tokens_vs_raw"] += r["tokens_in"]
             s["long_raw_tokens_in"] += raw_long[at(r)]
-        if at(r) in stock_long:
+        if at(r) in stock_long and not provider_refused(r):  # a refused run did part of it
             s["long_tokens_vs_stock"] += r["tokens_in"]
             s["long_stock_tokens_in"] += stock_long[at(r)]
     for s in out.values():

@@ -150,13 +150,15 @@ def subagent(sc: dict[str, Any], run: RunView) -> Verdict:
 
 
 def supported_numbers(sc: dict[str, Any], run: RunView) -> Verdict:
-    """Every number of the final answer is backed by something the run saw (support.py)."""
-    bad = run.support
-    n, limit = len(bad.unsupported), int(sc.get("max", 0))
-    listed = ", ".join(f.text for f in bad.unsupported[:8])
-    return Verdict("supported_numbers", n <= limit,
-                   f"{n} of {len(bad.checked)} number(s) unsupported (max {limit})"
-                   + (f": {listed}" if listed else ""))
+    """Every number of the final answer is backed by something the model saw (support.py):
+    at most ``max`` unsupported or raw-only ones."""
+    report = run.support
+    flagged, limit = report.flagged, int(sc.get("max", 0))
+    listed = ", ".join(f.text + (" (raw only)" if f.status == "raw_only" else "")
+                       for f in flagged[:8])
+    return Verdict("supported_numbers", len(flagged) <= limit,
+                   f"{len(flagged)} of {len(report.checked)} number(s) unsupported "
+                   f"(max {limit})" + (f": {listed}" if listed else ""))
 
 
 def task_record(sc: dict[str, Any], run: RunView) -> Verdict:

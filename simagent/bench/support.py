@@ -2,8 +2,9 @@
 
 LLM agents fabricate numbers: a plausible R0 that no cell printed, a literature value
 quoted as a result, a derived ratio never computed. This module checks each number of a
-final answer against what the trace shows the run saw (tool results, kernel raw outputs,
-the code it ran, subagent reports), with the tolerance a careful reader would grant:
+final answer against what the trace shows the run saw (tool results, read files included,
+the code it ran, subagent reports; kernel raw outputs only to name a number the model
+never saw, see :data:`KINDS`), with the tolerance a careful reader would grant:
 
 - **Rounding.** ``0.32`` is backed by a seen ``0.3165``: the seen value rounded to the
   answer's shown precision (its last written digit) equals the answer. The converse is
@@ -17,6 +18,10 @@ the code it ran, subagent reports), with the tolerance a careful reader would gr
 - **Sign.** Magnitudes are compared: prose says "drops by 3.2 K" for a printed ``-3.2``,
   and "900-1400 K" is a range, not a negative number.
 
+A bag of numbers cannot tell a true figure from a fabricated one that happens to occur
+in a long log, so each report also measures its own :func:`power`: the share of nearby
+wrong values the run's sources would have flagged.
+
 The core (:func:`extract`, :class:`Corpus`, :func:`check`) is pure; :func:`corpus_from_events`
 is the shell that reads the trace's raw output files, bounded.
 """
@@ -24,6 +29,7 @@ is the shell that reads the trace's raw output files, bounded.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -72,7 +78,7 @@ _SPACES = " \u00a0\u202f\u2009"
 _NUM = re.compile(
     r"(?P<m>\d{1,3}(?:,\d{3})+(?![\d,])(?:\.\d+)?"          # 12,345(.6)
     r"|\d{1,3}(?:[ \u00a0\u202f\u2009]\d{3})+(?![\d.,])"    # 50 000 (integers only)
-    r"|\d+\.\d*|\.\d+|\d+)"
+    r"|\d+\.\d+|\.\d+|\d+)"                                # a final "." ends a sentence
     r"(?:[eE](?P<e>[-+\u2212]?\d+)"                              # 1.2e-3
     r"|\s?[×x·*]\s?10(?:\^\{?(?P<x>[-+\u2212]?\d+)\}?"           # 1.2 × 10^-3, 1.2x10^{-3}
     r"|\*\*\(?(?P<xx>[-+\u2212]?\d+)\)?|(?P<xs>[⁻⁺]?[⁰¹²³⁴⁵⁶⁷⁸⁹]+))"  # 1.2*10**-3, 1.2×10⁻³
@@ -211,11 +217,15 @@ def seen_values(text: str) -> Iterator[float]:
 
 # --------------------------------------------------------------------------- corpus
 #: Source kinds in the order they are tried. ``raw`` (a kernel's full raw output file) is
-#: last and read only for numbers nothing else backs: the model sees a cell's output
-#: through its tool result, so a number found only in the raw file is one the model
-#: never saw there, and per-step logs make such files dense enough that most numbers of
-#: a plausible size appear in them by chance. A raw-only number is reported apart.
-KINDS = ("output", "report", "code", "prompt", "raw")
+#: last and read only for numbers nothing else backs. It does not count as backing: the
+#: model sees a cell's output only through its tool result (or a later read, also a tool
+#: result), so a number found only in the raw file is one it never saw, and per-step logs
+#: make raw files dense enough that most numbers of a plausible size appear there by
+#: chance (on the bundled long workflows they back 2-4x more of the wrong values
+#: :func:`power` tries). A raw-only number is flagged, and named apart because it may
+#: also mean a digest cut what the answer needed.
+KINDS = ("output", "report", "code", "raw")
+BACKING = KINDS[:-1]
 
 
 @dataclass
@@ -247,9 +257,13 @@ class Corpus:
             self._sorted[kind] = sorted(self._values.get(kind, ()))
         return self._sorted[kind]
 
-    def backing(self, number: Number, rel_tol: float = REL_TOL) -> str | None:
-        """The first source kind holding a value that backs ``number`` under any reading."""
+    def backing(self, number: Number, rel_tol: float = REL_TOL,
+                kinds: Sequence[str] | None = None) -> str | None:
+        """The first source kind (of ``kinds``, default all) holding a value that backs
+        ``number`` under any reading."""
         for kind in sorted({*self._values, *self._pending}, key=_kind_rank):
+            if kinds is not None and kind not in kinds:
+                continue
             values = self._kind(kind)
             for v, q in number.readings():
                 lo, hi = window(v, q, rel_tol)
@@ -284,13 +298,13 @@ def window(value: float, quantum: float, rel_tol: float = REL_TOL) -> tuple[floa
 _YEAR = (1900, 2100)
 #: A bare 1900-2099 is a year only where prose puts years ("in 2019", "(2020)"): "2000
 #: steps" is a count and is checked.
-_YEAR_BEFORE = re.compile(r"(?:\bin|\bsince|\buntil|\bfrom|\byear|\bby|\bet al\.?,?|\()\s*$")
+_YEAR_BEFORE = re.compile(r"(?:\bin|\bsince|\buntil|\byear|\bet al\.?,?)\s*$")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2}:\d{2}(?::\d{2})?|\d+(?:\.\d+){2,}")
 _MARKER = re.compile(r"^[ \t]*(?:[-*+][ \t]+)?\d+[.)](?=\s)|(?:^|(?<=\s))\(\d{1,2}\)", re.M)
 
 
 def ignore_reason(number: Number, text: str, spans: Sequence[tuple[int, int]],
-                  prompt: Corpus) -> str | None:
+                  prompt: Sequence[Number]) -> str | None:
     """Why ``number`` is not checked, or ``None`` when it is. Each exclusion is noise that
     no source could back or that needs no backing:
 
@@ -304,7 +318,7 @@ def ignore_reason(number: Number, text: str, spans: Sequence[tuple[int, int]],
       counts and settings of the prose ("3 restarts", "5 layers", "2 fs"); every output
       prints such integers, so checking them would inflate ``checked`` while being unable
       to catch anything.
-    - ``prompt``: numbers the user gave (tolerance as for sources) are the task's inputs;
+    - ``prompt``: numbers the user gave (:func:`in_prompt`) are the task's inputs;
       the scorer asks where the answer's *own* numbers came from.
     """
     for a, b in spans:
@@ -318,17 +332,29 @@ def ignore_reason(number: Number, text: str, spans: Sequence[tuple[int, int]],
         return "small"
     if number.integer and number.text.isdigit() and _YEAR[0] <= number.value < _YEAR[1] \
             and (_YEAR_BEFORE.search(text, max(0, number.start - 12), number.start)
-                 or text.startswith(")", number.end)):
+                 or (text[number.start - 1:number.start] == "("
+                     and text.startswith(")", number.end))):
         return "date"
-    if prompt.backing(number) is not None:
+    if in_prompt(number, prompt):
         return "prompt"
     return None
+
+
+def in_prompt(number: Number, prompt: Sequence[Number]) -> bool:
+    """``number`` is one the prompt wrote: the same value (as written or in the base unit),
+    and a percentage only for a percentage. Exact, with no rounding tolerance: "about
+    30 %" of an answer is its own claim even when the prompt said "30 seconds"."""
+    pct = 0.01 in number.scales
+    mine = [v for v, _q in number.readings()]
+    return any((0.01 in p.scales) == pct and any(math.isclose(a, b, rel_tol=1e-9)
+                                                for a in mine for b, _q in p.readings())
+               for p in prompt)
 
 
 @dataclass(frozen=True)
 class Finding:
     text: str  # the number as written, with its unit
-    status: str  # supported | raw_only | unsupported | ignored
+    status: str  # supported | raw_only | unsupported | ignored (raw_only is flagged too)
     why: str | None = None  # the backing source kind, or the reason it was ignored
     context: str = ""
 
@@ -336,6 +362,9 @@ class Finding:
 @dataclass(frozen=True)
 class SupportReport:
     findings: tuple[Finding, ...]
+    #: Share of plausible wrong values the sources would have flagged (:func:`power`);
+    #: ``None`` when no checked number has such neighbours.
+    power: float | None = None
 
     @property
     def checked(self) -> list[Finding]:
@@ -349,6 +378,11 @@ class SupportReport:
     def raw_only(self) -> list[Finding]:
         return [f for f in self.findings if f.status == "raw_only"]
 
+    @property
+    def flagged(self) -> list[Finding]:
+        """Numbers nothing the model saw backs: unsupported, then raw-only."""
+        return self.unsupported + self.raw_only
+
     def record_fields(self) -> dict[str, Any]:
         """What a bench record carries: counts, and the unsupported and raw-only numbers
         as written (capped at :data:`RECORD_CAP`)."""
@@ -356,16 +390,17 @@ class SupportReport:
         return {"numbers_checked": len(self.checked), "numbers_unsupported": len(bad),
                 "unsupported_numbers": [f.text for f in bad[:RECORD_CAP]],
                 "numbers_raw_only": len(raw),
-                "raw_only_numbers": [f.text for f in raw[:RECORD_CAP]]}
+                "raw_only_numbers": [f.text for f in raw[:RECORD_CAP]],
+                "support_power": None if self.power is None else round(self.power, 3)}
 
 
-def check(final: str, seen: Corpus, prompt: Corpus) -> SupportReport:
+def check(final: str, seen: Corpus, prompt: Sequence[Number] = ()) -> SupportReport:
     """Every number of ``final``: ignored (with the reason), supported (with the source
     kind that backs it), raw-only (backed by nothing but a raw output file) or
     unsupported."""
     spans = [m.span() for m in _DATE.finditer(final)] + \
         [m.span() for m in _MARKER.finditer(final)]
-    findings = []
+    findings, checked = [], []
     for n in extract(final):
         ctx = final[max(0, n.start - 40):n.end + 20].replace("\n", " ")
         if reason := ignore_reason(n, final, spans, prompt):
@@ -375,7 +410,35 @@ def check(final: str, seen: Corpus, prompt: Corpus) -> SupportReport:
                                     kind, ctx))
         else:
             findings.append(Finding(n.text, "unsupported", None, ctx))
-    return SupportReport(tuple(findings))
+        if findings[-1].status != "ignored":
+            checked.append(n)
+    return SupportReport(tuple(findings), power(checked, seen))
+
+
+#: How far the wrong values :func:`power` tries lie from the answer's: the size of a
+#: plausible fabrication (a misremembered or invented figure of the right magnitude).
+NUDGES = (0.95, 0.97, 0.98, 0.99, 1.01, 1.02, 1.03, 1.05)
+
+
+def power(numbers: Sequence[Number], seen: Corpus) -> float | None:
+    """The share of wrong values near the answer's numbers that ``seen`` would flag (no
+    :data:`BACKING` source backs them): how much "supported" means for this run.
+
+    Each checked number is nudged by :data:`NUDGES` and written at its own precision
+    (nudges that round back to it are skipped). A run whose outputs hold long per-step
+    logs backs many such neighbours by chance, so its fabrications could pass unseen;
+    a power near 1 says a fabricated figure would have been flagged.
+    """
+    tried = caught = 0
+    for n in numbers:
+        for f in NUDGES:
+            w = round(n.value * f / n.quantum) * n.quantum
+            if abs(w - n.value) < n.quantum / 2:
+                continue
+            tried += 1
+            caught += seen.backing(Number(n.text, w, n.quantum, n.start, n.end, n.integer,
+                                          n.scales), kinds=BACKING) is None
+    return caught / tried if tried else None
 
 
 # --------------------------------------------------------------------------- shell
@@ -413,8 +476,23 @@ def file_values(path: Path, limit: int = RAW_HEAD_TAIL_BYTES,
                 yield from seen_values(carry.decode("utf-8", errors="replace"))
 
 
-def corpus_from_events(events: Sequence[Any]) -> tuple[Corpus, Corpus]:
-    """(seen, prompt) corpora of a run's trace.
+def raw_values(path: Path) -> frozenset[float]:
+    """:func:`file_values` of a kernel's raw output, cached while the file is unchanged:
+    a bench replays one recording under every policy, so each run reads the same files."""
+    try:
+        st = path.stat()
+    except OSError:
+        return frozenset()
+    return _raw_cached(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=512)
+def _raw_cached(path: str, size: int, mtime_ns: int) -> frozenset[float]:
+    return frozenset(abs(v) for v in file_values(Path(path)))
+
+
+def corpus_from_events(events: Sequence[Any]) -> tuple[Corpus, list[Number]]:
+    """The seen corpus of a run's trace and the numbers its prompt(s) wrote.
 
     Seen: every tool result the run received (the main agent's and its subagents', read
     files included; results of an abandoned turn, ``dropped``, were never shown), each
@@ -426,17 +504,18 @@ def corpus_from_events(events: Sequence[Any]) -> tuple[Corpus, Corpus]:
     """
     import json
 
-    seen, prompt = Corpus(), Corpus()
+    seen, prompt = Corpus(), []
     for e in events:
         p = e.payload
         if e.kind == "message_user":
-            prompt.add("prompt", str(p.get("content", "")))
+            # read as the answer is: "Chen2020" or "h2o2" in a prompt give no numbers
+            prompt += [n for n in extract(str(p.get("content", ""))) if not n.glued]
         elif e.kind == "tool_result" and not p.get("dropped"):
             seen.add("output", str(p.get("content", "")))
         elif e.kind == "kernel_exec" and not p.get("warmup"):
             seen.add("code", str(p.get("code", "")))
             if p.get("raw_path"):
-                seen.add_lazy("raw", lambda path=Path(p["raw_path"]): file_values(path))
+                seen.add_lazy("raw", lambda path=Path(p["raw_path"]): raw_values(path))
         elif e.kind == "subagent_end" and p.get("report"):
             seen.add("report", json.dumps(p["report"], ensure_ascii=False))
     return seen, prompt

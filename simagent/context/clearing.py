@@ -8,6 +8,14 @@ of the window, and between epochs the same results stay cleared, so the prefix i
 for byte stable. The set lives in graph state (checkpointed), not in the messages: the
 raw results stay in state and on disk, and each placeholder tells the model how to get
 the content back.
+
+Inputs go with their results (``clear_inputs``): once a ``run_python`` result is cleared,
+the code that produced it is often the larger half of the pair, and it is on disk with
+the output (``_out[n].code``). The view then swaps the call's ``code`` argument for a
+one-line pointer; the call keeps its id, name and argument keys, so every provider still
+pairs it with its result. Which calls lose their code is decided at the same epoch as
+the results (and kept in state beside them), so the prefix changes no more often than
+clearing alone changes it.
 """
 
 from __future__ import annotations

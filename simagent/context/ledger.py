@@ -214,10 +214,8 @@ def extract(messages: Sequence[BaseMessage], *, history: str | Path | None = Non
             call = calls.get(msg.tool_call_id)
             source = (call or {}).get("name") or msg.name or "tool"
             path, handle = where_result_is(msg, call)
-            lines = msg.text.split("\n")  # as the history file counts lines
         elif isinstance(msg, AIMessage):
             source, path, handle = "assistant", None, None
-            lines = msg.text.split("\n")  # as the history file counts lines
             if msg.text.strip():
                 add(Item("decision", _clip(_WS.sub(" ", msg.text)), source, history=at(i)))
             for call in msg.tool_calls:
@@ -230,11 +228,10 @@ def extract(messages: Sequence[BaseMessage], *, history: str | Path | None = Non
                         add(Item("file", args[key], call.get("name") or "", history=at(i)))
         elif isinstance(msg, HumanMessage):
             source, path, handle = "user", None, None
-            lines = msg.text.split("\n")  # as the history file counts lines
             add(Item("request", _clip(_WS.sub(" ", msg.text)), source, history=at(i)))
         else:
             continue
-        for k, line in enumerate(lines):
+        for k, line in enumerate(msg.text.split("\n")):  # as the history file counts lines
             where = at(i, k)
             if fig := _FIGURE_LINE.match(line.strip()):
                 add(Item("figure", _clip(line), source, path=fig.group(2), history=where))
@@ -272,6 +269,12 @@ def _capped(found: list[tuple[int, int, Item]]) -> list[Item]:
     return [item for _, _, item in kept]
 
 
+def _short(item: Item) -> str:
+    """A pointer for a one-line preview: the handle, else the file name (and line)."""
+    where = item.handle or item.history or item.path or ""
+    return Path(where).name if where and not item.handle else where or "no copy on disk"
+
+
 def trace_fields(entry: Mapping[str, Any] | None) -> dict[str, Any]:
     """What a compaction's trace event says of its ledger entry (``/context`` shows it)."""
     if not entry:
@@ -280,9 +283,10 @@ def trace_fields(entry: Mapping[str, Any] | None) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for item in items:
         kinds[item.kind] = kinds.get(item.kind, 0) + 1
-    preview = [_clip(f"{it.kind}: {it.text} — {it.pointer()}", 160)
-               for it in sorted(items, key=lambda it: KINDS.index(it.kind)
-                                if it.kind in KINDS else len(KINDS))[:PREVIEW_ITEMS]]
+    # a few of each kind in turn (newest first): the preview shows the entry's range
+    groups = [[it for it in reversed(items) if it.kind == k] for k in KINDS]
+    mixed = [g[i] for i in range(PREVIEW_ITEMS) for g in groups if i < len(g)]
+    preview = [_clip(f"{it.kind}: {it.text} — {_short(it)}", 160) for it in mixed[:PREVIEW_ITEMS]]
     return {"ledger": entry.get("id"), "ledger_items": len(items), "ledger_kinds": kinds,
             "ledger_found": entry.get("found", len(items)), "ledger_preview": preview,
             "ledger_path": entry.get("file")}

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from simagent.context.compaction import (
     BOUNDARY_KEY,
+    CLEARED_INPUTS_KEY,
     CLEARED_KEY,
     PENDING_CHECKPOINT_KEY,
     Compaction,
@@ -57,14 +58,16 @@ def make_mark_task_done() -> BaseTool:
         files_written: Annotated[list[str], Field(default_factory=list,
                                                   description="Files written.")],
         assumptions: Annotated[list[str], Field(
-            default_factory=list, description="Incl. simulator defaults left unchanged.")],
+            default_factory=list,
+            description="Assumptions, incl. simulator defaults left unchanged.")],
         open_questions: Annotated[list[str], Field(default_factory=list,
                                                    description="What is still unsettled.")],
     ) -> Command | ToolMessage:
         """Close the finished, verified task with a typed record, before an unrelated one.
 
         At the next request the task's messages leave the context; this record, a
-        summary and the path of the full history replace them.
+        summary and the path of the full history replace them. Returns a confirmation,
+        or what to fix.
         """
         record, wrong = filed_record({
             "answer": answer, "key_values": list(key_values), "files_read": list(files_read),
@@ -109,7 +112,8 @@ def _thread(graph: Any, config: dict[str, Any]) -> tuple[list[Any], dict[str, An
 def _tokens(context: ContextMiddleware, values: dict[str, Any], messages: list[Any],
             boundary: dict[str, Any] | None, card: dict[str, Any] | None) -> int:
     """Estimated request size for a boundary: last measured fixed part + the new view."""
-    view = context.view(messages, boundary, values.get(CLEARED_KEY) or (), card)
+    view = context.view(messages, boundary, values.get(CLEARED_KEY) or (), card,
+                        values.get(CLEARED_INPUTS_KEY) or ())
     return _last_fixed(context) + count_messages(view, context.ruler)
 
 
@@ -184,6 +188,7 @@ def checkpoint_now(graph: Any, config: dict[str, Any], context: ContextMiddlewar
     before, after = _commit(graph, config, context, values, messages, done,
                             "context_checkpoint", "checkpoint", {PENDING_CHECKPOINT_KEY: None},
                             note=note, source="command", record=done.boundary["record"])
-    return ManualResult(True, f"task checkpoint written ({done.dropped} messages → record); "
-                              f"full history in {done.path}", str(done.path), done.dropped,
-                        before, after)
+    n = len(done.boundary["record"]["key_values"])
+    return ManualResult(True, f"task checkpoint written ({done.dropped} messages → record with "
+                              f"{n} key value{'s' if n != 1 else ''}); full history in "
+                              f"{done.path}", str(done.path), done.dropped, before, after)

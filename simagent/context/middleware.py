@@ -4,7 +4,8 @@ It sits inside the skills and memory middleware, so the request it measures is t
 the model gets (system prompt with both indexes, tool schemas, messages). Per call, in
 order, cheapest first:
 
-1. a task checkpoint left pending by ``mark_task_done`` is written at the new turn;
+1. a task checkpoint left pending by ``mark_task_done`` is written at the new turn,
+   with the typed record the model filed (``task_records.close_task``);
 2. the latest boundary (summary / checkpoint / emergency) rebuilds the view from the raw
    messages; cleared results are swapped for placeholders;
 3. a clearing epoch runs if the request is over the clearing trigger and the epoch frees
@@ -197,6 +198,7 @@ class ContextMiddleware(AgentMiddleware):
             before, (size, tokens) = tokens, self._measure(request, view)
             events.append(("context_clear", {"cleared": len(newly),
                                              "total_cleared": len(cleared),
+                                             "inputs_cleared": len(inputs),
                                              "tokens_before": before, "tokens_after": tokens}))
             events[-1][1].update(self.clear_ledger(messages, newly))
             if card_reason is None and _has_kernel_results(messages, newly):

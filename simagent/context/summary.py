@@ -128,8 +128,56 @@ _PATH = re.compile(r"(?<![\w.])(?:/|\./)?(?:[\w.-]+/)*[\w.-]+\.(?:png|svg|pdf|cs
                    r"npz|npy|h5|hdf5|nc|parquet|md|py|toml|yaml|yml|dat|log|xyz|traj|cif)\b")
 
 
+#: Characters each section of an extractive summary may take (newest items kept). A
+#: summary is sent on every request until the next one, and at a 16k window a nested
+#: 10k-character summary (what merging by nesting grew to) left room for two calls
+#: between summaries; ~4.6k characters (~1.2k tokens) keeps the newest of each kind while
+#: the history file and the dropped-items ledger keep the rest.
+SECTION_CHARS = {"Session intent": 900, "Decisions and reasons": 1_000,
+                 "Artifacts and files": 600, "Numbers that matter": 1_700, "Next steps": 400,
+                 "Task": 900, "Files & changes": 600, "Technical context": 1_700,
+                 "Strategy & approach": 1_000, "Verification & next steps": 400,
+                 "Where we are": 200}
+_SECTION = re.compile(r"^# (.+)$", re.M)
+
+
+def previous_sections(text: str) -> dict[str, list[str]]:
+    """The sections of an earlier boundary message (its ``<summary>`` body), as lists of
+    items: bullets one each, other lines joined into one item per paragraph."""
+    body = text.split("<summary>", 1)[-1].rsplit("</summary>", 1)[0]
+    out: dict[str, list[str]] = {}
+    parts = _SECTION.split(body)
+    for title, content in zip(parts[1::2], parts[2::2], strict=False):
+        items = out.setdefault(title.strip(), [])
+        para: list[str] = []
+        for line in content.strip().splitlines():
+            if line.startswith("- "):
+                items.append(line[2:].strip())
+            elif line.strip():
+                para.append(line.strip())
+        if para:
+            items.insert(0, " ".join(para))
+    return out
+
+
+def _fit(items: Sequence[str], limit: int) -> list[str]:
+    """The newest items (the list's end) that fit in ``limit`` characters, in order."""
+    kept: list[str] = []
+    used = 0
+    for item in reversed(list(dict.fromkeys(i for i in items if i))):
+        if used + len(item) + 3 > limit and kept:
+            break
+        kept.append(_clip(item, limit) if not kept else item)
+        used += len(item) + 3
+    return kept[::-1]
+
+
 class ExtractiveSummarizer:
-    """No model: structured sections lifted from the messages themselves."""
+    """No model: structured sections lifted from the messages themselves.
+
+    A new summary *merges* with the one before (section by section, newest items kept
+    within :data:`SECTION_CHARS`) rather than quoting it whole, so its size stays bounded
+    however many summaries a long session at a small window goes through."""
 
     name = "extractive"
 
@@ -139,10 +187,12 @@ class ExtractiveSummarizer:
 
     def __call__(self, messages: Sequence[BaseMessage], *, kind: str,
                  focus: str | None = None) -> str:
-        asks, said, previous, files, numbers, calls = [], [], [], [], [], {}
+        asks, said, files, numbers, calls = [], [], [], [], {}
+        earlier: dict[str, list[str]] = {}
         for msg in messages:
             if is_summary(msg):
-                previous.append(msg.text)
+                for title, items in previous_sections(msg.text).items():
+                    earlier.setdefault(title, []).extend(items)
             elif isinstance(msg, HumanMessage) and not msg.additional_kwargs.get("lc_source"):
                 asks.append(_clip(msg.text.strip(), 600))
             elif isinstance(msg, AIMessage):
@@ -159,36 +209,39 @@ class ExtractiveSummarizer:
         numbers = _unique(numbers)[-self.max_numbers:]
         files = _unique(files)[-self.max_items * 2:]
         work = ", ".join(f"{n} × {name}" for name, n in calls.items()) or "no tool calls"
-        sections = CHECKPOINT_SECTIONS if kind == "checkpoint" else SUMMARY_SECTIONS
-        bodies = {
-            sections[0]: _bullets(asks[-self.max_items:]) or "(no user request in this part)",
-            sections[1]: _bullets(files) or "(no files named)",
-            sections[2]: f"Work done: {work}.\n" + (_bullets(said[-self.max_items:]) or ""),
-            sections[3]: _bullets(numbers) or "(no numeric results)",
-        }
         if kind == "checkpoint":
             bodies = {
-                "Task": bodies[sections[0]] + (f"\nNote: {focus}" if focus else ""),
-                "Files & changes": _bullets(files) or "(no files named)",
-                "Technical context": f"Work done: {work}.\n" + _bullets(numbers),
-                "Strategy & approach": _bullets(said[-self.max_items:]) or "(none stated)",
-                "Verification & next steps": said[-1] if said else "(none stated)",
-                "Where we are": "The task above is finished; its full history is on disk.",
+                "Task": [*asks[-self.max_items:], *([f"Note: {focus}"] if focus else [])],
+                "Files & changes": files,
+                "Technical context": [f"Work done: {work}.", *numbers],
+                "Strategy & approach": said[-self.max_items:],
+                "Verification & next steps": said[-1:],
+                "Where we are": ["The task above is finished; its full history is on disk."],
             }
+            empty = {"Task": "(no user request in this part)",
+                     "Files & changes": "(no files named)",
+                     "Strategy & approach": "(none stated)",
+                     "Verification & next steps": "(none stated)"}
         else:
             bodies = {
-                "Session intent": bodies[sections[0]],
-                "Decisions and reasons": bodies[sections[2]],
-                "Artifacts and files": bodies[sections[1]],
-                "Numbers that matter": bodies[sections[3]],
-                "Next steps": (said[-1] if said else "Continue with the latest request.")
-                + (f"\nFocus: {focus}" if focus else ""),
+                "Session intent": asks[-self.max_items:],
+                "Decisions and reasons": [f"Work done: {work}.", *said[-self.max_items:]],
+                "Artifacts and files": files,
+                "Numbers that matter": numbers,
+                "Next steps": [(said[-1] if said else "Continue with the latest request.")
+                               + (f" Focus: {focus}" if focus else "")],
             }
-        text = "\n\n".join(f"# {s}\n{bodies[s]}" for s in sections)
-        if previous:
-            earlier = "\n".join(_clip(p, 6000) for p in previous)
-            text = f"# Earlier summary\n{earlier}\n\n{text}"
-        return text
+            empty = {"Session intent": "(no user request in this part)",
+                     "Artifacts and files": "(no files named)",
+                     "Numbers that matter": "(no numeric results)"}
+        out = []
+        for title, items in bodies.items():
+            merged = [*earlier.get(title, []), *items] if title not in (
+                "Next steps", "Where we are", "Verification & next steps") else items
+            merged = [i for i in merged if not (i.startswith("(") and i.endswith(")"))]
+            kept = _fit(merged, SECTION_CHARS.get(title, 1_000))
+            out.append(f"# {title}\n" + (_bullets(kept) if kept else empty.get(title, "")))
+        return "\n\n".join(out)
 
 
 def _unique(items: Sequence[str]) -> list[str]:

@@ -223,13 +223,15 @@ class Filed:
 def records_from_events(events: Iterable[Any]) -> list[Filed]:
     """The main agent's task records, in order, from trace events (``.ts, .kind, .payload``).
 
-    Written records come from ``context_checkpoint`` events; a valid ``mark_task_done``
-    call with no checkpoint after it (a run that ended on it) counts as filed, unwritten.
+    Written records come from ``context_checkpoint`` events (a checkpoint whose model call
+    failed is written again at the next turn: the same record at the same cutoff counts
+    once, with its later time); a valid ``mark_task_done`` call with no checkpoint after
+    it (a run that ended on it) counts as filed, unwritten.
     """
     events = list(events)
     failed = {e.payload.get("tool_call_id") for e in events if e.kind == "tool_result"
               and e.payload.get("status") == "error"}
-    out: list[Filed] = []
+    out: dict[tuple[Any, str], Filed] = {}
     pending: Filed | None = None
     for ev in events:
         p = ev.payload if isinstance(ev.payload, dict) else {}
@@ -241,11 +243,12 @@ def records_from_events(events: Iterable[Any]) -> list[Filed]:
             pending = Filed(ev.ts, record, written=False) if record else pending
         elif ev.kind == "context_checkpoint" and isinstance(p.get("record"), dict):
             try:
-                out.append(Filed(ev.ts, TaskRecord.model_validate(p["record"])))
+                key = (p.get("cutoff_index"), json.dumps(p["record"], sort_keys=True))
+                out[key] = Filed(ev.ts, TaskRecord.model_validate(p["record"]))
             except ValidationError:
                 continue
             pending = None
-    return [*out, pending] if pending else out
+    return [*out.values(), *([pending] if pending else [])]
 
 
 #: Record fields a bench scorer can name (``key_values.<name>`` for one key value).

@@ -18,6 +18,10 @@ from typing import Any
 
 from simagent.trace.redact import Redactor
 
+#: Fields every compaction event adds for its dropped-items ledger entry (context/ledger.py).
+_LEDGER = ("; ledger (entry id), ledger_items, ledger_kinds, ledger_found, ledger_preview, "
+           "ledger_path (absent when the policy keeps no ledger)")
+
 #: Every kind the trace may hold, with the payload fields its writer sets.
 EVENT_KINDS: dict[str, str] = {
     "session_start": "session_id, workspace, simulator, model, approval, pid, continued_from "
@@ -44,13 +48,16 @@ EVENT_KINDS: dict[str, str] = {
     "recovery": "reason, attempt, agent",
     "model_switch": "from_model, to_model",
     "context_eviction": "tool_call_id, tool, path, chars, tokens_before, tokens_after, agent",
-    "context_clear": "cleared (newly cleared results), total_cleared, tokens_before, "
-                     "tokens_after, agent",
+    "context_clear": "cleared (newly cleared results), total_cleared, inputs_cleared "
+                     "(calls whose code is cleared too), tokens_before, tokens_after, agent"
+                     + _LEDGER,
     "context_summary": "cutoff_index, messages, path, reason (threshold|budget|manual), "
-                       "focus, summarizer, tokens_before, tokens_after, summary_tokens, agent",
+                       "focus, summarizer, tokens_before, tokens_after, summary_tokens, agent"
+                       + _LEDGER,
     "context_checkpoint": "note, source (tool|command), cutoff_index, messages, path, "
-                          "tokens_before, tokens_after, agent",
-    "context_emergency": "error, kept, dropped, path, tokens_before, tokens_after, agent",
+                          "tokens_before, tokens_after, agent" + _LEDGER,
+    "context_emergency": "error, kept, dropped, path, tokens_before, tokens_after, agent"
+                         + _LEDGER,
     "context_state_card": "reason (summary|emergency|compact|checkpoint|clear), tokens, names "
                           "(how many the kernel holds), shown, generation, restarted, lost "
                           "(names a restart took), agent",
