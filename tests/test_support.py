@@ -121,8 +121,8 @@ def test_digits_the_source_never_showed_are_not_backed(x, k, r, sign):
     ("4.2 us", "dt = 4.2e-6"),
     ("12.5 %", "share 0.125"),
     ("0.125", "share 12.5 %"),
-    ("22.0 ms", "tau_ms=21.99"),      # the unit in the printed name, then rounding
-    ("0.02199 s", "tau_ms=21.99"),
+    ("22.0 ms", "tau_ms=21.99"),      # rounding
+    ("0.02199 s", "tau_ms=21.99"),    # the unit in the printed name
     ("about 2000 steps", "n = 1987"),  # a hedged round number
     ("1.00", "x = 0.9996"),            # just below a power of ten still rounds up
 ])

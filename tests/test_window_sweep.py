@@ -92,6 +92,7 @@ def test_sweep_records_a_refused_run_as_failed_and_simagent_passes_everywhere(tm
     for label in ("simagent @16k", "simagent @128k", "stock @128k"):
         assert by[label]["verdict"] == "pass" and not by[label]["provider_error"], label
         assert by[label]["max_request_tokens"] <= by[label]["window"]
+        assert by[label]["ledger_entries"] == by[label]["compactions"]
     # at 128k nothing was over the window, so the enforced runs are the classic ones ...
     for p in ("raw", "simagent", "stock"):
         assert by[f"{p} @128k"]["same_as"] == classic[p]["run"]

@@ -104,8 +104,8 @@ def window_table(rows: Sequence[dict[str, Any]]) -> str:
         return ""
     lines = ["| window | policy | passed | refused by provider | summaries | emergencies "
              "(max per run) | long: tokens in | x stock | in view | by pointer | lost "
-             "| min recall | ledger recall |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| min recall | ledger recall | ledger entries / compactions |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     order = sorted(summary.items(), key=lambda kv: (-(kv[1]["window"] or 0),
                                                     kv[1]["policy"] != "simagent",
                                                     kv[1]["policy"]))
@@ -117,7 +117,7 @@ def window_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{_num(s.get('long_ratio_to_stock'))} | "
             + " | ".join(_num(s.get(f"long_{k}_mean"), ".3f") for k in SPLIT) + " | "
             f"{s['min_long_recall'] if s['min_long_recall'] is not None else '-'} | "
-            f"{_num(ledger_recall(rows, s))} |")
+            f"{_num(ledger_recall(rows, s))} | {ledger_cover(rows, s)} |")
     return "\n".join(lines)
 
 
@@ -128,6 +128,16 @@ def ledger_recall(rows: Sequence[dict[str, Any]], s: dict[str, Any]) -> float | 
            and r["policy"] == s["policy"] and r.get("window") == s["window"]
            and r.get("ledger_recall") is not None]
     return sum(got) / len(got) if got else None
+
+
+def ledger_cover(rows: Sequence[dict[str, Any]], s: dict[str, Any]) -> str:
+    """``entries/compactions`` over the runs of one sweep line (records before the
+    ledger: ``-``)."""
+    mine = [r for r in rows if r.get("enforced") and r.get("long") and "compactions" in r
+            and r["policy"] == s["policy"] and r.get("window") == s["window"]]
+    if not mine:
+        return "-"
+    return f"{sum(r['ledger_entries'] for r in mine)}/{sum(r['compactions'] for r in mine)}"
 
 
 def workflow_tables(rows: Sequence[dict[str, Any]]) -> str:

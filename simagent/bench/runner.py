@@ -107,6 +107,7 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
     from simagent.context.ledger import ledger_recall
     from simagent.context.prices import cost_usd
     from simagent.context.recall import locate, request_text
+    from simagent.context.stats import BOUNDARY_KINDS
 
     events = session.trace.events()
     usage = [e.payload for e in events if e.kind == "model_usage"]
@@ -174,6 +175,9 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
         "ledger_recall": ledger_recall(session, [p.fact for p, w in zip(wf.probes, where,
                                                                         strict=True)
                                                  if w.status != "in_view"]),
+        # every compaction should have written a ledger entry (issue 16)
+        "compactions": len(compactions := [e for e in events if e.kind in BOUNDARY_KINDS]),
+        "ledger_entries": sum(e.payload.get("ledger") is not None for e in compactions),
         "recovery_tokens": sum(w.recovery_tokens or 0 for w in where),
         "recovery_search_tokens": sum(w.search_tokens or 0 for w in where),
         "probes": [{"fact": p.fact[:120], "status": w.status, "pointer": w.pointer,

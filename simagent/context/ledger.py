@@ -451,7 +451,8 @@ def ledger_recall(session: Any, facts: Iterable[str]) -> float | None:
     None when there are none, or the session has no ledger (its policy keeps none)."""
     facts = [f for f in facts if f]
     paths = getattr(session, "paths", session)
-    if not facts or not paths.ledger.is_file():
+    ledger = getattr(paths, "ledger", None)
+    if not facts or ledger is None or not ledger.is_file():
         return None
     found = sum(bool(search(f, ledger=paths.ledger, history_dir=paths.conversation_history,
                             limit=1)) for f in facts)

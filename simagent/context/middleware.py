@@ -204,7 +204,9 @@ class ContextMiddleware(AgentMiddleware):
             if card_reason is None and _has_kernel_results(messages, newly):
                 card_reason = "clear"
 
-        due = thr.summary_trigger is not None and tokens >= thr.summary_trigger
+        thr = thr.for_prompt(size.fixed)  # the summary trigger is a share of the room
+        due = thr.summary_trigger is not None and tokens >= thr.summary_trigger and \
+            th.summary_grown(tokens, boundary, thr)
         if due or self.over_budget(size, tokens):
             done = self.compactor.summarize(messages, boundary, thr.summary_keep)
             if done is not None:
@@ -215,6 +217,7 @@ class ContextMiddleware(AgentMiddleware):
                     done, before, tokens, reason="threshold" if due else "budget", focus=None,
                     summarizer=self.compactor.summarizer.name)))
                 card_reason = "summary"
+                done.boundary["tokens_after"] = tokens  # where the next one may start from
 
         if card_reason is not None:
             new_card = self.make_card(messages, card, card_reason)

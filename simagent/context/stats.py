@@ -345,6 +345,8 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
     model_id = model_id or (str(session_model) if session_model else None) or trace_model
     model_window = window or trace_window
     th = thresholds_for(model_window, model_id, settings)
+    if cats is not None:  # the summary trigger as the middleware computed it
+        th = th.for_prompt(cats.fixed)
     ledger = UsageLedger.from_trace(usage_events)
     per_model, cost, priced, unpriced = _costs(ledger)
     rows = [TokenRow(m, u.calls, u.input_tokens, u.output_tokens, u.cache_read, per_model.get(m))

@@ -63,6 +63,10 @@ SUMMARY_TIERS = {"frontier": 0.85, "mid": 0.65, "small": 0.35}
 SUMMARY_FRACTION = 0.85
 #: Share of the window kept verbatim after a summary.
 SUMMARY_KEEP_FRACTION = 0.10
+#: A model whose name places it in no tier but that is served with a window this small is
+#: a small or local one (frontier APIs serve 128k and more; Ollama and llama.cpp default
+#: to 4k-32k), so it gets the small tier's early summary.
+SMALL_TIER_WINDOW = 32_000
 #: Model-id patterns that place a model in a tier, tried small, then mid, then frontier
 #: (substrings, plus parameter counts such as ``:8b`` matched as whole tokens).
 TIER_PATTERNS = {
@@ -241,7 +245,7 @@ def clear_trigger_tokens(window: int, settings: ContextSettings,
     if not settings.clear_fraction:
         return None
     frac = settings.clear_fraction
-    summary = summary_fraction(model_id, settings) if settings.summarize else None
+    summary = summary_fraction(model_id, settings, window) if settings.summarize else None
     if summary:
         frac = min(frac, CLEAR_BEFORE_SUMMARY * summary)
     return int(window * frac)
@@ -262,30 +266,55 @@ def clear_min_freed_tokens(window: int, settings: ContextSettings) -> int:
     return int(window * settings.clear_min_freed_fraction)
 
 
-def model_tier(model_id: str | None) -> str | None:
-    """frontier | mid | small by substring of the model id; None when unknown."""
+def model_tier(model_id: str | None, window: int | None = None) -> str | None:
+    """frontier | mid | small by substring of the model id; an unplaced model with a
+    window of at most :data:`SMALL_TIER_WINDOW` is small; None when unknown."""
     name = (model_id or "").lower()
     for tier in ("small", "mid", "frontier"):
         if re.search(TIER_PATTERNS[tier], name):
             return tier
-    return None
+    return "small" if window and window <= SMALL_TIER_WINDOW else None
 
 
-def summary_fraction(model_id: str | None, settings: ContextSettings) -> float | None:
+def summary_fraction(model_id: str | None, settings: ContextSettings,
+                     window: int | None = None) -> float | None:
     if settings.summary_fraction is not None:
         return settings.summary_fraction
-    tier = model_tier(model_id)
+    tier = model_tier(model_id, window)
     return settings.summary_tiers.get(tier, SUMMARY_FRACTION) if tier else SUMMARY_FRACTION
 
 
-def summary_trigger_tokens(window: int, model_id: str | None,
-                           settings: ContextSettings) -> int | None:
-    frac = summary_fraction(model_id, settings)
-    return int(window * frac) if frac and settings.summarize else None
+def summary_trigger_tokens(window: int, model_id: str | None, settings: ContextSettings,
+                           fixed: int = 0) -> int | None:
+    """Tokens at which the conversation is summarized: the tier's share of the room the
+    ``fixed`` prompt (system prompt, indexes, tool schemas) leaves, on top of it.
+
+    A share of the whole window would be meaningless where the fixed prompt is most of
+    it: at 16k, simagent's ~5.5k fixed prompt is 35 % of the window, so the small tier's
+    0.35 would summarize on every call. At 128k the difference is under 1 %. Without a
+    measured request (``fixed=0``) it is the share of the window."""
+    frac = summary_fraction(model_id, settings, window)
+    if not frac or not settings.summarize:
+        return None
+    fixed = min(max(0, fixed), window)
+    return fixed + int((window - fixed) * frac)
 
 
 def summary_keep_tokens(window: int, settings: ContextSettings) -> int:
     return int(window * settings.summary_keep_fraction)
+
+
+def summary_grown(tokens: int, boundary: Mapping[str, Any] | None,
+                  thresholds: Thresholds) -> bool:
+    """Whether a summary at the trigger is worth its cost: the conversation has grown by
+    at least the clearing epoch's minimum (``clear_min_freed``) since the last summary
+    left it. Where the fixed prompt fills most of a small window, what a summary keeps
+    (its text, the newest messages, the state card) can sit right at the trigger, and a
+    summary on every call rewrites the prompt cache and, live, costs a model call each
+    time for almost nothing. The budget check still compacts a request that would not
+    fit, so this never risks an overflow."""
+    last = (boundary or {}).get("tokens_after")
+    return last is None or tokens - int(last) >= thresholds.clear_min_freed
 
 
 @dataclass(frozen=True)
@@ -303,13 +332,26 @@ class Thresholds:
     summary_keep: int
     max_output: int
     state_card: int = 0
+    summary_fraction: float | None = None  # the tier's share (see summary_trigger_tokens)
+
+    def for_prompt(self, fixed: int) -> Thresholds:
+        """These thresholds for a request whose fixed prompt is ``fixed`` tokens: the
+        summary trigger moves up by the fixed prompt's share (the middleware and
+        ``/context`` both use this)."""
+        if self.summary_fraction is None or self.summary_trigger is None:
+            return self
+        fixed = min(max(0, fixed), self.window)
+        return replace(self, summary_trigger=fixed + int((self.window - fixed)
+                                                         * self.summary_fraction))
 
 
 def thresholds_for(model_window: int | None, model_id: str | None,
                    settings: ContextSettings, model_max_output: int | None = None) -> Thresholds:
     window = effective_window(model_window, settings)
+    frac = summary_fraction(model_id, settings, window) if settings.summarize else None
     return Thresholds(
-        window=window, tier=model_tier(model_id), evict_tokens=evict_tokens(settings, window),
+        window=window, tier=model_tier(model_id, window), summary_fraction=frac,
+        evict_tokens=evict_tokens(settings, window),
         state_card=state_card_tokens(window, settings),
         clear_trigger=clear_trigger_tokens(window, settings, model_id),
         clear_keep=clear_keep(window, settings),
