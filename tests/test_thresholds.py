@@ -95,3 +95,40 @@ def test_clearing_always_comes_before_summarization():
     assert abs(small.clear_trigger - 128_000 * th.CLEAR_BEFORE_SUMMARY * 0.35) <= 1
     off = th.thresholds_for(128_000, None, th.ContextSettings(summarize=False))
     assert off.clear_trigger == int(th.CLEAR_FRACTION * 128_000)
+
+
+# ------------------------------------------------------------------ small windows
+def test_an_unplaced_model_with_a_small_window_is_small():
+    assert th.model_tier("replay:ase-eos-md", 16_000) == "small"
+    assert th.model_tier("openai-compatible:x@http://127.0.0.1:1/v1", 32_000) == "small"
+    assert th.model_tier("replay:ase-eos-md", 128_000) is None
+    # a model the name places keeps its tier whatever it is served with
+    assert th.model_tier("anthropic:claude-opus-4-7", 16_000) == "frontier"
+    t = th.thresholds_for(16_000, "scripted:x", th.ContextSettings())
+    assert (t.tier, t.summary_fraction) == ("small", 0.35)
+
+
+def test_the_summary_trigger_is_a_share_of_the_room_the_fixed_prompt_leaves():
+    s = th.ContextSettings()
+    # at 16k the small tier's share of the window would sit under a 5.5k fixed prompt
+    assert th.summary_trigger_tokens(16_000, "scripted:x", s) == int(16_000 * 0.35) <= 5_600
+    trigger = th.summary_trigger_tokens(16_000, "scripted:x", s, fixed=5_500)
+    assert trigger == 5_500 + int(10_500 * 0.35)
+    t = th.thresholds_for(16_000, "scripted:x", s)
+    assert t.for_prompt(5_500).summary_trigger == trigger  # middleware and /context
+    assert t.for_prompt(5_500).clear_trigger == t.clear_trigger  # only the summary moves
+    # at 128k the difference is under 1 %
+    big = th.thresholds_for(128_000, "anthropic:claude-opus-4-7", s)
+    assert 0 < big.for_prompt(5_500).summary_trigger - big.summary_trigger < 0.01 * 128_000
+    off = th.thresholds_for(16_000, "scripted:x", th.ContextSettings(summarize=False))
+    assert off.for_prompt(5_500).summary_trigger is None
+
+
+def test_a_summary_at_the_trigger_waits_for_growth_since_the_last_one():
+    t = th.thresholds_for(16_000, "scripted:x", th.ContextSettings())
+    assert t.clear_min_freed == 1_600
+    assert th.summary_grown(10_000, None, t)  # no summary yet
+    assert th.summary_grown(10_000, {"cutoff": 4}, t)  # a checkpoint/emergency boundary
+    last = {"cutoff": 9, "tokens_after": 9_000}
+    assert not th.summary_grown(10_000, last, t)
+    assert th.summary_grown(10_600, last, t)
