@@ -240,7 +240,7 @@ def test_clearing_and_a_summary_write_entries_and_the_model_recalls_a_dropped_va
         [{"tool": RECALL, "args": {"query": "R2 value_mV"}, "id": "recall-1"},  # ids unique
          {"final": "{out[-1]|R2 value_mV = \\S+ mV}"}], window=30_000, enforce_window=True)
     agent = build_agent(session, model, context_settings=th.ContextSettings(
-        clear_fraction=None, summary_fraction=0.3))
+        clear_fraction=None, summary_fraction=0.1))
     result = TurnRunner(session, agent).run("what was R2?")
     assert result.status == "done", result.error
     assert result.final == "R2 value_mV = 75.0 mV"

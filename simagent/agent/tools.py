@@ -243,15 +243,9 @@ class AttemptLog:
         self.path = path
 
     def all(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue  # a torn last line from a killed process
-        return out
+        from simagent.jsonl import read_jsonl
+
+        return read_jsonl(self.path)
 
     def add(self, **fields: Any) -> dict[str, Any]:
         record = {"index": len(self.all()) + 1, "id": uuid.uuid4().hex[:12],

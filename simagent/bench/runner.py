@@ -20,6 +20,7 @@ from typing import Any
 
 from simagent.bench.policies import Policy
 from simagent.bench.workflow import Workflow
+from simagent.jsonl import read_jsonl
 
 #: Cost of replayed tokens is shown at this model's list price (the scripted model is free).
 REFERENCE_MODEL = "anthropic:claude-sonnet-4-5"
@@ -63,15 +64,7 @@ def provider_refused(row: dict[str, Any]) -> bool:
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue  # a torn last line from a killed run
-    return rows
+    return read_jsonl(path)  # a torn last line from a killed run costs that line
 
 
 @dataclass

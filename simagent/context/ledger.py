@@ -32,6 +32,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from simagent.jsonl import read_jsonl
+
 #: Items kept per entry, by kind (the ledger is an index, not a second history).
 MAX_PER_KIND = {"number": 40, "file": 16, "figure": 12, "decision": 10, "attempt": 12,
                 "request": 4}
@@ -297,19 +299,7 @@ _LOCK = threading.Lock()  # main agent and subagents share the session's file
 
 
 def read_entries(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue  # a torn last line from a killed process
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
+    return read_jsonl(path)
 
 
 @dataclass

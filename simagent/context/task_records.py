@@ -35,6 +35,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from pydantic import ValidationError
 
 from simagent.context.counting import is_summary
+from simagent.jsonl import read_jsonl
 from simagent.records import KeyValue, TaskRecord, files_read, format_value, problems
 
 if TYPE_CHECKING:
@@ -303,15 +304,7 @@ def append_record(path: Path, row: Mapping[str, Any]) -> None:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The rows of a ``tasks.jsonl`` (an unreadable line is skipped, never fatal)."""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+    return read_jsonl(path)
 
 
 def pending_record(pending: Mapping[str, Any] | None) -> TaskRecord | None:

@@ -1,0 +1,29 @@
+"""JSON Lines files: the session's attempt log, ledger and task records, bench records.
+
+One reader for all of them, because they share the failure that matters: a process
+killed mid-write leaves a torn last line, which must cost that line, never the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every object in ``path``, in order; a missing or unreadable file is empty, and a
+    line that is not a JSON object (a torn write) is skipped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            out.append(row)
+    return out
