@@ -106,7 +106,7 @@ def _usd(x: float | None) -> str:
 def pareto_plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> str | None:
     """``pareto_cost_recall.png``: dollars per solved long workflow (Anthropic prices with
     caching) against mean recall, one point per policy and window; policies that solved
-    nothing sit at the right edge, marked. None when no run is priced."""
+    nothing sit hollow at the right edge. None when no run is priced."""
     # a sweep's points (its 128k run stands for the classic one); else every run
     summary = cost_summary([r for r in rows if r.get("enforced")] or rows)
     points = [(label, s) for label, s in summary.items()
@@ -120,21 +120,27 @@ def pareto_plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> str | None:
 
     solved = [s["anthropic"]["per_solved_usd"] for _, s in points
               if s["anthropic"]["per_solved_usd"] is not None]
-    edge = max(solved) * 1.3 if solved else 1.0
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    edge = max(solved) * 1.25 if solved else 1.0
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    policies = list(dict.fromkeys(s["policy"] for _, s in points))
+    colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(policies)}
     markers = {None: "o", 128_000: "o", 32_000: "s", 16_000: "^"}
     for label, s in points:
         per = s["anthropic"]["per_solved_usd"]
-        x = per if per is not None else edge
-        ax.scatter([x], [s["mean_recall"]], marker=markers.get(s["window"], "D"),
-                   color="tab:green" if s["policy"] == "simagent" else
-                   ("tab:red" if per is None else "tab:blue"), s=40)
-        ax.annotate(f" {label}" + ("" if per is not None else " (none solved)"),
-                    (x, s["mean_recall"]), fontsize=7)
+        color = colors[s["policy"]]
+        ax.scatter([per if per is not None else edge], [s["mean_recall"]],
+                   marker=markers.get(s["window"], "D"), s=55, zorder=3,
+                   facecolors=color if per is not None else "none", edgecolors=color,
+                   label=label + ("" if per is not None else " (solved none)"))
+    if solved:
+        ax.axvline(edge, color="0.8", lw=0.8, zorder=1)
+        ax.annotate("solved none", (edge, -0.03), fontsize=7, ha="center", color="0.4")
     ax.set(xlabel="$ per solved long workflow (Anthropic list prices, prompt caching)",
-           ylabel="mean recall of probe facts", ylim=(-0.05, 1.08),
-           title="Cost against recall: lower right is cheap and forgetful, upper left wins")
-    ax.margins(x=0.2)
+           ylabel="mean recall of probe facts", ylim=(-0.06, 1.06),
+           title="Cost against recall: upper left (cheap, nothing forgotten) wins")
+    ax.set_xlim(left=0)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
+              title="policy @ window (o 128k, s 32k, ^ 16k)", title_fontsize=7)
     fig.tight_layout()
     name = "pareto_cost_recall.png"
     fig.savefig(out_dir / name, dpi=110)
