@@ -60,6 +60,8 @@ class Request(NamedTuple):
 
     blocks: tuple[Block, ...]
     fixed: int = 0
+    #: a block carrying a pinned breakpoint (``context.prefix.pin_index``), if any
+    pin: int | None = None
 
     @property
     def tokens(self) -> int:
@@ -102,9 +104,11 @@ def _chain(blocks: Sequence[Block]) -> tuple[list[str], list[int], list[int]]:
 
 
 def _breakpoints(request: Request, rules: CacheRules) -> list[int]:
-    """Block indices carrying ``cache_control``: each fixed block and the last one."""
+    """Block indices carrying ``cache_control``: each fixed block, the pinned one, the
+    last one."""
     n = len(request.blocks)
-    points = sorted({*range(min(request.fixed, n)), n - 1} - {-1})
+    pin = {request.pin} if request.pin is not None and 0 <= request.pin < n else set()
+    points = sorted({*range(min(request.fixed, n)), *pin, n - 1} - {-1})
     if len(points) > rules.breakpoints:  # the provider refuses more; keep the tail
         points = [*points[: rules.breakpoints - 1], points[-1]]
     return points
@@ -168,9 +172,10 @@ def message_block(msg: Any, ruler: Any = None) -> Block:
 
 
 def request_of(messages: Sequence[Any], total_tokens: int, tool_names: Sequence[str] = (),
-               ruler: Any = None) -> Request:
+               ruler: Any = None, pin: int | None = None) -> Request:
     """A request the model received: tool schemas (the tokens ``total_tokens`` leaves over
-    the messages), the system message, then the other messages."""
+    the messages), the system message, then the other messages; ``pin``: the index of a
+    message carrying a pinned breakpoint."""
     from langchain_core.messages import SystemMessage
 
     blocks = [message_block(m, ruler) for m in messages]
@@ -180,12 +185,39 @@ def request_of(messages: Sequence[Any], total_tokens: int, tool_names: Sequence[
         key = hashlib.blake2b("\x1f".join(tool_names).encode(), digest_size=16).hexdigest()
         blocks.insert(0, Block(f"tools:{key}", schemas, max(1, len(tool_names))))
         fixed += 1
-    return Request(tuple(blocks), fixed)
+        pin = pin + 1 if pin is not None else None
+    return Request(tuple(blocks), fixed, pin)
 
 
-def scripted_requests(model: Any) -> list[Request] | None:
-    """Every request a scripted model received, as blocks; None for a model without a
-    request log (a live run)."""
+def cleared_ids(messages: Sequence[Any]) -> frozenset[str]:
+    """The call ids of the cleared placeholders among ``messages``."""
+    from langchain_core.messages import ToolMessage
+
+    from simagent.context.clearing import is_cleared
+
+    return frozenset(m.tool_call_id for m in messages
+                     if isinstance(m, ToolMessage) and is_cleared(m))
+
+
+def pins(requests: Sequence[Sequence[Any]]) -> list[int | None]:
+    """The pinned breakpoint of each request (``context.prefix.pin_index`` with the
+    placeholders of the same agent's previous request; agents told apart by their system
+    prompt), as the middleware places it for a model with an explicit cache."""
+    from simagent.context.prefix import message_key, pin_index
+
+    before: dict[str, frozenset[str]] = {}
+    out = []
+    for msgs in requests:
+        agent = message_key(msgs[0]) if msgs else ""
+        out.append(pin_index(msgs, before.get(agent, frozenset())))
+        before[agent] = cleared_ids(msgs)
+    return out
+
+
+def scripted_requests(model: Any, pinned: bool = False) -> list[Request] | None:
+    """Every request a scripted model received, as blocks (``pinned``: with the breakpoint
+    the middleware pins for an explicit cache); None for a model without a request log
+    (a live run)."""
     from simagent.context.tokens import DEFAULT_ENCODING, Ruler
 
     cursor = getattr(model, "cursor", None)
@@ -193,7 +225,8 @@ def scripted_requests(model: Any) -> list[Request] | None:
         return None
     ruler = Ruler(DEFAULT_ENCODING)  # what ScriptedChatModel.count_request counts with
     names = getattr(cursor, "request_tools", [])
-    return [request_of(msgs, total, names[i] if i < len(names) else (), ruler)
+    where = pins(cursor.requests) if pinned else [None] * len(cursor.requests)
+    return [request_of(msgs, total, names[i] if i < len(names) else (), ruler, where[i])
             for i, (msgs, total) in enumerate(zip(cursor.requests, cursor.request_tokens,
                                                    strict=False))]
 
@@ -218,14 +251,16 @@ def reported_use(usage: Sequence[Mapping[str, Any]]) -> CacheUse:
 
 
 def cache_fields(model: Any, usage: Sequence[Mapping[str, Any]], *, mode: str,
-                 price_model: str) -> dict[str, Any]:
+                 price_model: str, pinned: bool = False) -> dict[str, Any]:
     """The bench record's ``cache`` (per family: uncached, cache_write, cache_read,
     cost_usd) and headline ``cost_usd_cached`` at ``price_model``.
 
     Replay simulates ``price_model``'s family and OpenAI's on the requests the scripted
-    model received; a live run keeps the figures its provider reported."""
+    model received (``pinned``: the policy pins a breakpoint for explicit caches, which the
+    OpenAI simulation ignores as OpenAI does); a live run keeps the figures its provider
+    reported."""
     output = sum(int(u.get("output_tokens") or 0) for u in usage)
-    requests = scripted_requests(model) if mode == "replay" else None
+    requests = scripted_requests(model, pinned) if mode == "replay" else None
     if requests is None:
         rules = cache_rules(price_model)
         row = priced(reported_use(usage), price_model, output, source="provider")

@@ -39,7 +39,7 @@ TRUNCATE_KEEP = 10
 UNMANAGED = ContextSettings(evict_tokens=None, clear_fraction=None, summarize=False,
                             checkpoints=False, budget_check=False, emergency=False,
                             tool_cap_chars=0, watchdog="off", summary_model="extractive",
-                            state_card_tokens=0, clear_inputs=False, ledger=False,
+                            state_card_tokens=0, cache_pin=False, clear_inputs=False, ledger=False,
                             slim_tools=False)
 
 View = Callable[[list[BaseMessage], int], list[BaseMessage]]

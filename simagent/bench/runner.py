@@ -179,7 +179,8 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
         "layers": layers, "wall_s": round(wall, 2),
         "cost_usd": cost_usd(price_model, totals), "cost_model": price_model,
         # provider prompt caching per family: simulated in replay, reported when live
-        **cache_fields(model, usage, mode=mode, price_model=price_model),
+        **cache_fields(model, usage, mode=mode, price_model=price_model,
+                       pinned=policy.settings.cache_pin),
         "final": (result.final or "")[:2000], "commit": commit,
         # numbers in the final answer that nothing the run saw backs (support.py)
         **view.support.record_fields(),

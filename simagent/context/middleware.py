@@ -54,7 +54,7 @@ from simagent.context.compaction import (
 from simagent.context.counting import RequestSize, calibrate, measure
 from simagent.context.events import emit
 from simagent.context.overflow import is_context_overflow
-from simagent.context.prefix import rewrite_tokens
+from simagent.context.prefix import pin_index, rewrite_tokens, with_cache_pin
 from simagent.context.prices import cache_rules
 from simagent.context.state_card import STATE_CARD_KEY, card_event, render_card, with_card
 from simagent.context.task_records import FROM_TOOL, close_task, pending_record
@@ -86,6 +86,7 @@ class Prepared:
     cleared: frozenset[str] = frozenset()
     card: dict[str, Any] | None = None
     inputs: frozenset[str] = frozenset()  # calls whose code is cleared
+    pin: int | None = None  # the view message carrying a pinned cache breakpoint
 
 
 class ContextMiddleware(AgentMiddleware):
@@ -237,7 +238,15 @@ class ContextMiddleware(AgentMiddleware):
             self._emit(kind, payload)
         if card_reason is not None and update.get(STATE_CARD_KEY):
             self._emit("context_state_card", card_event(card, self.agent))
-        return Prepared(view, size, tokens, update, boundary, cleared, card, inputs)
+        pin = pin_index(view, frozenset(state.get(CLEARED_KEY) or ())) \
+            if self.pins_cache else None
+        return Prepared(view, size, tokens, update, boundary, cleared, card, inputs, pin)
+
+    @property
+    def pins_cache(self) -> bool:
+        """Whether requests carry a pinned breakpoint: only for a provider that caches at
+        explicit breakpoints (Anthropic), and when ``cache_pin`` is on."""
+        return self.cache_family == "anthropic" and self.settings.cache_pin
 
     def make_card(self, messages: list[BaseMessage], previous: dict[str, Any] | None,
                   reason: str) -> dict[str, Any] | None:
@@ -344,7 +353,7 @@ class ContextMiddleware(AgentMiddleware):
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         prep = self.safe_prepare(request)
         try:
-            response = handler(request.override(messages=prep.view))
+            response = handler(request.override(messages=with_cache_pin(prep.view, prep.pin)))
         except Exception as exc:
             if not (self.settings.emergency and is_context_overflow(exc)):
                 raise
@@ -356,7 +365,8 @@ class ContextMiddleware(AgentMiddleware):
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         prep = self.safe_prepare(request)
         try:
-            response = await handler(request.override(messages=prep.view))
+            response = await handler(request.override(
+                messages=with_cache_pin(prep.view, prep.pin)))
         except Exception as exc:
             if not (self.settings.emergency and is_context_overflow(exc)):
                 raise

@@ -14,7 +14,7 @@ keys its blocks the same way.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 
@@ -58,3 +58,49 @@ def rewrite_tokens(old_view: Sequence[Any], new_view: Sequence[Any], ruler: Any 
     if family == "anthropic":
         start = 1 if new_view and isinstance(new_view[0], SystemMessage) else 0
     return sum(count_message(m, ruler) for m in new_view[start:])
+
+
+#: What a pinned breakpoint asks the provider for (Anthropic's 5-minute cache).
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def pin_index(view: Sequence[Any], cleared_before: Collection[str]) -> int | None:
+    """Where a fourth cache breakpoint keeps the prefix that the next clearing epoch will
+    not change: the newest tool result in ``view`` that was already a placeholder before
+    this request (``cleared_before``: the cleared call ids the previous request had).
+
+    Anthropic reads a cached prefix only at a breakpoint (tools, system prompt, the end of
+    an earlier request), so an epoch, which changes the oldest results still in view,
+    made the next request write the whole conversation again. Everything up to the
+    newest *older* placeholder is byte-stable until the next epoch clears results after
+    it, so a breakpoint there is read back exactly when that epoch comes; using the
+    placeholders of the previous request (not of an epoch made for this one) means the
+    entry already exists when it is needed. None when nothing was cleared before."""
+    from langchain_core.messages import ToolMessage
+
+    from simagent.context.clearing import is_cleared
+
+    for i in range(len(view) - 1, -1, -1):
+        msg = view[i]
+        if isinstance(msg, ToolMessage) and msg.tool_call_id in cleared_before \
+                and is_cleared(msg):
+            return i
+    return None
+
+
+def with_cache_pin(view: Sequence[Any], index: int | None) -> list[Any]:
+    """``view`` with a ``cache_control`` breakpoint on message ``index`` (a copy; the
+    Anthropic converter moves a tool result's block marker to the ``tool_result``)."""
+    out = list(view)
+    if index is None or not 0 <= index < len(out):
+        return out
+    msg = out[index]
+    blocks = msg.content if isinstance(msg.content, list) else [
+        {"type": "text", "text": msg.content}]
+    if not blocks:
+        return out
+    last = blocks[-1] if isinstance(blocks[-1], dict) else {"type": "text",
+                                                            "text": str(blocks[-1])}
+    out[index] = msg.model_copy(update={"content": [*blocks[:-1],
+                                                    {**last, "cache_control": EPHEMERAL}]})
+    return out

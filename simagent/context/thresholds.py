@@ -144,6 +144,9 @@ class ContextSettings:
     budget_check: bool = True
     emergency: bool = True
     state_card_tokens: int = STATE_CARD_TOKENS
+    #: a fourth prompt-cache breakpoint before the results the next epoch clears
+    #: (Anthropic; ``simagent.context.prefix.pin_index``)
+    cache_pin: bool = True
     ledger: bool = True  # the dropped-items ledger and the recall tool (context/ledger.py)
 
     @classmethod
