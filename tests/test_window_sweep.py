@@ -120,3 +120,24 @@ def test_sweep_records_a_refused_run_as_failed_and_simagent_passes_everywhere(tm
     assert "## Window sweep" in report and "| 16.0k | simagent | 1/1 | 0 |" in report
     assert "## Cost with prompt caching" in report and "| raw @16k | 0/1 |" in report
     assert (tmp_path / "out" / "pareto_cost_recall.png").stat().st_size > 1000
+
+
+def test_a_policy_run_starts_without_an_earlier_runs_memory(tmp_path, monkeypatch):
+    """Reruns into the same --out reuse run folders; their memory notes (in the state home,
+    under the folder's path) must not carry over into the next run's memory index."""
+    from types import SimpleNamespace
+
+    from simagent.bench.replay import policy_workspace
+    from simagent.paths import workspace_state_dir
+
+    monkeypatch.setenv("SIMAGENT_HOME", str(tmp_path / "home"))
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    (recorded / "data.csv").write_text("t,y\n")
+    dest = tmp_path / "runs" / "wf--simagent--0" / "workspace"
+    dest.mkdir(parents=True)
+    note = workspace_state_dir(dest) / "memory" / "MEMORY.md"
+    note.parent.mkdir(parents=True)
+    note.write_text("- a note an earlier run remembered\n")
+    assert policy_workspace(SimpleNamespace(workspace=recorded), dest) == dest
+    assert (dest / "data.csv").is_file() and not note.exists()

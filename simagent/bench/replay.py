@@ -142,7 +142,13 @@ class ReplaySession(Session):
 
 
 def policy_workspace(recording: Recording, dest: Path) -> Path:
-    """A fresh copy of the recorded workspace for one policy run."""
+    """A fresh copy of the recorded workspace for one policy run, with no state from an
+    earlier run of the same folder: its memory notes (``remember``) and sessions live in
+    the state home under the folder's path, and a rerun of the bench into the same
+    ``--out`` would otherwise start with a bigger memory index than the first run."""
+    from simagent.paths import workspace_state_dir
+
+    shutil.rmtree(workspace_state_dir(dest), ignore_errors=True)
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(recording.workspace, dest, ignore=shutil.ignore_patterns(".simagent"))
