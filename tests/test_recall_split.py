@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from deepagents.middleware.filesystem import DEFAULT_READ_LIMIT
 from langchain_core.messages import HumanMessage, ToolMessage
 
+from simagent.bench.policies import POLICIES
 from simagent.bench.report import (
     RECOVERY_DEFINITION,
     policy_table,
@@ -167,7 +168,7 @@ def test_measure_run_records_the_split_per_probe_as_json(tmp_path):
     request = [HumanMessage("p"), ToolMessage(f"seen 1.5, rest at {raw}", tool_call_id="c")]
     session = SimpleNamespace(trace=SimpleNamespace(events=lambda: []), simulator=None,
                               paths=SimpleNamespace(root=tmp_path), workspace=tmp_path)
-    row = measure_run(wf, SimpleNamespace(name="simagent"), 0, session=session,
+    row = measure_run(wf, POLICIES["simagent"], 0, session=session,
                       model=SimpleNamespace(requests=[request]),
                       result=SimpleNamespace(final="done", status="done"), wall=1.0,
                       mode="replay", model_id="replay:w")
