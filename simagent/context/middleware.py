@@ -218,7 +218,6 @@ class ContextMiddleware(AgentMiddleware):
                     done, before, tokens, reason="threshold" if due else "budget", focus=None,
                     summarizer=self.compactor.summarizer.name)))
                 card_reason = "summary"
-                done.boundary["tokens_after"] = tokens  # where the next one may start from
 
         if card_reason is not None:
             new_card = self.make_card(messages, card, card_reason)
@@ -227,6 +226,8 @@ class ContextMiddleware(AgentMiddleware):
                 view = self.view(messages, boundary, cleared, card, inputs)
                 size, tokens = self._measure(request, view)
                 events[-1][1].update(tokens_after=tokens, state_card_tokens=new_card["tokens"])
+        if card_reason == "summary":  # where the next one may start from, card included
+            boundary["tokens_after"] = tokens
         if events:  # what the change costs the provider's prompt cache
             unchanged = self.view(messages, state.get(BOUNDARY_KEY),
                                   frozenset(state.get(CLEARED_KEY) or ()),
