@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simagent.bench.runner import run_label
+from simagent.bench.runner import run_label, sweep_order
 
 FAMILIES = ("anthropic", "openai")
 
@@ -79,10 +79,7 @@ def cache_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = ["| policy | passed | tokens in | Anthropic: uncached / write / read | "
              "Anthropic $ | x stock | OpenAI: read share | OpenAI $ | x stock | "
              "$ per solved (Anthropic) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    order = sorted(summary.items(), key=lambda kv: (-(kv[1]["window"] or 10**9),
-                                                    kv[1]["policy"] != "simagent",
-                                                    kv[1]["policy"]))
-    for label, s in order:
+    for label, s in sweep_order(summary):
         a, o = s["anthropic"], s["openai"]
         stock = _stock_of(summary, s)
 

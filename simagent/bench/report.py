@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from simagent.bench.cost_report import cache_table, pareto_plot
-from simagent.bench.runner import provider_refused, run_label, summarize
+from simagent.bench.runner import provider_refused, run_label, summarize, sweep_order
 from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
 from simagent.context.recall import CALL_OVERHEAD_TOKENS, PAGE_LINES
 from simagent.context.recall import STATUSES as SPLIT
@@ -106,10 +106,12 @@ def window_table(rows: Sequence[dict[str, Any]]) -> str:
              "(max per run) | long: tokens in | x stock | in view | by pointer | lost "
              "| min recall | ledger recall | ledger entries / compactions |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    order = sorted(summary.items(), key=lambda kv: (-(kv[1]["window"] or 0),
-                                                    kv[1]["policy"] != "simagent",
-                                                    kv[1]["policy"]))
-    for _label, s in order:
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r.get("enforced") and r.get("long"):
+            runs.setdefault(run_label(r), []).append(r)
+    for label, s in sweep_order(summary):
+        mine = runs.get(label, [])
         lines.append(
             f"| {_k(s['window'] or 0)} | {s['policy']} | {s['passed']}/{s['runs']} | "
             f"{s['provider_errors']} | {s.get('summaries', 0)} | {s['emergencies']} "
@@ -117,24 +119,21 @@ def window_table(rows: Sequence[dict[str, Any]]) -> str:
             f"{_num(s.get('long_ratio_to_stock'))} | "
             + " | ".join(_num(s.get(f"long_{k}_mean"), ".3f") for k in SPLIT) + " | "
             f"{s['min_long_recall'] if s['min_long_recall'] is not None else '-'} | "
-            f"{_num(ledger_recall(rows, s))} | {ledger_cover(rows, s)} |")
+            f"{_num(ledger_recall(mine))} | {ledger_cover(mine)} |")
     return "\n".join(lines)
 
 
-def ledger_recall(rows: Sequence[dict[str, Any]], s: dict[str, Any]) -> float | None:
+def ledger_recall(runs: Sequence[dict[str, Any]]) -> float | None:
     """Mean ``ledger_recall`` (share of the probe facts that left the view which the
-    ``recall`` tool finds) over the runs of one sweep line; None where none left."""
-    got = [r["ledger_recall"] for r in rows if r.get("enforced") and r.get("long")
-           and r["policy"] == s["policy"] and r.get("window") == s["window"]
-           and r.get("ledger_recall") is not None]
+    ``recall`` tool finds) over the long runs of one sweep line; None where none left."""
+    got = [r["ledger_recall"] for r in runs if r.get("ledger_recall") is not None]
     return sum(got) / len(got) if got else None
 
 
-def ledger_cover(rows: Sequence[dict[str, Any]], s: dict[str, Any]) -> str:
-    """``entries/compactions`` over the runs of one sweep line (records before the
+def ledger_cover(runs: Sequence[dict[str, Any]]) -> str:
+    """``entries/compactions`` over the long runs of one sweep line (records before the
     ledger: ``-``)."""
-    mine = [r for r in rows if r.get("enforced") and r.get("long") and "compactions" in r
-            and r["policy"] == s["policy"] and r.get("window") == s["window"]]
+    mine = [r for r in runs if "compactions" in r]
     if not mine:
         return "-"
     return f"{sum(r['ledger_entries'] for r in mine)}/{sum(r['compactions'] for r in mine)}"

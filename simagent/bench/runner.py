@@ -58,6 +58,14 @@ def run_label(row: dict[str, Any]) -> str:
     return row["policy"]
 
 
+def sweep_order(summary: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Summary lines (see :func:`summarize`) largest window first (unenforced runs first of
+    all), simagent first within a window, then by policy name: how the sweep tables read."""
+    return sorted(summary.items(), key=lambda kv: (-(kv[1]["window"] or 10**9),
+                                                   kv[1]["policy"] != "simagent",
+                                                   kv[1]["policy"]))
+
+
 def provider_refused(row: dict[str, Any]) -> bool:
     """The run ended on a provider error (the window refused a request), not a verdict."""
     return bool(row.get("provider_error"))

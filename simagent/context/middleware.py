@@ -156,6 +156,7 @@ class ContextMiddleware(AgentMiddleware):
         cleared = frozenset(state.get(CLEARED_KEY) or ())
         inputs = frozenset(state.get(CLEARED_INPUTS_KEY) or ())
         card = state.get(STATE_CARD_KEY)
+        before_layers = (boundary, cleared, card, inputs)  # what the previous request had
         update: dict[str, Any] = {}
         events: list[tuple[str, dict[str, Any]]] = []
         card_reason: str | None = None
@@ -229,18 +230,15 @@ class ContextMiddleware(AgentMiddleware):
         if card_reason == "summary":  # where the next one may start from, card included
             boundary["tokens_after"] = tokens
         if events:  # what the change costs the provider's prompt cache
-            unchanged = self.view(messages, state.get(BOUNDARY_KEY),
-                                  frozenset(state.get(CLEARED_KEY) or ()),
-                                  state.get(STATE_CARD_KEY),
-                                  frozenset(state.get(CLEARED_INPUTS_KEY) or ()))
+            unchanged = self.view(messages, *before_layers)
             events[-1][1]["cache_write_tokens"] = rewrite_tokens(unchanged, view, self.ruler,
                                                                  self.cache_family)
         for kind, payload in events:
             self._emit(kind, payload)
         if card_reason is not None and update.get(STATE_CARD_KEY):
             self._emit("context_state_card", card_event(card, self.agent))
-        pin = pin_index(view, frozenset(state.get(CLEARED_KEY) or ())) \
-            if self.pins_cache else None
+        cleared_before = before_layers[1]
+        pin = pin_index(view, cleared_before) if self.pins_cache else None
         return Prepared(view, size, tokens, update, boundary, cleared, card, inputs, pin)
 
     @property

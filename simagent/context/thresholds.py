@@ -299,6 +299,11 @@ def summary_trigger_tokens(window: int, model_id: str | None, settings: ContextS
     frac = summary_fraction(model_id, settings, window)
     if not frac or not settings.summarize:
         return None
+    return room_share(window, fixed, frac)
+
+
+def room_share(window: int, fixed: int, frac: float) -> int:
+    """``fixed`` plus ``frac`` of what it leaves of ``window``."""
     fixed = min(max(0, fixed), window)
     return fixed + int((window - fixed) * frac)
 
@@ -343,9 +348,8 @@ class Thresholds:
         ``/context`` both use this)."""
         if self.summary_fraction is None or self.summary_trigger is None:
             return self
-        fixed = min(max(0, fixed), self.window)
-        return replace(self, summary_trigger=fixed + int((self.window - fixed)
-                                                         * self.summary_fraction))
+        return replace(self, summary_trigger=room_share(self.window, fixed,
+                                                        self.summary_fraction))
 
 
 def thresholds_for(model_window: int | None, model_id: str | None,
