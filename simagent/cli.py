@@ -44,6 +44,25 @@ def _cmd_bench_kernel(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+def _cmd_bench_faults(args: argparse.Namespace) -> int:
+    from simagent.bench import fault_cases
+    from simagent.bench.fault_bench import as_json, format_table, run_faults
+
+    try:
+        cases = fault_cases.select(args.only.split(",") if args.only else None,
+                                   fast=args.fast)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    rows = run_faults(cases, fast=args.fast, progress=None if args.json else _progress)
+    if args.json:
+        import json
+
+        print(json.dumps(as_json(rows), indent=2))
+    else:
+        print(format_table(rows))
+    return exit_codes.OK if all(r.survived for r in rows) else exit_codes.FAILED
+
+
 def _cmd_bench_ensemble(args: argparse.Namespace) -> int:
     from simagent.bench.ensemble_bench import format_table, run_ensemble_bench
     from simagent.kernel import KernelStartError
@@ -517,6 +536,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "restart time.")
     kernel.add_argument("--json", action="store_true", help="print one JSON object")
     kernel.set_defaults(handler=_cmd_bench_kernel)
+
+    faults = bench_sub.add_parser(
+        "faults", help="run every fault simagent survives; one row each",
+        description="Kernel deaths (os._exit, segfault, OOM kill, SIGINT ignored, frozen, "
+                    "forks, 1 GiB without a newline), provider faults over real HTTP "
+                    "(429, 5xx, resets, timeouts, cut streams, bad tool JSON, empty "
+                    "replies), the REPL watchdog and data faults (SIGKILL, full disk, "
+                    "secrets), each against the real graph and kernel. One row per fault: "
+                    "survived, state restored, seconds to recover, bytes lost. Exit 1 when "
+                    "a fault was not survived.")
+    faults.add_argument("--json", action="store_true", help="print JSON rows")
+    faults.add_argument("--fast", action="store_true",
+                        help="the quick subset (what make test runs), smaller sizes")
+    faults.add_argument("--only", metavar="IDS", help="comma-separated fault ids")
+    faults.set_defaults(handler=_cmd_bench_faults)
 
     bens = bench_sub.add_parser(
         "ensemble", help="parameter sweeps on Dask: speed-up over a serial loop",

@@ -20,6 +20,7 @@ from simagent.agent.events import (
     Event,
     Interrupt,
     Notice,
+    Retrying,
     TextDelta,
     ToolError,
     ToolFinished,
@@ -115,6 +116,14 @@ def context_line(event: Any) -> str | None:
         stopped = "; turn stopped" if d.get("mode") == "enforce" else ""
         return (f"! watchdog: {who}{d.get('tool') or 'a tool'} called {_n(d.get('repeats'))} "
                 f"times in a row with the same arguments{stopped}")
+    if kind == "repl_watchdog":
+        stopped = "; turn stopped" if d.get("stopped") else ""
+        what = {"same_error": f"same error {_n(d.get('count'))} times in a row",
+                "failed_run": f"{_n(d.get('count'))} failing cells in a row",
+                "whitespace_rerun": "failed cell re-run with only whitespace changes"}.get(
+                    str(d.get("signal")), str(d.get("signal")))
+        sig = f": {d['signature']}" if d.get("signature") else ""
+        return f"! repl watchdog: {who}{what}{sig}{stopped}"
     if kind == "cost_ceiling":
         action = d.get("action")
         if action == "reset":
@@ -129,7 +138,8 @@ def context_line(event: Any) -> str | None:
 
 
 #: Guard notices that repeat what a guard's context line already said.
-GUARD_NOTICES = {"watchdog_alert": "watchdog:", "cost_ceiling": "cost ceiling reached"}
+GUARD_NOTICES = {"watchdog_alert": "watchdog:", "repl_watchdog": "repl watchdog:",
+                 "cost_ceiling": "cost ceiling reached"}
 
 
 class StreamPrinter:
@@ -168,6 +178,11 @@ class StreamPrinter:
         elif isinstance(event, Notice) and not any(event.text.startswith(p)
                                                    for p in self._muted):
             print(f"! {event.text}", file=self.err, flush=True)
+        elif isinstance(event, Retrying):  # one note per retry; stdout is left alone
+            lost = (f"; the {event.discarded} chars streamed above are superseded"
+                    if event.discarded and event.agent == "main" and self.wrote_text else "")
+            print(f"! {event.reason} — retry {event.retry}/{event.max_retries} in "
+                  f"{event.delay_s:.1f}s{lost}", file=self.err, flush=True)
 
 
 def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -186,6 +201,9 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                        "--resume ID or --continue", exit_codes.USAGE)
     try:
         config = Config.load(opts.workspace)
+        from simagent.trace.redact import register_config
+
+        register_config(config)  # its keys are redacted from everything written
         spec, _where = config.model_spec(opts.model)
         if not spec:
             raise CliError(
@@ -205,9 +223,13 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
     try:
         note_model_switch(session, resolved.id)
         try:  # before the kernel starts: a bad subagent file or model fails fast
-            agent = build_agent(session, resolved)
+            agent = build_agent(session, resolved, front_end="headless")
         except SubagentError as exc:
             raise CliError(str(exc), exc.code) from exc
+        if session.resume_info is not None:  # a killed run may have left calls open
+            from simagent.agent.resume_repair import repair
+
+            repair(session, agent.graph)
         try:
             session.start_kernel()
         except KernelStartError as exc:

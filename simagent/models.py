@@ -42,6 +42,21 @@ DEFAULT_NUM_CTX = 32768  # Ollama's loaded window; its own default (2-4k) is too
 DEFAULT_SCRIPTED_WINDOW = 128000
 # Generic constructor options a config may set; passed through unchanged.
 PASSTHROUGH = ("temperature", "max_retries", "timeout")
+# Providers whose SDK retries on its own (``max_retries``, 2 to 6 by default). simagent's
+# ``ProviderRetryMiddleware`` retries instead (bounded, traced, shown, cancellable), so
+# these get ``max_retries=0`` unless the model config sets it; a configured value makes
+# the SDK retry inside each of our attempts (at most (N+1) x (retries+1) requests in all).
+SDK_RETRIES = {"openai", "azure_openai", "anthropic", "google_genai", "groq", "mistralai",
+               "fireworks", "together", "deepseek", "xai"}
+# Model-config keys of the provider retry policy (``[model]`` table; see RetryPolicy).
+RETRY_KEYS = ("retries", "retry_base_s", "retry_cap_s", "retry_after_cap_s",
+              "retry_jitter", "check_finish_reason")
+#: Attribute set on a provider error the retry layer gave up on: how many retries it made.
+RETRIES_ATTR = "simagent_retries"
+# ``response_metadata`` key in which a provider says why a reply ended; a reply without
+# it was cut off (chat classes by name, so no SDK is imported here).
+FINISH_KEYS = {"ChatOpenAI": "finish_reason", "AzureChatOpenAI": "finish_reason",
+               "ChatAnthropic": "stop_reason"}
 
 _PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
@@ -73,6 +88,9 @@ class ResolvedModel:
     #: For ``replay:WORKFLOW``: the bench workflow whose trajectory the model plays (its
     #: prompt, simulator and fixtures make the zero-key demo).
     workflow: Any = None
+    #: The provider retry policy (``simagent.agent.provider_retry.RetryPolicy``) from the
+    #: model config's ``retries``/``retry_*`` keys; None: the defaults.
+    retry: Any = None
 
     @property
     def id(self) -> str:
@@ -136,6 +154,7 @@ def resolve_model(
     if "images" in cfg and not isinstance(cfg["images"], bool):
         raise ModelError(f"model config 'images' must be true or false, got {cfg['images']!r}",
                          code=USAGE_ERROR)
+    retry = _retry_policy(cfg)
     workflow = None
     if parsed.kind == "replay":
         workflow, chat = _replay(parsed, cfg)
@@ -148,7 +167,26 @@ def resolve_model(
     window = context_window(chat, cfg)
     _pin_window(chat, window)
     _pin_images(chat, cfg)
-    return ResolvedModel(parsed, chat, window, max_output_tokens(chat, cfg), workflow)
+    return ResolvedModel(parsed, chat, window, max_output_tokens(chat, cfg), workflow, retry)
+
+
+def _retry_policy(cfg: Mapping[str, Any]) -> Any:
+    """The retry policy the config's retry keys describe (None: none set, the defaults)."""
+    settings = {k: cfg[k] for k in RETRY_KEYS if k in cfg}
+    if not settings:
+        return None
+    from simagent.agent.provider_retry import RetryPolicy
+
+    try:
+        return RetryPolicy.from_settings(settings)
+    except ValueError as exc:
+        raise ModelError(f"model config: {exc}", code=USAGE_ERROR) from exc
+
+
+def _no_sdk_retries(provider: str, cfg: Mapping[str, Any], kwargs: dict[str, Any]) -> None:
+    """``max_retries=0`` for SDKs that retry on their own, unless the config set it."""
+    if provider in SDK_RETRIES and "max_retries" not in cfg:
+        kwargs["max_retries"] = 0
 
 
 def _replay(spec: ModelSpec, cfg: dict[str, Any]) -> tuple[Any, Any]:
@@ -177,6 +215,7 @@ def _provider(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> A
             raise ModelError(f"{spec.raw} needs an API key: set {names[0]} "
                              "(or choose another model with --model)", env_var=names[0])
         kwargs["api_key"] = key  # explicit, so an injected environ is honoured
+    _no_sdk_retries(spec.provider, cfg, kwargs)
     if spec.provider == "ollama":
         # Ollama loads num_ctx tokens whatever the model was trained on; report that window.
         num_ctx = cfg.get("num_ctx") or cfg.get("window") or DEFAULT_NUM_CTX
@@ -214,6 +253,7 @@ def _openai_compatible(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, s
     else:
         key = env.get(COMPATIBLE_KEY_VAR) or "not-needed"  # local servers ignore the key
     kwargs: dict[str, Any] = {k: cfg[k] for k in PASSTHROUGH if k in cfg}
+    _no_sdk_retries("openai", cfg, kwargs)
     if cfg.get("window"):
         kwargs["profile"] = {"max_input_tokens": cfg["window"]}
     return ChatOpenAI(model=spec.name, base_url=spec.base_url, api_key=key,
@@ -308,6 +348,20 @@ def image_support(chat_model: Any) -> tuple[bool, str]:
     return True, "its profile accepts images in tool results"
 
 
+def finish_reason_key(chat_model: Any) -> str | None:
+    """Where ``chat_model``'s replies say why they ended, or None when it does not say.
+
+    Chat Completions (OpenAI and every compatible server) and Anthropic's Messages API
+    always report it, streamed or not, so a reply without one ended early; the Responses
+    API and other providers are not checked.
+    """
+    model = getattr(chat_model, "bound", chat_model)
+    key = FINISH_KEYS.get(type(model).__name__)
+    if key == "finish_reason" and _uses_responses(model):
+        return None
+    return key
+
+
 def _uses_responses(model: Any) -> bool:
     flag = getattr(model, "use_responses_api", None)
     if isinstance(flag, bool):
@@ -381,21 +435,55 @@ def _reason(exc: BaseException) -> str:
             return "timed out"
         if "name or service not known" in text or "getaddrinfo" in text:
             return "host name not resolved"
+        if isinstance(e, ConnectionResetError) or "reset by peer" in text:
+            return "connection reset"
+        if "complete message body" in text or "incomplete chunked read" in text:
+            return "closed mid-reply"
+        if "without sending a response" in text:
+            return "closed without a response"
     return _first_line(_chain(exc)[-1], 120)
 
 
+class TruncatedReply(Exception):
+    """A reply that ended without the finish reason its provider always sends: the
+    stream stopped early (a proxy or server closed it politely mid-message)."""
+
+    def __init__(self, key: str, chars: int) -> None:
+        super().__init__(f"the reply stream ended without a {key} after {chars} chars")
+        self.key = key
+        self.chars = chars
+
+
 def describe_provider_error(exc: BaseException) -> str | None:
-    """One line for a provider failure, or None when ``exc`` did not come from a provider."""
+    """One line for a provider failure, or None when ``exc`` did not come from a provider.
+
+    When the retry layer gave up on it, the line says after how many retries.
+    """
     for e in _chain(exc):
         line = _describe_one(e)
         if line:
-            return "provider error: " + line
+            retries = next((getattr(c, RETRIES_ATTR) for c in _chain(exc)
+                            if isinstance(getattr(c, RETRIES_ATTR, None), int)), None)
+            tail = (f" (gave up after {retries} {'retry' if retries == 1 else 'retries'})"
+                    if retries else "")
+            return "provider error: " + line + tail
     return None
+
+
+def _dropped(exc: BaseException) -> bool:
+    """A connection that was reached and then lost (reset, or closed mid-reply)."""
+    for e in _chain(exc):
+        names = {c.__name__ for c in type(e).__mro__}
+        if isinstance(e, ConnectionResetError) or names & {"RemoteProtocolError", "ReadError"}:
+            return True
+    return False
 
 
 def _describe_one(exc: BaseException) -> str | None:
     # Class names across the MRO, so the SDKs never need importing here; langchain's wrappers
     # (e.g. OpenAIAuthenticationError) subclass both the SDK error and langchain_core's.
+    if isinstance(exc, TruncatedReply):
+        return f"reply cut off: {exc}"
     mro = type(exc).__mro__
     if any(c.__module__.split(".")[0] in _PROVIDER_ROOTS for c in mro):
         names = {c.__name__ for c in mro}
@@ -418,7 +506,11 @@ def _describe_one(exc: BaseException) -> str | None:
         return f"rate limited ({status or 429}): {msg}"
     if names & {"APITimeoutError", "ModelTimeoutError", "TimeoutException"}:
         return f"timed out talking to {_url(exc) or 'the provider'}"
-    if names & {"APIConnectionError", "ModelConnectionError", "ConnectError", "NetworkError"}:
+    conn = {"APIConnectionError", "ModelConnectionError", "ConnectError", "NetworkError",
+            "RemoteProtocolError", "ReadError"}
+    if names & conn and _dropped(exc):
+        return f"connection to {_url(exc) or 'the provider'} dropped ({_reason(exc)})"
+    if names & conn:
         return f"cannot reach {_url(exc) or 'the provider'} ({_reason(exc)})"
     if "NotFoundError" in names:
         return f"not found ({status or 404}) — check the model name and base URL: {msg}"

@@ -28,6 +28,7 @@ from simagent.trace import TraceLog
 
 if TYPE_CHECKING:
     from simagent.kernel import ExecResult, Kernel
+    from simagent.kernel.ladder import Recovery
 
 
 class SessionNotFound(LookupError):
@@ -64,6 +65,8 @@ class Session:
         self.context_settings = ContextSettings.from_config(config)
         #: Kernel environment from config ([ensembles]); read now so bad values fail early.
         self.config_kernel_env = config.ensemble_kernel_env()
+        #: How much a kernel restart may replay ([kernel] replay*); read now, same reason.
+        self.replay_budget = config.kernel_replay()
         self.simulator = simulator
         self.approval = approval
         self.resume_info = resume
@@ -153,13 +156,22 @@ class Session:
 
     @property
     def checkpointer(self) -> Any:
-        """The langgraph SQLite checkpointer (sync; the agent runs in a worker thread)."""
+        """The langgraph SQLite checkpointer (sync; the agent runs in a worker thread).
+
+        WAL with ``synchronous=NORMAL``: a process killed at any instruction leaves the
+        database consistent and keeps every committed checkpoint (only an OS crash or a
+        power cut may lose the newest few); readers (``simagent context``) never block
+        the writer. ``tests/test_kill_property.py`` SIGKILLs sessions to prove it.
+        """
         if self._checkpointer is None:
             from langgraph.checkpoint.sqlite import SqliteSaver
 
-            self._checkpoint_conn = sqlite3.connect(self.paths.checkpoints,
-                                                    check_same_thread=False)
-            self._checkpointer = SqliteSaver(self._checkpoint_conn)
+            conn = sqlite3.connect(self.paths.checkpoints, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=5000")
+            self._checkpoint_conn = conn
+            self._checkpointer = SqliteSaver(conn)
         return self._checkpointer
 
     def detach_kernel(self) -> Kernel | None:
@@ -203,7 +215,8 @@ class Session:
                 env = dict(self.simulator.env) if self.simulator else {}
                 env.update(self.config_kernel_env)
                 self._kernel = Kernel(self.paths, cwd=self.workspace,
-                                      kernel_name=self.config.kernel_name(), env=env)
+                                      kernel_name=self.config.kernel_name(), env=env,
+                                      replay=self.replay_budget)
             return self._kernel
 
     @property
@@ -246,6 +259,8 @@ class Session:
     def _traced_execute(self, code: str, on_output: Any, timeout: float | None,
                         tool_call_id: str | None, *, warmup: bool = False) -> ExecResult:
         result = self.kernel.execute(code, on_output=on_output, timeout=timeout)
+        if result.recovery is not None:  # the recovery ladder ran (kernel/ladder.py)
+            self.trace.append("kernel_recovery", result.recovery)
         self.trace_execution(code, result, tool_call_id, warmup=warmup)
         return result
 
@@ -294,6 +309,15 @@ class Session:
         self._warmed = False
         self._warm_up()
         return seconds
+
+    def restore_kernel(self) -> Recovery:
+        """Restart the kernel and replay this session's state-defining cells since the
+        last ``/reset`` (``/restore``; the fault bench calls it too). In a resumed
+        session it brings the previous process's state into the fresh kernel."""
+        recovery = self.kernel.restore()
+        self.trace.append("kernel_recovery", recovery.to_dict())
+        self._warmed = True  # the simulator's warm-up is a recorded cell: replayed if needed
+        return recovery
 
     def interrupt_kernel(self) -> None:
         if self._kernel is not None:

@@ -30,9 +30,11 @@ from simagent.agent.prompts import (
     RuntimeContext,
     build_system_prompt,
 )
+from simagent.agent.provider_retry import ProviderRetryMiddleware
 from simagent.agent.recovery import RecoveryMiddleware
 from simagent.agent.tools import make_view_figure, session_tools
 from simagent.agent.turns import AbandonGuard
+from simagent.context.repl_watch import ReplWatchMiddleware
 from simagent.paths import content_dir
 from simagent.trace.recorder import TraceRecorder
 
@@ -170,7 +172,9 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
                 WorkspacePathsMiddleware(session.workspace),
                 TraceRecorder(session.trace, session.usage, agent=defn.name, model_id=mid,
                               turns=session.turns, ruler=layers.context.ruler,
-                              window=layers.context.thresholds.window)], chat
+                              window=layers.context.thresholds.window),
+                ProviderRetryMiddleware(session.trace, agent=defn.name,
+                                        cancel=session.cancel_requested)], chat
 
     note = runtime_note(session.workspace, session.paths.outputs, session.simulator,
                         source_dirs)
@@ -188,12 +192,15 @@ def _as_resolved(model: Any) -> tuple[Any, str, int | None]:
 def build_agent(session: Session, model: ResolvedModel | Any, *,
                 middleware: Sequence[Any] = (), subagents: Sequence[Any] = (),
                 extra_tools: Sequence[Any] = (),
-                context_settings: ContextSettings | None = None) -> BuiltAgent:
+                context_settings: ContextSettings | None = None,
+                front_end: str = "tui") -> BuiltAgent:
     """Build the session's agent for ``model`` (a ``ResolvedModel`` or a chat model).
 
     ``middleware`` goes outside simagent's own; ``subagents`` are deepagents ``SubAgent``
     specs added beside the general-purpose one; ``context_settings`` (default: the
-    session's, from config) shapes the context layers — the bench's policies vary it.
+    session's, from config) shapes the context layers — the bench's policies vary it;
+    ``front_end`` (``tui`` | ``headless``) picks the REPL watchdog's mode when
+    ``[context] repl_watchdog`` is unset (``thresholds.REPL_WATCHDOG_BY_FRONT_END``).
     """
     from simagent.context.layers import context_layers
 
@@ -224,11 +231,16 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
         WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
                                   system_prompt=MEMORY_PROMPT, add_cache_control=True),
         *layers.middleware,
+        ReplWatchMiddleware(session.trace, context_settings or session.context_settings,
+                            front_end=front_end),
         RecoveryMiddleware(session.trace),
         WorkspacePathsMiddleware(session.workspace),
         TraceRecorder(session.trace, session.usage, agent="main", model_id=model_id,
                       turns=session.turns, ruler=layers.context.ruler,
                       window=layers.context.thresholds.window),
+        # innermost: retries repeat exactly the request the layers above built
+        ProviderRetryMiddleware(session.trace, policy=getattr(model, "retry", None),
+                                cancel=session.cancel_requested),
     ]
     general = {
         "name": GENERAL_PURPOSE,
@@ -243,7 +255,10 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                        TraceRecorder(session.trace, session.usage, agent=GENERAL_PURPOSE,
                                      turns=session.turns, ruler=sub_layers.context.ruler,
                                      model_id=model_id,
-                                     window=sub_layers.context.thresholds.window)],
+                                     window=sub_layers.context.thresholds.window),
+                       ProviderRetryMiddleware(session.trace, agent=GENERAL_PURPOSE,
+                                               policy=getattr(model, "retry", None),
+                                               cancel=session.cancel_requested)],
     }
     from simagent.agent.subagents import discover_subagents
 

@@ -6,6 +6,7 @@ here imports the agent stack.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,5 +97,30 @@ class Notice:
     level: str = "info"
 
 
+@dataclass(frozen=True)
+class Retrying:
+    """A model call hit a provider fault and is retried after ``delay_s`` seconds.
+
+    ``retry`` of ``max_retries`` (1-based); ``cause`` is short ("503", "connection
+    reset", "timed out", "reply cut off"), ``reason`` the one-line provider error.
+    ``discarded`` is how many characters of this agent's streamed text belonged to the
+    failed attempt: they were shown but never kept, and the retry streams anew.
+    """
+
+    retry: int
+    max_retries: int
+    delay_s: float
+    cause: str
+    reason: str
+    agent: str = "main"
+    discarded: int = 0
+
+    def label(self, left_s: float | None = None) -> str:
+        """``provider 503 — retry 2/5 in 3s`` (``left_s``: seconds still to wait)."""
+        left = self.delay_s if left_s is None else left_s
+        when = f"in {math.ceil(left)}s" if left > 0 else "now"
+        return f"provider {self.cause} — retry {self.retry}/{self.max_retries} {when}"
+
+
 Event = (TextDelta | ReasoningDelta | ToolRequested | ToolStarted | ToolOutput | ToolFinished
-         | ContextEvent | Interrupt | Notice)
+         | ContextEvent | Interrupt | Notice | Retrying)

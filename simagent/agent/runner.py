@@ -36,6 +36,7 @@ from simagent.agent.events import (
     Interrupt,
     Notice,
     ReasoningDelta,
+    Retrying,
     TextDelta,
     ToolError,
     ToolFinished,
@@ -106,6 +107,9 @@ class TurnRunner:
         self._cancel = threading.Event()
         self._force = threading.Event()  # a second ctrl+C: abandon without waiting
         self.busy = False
+        #: Text streamed per graph namespace since its model node last completed: what a
+        #: failed attempt showed and a provider retry discards.
+        self._streamed: dict[tuple[str, ...], int] = {}
 
     # ------------------------------------------------------------------ API
     def run(self, prompt: str, on_event: OnEvent | None = None) -> TurnResult:
@@ -258,6 +262,7 @@ class TurnRunner:
         self._cancel.clear()
         self._force.clear()
         self.session.cancel_requested.clear()
+        self._streamed.clear()
         self.busy = True
         result = TurnResult(status="done")
         try:
@@ -269,12 +274,15 @@ class TurnRunner:
         except Exception as exc:  # provider and graph failures end the turn, not the app
             from simagent.models import describe_provider_error
 
-            line = describe_provider_error(exc)
-            result.status = "error"
-            result.provider_error = line is not None
-            result.error = line or f"{type(exc).__name__}: {exc}".splitlines()[0]
-            self.session.trace.append("error", {"message": result.error, "where": "turn"})
-            emit(Notice(result.error, level="error"))
+            if self._cancel.is_set():  # the cancel ended it (e.g. a provider-retry wait)
+                result.status = "cancelled"
+            else:
+                line = describe_provider_error(exc)
+                result.status = "error"
+                result.provider_error = line is not None
+                result.error = line or f"{type(exc).__name__}: {exc}".splitlines()[0]
+                self.session.trace.append("error", {"message": result.error, "where": "turn"})
+                emit(Notice(result.error, level="error"))
         finally:
             self.busy = False
         if self._cancel.is_set() and result.status == "done":
@@ -384,7 +392,7 @@ class TurnRunner:
         if mode == "messages":
             self._on_message(namespace, data, emit)
         elif mode == "custom":
-            self._on_custom(data, emit, result)
+            self._on_custom(namespace, data, emit, result)
         elif mode == "updates":
             self._on_update(namespace, data, emit, result)
 
@@ -397,19 +405,25 @@ class TurnRunner:
         agent = _agent_name(namespace, metadata)
         if thinking := _reasoning_delta(chunk):
             emit(ReasoningDelta(thinking, agent))
-        if isinstance(chunk.content, str) and chunk.content:
-            emit(TextDelta(chunk.content, agent))
-        elif isinstance(chunk.content, list):
+        text = chunk.content if isinstance(chunk.content, str) else ""
+        if isinstance(chunk.content, list):
             text = "".join(b.get("text", "") for b in chunk.content
                            if isinstance(b, dict) and b.get("type") == "text")
-            if text:
-                emit(TextDelta(text, agent))
+        if text:
+            self._streamed[namespace] = self._streamed.get(namespace, 0) + len(text)
+            emit(TextDelta(text, agent))
 
-    def _on_custom(self, item: Any, emit: OnEvent, result: TurnResult) -> None:
+    def _on_custom(self, namespace: tuple[str, ...], item: Any, emit: OnEvent,
+                   result: TurnResult) -> None:
         if not isinstance(item, dict):
             return
         kind = item.get("type")
-        if kind == "tool_started":
+        if kind == "provider_retry":  # ProviderRetryMiddleware, before its backoff wait
+            emit(Retrying(int(item.get("retry", 0)), int(item.get("max_retries", 0)),
+                          float(item.get("delay_s", 0.0)), str(item.get("cause", "")),
+                          str(item.get("reason", "")), str(item.get("agent", "main")),
+                          self._streamed.pop(namespace, 0)))
+        elif kind == "tool_started":
             result.tool_calls += 1
             emit(ToolStarted(item["tool_call_id"], item["name"], item.get("args") or {},
                              item.get("agent", "main")))
@@ -441,6 +455,7 @@ class TurnRunner:
                 continue
             if node != "model" or not isinstance(update, dict):
                 continue
+            self._streamed.pop(namespace, None)  # that call's text is kept: not discardable
             agent = "main" if not namespace else "subagent"
             for msg in update.get("messages", []) or []:
                 if isinstance(msg, AIMessage):

@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 
 from simagent.context.boundaries import safe_cuts
 from simagent.context.counting import count_messages
-from simagent.context.thresholds import ContextSettings
+from simagent.context.thresholds import REPL_WATCHDOG_BY_FRONT_END, ContextSettings
 
 #: Baseline numbers, from the peers' documented defaults (seeds 000-003, design §9.3).
 STOCK_EVICT_TOKENS = 20_000
@@ -34,11 +34,15 @@ SLIDING_TURNS = 20
 COMPRESS_MIN_CHARS = 500
 TRUNCATE_PRESSURE = 0.75
 TRUNCATE_KEEP = 10
+#: Bench runs are headless (nobody reads a warning), so simagent's policy runs the REPL
+#: watchdog as ``simagent run`` does; the baselines have none (``UNMANAGED``).
+BENCH_REPL_WATCHDOG = REPL_WATCHDOG_BY_FRONT_END["headless"]
 
 #: simagent's layers switched off: what a harness without context management sends.
 UNMANAGED = ContextSettings(evict_tokens=None, clear_fraction=None, summarize=False,
                             checkpoints=False, budget_check=False, emergency=False,
-                            tool_cap_chars=0, watchdog="off", summary_model="extractive",
+                            tool_cap_chars=0, watchdog="off", repl_watchdog="off",
+                            summary_model="extractive",
                             state_card_tokens=0, cache_pin=False, clear_inputs=False, ledger=False,
                             slim_tools=False)
 
@@ -151,7 +155,8 @@ def _stock_clearing(window: int) -> list[Any]:
 POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("raw", "no context management (the kernel's own 256 KB output cap only)",
            UNMANAGED),
-    Policy("simagent", "simagent's layers (design §7), default settings", ContextSettings()),
+    Policy("simagent", "simagent's layers (design §7), default settings as run headless",
+           ContextSettings(repl_watchdog=BENCH_REPL_WATCHDOG)),
     Policy("stock", "deepagents eviction 20k + langchain ClearToolUsesEdit at 60 % keep 6 + "
                     "summary at 85 % keep 10 %",
            replace(UNMANAGED, evict_tokens=STOCK_EVICT_TOKENS, summarize=True,

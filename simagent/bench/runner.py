@@ -21,6 +21,7 @@ from typing import Any
 from simagent.bench.policies import Policy
 from simagent.bench.workflow import Workflow
 from simagent.jsonl import read_jsonl
+from simagent.trace.redact import redact
 
 #: Cost of replayed tokens is shown at this model's list price (the scripted model is free).
 REFERENCE_MODEL = "anthropic:claude-sonnet-4-5"
@@ -364,7 +365,7 @@ def run_bench(plan: BenchPlan, out_dir: Path,
                                  enforced) if recording else \
                     run_live(at, policy, epoch, plan.model or "", out_dir, commit)
             with path.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row) + "\n")
+                fh.write(redact(json.dumps(row)) + "\n")  # no key in a record
             rows.append(row)
     return rows
 

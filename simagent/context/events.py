@@ -14,7 +14,8 @@ from simagent.trace.log import TraceLog
 #: Trace kinds shown as notices in transcripts and a resumed TUI (one line each, by
 #: ``simagent.headless.context_line``).
 CONTEXT_KINDS = ("context_eviction", "context_clear", "context_summary", "context_checkpoint",
-                 "context_emergency", "context_state_card", "watchdog_alert", "cost_ceiling")
+                 "context_emergency", "context_state_card", "watchdog_alert", "repl_watchdog",
+                 "cost_ceiling")
 
 
 def emit(trace: TraceLog | None, kind: str, payload: dict[str, Any]) -> None:

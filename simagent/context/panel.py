@@ -149,7 +149,8 @@ def _clip(line: str, width: int) -> str:
 def _history(s: ContextStats, width: int) -> list[str]:
     tallies = (("evictions", s.evictions), ("clears", s.clears), ("summaries", s.summaries),
                ("checkpoints", s.checkpoints), ("emergencies", s.emergencies),
-               ("state cards", s.state_cards), ("watchdog alerts", s.watchdog_alerts))
+               ("state cards", s.state_cards), ("watchdog alerts", s.watchdog_alerts),
+               ("REPL alerts", s.repl_alerts))
     done = [(name, t) for name, t in tallies if t.count]
     if not done:
         return ["Context events: none yet"]

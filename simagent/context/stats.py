@@ -30,7 +30,7 @@ BOUNDARY_KINDS = {"context_clear": "clear", "context_summary": "summary",
 TALLIED = {"context_eviction": "evictions", "context_clear": "clears",
            "context_summary": "summaries", "context_checkpoint": "checkpoints",
            "context_emergency": "emergencies", "watchdog_alert": "watchdog_alerts",
-           "context_state_card": "state_cards"}
+           "repl_watchdog": "repl_alerts", "context_state_card": "state_cards"}
 _FIXED = ("system_prompt", "tool_schemas", "skills_index", "memory_index")
 _LIMITS = ("max_turn_usd", "max_session_usd", "max_turn_tokens", "max_session_tokens")
 
@@ -130,6 +130,7 @@ class ContextStats:
     checkpoints: Tally = field(default_factory=Tally)
     emergencies: Tally = field(default_factory=Tally)
     watchdog_alerts: Tally = field(default_factory=Tally)
+    repl_alerts: Tally = field(default_factory=Tally)  # REPL watchdog (context.repl_watch)
     state_cards: Tally = field(default_factory=Tally)
     boundaries: tuple[Boundary, ...] = ()
     subagents: tuple[TokenRow, ...] = ()

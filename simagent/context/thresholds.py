@@ -93,6 +93,17 @@ EMERGENCY_MIN_MESSAGES = 4
 #: Watchdog: this many identical consecutive tool calls (same name, same literal args).
 WATCHDOG_REPEATS = 5
 WATCHDOG_MODES = ("off", "warn", "enforce")
+#: REPL watchdog (``context.repl_watch``): failing ``run_python`` cells in a row with the
+#: same normalised error signature (exception type + message) ...
+REPL_SAME_ERROR = 3
+#: ... and failing cells in a row whatever the errors (0 switches a signal off). Three:
+#: one failure is normal work, a fix that fails again is still normal, a third failure
+#: in a row is where a person would stop and rethink.
+REPL_FAILED_RUN = 3
+#: Its mode when ``[context] repl_watchdog`` is unset, by front end: at the TUI a person
+#: reads the warning and can step in; a headless run (``simagent run``, the bench) has
+#: nobody to read it, so the turn ends instead of burning calls.
+REPL_WATCHDOG_BY_FRONT_END = {"tui": "warn", "headless": "enforce"}
 #: Summaries: "auto" (the agent's model; a no-model extractive summary for scripted
 #: models), "extractive", or a model spec for a cheaper summarizer.
 SUMMARY_MODEL = "auto"
@@ -135,6 +146,12 @@ class ContextSettings:
     max_output_tokens: int | None = None
     watchdog: str = "warn"
     watchdog_repeats: int = WATCHDOG_REPEATS
+    #: off | warn | enforce; None: by front end (:data:`REPL_WATCHDOG_BY_FRONT_END`)
+    repl_watchdog: str | None = None
+    repl_same_error: int = REPL_SAME_ERROR
+    repl_failed_run: int = REPL_FAILED_RUN
+    #: a failed cell re-run with only whitespace changes (caught before it runs)
+    repl_whitespace_rerun: bool = True
     max_turn_usd: float | None = None
     max_session_usd: float | None = None
     max_turn_tokens: int | None = None
@@ -168,6 +185,14 @@ class ContextSettings:
         if data.get("watchdog", "warn") not in WATCHDOG_MODES:
             raise ContextConfigError(f"[context] watchdog must be one of "
                                      f"{', '.join(WATCHDOG_MODES)}")
+        if data.get("repl_watchdog") not in (None, *WATCHDOG_MODES):
+            raise ContextConfigError(f"[context] repl_watchdog must be one of "
+                                     f"{', '.join(WATCHDOG_MODES)} (unset: by front end)")
+        for key in ("repl_same_error", "repl_failed_run"):
+            n = data.get(key, 0)
+            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+                raise ContextConfigError(f"[context] {key} must be a whole number of cells "
+                                         "(0 switches that signal off)")
         from simagent.context.tokens import RULERS
 
         if data.get("tokenizer", "auto") not in ("auto", *RULERS):
@@ -200,6 +225,13 @@ def _fractions(where: str, values: Mapping[str, Any]) -> dict[str, float]:
             raise ContextConfigError(f"[context] {where}: {key} must be a fraction in (0, 1]")
         out[key] = float(value)
     return out
+
+
+def repl_watchdog_mode(settings: ContextSettings, front_end: str = "tui") -> str:
+    """The REPL watchdog's mode: the ``[context]`` setting, else the front end's default."""
+    if settings.repl_watchdog is not None:
+        return settings.repl_watchdog
+    return REPL_WATCHDOG_BY_FRONT_END.get(front_end, "warn")
 
 
 # ----------------------------------------------------------------- window and budget

@@ -11,6 +11,11 @@ views of the output:
 Displays of :data:`simagent.kernel.HUMAN_MIME` are for the person, not the model: they go
 to the callback (kind ``"human"``) and to ``ExecResult.human``, never into the text.
 
+A full disk never breaks an execution: when writing the raw output (or a figure) fails
+(ENOSPC, EDQUOT, EIO, EFBIG ...), the execution still returns the text the model would
+have got, ``raw_path`` is None, and the notice carries one line saying what was lost
+(``tests/test_data_safety.py`` writes through ``/dev/full``).
+
 Images are stored once under their content hash (``artifacts/fig-<sha256[:8]>.png``, with
 a ``.json`` sidecar holding the data summary and the execution that first showed it) and
 captioned for the model by :mod:`simagent.kernel_api.figures`.
@@ -19,9 +24,10 @@ captioned for the model by :mod:`simagent.kernel_api.figures`.
 from __future__ import annotations
 
 import base64
+import errno
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Literal
 
@@ -39,6 +45,7 @@ from simagent.kernel.result import (
 from simagent.kernel.terminal import TerminalBuffer
 from simagent.kernel_api.figures import FIGURE_MIME, figure_id, figure_title, render_caption
 from simagent.kernel_api.outputs import handle
+from simagent.trace.redact import StreamRedactor, redact
 
 OutputKind = Literal["stdout", "stderr", "display", "error", "clear", "human"]
 
@@ -84,28 +91,66 @@ class Capture:
         self.displays: list[Display] = []
         self.human: list[str] = []
         self.execution_count: int | None = None
-        self._raw: IO[str] | None = None
+        self._raw: IO[bytes] | None = None
+        self._raw_error: OSError | None = None  # the first failed write of the raw log
+        self._raw_lost = 0  # bytes of raw output that never reached the disk
+        self._figure_errors: list[str] = []
+        self._secrets = StreamRedactor()  # no key printed by a cell reaches the raw log
         self._clear_pending = False
         self._figure_ids: set[str] = set()  # figures already shown by this execution
 
     # --------------------------------------------------------------- raw log
     def _log(self, text: str) -> None:
+        """Append to the raw log, unbuffered, so a failed write is known at once and
+        exactly how much was lost can be said."""
         if self.raw_path is None:
             return
-        if self._raw is None:
-            self._raw = open(self.raw_path, "w", encoding="utf-8",  # noqa: SIM115 - closed by close()
-                             errors="surrogatepass", newline="")
-        self._raw.write(text)
+        self._write(self._secrets.feed(text))
+
+    def _write(self, text: str) -> None:
+        if not text:
+            return
+        data = text.encode("utf-8", errors="surrogatepass")
+        if self._raw_error is not None:
+            self._raw_lost += len(data)
+            return
+        try:
+            if self._raw is None:
+                self._raw = open(self.raw_path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
+            view = memoryview(data)
+            while view:
+                view = view[self._raw.write(view) or 0:]
+        except OSError as exc:
+            self._raw_error = exc
+            self._raw_lost += len(view) if self._raw is not None else len(data)
 
     def close(self) -> None:
+        if tail := self._secrets.flush():
+            self._write(tail)
         if self._raw is not None:
-            self._raw.close()
+            try:
+                self._raw.close()
+            except OSError as exc:
+                self._raw_error = self._raw_error or exc
             self._raw = None
+
+    def _disk_notice(self) -> str:
+        """One line for what the disk refused ("" when nothing was lost)."""
+        lines = []
+        n = int(self.tag) if self.tag.isdigit() else self.tag
+        if self._raw_error is not None:
+            lines.append(f"{_why(self._raw_error)}: raw output of execution {n} not "
+                         f"saved ({self._raw_lost:,} bytes lost); the model got the capped "
+                         "text")
+        if self._figure_errors:
+            lines.append(f"{self._figure_errors[0]}: {len(self._figure_errors)} figure(s) of "
+                         f"execution {n} not saved; their captions are kept")
+        return " ".join(lines)
 
     def _emit(self, kind: OutputKind, text: str, path: Path | None = None) -> None:
         if self.on_output is not None:
             try:
-                self.on_output(OutputEvent(kind, text, path))
+                self.on_output(OutputEvent(kind, redact(text), path))
             except Exception:
                 pass  # a display callback must never break the execution
 
@@ -197,7 +242,15 @@ class Capture:
         assert self.artifacts_dir is not None
         raw = data[mime]
         blob = raw.encode() if mime == "image/svg+xml" else base64.b64decode(raw)
-        fid, path = self._store(blob, ext)
+        try:
+            fid, path = self._store(blob, ext)
+        except OSError as exc:
+            self._figure_errors.append(_why(exc))
+            fid = figure_id(blob, 8)
+            summary = data.get(FIGURE_MIME)
+            text = render_caption(fid, "(not saved: the disk refused it)", None,
+                                  summary if isinstance(summary, dict) else None, None, "")
+            return Display(mime, text, None, display_id, figure_id=fid)
         summary = data.get(FIGURE_MIME)
         sidecar = path.with_suffix(".json")
         here = handle(int(self.tag)) if self.tag.isdigit() else self.tag
@@ -237,7 +290,7 @@ class Capture:
                     return fid, path
                 continue  # same prefix, other image
             except OSError:
-                path.write_bytes(blob)
+                path.write_bytes(blob)  # a full disk: OSError, handled by the caller
                 return fid, path
         return fid, path
 
@@ -255,17 +308,23 @@ class Capture:
         self.close()
         if self.error is not None and self.error.ename == "StdinNotImplementedError":
             notice = f"{notice} {_INPUT_HINT}".strip()
+        if disk := self._disk_notice():
+            notice = f"{notice} {disk}".strip()
+        saved = self._raw_error is None
         out, err = self.streams["stdout"], self.streams["stderr"]
+        error = self.error
+        if error is not None:
+            error = ErrorInfo(error.ename, redact(error.evalue), redact(error.traceback))
         return ExecResult(
             status=status,
-            stdout=out.render(),
-            stderr=err.render(),
-            value=self.value,
-            error=self.error,
-            displays=list(self.displays),
+            stdout=redact(out.render()),
+            stderr=redact(err.render()),
+            value=redact(self.value) if self.value else self.value,
+            error=error,
+            displays=[replace(d, text=redact(d.text)) for d in self.displays],
             human=list(self.human),
-            raw_path=(self.raw_path if self.raw_path is not None and self.raw_path.exists()
-                      else None),
+            raw_path=(self.raw_path if saved and self.raw_path is not None
+                      and self.raw_path.exists() else None),
             execution_count=self.execution_count,
             elapsed_s=elapsed_s,
             notice=notice,
@@ -274,3 +333,12 @@ class Capture:
             rows_dropped=out.stats.rows_dropped + err.stats.rows_dropped,
             cap=self.cap,
         )
+
+
+_DISK_ERRORS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded",
+                errno.EFBIG: "file size limit reached", errno.EIO: "disk I/O error",
+                errno.EROFS: "read-only file system"}
+
+
+def _why(exc: OSError) -> str:
+    return _DISK_ERRORS.get(exc.errno or 0, f"write failed ({exc.strerror or exc})")

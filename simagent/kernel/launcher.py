@@ -26,7 +26,15 @@ pinned, and ``tests/test_kernel.py`` proves each one on the real kernel):
    the kernel's original stderr (``kernel.log``).
 6. **Earlier outputs are objects.** ``_out[n]`` (``simagent.kernel_api.outputs``) is put
    in the user namespace, hidden from ``%who``, at every (re)start.
-7. **Figures carry their data.** A display formatter (``simagent.kernel_api.figures``)
+7. **The kernel dies with simagent.** A simagent process that is SIGKILLed (or OOM-killed)
+   cannot shut its kernel down. ipykernel's own parent poller notices within a second,
+   but exits alone: processes a cell started (a simulator, ``sleep``) live on. A watcher
+   thread waits on a pidfd of the parent and, the instant it exits, SIGKILLs the kernel's
+   whole process group (jupyter_client starts each kernel in a new session, so the group
+   is the kernel and what its cells spawned). ``prctl(PR_SET_PDEATHSIG)`` is not used: it
+   fires when the *thread* that started the kernel ends, and simagent starts kernels from
+   worker threads.
+8. **Figures carry their data.** A display formatter (``simagent.kernel_api.figures``)
    adds a data summary of every matplotlib figure to the display message of its PNG, so
    the model can read a plot's numbers without being sent the image.
 """
@@ -35,6 +43,8 @@ from __future__ import annotations
 
 import codecs
 import os
+import select
+import signal
 import sys
 import threading
 import time
@@ -185,8 +195,43 @@ def _enable_faulthandler() -> None:
         pass
 
 
+def _die_with_group() -> None:
+    try:
+        if os.getpgrp() == os.getpid():  # our own group: take what the cells spawned along
+            os.killpg(os.getpid(), signal.SIGKILL)
+    finally:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def watch_parent(parent_pid: int | None = None, poll_s: float = 0.5) -> threading.Thread | None:
+    """Kill this process's group when ``parent_pid`` (the process that started the
+    kernel) exits; see point 7 above. None when there is no parent to watch."""
+    ppid = parent_pid or int(os.environ.get("JPY_PARENT_PID") or 0) or os.getppid()
+    if ppid <= 1 or ppid != os.getppid():
+        return None  # started through an intermediate: ipykernel's poller still applies
+    try:
+        pidfd: int | None = os.pidfd_open(ppid)
+    except (AttributeError, OSError):  # not Linux >= 5.3: poll the parent instead
+        pidfd = None
+    if os.getppid() != ppid:  # the parent died before the pidfd was opened
+        _die_with_group()
+
+    def wait() -> None:
+        if pidfd is not None:
+            select.select([pidfd], [], [])  # readable once the parent has exited
+        else:
+            while os.getppid() == ppid:
+                time.sleep(poll_s)
+        _die_with_group()
+
+    thread = threading.Thread(target=wait, name="simagent-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main() -> None:
     global _flow, _fflush
+    watch_parent()
     _fflush = _load_fflush()
     if path := os.environ.pop(FLOW_ENV, None):
         try:

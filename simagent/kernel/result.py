@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from simagent.kernel.terminal import ESC_SEQ_RE
 
@@ -119,7 +119,8 @@ class ExecResult:
     elapsed_s: float = 0.0
     #: Something the model must know beyond the output (interrupt, restart, lost state).
     notice: str = ""
-    #: True when kernel state (variables, imports) was lost during or before this run.
+    #: True when kernel state (variables, imports) was lost during or before this run
+    #: and a restart's replay did not bring all of it back.
     state_lost: bool = False
     #: Stream characters received from the kernel and rendered rows dropped from the head.
     raw_chars: int = 0
@@ -127,6 +128,10 @@ class ExecResult:
     cap: int = MODEL_TEXT_CAP
     #: Notices for the person only (``HUMAN_MIME`` displays); never in ``model_text``.
     human: list[str] = field(default_factory=list)
+    #: The recovery ladder, when it ran for this execution (``ladder.Recovery.to_dict``:
+    #: trigger, steps, seconds, replayed, skipped, state_restored ...); ``notice`` says
+    #: the same in words.
+    recovery: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:

@@ -2,12 +2,22 @@
 
 Contract (design.md §6): ``execute`` always returns an :class:`ExecResult`, whatever
 happens: errors, interrupts, timeouts, a kernel that dies mid-cell (detected while
-waiting, by polling the process, never by waiting out a timeout), or one that ignores
-SIGINT (restarted after a grace period, and the result says state was lost). The agent
-layer never has to catch kernel exceptions except :class:`KernelStartError`.
+waiting, by polling the process, never by waiting out a timeout), one that freezes
+(heartbeat lost), or a cell that ignores SIGINT. The last three climb the recovery
+ladder (:mod:`simagent.kernel.ladder`: interrupt, control-channel interrupt, signals to
+child processes, restart) and a restart replays the session's state-defining cells
+(:mod:`simagent.kernel.replay`); the result's ``notice`` says what died, what came back
+and what did not, ``state_lost`` is True only when something did not, and
+``recovery`` holds the same as data. The agent layer never has to catch kernel
+exceptions except :class:`KernelStartError`.
+
+Lineage: each execution record carries the lineage id current when it ran. A clean
+restart (:meth:`Kernel.restart`, ``/reset``) starts a new lineage, so cells before it
+are never replayed; a crash restart keeps it. The id is kept in ``kernel.lineage`` in
+the session folder, so a new process (``--continue``) can :meth:`Kernel.restore` it.
 
 Threading: ``execute`` runs in the caller's thread, one at a time. ``interrupt`` may be
-called from any other thread (a UI's Ctrl+C handler) while ``execute`` waits.
+called from any other thread (a UI's Ctrl+C handler) while ``execute`` waits or replays.
 """
 
 from __future__ import annotations
@@ -23,18 +33,24 @@ import time
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from simagent.kernel import ladder
 from simagent.kernel.capture import Capture, OnOutput
+from simagent.kernel.ladder import (
+    HEARTBEAT_GRACE_S,
+    HEARTBEAT_START_S,
+    INTERRUPT_GRACE_S,
+    INTERRUPT_RESEND_S,
+    INTERRUPT_STEPS,
+    Recovery,
+)
 from simagent.kernel.launcher import FLOW_ENV
+from simagent.kernel.replay import ReplayBudget, read_lineage, save_lineage
 from simagent.kernel.result import MODEL_TEXT_CAP, ExecResult
 from simagent.kernel_api.outputs import raw_name
 from simagent.paths import SESSION_DIR_ENV, SessionPaths, kernelspec_dir
 
 KernelState = Literal["stopped", "starting", "idle", "busy", "restarting", "dead"]
 
-#: Seconds an interrupted cell may take to stop before the kernel is restarted.
-INTERRUPT_GRACE_S = 10.0
-#: Repeated interrupts of one execution are at least this far apart.
-INTERRUPT_RESEND_S = 1.0
 #: How often a waiting ``execute`` checks that the kernel process is alive.
 _POLL_S = 0.1
 #: How long a state probe waits for a busy kernel before giving up (a running cell).
@@ -121,6 +137,8 @@ class Kernel:
         output_cap: int = MODEL_TEXT_CAP,
         interrupt_grace_s: float = INTERRUPT_GRACE_S,
         env: dict[str, str] | None = None,
+        replay: ReplayBudget | None = None,
+        heartbeat_grace_s: float = HEARTBEAT_GRACE_S,
     ) -> None:
         self.paths = paths.ensure()
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
@@ -142,6 +160,15 @@ class Kernel:
         #: how many times a process was started for this kernel (1 after start; +1 per
         #: restart): the state card tells a restart by a changed generation
         self.generation = 0
+        self.replay_budget = replay or ReplayBudget()
+        self.heartbeat_grace_s = heartbeat_grace_s
+        self.lineage = read_lineage(self.paths.root, self.paths.outputs)
+        #: the latest climb of the recovery ladder (None until one happened)
+        self.last_recovery: Recovery | None = None
+        self._hb_silent_since: float | None = None
+        self._started_at = 0.0  # monotonic time of the latest (re)start
+        self._steps: list[dict[str, Any]] = []  # ladder steps of the running execution
+        self._death_trigger, self._replaying, self._replay_abort = "died", False, threading.Event()
 
     # ------------------------------------------------------------- lifecycle
     def _last_output_seq(self) -> int:
@@ -193,6 +220,7 @@ class Kernel:
         self.state = "idle"
         self.death_reason = ""
         self.generation += 1
+        self._hb_silent_since, self._started_at = None, time.monotonic()
         self._install_outputs()
 
     def _process(self):
@@ -215,8 +243,37 @@ class Kernel:
         proc = self._process()
         return None if proc is None else proc.poll()
 
+    def heartbeat_ok(self) -> bool:
+        """Whether the kernel answered its latest heartbeat (pinged every second)."""
+        hb = getattr(self._kc, "hb_channel", None)
+        return hb is not None and hb.is_beating()
+
+    def _hb_silent_s(self, now: float) -> float:
+        """How long the heartbeat has been failing, as seen by these checks (counted
+        from ``HEARTBEAT_START_S`` after a (re)start: until then it may read stale)."""
+        if self.heartbeat_ok():
+            self._hb_silent_since = None
+            return 0.0
+        if self._hb_silent_since is None:
+            self._hb_silent_since = max(now, self._started_at + HEARTBEAT_START_S)
+        return max(0.0, now - self._hb_silent_since)
+
     def restart(self) -> float:
-        """Restart the kernel (state is lost); returns the seconds it took."""
+        """Restart with a clean namespace (``/reset``): state is lost and a new lineage
+        begins, so no later recovery replays the cells before it. Returns seconds."""
+        seconds = self._respawn()
+        self.lineage += 1
+        save_lineage(self.paths.root, self.lineage)
+        return seconds
+
+    def restore(self) -> Recovery:
+        """Restart (or start) the kernel and replay the current lineage (``/restore``);
+        in a new process this brings back the state the previous one built."""
+        with self._lock:
+            return ladder.recover(self, "restore", "")
+
+    def _respawn(self) -> float:
+        """Restart the kernel process (state is lost, lineage kept); returns seconds."""
         t0 = time.perf_counter()
         if self._km is None:
             self.start()
@@ -224,6 +281,8 @@ class Kernel:
         self.state = "restarting"
         if self._flow is not None:
             self._flow.reset()
+        # the restart kills the kernel's process group; children that left it would outlive it
+        ladder.signal_descendants(self.pid, signal.SIGKILL)
         try:
             self._km.restart_kernel(now=True)
             self._kc.wait_for_ready(timeout=_STARTUP_TIMEOUT_S)
@@ -233,6 +292,7 @@ class Kernel:
         self.state = "idle"
         self.death_reason = ""
         self.generation += 1
+        self._hb_silent_since, self._started_at = None, time.monotonic()
         self._drain()
         self._install_outputs()
         return time.perf_counter() - t0
@@ -246,10 +306,15 @@ class Kernel:
         None when there is no idle kernel to ask within ``wait_s`` (a cell is running, the
         kernel is dead or not started): a model call must never wait on a simulation.
         """
-        if self._km is None or self.state != "idle":
+        if self._km is None or self.state != "idle" or not self._lock.acquire(timeout=wait_s):
             return None
-        if not self._lock.acquire(timeout=wait_s):
-            return None
+        try:
+            return self._probe(registry)
+        finally:
+            self._lock.release()
+
+    def _probe(self, registry: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+        """:meth:`probe_state` for a caller that holds the lock."""
         try:
             if self._kc is None or not self.is_alive():
                 return None
@@ -264,8 +329,6 @@ class Kernel:
             return json.loads(ast.literal_eval(found["data"]["text/plain"]))
         except Exception as exc:  # a probe that fails costs the card's names, not the call
             return {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        finally:
-            self._lock.release()
 
     def _install_outputs(self) -> None:
         """``_out`` in a kernel started by name. simagent's own kernel installs it at start
@@ -334,10 +397,14 @@ class Kernel:
     def interrupt(self) -> None:
         """Interrupt the running cell, keeping kernel state (thread-safe).
 
-        If the cell does not stop within ``interrupt_grace_s`` (code that ignores
-        SIGINT, a long native call), the waiting ``execute`` restarts the kernel and
-        its result says state was lost.
+        This is the ladder's first step (SIGINT). If the cell does not stop, the waiting
+        ``execute`` escalates (:data:`ladder.INTERRUPT_STEPS`) and after
+        ``interrupt_grace_s`` restarts the kernel and replays its state. While a
+        recovery replays cells, an interrupt stops the replay instead.
         """
+        if self._replaying:
+            self._replay_abort.set()
+            return
         if self.state != "busy" or self._km is None or self._draining:
             return
         now = time.monotonic()
@@ -348,29 +415,40 @@ class Kernel:
             # which is then lost and the wait runs to its 10 s limit
             return
         self._last_sigint = now
+        self._steps.append({"step": "sigint", "at_s": round(now - self._interrupt_at, 3)})
         try:
             self._km.interrupt_kernel()
         except Exception:
             pass
 
+    def _escalate(self, since: float) -> None:
+        """Run the interrupt steps whose time has come (``since`` the first SIGINT)."""
+        done = {s["step"] for s in self._steps}
+        for step, at in INTERRUPT_STEPS:
+            if step not in done and since >= at * self.interrupt_grace_s:
+                self._steps.append(ladder.escalate(self, step, since))
+
     # --------------------------------------------------------------- execute
     def execute(self, code: str, on_output: OnOutput | None = None,
                 timeout: float | None = None) -> ExecResult:
-        """Run ``code`` in the kernel; see the module docstring for the guarantees."""
+        """Run ``code`` in the kernel; see the module docstring for the guarantees.
+
+        A kernel found dead or frozen is recovered first (restart and replay); the
+        result's ``notice`` and ``recovery`` say so.
+        """
         with self._lock:
-            notice = ""
+            recovery = None
             if self._km is None:
                 self.start()
-            elif self.state == "dead" or not self.is_alive():
-                reason = self.death_reason or _death_reason(self._exit_code())
-                self.restart()
-                notice = f"{reason}; the kernel was restarted and earlier state is lost"
-            result = self._run(code, on_output, timeout, notice)
+            elif (lost := ladder.diagnose(self)) is not None:
+                recovery = ladder.recover(self, *lost)
+            result = self._run(code, on_output, timeout, recovery)
             self._write_record(code, result)
             return result
 
     def _write_record(self, code: str, result: ExecResult) -> None:
-        """Execution ``n``'s record beside its raw output, for ``_out[n]`` in the kernel."""
+        """Execution ``n``'s record beside its raw output, for ``_out[n]`` in the kernel
+        and for replay (``lineage``)."""
         from simagent.kernel_api.outputs import write_record
 
         error = result.error.text() if result.error is not None else None
@@ -378,22 +456,38 @@ class Kernel:
             "n": self._seq, "code": code, "status": result.status, "error": error,
             "figures": [str(d.path) for d in result.displays if d.path is not None],
             "elapsed_s": round(result.elapsed_s, 3), "execution_count": result.execution_count,
-            "raw_chars": result.raw_chars, "notice": result.notice or None})
+            "raw_chars": result.raw_chars, "notice": result.notice or None,
+            "lineage": self.lineage})
 
     def _run(self, code: str, on_output: OnOutput | None, timeout: float | None,
-             notice: str) -> ExecResult:
+             recovery: Recovery | None) -> ExecResult:
+        result = self._wait(code, on_output, timeout, recovery)
+        if result.recovery is not None:  # restarted after the grace
+            return result
+        if recovery is None and len(self._steps) > 1:  # escalated, and the cell stopped
+            recovery = Recovery("interrupt", steps=list(self._steps),
+                                seconds=time.monotonic() - (self._interrupt_at or 0.0))
+            result.notice = _join(result.notice, recovery.message())
+            self.last_recovery = recovery
+        result.recovery = recovery.to_dict() if recovery is not None else None
+        return result
+
+    def _wait(self, code: str, on_output: OnOutput | None, timeout: float | None,
+              recovery: Recovery | None) -> ExecResult:
         self._seq += 1
         tag = f"{self._seq:04d}"
         cap = Capture(self.paths.outputs / raw_name(self._seq), self.paths.artifacts, tag,
                       on_output, self.output_cap)
         kc = self._kc
         self._interrupt_at = None
+        self._steps = []
         t0 = time.monotonic()
         deadline = t0 + timeout if timeout else None
         timed_out = False
         self.state = "busy"
         msg_id = kc.execute(code, store_history=True, allow_stdin=False)
-        state_lost = bool(notice)
+        notice = recovery.message() if recovery is not None else ""
+        state_lost = recovery is not None and not recovery.state_restored
         try:
             while True:
                 try:
@@ -406,21 +500,31 @@ class Kernel:
                 if deadline and not timed_out and now > deadline:
                     timed_out = True
                     self.interrupt()
-                if (self._interrupt_at is not None
-                        and now - self._interrupt_at > self.interrupt_grace_s):
-                    self.restart()
-                    return cap.result(
-                        "timeout" if timed_out else "interrupted", time.monotonic() - t0,
-                        f"the cell did not stop within {self.interrupt_grace_s:g} s of the "
-                        f"interrupt; the kernel was restarted and earlier state is lost", True)
+                if self._interrupt_at is not None:
+                    since = now - self._interrupt_at
+                    if since > self.interrupt_grace_s:
+                        rec = ladder.recover(
+                            self, "unresponsive", f"the cell did not stop within "
+                            f"{self.interrupt_grace_s:g} s of the interrupt",
+                            steps=self._steps, started=self._interrupt_at)
+                        result = cap.result(
+                            "timeout" if timed_out else "interrupted", time.monotonic() - t0,
+                            _join(notice, rec.message()),
+                            state_lost or not rec.state_restored)
+                        result.recovery = rec.to_dict()
+                        return result
+                    self._escalate(since)
                 if msg is None:
                     if not self._km.is_alive():  # a dead kernel sends nothing
                         self.death_reason = _death_reason(self._exit_code())
-                        self.state = "dead"
-                        return cap.result(
-                            "died", now - t0,
-                            f"{self.death_reason}; kernel state is lost and the kernel will "
-                            f"restart on the next execution ({self._log_hint()})", True)
+                        return self._died(cap, now - t0, "died")
+                    if self._hb_silent_s(now) >= self.heartbeat_grace_s:
+                        ladder.kill_frozen(self)
+                        self.death_reason = (
+                            f"the kernel process stopped answering its heartbeat for "
+                            f"{self.heartbeat_grace_s:g} s (frozen: stopped or wedged) and "
+                            f"was killed")
+                        return self._died(cap, now - t0, "frozen")
                     continue
                 mtype = msg["msg_type"]
                 if mtype == "stream" and self._flow is not None:
@@ -450,6 +554,14 @@ class Kernel:
                 notice, "execution was interrupted; kernel state is kept"), state_lost)
         status = "ok" if reply.get("status", "ok") == "ok" and cap.error is None else "error"
         return cap.result(status, elapsed, notice, state_lost)
+
+    def _died(self, cap: Capture, elapsed: float, trigger: str) -> ExecResult:
+        self.state = "dead"
+        self._death_trigger = trigger
+        return cap.result(
+            "died", elapsed, f"{self.death_reason}; kernel state is lost until the next "
+            f"execution restarts the kernel and replays the session's state-defining cells "
+            f"({self._log_hint()})", True)
 
     def _reply(self, msg_id: str) -> dict:
         """The execute_reply for ``msg_id`` (stale replies of abandoned cells are skipped)."""

@@ -42,10 +42,19 @@ EVENT_KINDS: dict[str, str] = {
                    "dropped (true: it ended after its turn was abandoned)",
     "kernel_exec": "tool_call_id, code, status, elapsed_s, raw_path, execution_count, state_lost, "
                    "human (notices for the user only, e.g. a dashboard link; absent if none)",
+    "kernel_recovery": "trigger (died|frozen|unresponsive|interrupt|restore), reason, steps "
+                       "([{step, at_s, ...}]), restarted, restart_s, replay_s, seconds, "
+                       "replayed (execution numbers), skipped ([{n, line, seconds, kind, "
+                       "why}] of cells that defined state), failed, names, lineage, survived, "
+                       "state_restored (kernel/ladder.py Recovery)",
     "artifact": "path, mime, tool_call_id",
     "attempt": "index, id, parent, rationale, parameters, metrics, outcome, notes",
     "memory_write": "path, title, kind",
     "recovery": "reason, attempt, agent",
+    "provider_retry": "retry, max_retries, delay_s, retry_after (seconds the server asked; "
+                      "null if none), cause (short: 503, connection reset, timed out, reply "
+                      "cut off), reason (the one-line provider error), agent; on giving up: "
+                      "gave_up, retries, max_retries, cause, reason, cancelled, agent",
     "model_switch": "from_model, to_model",
     "context_eviction": "tool_call_id, tool, path, chars, tokens_before, tokens_after, agent",
     "context_clear": "cleared (newly cleared results), total_cleared, inputs_cleared "
@@ -62,6 +71,9 @@ EVENT_KINDS: dict[str, str] = {
                           "(how many the kernel holds), shown, generation, restarted, lost "
                           "(names a restart took), agent",
     "watchdog_alert": "tool, args, repeats, mode (warn|enforce), agent",
+    "repl_watchdog": "signal (same_error|failed_run|whitespace_rerun), signature (normalised "
+                     "'Type: message'), count (failed cells in the run), mode (warn|enforce), "
+                     "stopped (the turn was ended), tool_call_id (the cell it fired at), agent",
     "cost_ceiling": "action (tripped|reset|refused), scope (turn|session), limit, spent, "
                     "unit (usd|tokens)",
     "subagent_start": "name, description, tool_call_id",
@@ -107,8 +119,14 @@ class TraceLog:
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            # autocommit (isolation_level=None): each INSERT is its own committed
+            # transaction, so an event whose append returned survives a SIGKILL; WAL with
+            # synchronous=NORMAL keeps that true at a fraction of FULL's fsyncs (only an
+            # OS crash may lose the newest events, never the file's consistency).
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=5000")
             self._db.executescript(_SCHEMA)
         self._readonly = readonly
 

@@ -1,9 +1,24 @@
-"""Keep secrets out of the trace.
+"""Keep secrets out of everything simagent writes: one redaction for every sink.
 
-Any environment variable whose *name* looks like a credential (``*_API_KEY``, ``*TOKEN*``,
-``*SECRET*``, ``*PASSWORD*`` ...) has its *value* replaced wherever it appears in a trace
-payload, whether it reached the payload through a tool result, an error message or a
-model reply. Matching by value catches the key even when a shell command prints it.
+A secret is the *value* of an environment variable whose name looks like a credential
+(``*_API_KEY``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*`` ...), of a variable a config
+names in ``api_key_env``, or of a config entry whose key looks like one (``api_key =
+"..."``). Matching by value catches the key wherever it travels: a cell that prints
+``os.environ[...]``, an error message, a model reply that repeats it.
+
+Sinks and where they redact (``tests/test_data_safety.py`` greps all of them):
+
+* the trace (``TraceLog.append``: the serialized payload);
+* kernel output (``kernel/capture.py``): the raw ``outputs/NNNN.txt`` through
+  :class:`StreamRedactor` (a key split across two output chunks is still caught), and the
+  text the model gets, so a printed key never enters the conversation at all;
+* transcripts (``trace/transcript.py``: the rendered document);
+* the TUI's input history (``tui/history.py``: :class:`RedactingFileHistory`);
+* bench records (``bench/runner.py``: each JSON line).
+
+Config secrets are known once a config is loaded: :func:`register_config` (``simagent
+run``, the bench and the TUI call it); the environment is read at each use, so a key set
+after start-up is covered too.
 """
 
 from __future__ import annotations
@@ -11,41 +26,147 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 _SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|AUTH)",
                           re.IGNORECASE)
 #: Shorter values are too likely to collide with ordinary text ("true", "1", a port).
 MIN_SECRET_LEN = 8
 
+_lock = threading.Lock()
+_registered: dict[str, str] = {}  # value -> label, from configs
+_named_vars: set[str] = set()  # variables a config names as holding a key
+
+
+def looks_secret(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name))
+
 
 def secret_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``{value: NAME}`` for every credential-looking variable in ``environ``."""
+    """``{value: NAME}`` for every credential-looking variable in ``environ``, every
+    variable a loaded config names in ``api_key_env``, and registered config secrets."""
     env = os.environ if environ is None else environ
     found: dict[str, str] = {}
+    with _lock:
+        named = set(_named_vars)
+        found.update(_registered)
     for name, value in env.items():
-        if _SECRET_NAME.search(name) and value and len(value) >= MIN_SECRET_LEN:
+        if (looks_secret(name) or name in named) and value and len(value) >= MIN_SECRET_LEN:
             found.setdefault(value, name)
     return found
 
 
+def register(values: Mapping[str, str] | Iterable[str], *, env_vars: Iterable[str] = ()) -> None:
+    """Add secrets (``{value: label}`` or values) and names of variables holding one."""
+    items = values.items() if isinstance(values, Mapping) else ((v, "secret") for v in values)
+    with _lock:
+        for value, label in items:
+            if isinstance(value, str) and len(value) >= MIN_SECRET_LEN:
+                _registered.setdefault(value, label)
+        _named_vars.update(env_vars)
+
+
+def register_config(config: Any) -> None:
+    """The secrets a :class:`simagent.config.Config` holds or points to."""
+    data = getattr(config, "data", config)
+    values: dict[str, str] = {}
+    env_vars: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                where = f"{path}.{key}" if path else str(key)
+                if key == "api_key_env" and isinstance(value, str):
+                    env_vars.append(value)
+                elif isinstance(value, str) and looks_secret(str(key)):
+                    values[value] = f"config:{where}"
+                else:
+                    walk(value, where)
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{path}[{i}]")
+
+    walk(data if isinstance(data, Mapping) else {}, "")
+    register(values, env_vars=env_vars)
+
+
 class Redactor:
-    """Replaces secret values in serialized JSON text with ``[redacted:NAME]``."""
+    """Replaces secret values in text with ``[redacted:NAME]``.
+
+    With no ``secrets`` it follows :func:`secret_values` (environment and registered
+    config secrets, re-read when they change); JSON-escaped forms are covered too, as
+    they appear inside a serialized payload.
+    """
 
     def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
-        table = secret_values() if secrets is None else dict(secrets)
-        # The JSON-escaped form is what appears inside a serialized payload.
-        forms: dict[str, str] = {}
-        for value, name in table.items():
-            forms[value] = name
-            forms[json.dumps(value)[1:-1]] = name
-        self._forms = sorted(forms.items(), key=lambda kv: -len(kv[0]))  # longest first
+        self._fixed = None if secrets is None else dict(secrets)
+        self._key: Any = None
+        self._forms: list[tuple[str, str]] = []
+        self._refresh()
+
+    def _refresh(self) -> list[tuple[str, str]]:
+        table = self._fixed if self._fixed is not None else secret_values()
+        key = tuple(sorted(table.items()))
+        if key != self._key:
+            forms: dict[str, str] = {}
+            for value, name in table.items():
+                forms[value] = name
+                forms[json.dumps(value)[1:-1]] = name
+            self._forms = sorted(forms.items(), key=lambda kv: -len(kv[0]))  # longest first
+            self._key = key
+        return self._forms
 
     def __bool__(self) -> bool:
-        return bool(self._forms)
+        return bool(self._refresh())
+
+    @property
+    def longest(self) -> int:
+        return max((len(v) for v, _ in self._refresh()), default=0)
+
+    def prefixes_at_end(self, text: str) -> int:
+        """Length of the longest tail of ``text`` that begins some secret."""
+        best = 0
+        for value, _ in self._forms:
+            for k in range(min(len(value) - 1, len(text)), best, -1):
+                if text.endswith(value[:k]):
+                    best = k
+                    break
+        return best
 
     def __call__(self, text: str) -> str:
-        for value, name in self._forms:
+        for value, name in self._refresh():
             if value in text:
                 text = text.replace(value, f"[redacted:{name}]")
         return text
+
+
+_default = Redactor()
+
+
+def redact(text: str) -> str:
+    """The one redaction every sink applies (environment + registered secrets)."""
+    return _default(text) if text else text
+
+
+class StreamRedactor:
+    """Redacts text that arrives in pieces: holds back a tail that could be the start
+    of a secret until the next piece (or :meth:`flush`) decides it."""
+
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        self.redactor = redactor or _default
+        self._carry = ""
+
+    def feed(self, text: str) -> str:
+        if not self.redactor:
+            out, self._carry = self._carry + text, ""
+            return out
+        text = self.redactor(self._carry + text)
+        keep = self.redactor.prefixes_at_end(text)
+        self._carry = text[len(text) - keep:] if keep else ""
+        return text[:len(text) - keep] if keep else text
+
+    def flush(self) -> str:
+        out, self._carry = self._carry, ""
+        return self.redactor(out) if out else out

@@ -22,6 +22,7 @@ from typing import Any
 from simagent.agent.usage import UsageLedger
 from simagent.context.events import CONTEXT_KINDS
 from simagent.trace.log import Event
+from simagent.trace.redact import redact
 
 #: Tool output shown inline; the rest stays in the raw output file named in the note.
 DISPLAY_CAP = 4000
@@ -296,6 +297,7 @@ def _md_item(item: str, data: dict[str, Any], expand: bool) -> str:
 def render_markdown(events: Sequence[Event], *, session_dir: Path | None = None,
                     expand_tools: bool = True) -> str:
     """Markdown transcript; assistant text is passed through as the model wrote it."""
+    events = _redacted(events)
     out = [f"# Session {_session_id(events, session_dir)}"]
     for item, agent, data in _walk(events):
         if item == "header":
@@ -310,7 +312,18 @@ def render_markdown(events: Sequence[Event], *, session_dir: Path | None = None,
     line, tables = _usage(events)
     foot = ["## Usage", line] + [_md_table(head, rows) for head, rows in tables]
     out.append("\n\n".join(foot))
-    return "\n\n".join(out) + "\n"
+    return redact("\n\n".join(out) + "\n")
+
+
+def _redacted(events: Sequence[Event]) -> list[Event]:
+    """Events with secrets replaced, before any escaping could hide one from the match
+    (a trace written before a key was known, or by an older simagent, may hold it)."""
+    out = []
+    for ev in events:
+        text = json.dumps(ev.payload, default=str, ensure_ascii=False)
+        clean = redact(text)
+        out.append(ev if clean == text else Event(ev.id, ev.ts, ev.kind, json.loads(clean)))
+    return out
 
 
 # --------------------------------------------------------------------------- html
@@ -470,6 +483,7 @@ def _html_item(item: str, data: dict[str, Any], sd: Path | None, embed: bool) ->
 def render_html(events: Sequence[Event], *, session_dir: Path | None = None,
                 embed_images: bool = True) -> str:
     """One self-contained HTML page; every payload string is escaped, PNGs are inlined."""
+    events = _redacted(events)
     sid = html.escape(_session_id(events, session_dir))
     body = [f"<h1>Session {sid}</h1>"]
     for item, agent, data in _walk(events):
@@ -482,4 +496,4 @@ def render_html(events: Sequence[Event], *, session_dir: Path | None = None,
     body += ["<h2>Usage</h2>", f"<p>{line}</p>"] + [_html_table(h, r) for h, r in tables]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{sid}</title><style>{_CSS}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")
+            + redact("\n".join(body)) + "\n</body></html>\n")

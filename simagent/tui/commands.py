@@ -33,6 +33,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("/model", "[provider:model]", "show or switch the model (same conversation)",
                 "cmd_model", source="complete_models"),
     CommandSpec("/reset", "", "restart the Python kernel (variables are lost)", "cmd_reset"),
+    CommandSpec("/restore", "", "restart the kernel and re-run this session's cells that "
+                "defined state since the last /reset", "cmd_restore"),
     CommandSpec("/interrupt", "", "stop the running turn; the kernel keeps its state",
                 "cmd_interrupt", while_busy=True),
     CommandSpec("/memory", "[note]", "list workspace memory notes, or show one", "cmd_memory",

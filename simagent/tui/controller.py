@@ -6,11 +6,16 @@ change to the conversation is handed to ``post`` so it happens on the UI's threa
 (tests pass a ``post`` that calls at once and ``wait()`` for the worker). Nothing here
 raises into the UI: model, kernel and session problems become notices, and the session
 stays usable (``/model`` fixes a missing or broken model without leaving).
+
+A provider retry (``Retrying``) shows in the status bar as a countdown: a ticker thread
+redraws the bar until the wait is over, and text the failed attempt streamed is taken
+back out of the transcript (the retry streams the reply anew).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,9 @@ from simagent.tui.entries import ApprovalEntry, Conversation, PanelEntry
 from simagent.tui.status import StatusSnapshot
 
 Post = Callable[[Callable[[], None]], None]
+#: How often a provider retry's countdown redraws the bar (under a second, so the whole
+#: seconds it shows never skip one).
+RETRY_TICK_S = 0.25
 
 NO_MODEL_HELP = (
     "No model is configured. Choose one with /model provider:model, e.g.\n"
@@ -53,6 +61,7 @@ class TuiController:
         self._finishing = False  # the turn's reply is in; stats and approvals catch up
         self._early_cancel = threading.Event()
         self._closed = False
+        self._retry: tuple[Any, float] | None = None  # (Retrying, monotonic deadline)
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> bool:
@@ -241,7 +250,39 @@ class TuiController:
             session_id=s.id if s else "no session", approval=s.approval if s else "?",
             kernel=s.kernel_state if s else "stopped",
             cost_usd=self.stats.cost_usd if self.stats is not None else 0.0,
-            ctx_label=label, ctx_level=level, busy=self.busy)
+            ctx_label=label, ctx_level=level, busy=self.busy, retry=self.retry_label())
+
+    def retry_label(self, now: float | None = None) -> str | None:
+        """The waiting retry's countdown (``provider 503 — retry 2/5 in 3s``), or None."""
+        state = self._retry
+        if state is None or not self.busy:
+            return None
+        event, deadline = state
+        return event.label(deadline - (time.monotonic() if now is None else now))
+
+    def _retrying(self, event: Any) -> None:
+        """Start the countdown for ``event`` and take back the failed attempt's text."""
+        from simagent.tui.entries import AssistantEntry
+
+        state = (event, time.monotonic() + event.delay_s)
+        self._retry = state
+        entries = self.conversation.entries
+        last = entries[-1] if entries else None
+        if (event.discarded and event.agent == "main" and isinstance(last, AssistantEntry)
+                and last.agent == "main"):
+            last.text = last.text[: max(0, len(last.text) - event.discarded)]
+            if not last.text:
+                entries.remove(last)
+            self.conversation.version += 1
+
+        def tick() -> None:
+            while self._retry is state and not self._closed:
+                self.post(self.invalidate)
+                if time.monotonic() > state[1]:
+                    return  # "now": the retry is under way; its next event clears this
+                time.sleep(RETRY_TICK_S)
+
+        self.spawn(tick)
 
     def context_stats(self) -> Any:
         from simagent.context.stats import stats_from_trace
@@ -317,9 +358,13 @@ class TuiController:
         return True
 
     def _on_event(self, event: Any) -> None:
-        from simagent.agent.events import Interrupt
+        from simagent.agent.events import Interrupt, Retrying
 
         try:
+            if isinstance(event, Retrying):
+                self._retrying(event)
+                return
+            self._retry = None  # anything the turn does next ends a retry's wait
             if isinstance(event, Interrupt):
                 self._preview(event)
             self.conversation.apply(event)
@@ -378,6 +423,7 @@ class TuiController:
     def _finish(self) -> None:
         self._active = False
         self._finishing = False
+        self._retry = None
         self.invalidate()
 
     def _pending_safely(self) -> list[Any] | None:

@@ -13,6 +13,7 @@ from typing import Any
 from simagent.agent.events import ContextEvent
 from simagent.context.events import CONTEXT_KINDS
 from simagent.headless import context_line
+from simagent.trace.redact import redact
 from simagent.tui.entries import AssistantEntry, Entry, NoticeEntry, ToolCard, UserEntry
 
 _CONTEXT_KINDS = CONTEXT_KINDS
@@ -49,3 +50,16 @@ def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[E
         elif ev.kind in _CONTEXT_KINDS and (line := context_line(ContextEvent(ev.kind, p))):
             entries.append(NoticeEntry(line, "context"))
     return entries[-limit:]
+
+
+def redacting_file_history(path: str) -> Any:
+    """prompt_toolkit's ``FileHistory`` for the input box, with secrets redacted before a
+    line reaches the file (a pasted key stays usable in this session's prompt, but is
+    never written to ``input_history``)."""
+    from prompt_toolkit.history import FileHistory
+
+    class RedactingFileHistory(FileHistory):
+        def store_string(self, string: str) -> None:
+            super().store_string(redact(string))
+
+    return RedactingFileHistory(path)

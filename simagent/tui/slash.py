@@ -101,6 +101,25 @@ def cmd_reset(ctl: TuiController, arg: str) -> None:
         ctl.note("restarting the kernel…", "warning")
 
 
+def cmd_restore(ctl: TuiController, arg: str) -> None:
+    """Restart and replay (``Session.restore_kernel``): after a crash that lost more than
+    the automatic replay could bring back, or after ``--continue`` in a new process."""
+    if ctl.session is None:
+        return
+    if ctl.session.kernel_state == "replay":
+        ctl.note("a replayed session's kernel is its recording; nothing to restore", "info")
+        return
+    if not ctl.kernel_ready:
+        ctl.note("the kernel is still starting; /restore when it is up", "warning")
+        return
+
+    def work() -> str:
+        return ctl.session.restore_kernel().message()
+
+    if ctl.background("/restore", work):
+        ctl.note("restarting the kernel and replaying this session's cells…", "warning")
+
+
 def cmd_interrupt(ctl: TuiController, arg: str) -> None:
     if not ctl.busy:
         ctl.note("nothing is running", "info")

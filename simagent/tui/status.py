@@ -3,6 +3,8 @@
 The ``ctx NN%`` label and its level come from ``simagent.context.panel.status_label``,
 the same function ``/context`` uses, so the bar and the panel cannot disagree. On a
 narrow terminal the least important fields go first; the context share goes last.
+While a model call waits to retry a provider fault, ``retry`` (``provider 503 — retry
+2/5 in 3s``, counted down by the controller) takes the place of ``● working``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ class StatusSnapshot:
     ctx_label: str
     ctx_level: str  # dim | warning | alert
     busy: bool = False
+    retry: str | None = None  # a provider retry's countdown label, while one waits
 
+
+#: The retry countdown: the warning colour the app already defines, plus its own class.
+RETRY_STYLE = "class:status.ctx.warning class:status.retry"
 
 #: Longest model id the bar shows (the whole id is in /model and /context).
 MODEL_CELLS = 32
@@ -62,7 +68,9 @@ def status_fragments(s: StatusSnapshot, width: int) -> list[Fragment]:
         (3, ("class:status", _cost(s.cost_usd))),
         (6, (_LEVEL_STYLE.get(s.ctx_level, "class:status.ctx"), s.ctx_label)),
     ]
-    if s.busy:  # input waits and ctrl+C interrupts until this goes
+    if s.busy and s.retry:  # the turn waits on the provider: say why and for how long
+        fields.insert(0, (7, (RETRY_STYLE, f"↻ {s.retry}")))
+    elif s.busy:  # input waits and ctrl+C interrupts until this goes
         fields.insert(0, (7, ("class:status.busy", "● working")))
 
     def size(items: list[tuple[int, Fragment]]) -> int:

@@ -1,0 +1,365 @@
+"""Bounded, visible, cancellable retries of a model call that hit a provider fault.
+
+Providers fail transiently: 429 rate limits (often with ``Retry-After``), 500/502/503 and
+Anthropic's 529 "overloaded", connections reset or dropped mid-stream, read timeouts, and
+streams that end politely but early (no finish reason, no ``[DONE]``). One such fault
+must not end a long turn, and a provider that stays down must not hold it forever.
+
+``ProviderRetryMiddleware`` wraps the model call (innermost: the request it repeats is
+exactly the one the layers above built, and the recorder above it sees one outcome per
+logical call). On a retryable fault it waits an exponential backoff with jitter, or what
+``Retry-After`` asks (seconds or an HTTP date, capped), then calls again, at most
+``max_retries`` times. Each retry is a ``provider_retry`` trace event and a stream item
+that ``TurnRunner`` turns into a ``Retrying`` event (the TUI counts it down in the status
+bar; ``simagent run`` prints one stderr line). A cancel during the wait ends it at once.
+Past the bound the last error goes up, marked with the retry count, and the turn ends
+as a provider error (``simagent run`` exit 4); a failed call writes nothing to the
+checkpoint, so the next turn starts from the last completed step.
+
+Everything else passes straight through: 401/403/404/400 would fail the same way again,
+and a context overflow belongs to the emergency compaction above (``ContextMiddleware``).
+
+The SDKs' own retries are switched off in ``simagent.models`` (``max_retries=0``) so the
+two layers do not multiply; a ``max_retries`` in the model config turns them back on
+inside each of our attempts. The bound's constants live here: :data:`MAX_RETRIES`,
+:data:`BASE_S`, :data:`CAP_S`, :data:`RETRY_AFTER_CAP_S`, :data:`JITTER`; the model config
+(``[model]`` table) may override them (``RetryPolicy.from_settings``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage
+
+from simagent.context.overflow import is_context_overflow
+from simagent.models import (
+    RETRIES_ATTR,
+    TruncatedReply,
+    describe_provider_error,
+    finish_reason_key,
+)
+from simagent.trace.log import TraceLog
+
+#: Retries after the first attempt (so at most MAX_RETRIES + 1 requests per model call).
+MAX_RETRIES = 5
+#: The first backoff (seconds); each further retry doubles it, up to CAP_S.
+BASE_S = 1.0
+CAP_S = 30.0
+#: The longest ``Retry-After`` honoured; a longer ask is waited for this long.
+RETRY_AFTER_CAP_S = 60.0
+#: Backoff jitter: the wait is drawn from [(1 - JITTER) x backoff, backoff], so clients
+#: that failed together do not come back together.
+JITTER = 0.5
+#: How often an async wait looks at the cancel flag (seconds).
+CANCEL_POLL_S = 0.05
+
+#: Status codes worth another try: request timeout, rate limit, server-side trouble.
+RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
+_TIMEOUT_NAMES = {"APITimeoutError", "ModelTimeoutError", "TimeoutException", "TimeoutError",
+                  "ReadTimeout", "ConnectTimeout", "WriteTimeout", "PoolTimeout"}
+_CONNECTION_NAMES = {"APIConnectionError", "ModelConnectionError", "ConnectError",
+                     "NetworkError", "RemoteProtocolError", "ReadError", "WriteError",
+                     "ConnectionError"}
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The bound: how often and how long to retry (defaults: the module constants)."""
+
+    retries: int = MAX_RETRIES
+    retry_base_s: float = BASE_S
+    retry_cap_s: float = CAP_S
+    retry_after_cap_s: float = RETRY_AFTER_CAP_S
+    retry_jitter: float = JITTER
+    #: Treat a reply without its provider's finish reason as cut off (and retry it).
+    check_finish_reason: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> RetryPolicy:
+        """From model-config keys (the field names); ``ValueError`` names a bad one."""
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in settings.items():
+            if key not in known:
+                raise ValueError(f"unknown retry setting {key!r}")
+            if key == "check_finish_reason":
+                if not isinstance(value, bool):
+                    raise ValueError(f"{key} must be true or false, got {value!r}")
+            elif key == "retries":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ValueError(f"retries must be a whole number >= 0, got {value!r}")
+            elif key == "retry_jitter":
+                if not _number(value) or not 0 <= value <= 1:
+                    raise ValueError(f"retry_jitter must be in [0, 1], got {value!r}")
+            elif not _number(value) or value < 0:
+                raise ValueError(f"{key} must be seconds >= 0, got {value!r}")
+            values[key] = value
+        return cls(**values)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# ------------------------------------------------------------------ pure parts
+def backoff_delay(retry: int, policy: RetryPolicy = RetryPolicy(), *,
+                  retry_after: float | None = None,
+                  rand: Callable[[], float] = random.random) -> float:
+    """Seconds to wait before retry number ``retry`` (1-based).
+
+    The server's ``retry_after`` wins, capped at ``retry_after_cap_s``; otherwise
+    ``base x 2^(retry-1)`` capped at ``cap``, minus up to ``jitter`` of it at random.
+    """
+    if retry_after is not None:
+        return min(max(0.0, retry_after), policy.retry_after_cap_s)
+    full = min(policy.retry_cap_s, policy.retry_base_s * 2 ** (max(1, retry) - 1))
+    return full * (1 - policy.retry_jitter * rand())
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """A ``Retry-After`` value in seconds: delta-seconds or an HTTP date (RFC 9110).
+
+    A date in the past means now (0); anything unreadable is None (then the backoff
+    applies).
+    """
+    if value is None:
+        return None
+    text = str(value).strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen and len(seen) < 8:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return seen
+
+
+def retry_after_of(exc: BaseException) -> float | None:
+    """The wait the server asked for in the error's response headers (``retry-after-ms``,
+    which OpenAI sends, or ``retry-after``), in seconds; None when it asked none."""
+    for e in _chain(exc):
+        headers = getattr(getattr(e, "response", None), "headers", None)
+        if headers is None:
+            continue
+        try:
+            ms = headers.get("retry-after-ms")
+            if ms is not None and (seconds := parse_retry_after(ms)) is not None:
+                return seconds / 1000
+            return parse_retry_after(headers.get("retry-after"))
+        except Exception:  # an odd headers object: no ask
+            return None
+    return None
+
+
+def _status(chain: list[BaseException]) -> int | None:
+    for e in chain:
+        for status in (getattr(e, "status_code", None),
+                       getattr(getattr(e, "response", None), "status_code", None)):
+            if isinstance(status, int) and not isinstance(status, bool):
+                return status
+    return None
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A retryable provider fault: a short ``cause`` for the status bar ("503",
+    "connection reset", "timed out", "reply cut off") and the server's ``retry_after``."""
+
+    cause: str
+    retry_after: float | None = None
+
+
+def classify(exc: BaseException) -> Fault | None:
+    """The fault when another try may succeed, else None (the error goes straight up).
+
+    A context overflow is never retried here (emergency compaction handles it); an HTTP
+    status decides when there is one (408/429/5xx retry, other 4xx do not); then
+    timeouts, lost connections and cut-off replies; then langchain's ``is_retryable``.
+    """
+    if not isinstance(exc, Exception) or is_context_overflow(exc):
+        return None
+    chain = _chain(exc)
+    if any(isinstance(e, TruncatedReply) for e in chain):
+        return Fault("reply cut off")
+    status = _status(chain)
+    if status is not None:
+        return Fault(str(status), retry_after_of(exc)) if status in RETRY_STATUSES else None
+    names = {c.__name__ for e in chain for c in type(e).__mro__}
+    if names & _TIMEOUT_NAMES:
+        return Fault("timed out")
+    if names & _CONNECTION_NAMES:
+        text = " ".join(str(e).lower() for e in chain)
+        if any(isinstance(e, ConnectionResetError) for e in chain) or "reset" in text:
+            return Fault("connection reset")
+        if any(isinstance(e, ConnectionRefusedError) for e in chain) or "refused" in text:
+            return Fault("connection refused")
+        if "RemoteProtocolError" in names or "ReadError" in names:
+            return Fault("connection dropped")
+        return Fault("connection error")
+    if any(getattr(e, "is_retryable", None) is True for e in chain):
+        return Fault("provider error")
+    return None
+
+
+def check_finished(model: Any, response: Any) -> None:
+    """Raise ``TruncatedReply`` when ``model`` reports finish reasons and this reply's
+    AIMessage has none (a stream that ended early without an error)."""
+    key = finish_reason_key(model)
+    if key is None:
+        return
+    messages = getattr(response, "result", None)
+    messages = [response] if isinstance(response, AIMessage) else list(messages or ())
+    for msg in messages:
+        if isinstance(msg, AIMessage) and not (msg.response_metadata or {}).get(key):
+            raise TruncatedReply(key, len(msg.text))
+
+
+def _reason(exc: BaseException) -> str:
+    """The one-line provider error (``describe_provider_error``), else the exception."""
+    return " ".join((describe_provider_error(exc) or f"{type(exc).__name__}: {exc}").split())
+
+
+# ------------------------------------------------------------------ the middleware
+class ProviderRetryMiddleware(AgentMiddleware):
+    """Retries a model call after a provider fault, within ``policy``'s bound.
+
+    ``cancel`` (the session's ``cancel_requested``) ends a backoff wait at once; the
+    last error then goes up and the runner reports the turn as cancelled.
+    """
+
+    def __init__(self, trace: TraceLog | None = None, *, agent: str = "main",
+                 policy: RetryPolicy | None = None,
+                 cancel: threading.Event | None = None,
+                 rand: Callable[[], float] = random.random) -> None:
+        super().__init__()
+        self.trace = trace
+        self.agent = agent
+        self.policy = policy or RetryPolicy()
+        self.cancel = cancel
+        self.rand = rand
+
+    @property
+    def name(self) -> str:
+        return f"ProviderRetryMiddleware[{self.agent}]"
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        retry = 0
+        while True:
+            try:
+                response = handler(request)
+                if self.policy.check_finish_reason:
+                    check_finished(request.model, response)
+                return response
+            except Exception as exc:
+                delay = self._next(exc, retry)
+                if delay is None:
+                    raise
+                if self._cancelled(delay):
+                    self._give_up(exc, retry, cancelled=True)
+                    raise
+                retry += 1
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        retry = 0
+        while True:
+            try:
+                response = await handler(request)
+                if self.policy.check_finish_reason:
+                    check_finished(request.model, response)
+                return response
+            except Exception as exc:
+                delay = self._next(exc, retry)
+                if delay is None:
+                    raise
+                if await self._acancelled(delay):
+                    self._give_up(exc, retry, cancelled=True)
+                    raise
+                retry += 1
+
+    # ---------------------------------------------------------------- internals
+    def _next(self, exc: Exception, done: int) -> float | None:
+        """The wait before the next retry (announced), or None: give up / not ours."""
+        fault = classify(exc)
+        if fault is None:
+            return None
+        cancelled = self.cancel is not None and self.cancel.is_set()
+        if done >= self.policy.retries or cancelled:
+            self._give_up(exc, done, fault, cancelled=cancelled)
+            return None
+        retry = done + 1
+        delay = backoff_delay(retry, self.policy, retry_after=fault.retry_after,
+                              rand=self.rand)
+        payload = {"retry": retry, "max_retries": self.policy.retries,
+                   "delay_s": round(delay, 3), "retry_after": fault.retry_after,
+                   "cause": fault.cause, "reason": _reason(exc)}
+        self._trace(payload)
+        self._write({"type": "provider_retry", "agent": self.agent, **payload})
+        return delay
+
+    def _give_up(self, exc: Exception, retries: int, fault: Fault | None = None, *,
+                  cancelled: bool = False) -> None:
+        """Mark ``exc`` with the retries made (the error line says so) and trace the end."""
+        fault = fault or classify(exc) or Fault("?")
+        if retries and not cancelled:
+            try:
+                setattr(exc, RETRIES_ATTR, retries)
+            except AttributeError:  # an exception type that takes no attributes
+                pass
+        self._trace({"gave_up": True, "retries": retries, "max_retries": self.policy.retries,
+                     "cause": fault.cause, "reason": _reason(exc), "cancelled": cancelled})
+
+    def _trace(self, payload: dict[str, Any]) -> None:
+        if self.trace is not None:
+            self.trace.append("provider_retry", {**payload, "agent": self.agent})
+
+    @staticmethod
+    def _write(item: dict[str, Any]) -> None:
+        try:
+            from langgraph.config import get_stream_writer
+
+            get_stream_writer()(item)
+        except Exception:  # outside a streamed run (a plain invoke, the bench)
+            pass
+
+    def _cancelled(self, delay: float) -> bool:
+        """Wait ``delay`` seconds; True when a cancel ended the wait."""
+        if self.cancel is None:
+            time.sleep(delay)
+            return False
+        return self.cancel.wait(delay)
+
+    async def _acancelled(self, delay: float) -> bool:
+        deadline = time.monotonic() + delay
+        while (left := deadline - time.monotonic()) > 0:
+            if self.cancel is not None and self.cancel.is_set():
+                return True
+            await asyncio.sleep(min(CANCEL_POLL_S, left))
+        return self.cancel is not None and self.cancel.is_set()

@@ -1,0 +1,447 @@
+"""The faults ``simagent bench faults`` runs: kernel, provider, watchdog and data faults.
+
+Each case is a function ``(lab, fast) -> Outcome`` built from a few shared shapes, so
+adding a fault is a line or two. The kernel shape is three turns of the scripted model:
+set up state, fault (then a check cell reading the state back), and a turn after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from simagent.bench.fault_bench import (
+    ALIVE,
+    ALIVE_CODE,
+    CHECK_CODE,
+    FAULT_MARK,
+    RESTORED,
+    SETUP_CODE,
+    Clock,
+    FaultCase,
+    Lab,
+    Outcome,
+    lost_since,
+    mark_lost,
+    marked,
+    no_orphans,
+    raw_of,
+    snapshot,
+)
+
+#: Resident memory at which the bench's stand-in for the kernel OOM killer sends SIGKILL.
+OOM_LIMIT_MB = 512
+#: Output of the no-newline case: 1 GiB in the full run, 16 MiB in the fast subset.
+BIG_OUTPUT_MB, BIG_OUTPUT_MB_FAST = 1024, 16
+
+
+def _py(code: str, timeout_s: float | None = None) -> dict[str, Any]:
+    args: dict[str, Any] = {"code": code}
+    if timeout_s:
+        args["timeout_s"] = timeout_s
+    return {"tool": "run_python", "args": args}
+
+
+def kernel_fault(lab: Lab, code: str, *, timeout_s: float | None = None,
+                 detect_after: float = 0.0, during: Callable[[Any], Callable[[], None]] | None
+                 = None, expect_bytes: int = 0) -> Outcome:
+    """Set up state, run the faulting ``code``, read the state back, then run one more turn.
+
+    ``detect_after``: seconds after the cell starts at which the fault can first be seen
+    (a hang is only a fault once its timeout passes). ``during(session)`` starts something
+    beside the faulting cell and returns its stopper. ``expect_bytes``: output the cell
+    writes after the mark, which its raw output must hold.
+    """
+    session = lab.session()
+    steps = [_py(SETUP_CODE), {"final": "ready"},
+             _py(marked(code), timeout_s), _py(CHECK_CODE), {"final": "{out[-1]}"},
+             _py(ALIVE_CODE), {"final": "{out[-1]}"}]
+    runner = lab.scripted(session, steps)
+    first = runner.run("set up the model")
+    before = snapshot(session)
+    clock = Clock()
+    stop = during(session) if during else None
+    try:
+        second = runner.run("run the study", clock)
+    finally:
+        if stop:
+            stop()
+    third = runner.run("go on")
+    fault_id, check_id = ([*clock.order, "", ""])[:2]
+    recover = None
+    if fault_id in clock.started and check_id in clock.finished:
+        recover = clock.finished[check_id] - (clock.started[fault_id] + detect_after)
+    lost, what = lost_since(session, before)
+    raw = raw_of(session, "import sys as _fs")
+    lost += mark_lost(raw)
+    if expect_bytes:
+        size = raw.stat().st_size if raw and raw.is_file() else 0
+        got = max(0, size - len(FAULT_MARK.encode()) - 1)  # the mark's line comes first
+        lost += max(0, expect_bytes - got)
+    survived = (first.status == second.status == third.status == "done"
+                and ALIVE in third.final and no_orphans(runner))
+    detail = _recovery_line(session) or _first_line(clock.contents.get(fault_id, ""))
+    if what:
+        detail = f"lost: {', '.join(what)}; {detail}"
+    if not survived:
+        detail = (f"turns: {first.status}/{second.status}/{third.status} "
+                  f"{second.error or third.error or ''}; {detail}")
+    return Outcome(survived, RESTORED in clock.contents.get(check_id, ""), recover,
+                   lost, detail)
+
+
+def _recovery_line(session: Any) -> str:
+    """What the kernel's recovery did, from its ``kernel_recovery`` trace events."""
+    parts = []
+    for event in session.trace.events(["kernel_recovery"]):
+        r = event.payload
+        steps = [str(s.get("step")) for s in r.get("steps") or []]
+        if r.get("restarted") and "restart" not in steps:
+            steps.append("restart")
+        parts.append(f"{r.get('trigger')}: {'→'.join(steps)}; replayed "
+                     f"{len(r.get('replayed') or [])}, skipped {len(r.get('skipped') or [])}")
+    return "; ".join(parts) if parts else "state kept (no restart)"
+
+
+def _first_line(text: str, limit: int = 110) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("fault-start"):
+            return line if len(line) <= limit else line[:limit - 1] + "…"
+    return ""
+
+
+# ----------------------------------------------------------------- kernel stand-ins
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return 0.0
+
+
+def oom_killer(limit_mb: float = OOM_LIMIT_MB) -> Callable[[Any], Callable[[], None]]:
+    """A watcher that SIGKILLs the kernel once its RSS passes ``limit_mb``: what the
+    kernel's OOM killer does, without exhausting the machine that runs the bench."""
+
+    def start(session: Any) -> Callable[[], None]:
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(0.02):
+                pid = session.kernel.pid if session.kernel_state != "stopped" else None
+                if pid and _rss_mb(pid) > limit_mb:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+
+        threading.Thread(target=watch, daemon=True).start()
+        return done.set
+
+    return start
+
+
+def _children_left(workspace: Path) -> int:
+    """Forked children the cell recorded that are still running (zombies are gone)."""
+    try:
+        pids = [int(p) for p in (workspace / "fault_kids.txt").read_text().split()]
+    except (OSError, ValueError):
+        return -1
+    alive = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                state = next((ln for ln in f if ln.startswith("State:")), "")
+        except OSError:
+            continue
+        if "Z" not in state.split(":", 1)[-1][:3]:
+            alive += 1
+            try:
+                os.kill(pid, signal.SIGKILL)  # never leave them to the machine
+            except OSError:
+                pass
+    return alive
+
+
+FORK_CODE = """import os, time
+kids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            time.sleep(300)
+        finally:
+            os._exit(0)
+    kids.append(pid)
+open('fault_kids.txt', 'w').write(' '.join(map(str, kids)))
+for k in kids:
+    os.waitpid(k, 0)
+"""
+
+
+def _forking(lab: Lab, fast: bool) -> Outcome:
+    out = kernel_fault(lab, FORK_CODE, timeout_s=2, detect_after=2)
+    left = _children_left(lab.root / "ws01")
+    if left:
+        out.survived = False
+    out.detail = f"{left} forked children left running; {out.detail}"
+    return out
+
+
+def _big_output(lab: Lab, fast: bool) -> Outcome:
+    mb = BIG_OUTPUT_MB_FAST if fast else BIG_OUTPUT_MB
+    code = (f"_chunk = 'x' * (1 << 20)\nfor _ in range({mb}):\n    _fs.stdout.write(_chunk)\n"
+            "_fs.stdout.flush()\n_ft.sleep(0.3)\n")
+    out = kernel_fault(lab, code, expect_bytes=mb << 20)
+    out.detail = f"{mb} MiB without a newline; {out.detail}"
+    return out
+
+
+KERNEL_CASES = [
+    FaultCase("kernel-exit", "kernel", "kernel process exits: os._exit(1)",
+              lambda lab, fast: kernel_fault(lab, "import os\nos._exit(1)"), fast=True),
+    FaultCase("kernel-segfault", "kernel", "segfault in native code via ctypes",
+              lambda lab, fast: kernel_fault(lab, "import ctypes\nctypes.string_at(0)")),
+    FaultCase("kernel-oom", "kernel",
+              f"OOM kill: SIGKILL once the kernel passes {OOM_LIMIT_MB} MB",
+              lambda lab, fast: kernel_fault(
+                  lab, "_blocks = []\nwhile True:\n    _blocks.append(b'\\x01' * (64 << 20))\n"
+                       "    _ft.sleep(0.01)\n", during=oom_killer())),
+    FaultCase("kernel-sigint-ignored", "kernel",
+              "native call that ignores SIGINT (blocked signal, libc sleep)",
+              lambda lab, fast: kernel_fault(
+                  lab, "import ctypes, signal\n"
+                       "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+                       "ctypes.CDLL(None).sleep(120)\n", timeout_s=2, detect_after=2)),
+    FaultCase("kernel-frozen", "kernel", "kernel process frozen (SIGSTOP)",
+              lambda lab, fast: kernel_fault(
+                  lab, "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n",
+                  timeout_s=3, detect_after=0.3)),
+    FaultCase("kernel-busy-loop", "kernel", "pure-Python infinite loop past its timeout",
+              lambda lab, fast: kernel_fault(lab, "while True:\n    pass\n", timeout_s=1,
+                                             detect_after=1), fast=True),
+    FaultCase("kernel-forks", "kernel", "cell forks children and waits on them", _forking),
+    FaultCase("kernel-big-output", "kernel", "1 GiB of output without a newline",
+              _big_output, fast=True),
+]
+
+# ------------------------------------------------------------------------ provider
+#: The client's read timeout in the provider cases (a "hang" reply outlasts it).
+CLIENT_TIMEOUT_S = 3.0
+PARTIAL_TEXT = "a reply the connection loses halfway"
+
+
+def _call(code: str) -> Any:
+    from simagent.bench.openai_stub import Reply
+
+    return Reply(tool_calls=[("run_python", json.dumps({"code": code}))])
+
+
+def _stub_runner(lab: Lab, session: Any, stub: Any, **config: Any) -> Any:
+    from simagent.agent.builder import build_agent
+    from simagent.agent.runner import TurnRunner
+    from simagent.models import resolve_model
+
+    model = resolve_model(f"openai-compatible:stub-model@{stub.base_url}",
+                          model_config={"timeout": CLIENT_TIMEOUT_S, "window": 64_000,
+                                        **config})
+    return TurnRunner(session, build_agent(session, model))
+
+
+def _partial_in_checkpoint(runner: Any) -> bool:
+    from langchain_core.messages import AIMessage
+
+    state = runner.agent.graph.get_state(runner.session.thread_config)
+    return any(isinstance(m, AIMessage) and PARTIAL_TEXT[:12] in m.text
+               for m in state.values.get("messages", []))
+
+
+def provider_fault(lab: Lab, faults: list[Any], *, gives_up: bool = False,
+                   **config: Any) -> Outcome:
+    """Set up kernel state, then a turn whose first model calls meet ``faults`` over real
+    HTTP; the turn must go on to read the state back (or, when ``gives_up``, end as one
+    clear provider error), and a turn after it must work."""
+    from simagent.bench.openai_stub import OpenAIStub, Reply
+
+    session = lab.session()
+    with OpenAIStub([_call(SETUP_CODE), Reply(text="ready")]) as stub:
+        runner = _stub_runner(lab, session, stub, **config)
+        first = runner.run("set up the model")
+        before = snapshot(session)
+        after = [_call(CHECK_CODE), Reply(text="checked")]
+        stub.push(*faults, *([] if gives_up else after))
+        clock = Clock()
+        t0 = time.monotonic()
+        second = runner.run("run the study", clock)
+        t_second = time.monotonic() - t0
+        stub.push(*([after[0]] if gives_up else []), _call(ALIVE_CODE), Reply(text="alive"))
+        third_clock = Clock()
+        third = runner.run("go on", third_clock)
+        requests = len(stub.chat_requests)
+    retries = session.trace.events(["provider_retry"])
+    texts = [*clock.outputs, *third_clock.outputs]
+    restored = any(RESTORED in t for t in texts)
+    lost, what = lost_since(session, before)
+    clean = no_orphans(runner) and not _partial_in_checkpoint(runner)
+    if gives_up:
+        ok_second = second.status == "error" and second.provider_error and \
+            "\n" not in (second.error or "")
+        recover = t_second
+    else:
+        ok_second = second.status == "done"
+        check = clock.order[0] if clock.order else ""
+        recover = (clock.started[check] - t0) if check in clock.started else None
+    survived = (first.status == "done" and ok_second and third.status == "done"
+                and any(ALIVE in t for t in third_clock.outputs) and clean)
+    detail = (f"{len(retries)} retries, {requests} requests"
+              + (f"; error: {second.error}" if second.error else ""))
+    if not clean:
+        detail += "; checkpoint holds a partial reply or an unanswered call"
+    if what:
+        detail = f"lost: {', '.join(what)}; {detail}"
+    return Outcome(survived, restored, recover, lost, detail[:240])
+
+
+def _status(code: int, **kw: Any) -> Callable[[Lab, bool], Outcome]:
+    def run(lab: Lab, fast: bool) -> Outcome:
+        from simagent.bench.openai_stub import error_reply
+
+        return provider_fault(lab, [error_reply(code, f"stub {code}", **kw)])
+    return run
+
+
+def _wire(fault: str, **kw: Any) -> Callable[[Lab, bool], Outcome]:
+    def run(lab: Lab, fast: bool) -> Outcome:
+        from simagent.bench.openai_stub import fault_reply
+
+        return provider_fault(lab, [fault_reply(fault, PARTIAL_TEXT, **kw)])
+    return run
+
+
+def _bad_json(lab: Lab, fast: bool) -> Outcome:
+    from simagent.bench.openai_stub import Reply
+
+    return provider_fault(lab, [Reply(tool_calls=[("run_python", '{"code": "print(1)"')])])
+
+
+def _empty(lab: Lab, fast: bool) -> Outcome:
+    from simagent.bench.openai_stub import Reply
+
+    return provider_fault(lab, [Reply(text="")])
+
+
+def _down(lab: Lab, fast: bool) -> Outcome:
+    from simagent.agent.provider_retry import MAX_RETRIES
+    from simagent.bench.openai_stub import error_reply
+
+    return provider_fault(lab, [error_reply(503, "stub down")] * (MAX_RETRIES + 1),
+                          gives_up=True)
+
+
+PROVIDER_CASES = [
+    FaultCase("provider-429-retry-after", "provider", "429 with retry-after: 1",
+              _status(429, retry_after=1), fast=True),
+    FaultCase("provider-429", "provider", "429 without retry-after", _status(429)),
+    *(FaultCase(f"provider-{code}", "provider", f"HTTP {code}", _status(code))
+      for code in (500, 502, 503, 529)),
+    FaultCase("provider-reset", "provider", "connection reset before the reply",
+              _wire("reset"), fast=True),
+    FaultCase("provider-timeout", "provider",
+              f"no answer past the client's {CLIENT_TIMEOUT_S:g} s read timeout",
+              _wire("hang", hang_s=CLIENT_TIMEOUT_S + 3)),
+    FaultCase("provider-cut-stream", "provider", "stream dropped mid-message",
+              _wire("cut"), fast=True),
+    FaultCase("provider-no-finish", "provider", "stream ends without finish_reason or [DONE]",
+              _wire("no_finish")),
+    FaultCase("provider-bad-tool-json", "provider", "tool call with invalid JSON arguments",
+              _bad_json),
+    FaultCase("provider-empty", "provider", "empty reply", _empty),
+    FaultCase("provider-down", "provider",
+              "503 on every retry: one clear error, then the next turn works", _down),
+]
+
+# ------------------------------------------------------------------------ watchdog
+#: Failing cells per signal: the same error with other numbers, three different errors,
+#: and one cell re-run with only whitespace changed.
+STUCK_CELLS = {
+    "same_error": ["raise ValueError('bad value 1')", "raise ValueError('bad value 2')",
+                   "raise ValueError('bad value 3')", "raise ValueError('bad value 4')"],
+    "failed_run": ["1 / 0", "undefined_name_here", "[][1]", "{}['k']"],
+    "whitespace_rerun": ["raise ValueError('bad value 1')",
+                         "raise ValueError( 'bad value 1' )  "],
+}
+
+
+def watchdog_case(lab: Lab, signal_name: str, mode: str) -> Outcome:
+    """A model stuck on failing cells: ``enforce`` must end the turn before the next
+    stuck call runs, ``warn`` must nudge once and let the turn go on; either way nothing
+    is orphaned, the kernel keeps its state and the next turn works."""
+    from simagent.context.thresholds import ContextSettings
+
+    cells = STUCK_CELLS[signal_name]
+    session = lab.session()
+    stuck = [_py(c) for c in cells]
+    if mode == "enforce":  # the last stuck call is stopped; the turn ends there
+        steps = [_py(SETUP_CODE), {"final": "ready"}, *stuck,
+                 _py(CHECK_CODE), _py(ALIVE_CODE), {"final": "{out[-1]}"}]
+    else:
+        steps = [_py(SETUP_CODE), {"final": "ready"}, *stuck[:-1], _py(CHECK_CODE),
+                 {"final": "{out[-1]}"}, _py(ALIVE_CODE), {"final": "{out[-1]}"}]
+    runner = lab.scripted(session, steps, ContextSettings(repl_watchdog=mode))
+    first = runner.run("set up the model")
+    before = snapshot(session)
+    clock, third_clock = Clock(), Clock()
+    second = runner.run("run the study", clock)
+    third = runner.run("go on", third_clock)
+    alerts = [e.payload for e in session.trace.events(["repl_watchdog"])]
+    ran = {e.payload.get("code") for e in session.trace.events(["kernel_exec"])}
+    fired = [a for a in alerts if a.get("signal") == signal_name]
+    if mode == "enforce":
+        acted = bool(fired) and any(a.get("stopped") for a in fired) and cells[-1] not in ran
+    else:
+        acted = len(fired) == 1
+    texts = [*clock.outputs, *third_clock.outputs]
+    lost, what = lost_since(session, before)
+    survived = (first.status == second.status == third.status == "done" and acted
+                and any(ALIVE in t for t in texts) and no_orphans(runner))
+    if mode == "enforce":
+        what_happened = ("stopped before the next stuck cell" if cells[-1] not in ran
+                         else "the next stuck cell ran")
+    else:
+        what_happened = "nudged the model, the turn went on"
+    detail = f"{len(fired)} {signal_name} alert(s), mode {mode}, {what_happened}"
+    if what:
+        detail = f"lost: {', '.join(what)}; {detail}"
+    return Outcome(survived, any(RESTORED in t for t in texts), None, lost, detail)
+
+
+WATCHDOG_CASES = [
+    *(FaultCase(f"watchdog-{sig.replace('_', '-')}", "watchdog",
+                f"model stuck: {sig.replace('_', ' ')} (enforce, headless default)",
+                lambda lab, fast, sig=sig: watchdog_case(lab, sig, "enforce"),
+                fast=sig == "same_error")
+      for sig in STUCK_CELLS),
+    FaultCase("watchdog-warn", "watchdog", "model stuck: same error (warn, TUI default)",
+              lambda lab, fast: watchdog_case(lab, "same_error", "warn")),
+]
+
+CASES: list[FaultCase] = [*KERNEL_CASES, *PROVIDER_CASES, *WATCHDOG_CASES]
+
+
+def select(ids: list[str] | None = None, *, fast: bool = False) -> list[FaultCase]:
+    """The cases to run: by id (unknown ids are an error), the fast subset, or all."""
+    if ids:
+        known = {c.id: c for c in CASES}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise ValueError(f"unknown fault(s) {', '.join(unknown)}; known: "
+                             f"{', '.join(known)}")
+        return [known[i] for i in ids]
+    return [c for c in CASES if c.fast] if fast else list(CASES)

@@ -1,0 +1,374 @@
+"""The recovery ladder: bring a kernel that stopped answering back, with its state.
+
+The supervisor (:mod:`simagent.kernel.supervisor`) climbs it; the steps and their
+timings live here and nowhere else. Each step was checked on the real kernel
+(ipykernel 7.4, jupyter_client 8.10, Linux; ``tests/test_kernel_recovery.py``):
+
+1. **Heartbeat.** jupyter_client's heartbeat channel pings the kernel every second; the
+   kernel answers from a zmq device thread that holds no GIL, so it keeps beating while
+   a cell runs (even a GIL-holding numeric loop) and goes silent only when the whole
+   process is frozen: SIGSTOPped, or stuck in the operating system. Silence for
+   :data:`HEARTBEAT_GRACE_S` while a cell runs, or at the start of an execution
+   silence with no reply on the control channel either, means frozen: the process is
+   killed and recovered like a dead one.
+2. **SIGINT** to the kernel's process group (``km.interrupt_kernel``): stops Python code
+   and children that share the group.
+3. **Control-channel interrupt** (``interrupt_request``). ipykernel answers it on its
+   control thread within milliseconds even while the main thread is busy, but what it
+   does is send SIGINT to its own process group: the same signal as step 2. It adds
+   nothing against a cell that ignores SIGINT; it is kept because it reaches kernels
+   the client cannot signal, and its reply (or silence) is recorded.
+4. **Signal the kernel's child processes** directly (SIGTERM, then SIGKILL), whatever
+   process group they are in. This is what frees a cell blocked on a child that never
+   sees the group's SIGINT: ``os.system("setsid sleep 100")`` ignored steps 2 and 3 and
+   returned as soon as its child got SIGTERM, with the kernel's state intact.
+5. **Restart with replay.** After ``interrupt_grace_s`` (or for a dead or frozen
+   kernel) the process is restarted and the session's state-defining cells of the
+   current lineage are re-run in order (:mod:`simagent.kernel.replay` chooses them)
+   with their output discarded: no ``_out[n]`` number is taken, ``In``/``Out`` history
+   is untouched. A cell that ignores SIGINT in its main thread gets here; nothing in
+   between can stop it.
+
+:class:`Recovery` says what happened (the notice the model and the user read, and a
+dict for the trace and ``simagent bench faults``).
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from simagent.kernel.replay import Skip, load_records, select
+
+if TYPE_CHECKING:
+    from simagent.kernel.supervisor import Kernel
+
+#: Seconds an interrupted cell may take to stop before the kernel is restarted.
+INTERRUPT_GRACE_S = 10.0
+#: Repeated interrupts of one execution are at least this far apart.
+INTERRUPT_RESEND_S = 1.0
+#: The escalation after the first SIGINT, as fractions of ``interrupt_grace_s``; the
+#: restart with replay comes at 1.0.
+INTERRUPT_STEPS: tuple[tuple[str, float], ...] = (
+    ("control_interrupt", 0.25),
+    ("term_children", 0.5),
+    ("kill_children", 0.75),
+)
+#: Heartbeat silence that marks a kernel process as frozen.
+HEARTBEAT_GRACE_S = 5.0
+#: After a (re)start the heartbeat can read as failed for a ping cycle or two (its
+#: socket reconnects); silence counts only from this long after the start.
+HEARTBEAT_START_S = 2.0
+#: How long a control-channel request waits for its reply while a cell runs.
+CONTROL_REPLY_S = 0.5
+#: A replayed cell may take this multiple of its recorded seconds (at least
+#: :data:`REPLAY_TIMEOUT_MIN_S`), and the replay as a whole this multiple of its budget.
+REPLAY_TIMEOUT_FACTOR = 2.0
+REPLAY_TIMEOUT_MIN_S = 10.0
+#: After interrupting a replayed cell that ran over, seconds to wait before giving up.
+REPLAY_STOP_S = 3.0
+_POLL_S = 0.1
+_MAX_NAMES = 40
+
+
+@dataclass
+class Recovery:
+    """One climb of the ladder: what was tried, how long it took, what came back.
+
+    ``trigger``: ``died`` (process gone), ``frozen`` (heartbeat lost), ``unresponsive``
+    (a cell ignored every interrupt), ``interrupt`` (an escalated interrupt stopped the
+    cell; no restart) or ``restore`` (asked for: ``/restore``).
+    """
+
+    trigger: str
+    reason: str = ""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    restarted: bool = False
+    restart_s: float = 0.0
+    replay_s: float = 0.0
+    #: From detection (or the first interrupt) to a usable kernel.
+    seconds: float = 0.0
+    replayed: list[int] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    lineage: int | None = None
+    survived: bool = True
+
+    @property
+    def listed(self) -> list[Skip]:
+        """Cells left out that defined state (their names are missing)."""
+        return [s for s in self.skipped if s.loses_state]
+
+    @property
+    def state_restored(self) -> bool:
+        """Kernel state is as it was: kept (no restart) or fully replayed."""
+        return self.survived and (not self.restarted
+                                  or (not self.listed and not self.failed))
+
+    def message(self) -> str:
+        """The one notice for the model and the user."""
+        parts = [self.reason] if self.reason else []
+        tried = list(dict.fromkeys(s["step"] for s in self.steps))
+        if not self.restarted:
+            return f"the cell stopped only after {_STEP_WORDS.get(tried[-1], tried[-1])}" \
+                if tried else "kernel state is kept"
+        if tried:
+            parts.append("tried first: " + ", ".join(_STEP_WORDS.get(s, s) for s in tried))
+        parts.append(f"the kernel was restarted ({self.restart_s:.1f} s)")
+        if self.replayed:
+            refs = ", ".join(f"_out[{n}]" for n in self.replayed)
+            parts.append(f"{len(self.replayed)} earlier cell(s) that defined state were "
+                         f"replayed in {self.replay_s:.1f} s ({refs})")
+        if self.state_restored:
+            parts.append("earlier state is restored" if self.replayed
+                         else "no earlier cell defined state, so nothing was lost")
+        else:
+            parts.append("earlier state is only partly restored" if self.replayed
+                         else "earlier state is lost")
+        if self.names:
+            shown = self.names[:_MAX_NAMES]
+            more = f", … (+{len(self.names) - len(shown)} more)" if len(self.names) > len(
+                shown) else ""
+            parts.append("names back: " + ", ".join(shown) + more)
+        if self.listed:
+            parts.append("NOT replayed (re-run what you need): " + "; ".join(
+                f"_out[{s.n}] `{s.line}` ({s.seconds:.1f} s: {s.why})" for s in self.listed))
+        if self.failed:
+            parts.append("failed when replayed: " + "; ".join(
+                f"_out[{f['n']}] `{f['line']}` ({f['error']})" for f in self.failed))
+        return "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trigger": self.trigger, "reason": self.reason, "steps": self.steps,
+                "restarted": self.restarted, "restart_s": round(self.restart_s, 3),
+                "replay_s": round(self.replay_s, 3), "seconds": round(self.seconds, 3),
+                "replayed": list(self.replayed),
+                "skipped": [s.to_dict() for s in self.skipped if s.loses_state],
+                "skipped_display_or_failed": sum(not s.loses_state for s in self.skipped),
+                "failed": list(self.failed), "names": list(self.names),
+                "lineage": self.lineage, "survived": self.survived,
+                "state_restored": self.state_restored}
+
+
+_STEP_WORDS = {
+    "sigint": "SIGINT",
+    "control_interrupt": "a control-channel interrupt",
+    "term_children": "SIGTERM to its child processes",
+    "kill_children": "SIGKILL to its child processes",
+}
+
+
+# -------------------------------------------------------------------- steps
+def control_request(kc: Any, msg_type: str, timeout: float = CONTROL_REPLY_S
+                    ) -> dict[str, Any] | None:
+    """Send ``msg_type`` on the control channel; its reply content, or None on silence."""
+    msg = kc.session.msg(msg_type, {})
+    kc.control_channel.send(msg)
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            reply = kc.control_channel.get_msg(timeout=min(left, _POLL_S))
+        except queue.Empty:
+            continue
+        if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            return reply["content"]
+    return None
+
+
+def descendants(pid: int | None) -> list[Any]:
+    """The kernel's child processes, recursively, in any process group (psutil)."""
+    if pid is None:
+        return []
+    try:
+        import psutil
+
+        return psutil.Process(pid).children(recursive=True)
+    except Exception:  # gone, or psutil unavailable: nothing to signal
+        return []
+
+
+def signal_descendants(pid: int | None, sig: int) -> int:
+    """Send ``sig`` to every descendant of ``pid``; how many were signalled."""
+    sent = 0
+    for proc in descendants(pid):
+        try:
+            proc.send_signal(sig)
+            sent += 1
+        except Exception:
+            pass
+    return sent
+
+
+def escalate(kernel: Kernel, step: str, at_s: float) -> dict[str, Any]:
+    """Run one interrupt step (see the module docstring); its record for ``steps``."""
+    out: dict[str, Any] = {"step": step, "at_s": round(at_s, 3)}
+    if step == "control_interrupt":
+        reply = control_request(kernel._kc, "interrupt_request")
+        out["reply"] = None if reply is None else reply.get("status")
+    elif step in ("term_children", "kill_children"):
+        sig = signal.SIGTERM if step == "term_children" else signal.SIGKILL
+        out["processes"] = signal_descendants(kernel.pid, sig)
+    return out
+
+
+def diagnose(kernel: Kernel) -> tuple[str, str] | None:
+    """(trigger, reason) when the idle kernel is dead or frozen, else None.
+
+    A frozen process still exists, so the heartbeat tells; a failing heartbeat is
+    confirmed on the control channel (a live idle kernel answers at once; the heartbeat
+    is stale for a second after a restart) before the process is killed.
+    """
+    from simagent.kernel.supervisor import _death_reason
+
+    if kernel.state == "dead":  # found while a cell ran
+        return kernel._death_trigger, kernel.death_reason
+    if not kernel.is_alive():  # died while idle
+        return "died", _death_reason(kernel._exit_code())
+    if kernel.heartbeat_ok():
+        return None
+    if control_request(kernel._kc, "kernel_info_request", kernel.heartbeat_grace_s):
+        return None
+    kill_frozen(kernel)
+    return "frozen", (f"the kernel stopped answering (no heartbeat, no reply on its control "
+                      f"channel for {kernel.heartbeat_grace_s:g} s: a stopped or wedged "
+                      f"process) and was killed")
+
+
+def kill_frozen(kernel: Kernel, wait_s: float = 3.0) -> None:
+    """SIGKILL a frozen kernel's process group (works on a stopped process) and wait."""
+    try:
+        kernel._km.signal_kernel(signal.SIGKILL)
+    except Exception:
+        pass
+    deadline = time.monotonic() + wait_s
+    while kernel._km.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+# ------------------------------------------------------------------- replay
+def run_quiet(kernel: Kernel, code: str, timeout: float) -> tuple[str, str]:
+    """Run ``code`` with its output discarded and no history entry or ``_out`` number.
+
+    Returns (status, error): ``ok``, ``error``, ``stopped`` (ran over or the user
+    interrupted it, and it stopped), ``wedged`` (it did not stop) or ``died``.
+    """
+    kc, km = kernel._kc, kernel._km
+    msg_id = kc.execute(code, silent=False, store_history=False, allow_stdin=False)
+    deadline = time.monotonic() + timeout
+    stop_at: float | None = None
+    error = ""
+    while True:
+        try:
+            msg = kc.get_iopub_msg(timeout=_POLL_S)
+        except queue.Empty:
+            msg = None
+        now = time.monotonic()
+        if stop_at is None and (now > deadline or kernel._replay_abort.is_set()):
+            stop_at = now
+            km.interrupt_kernel()
+        elif stop_at is not None and now - stop_at > REPLAY_STOP_S:
+            return "wedged", f"did not stop within {REPLAY_STOP_S:g} s of an interrupt"
+        if msg is None:
+            if not km.is_alive():
+                return "died", "the kernel died while replaying it"
+            continue
+        if msg["msg_type"] == "stream" and kernel._flow is not None:
+            kernel._flow.ack(len(msg["content"].get("text", "")))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "error":
+            c = msg["content"]
+            error = f"{c.get('ename', 'Error')}: {c.get('evalue', '')}"[:300]
+        elif (msg["msg_type"] == "status"
+              and msg["content"].get("execution_state") == "idle"):
+            break
+    reply = kernel._reply(msg_id)
+    if stop_at is not None:
+        return "stopped", ("the user interrupted the replay" if kernel._replay_abort.is_set()
+                           else f"ran past its {timeout:g} s replay limit")
+    if error or reply.get("status", "ok") != "ok":
+        return "error", error or str(reply.get("status"))
+    return "ok", ""
+
+
+def replay(kernel: Kernel, rec: Recovery) -> None:
+    """Re-run the lineage's state-defining cells into ``rec`` (kernel freshly started)."""
+    budget = kernel.replay_budget
+    plan = select(load_records(kernel.paths.outputs), budget, kernel.lineage)
+    rec.skipped = list(plan.skipped)
+    t0 = time.monotonic()
+    kernel._replay_abort.clear()
+    kernel._replaying = True
+    try:
+        for i, cell in enumerate(plan.run):
+            over = time.monotonic() - t0 > REPLAY_TIMEOUT_FACTOR * budget.total_s
+            if over or kernel._replay_abort.is_set():
+                why = ("the user interrupted the replay" if not over else
+                       f"replay ran past {REPLAY_TIMEOUT_FACTOR:g}x its {budget.total_s:g} s "
+                       f"budget")
+                rec.skipped += [Skip(c.n, c.first_line, c.seconds, "stopped", why)
+                                for c in plan.run[i:]]
+                break
+            timeout = max(REPLAY_TIMEOUT_MIN_S, REPLAY_TIMEOUT_FACTOR * cell.seconds)
+            status, error = run_quiet(kernel, cell.code, timeout)
+            if status == "ok":
+                rec.replayed.append(cell.n)
+                continue
+            rec.failed.append({"n": cell.n, "line": cell.first_line, "error": error})
+            if status in ("died", "wedged"):  # start clean; what was replayed is gone
+                kernel._respawn()
+                rec.failed += [{"n": c.n, "line": c.first_line, "error": "lost when the "
+                                "kernel was restarted again"}
+                               for c in plan.run[:i] if c.n in rec.replayed]
+                rec.replayed = []
+                rec.skipped += [Skip(c.n, c.first_line, c.seconds, "stopped",
+                                     f"replay stopped at _out[{cell.n}]")
+                                for c in plan.run[i + 1:]]
+                break
+    finally:
+        kernel._replaying = False
+        rec.replay_s = time.monotonic() - t0
+
+
+def names_back(probe: dict[str, Any] | None) -> list[str]:
+    """The user's names in a state probe (``state_probe.probe``): variables, imports
+    (their bound names), functions and classes."""
+    if not probe or "error" in probe:
+        return []
+    names = [str(e.get("name")) for e in probe.get("names") or []]
+    names += [str(i).split("=")[0] for i in probe.get("imports") or []]
+    names += [str(f) for f in probe.get("functions") or []]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def recover(kernel: Kernel, trigger: str, reason: str, *,
+            steps: list[dict[str, Any]] | None = None,
+            started: float | None = None) -> Recovery:
+    """Restart (or start) the kernel, replay its lineage, read back its names.
+
+    The caller holds the kernel's lock. ``started`` is when the trouble was first seen
+    (the first interrupt), for :attr:`Recovery.seconds`.
+    """
+    t0 = started if started is not None else time.monotonic()
+    rec = Recovery(trigger, reason, steps=list(steps or []), lineage=kernel.lineage)
+    t = time.monotonic()
+    if kernel._km is None:
+        kernel.start()
+    else:
+        kernel._respawn()
+    rec.restarted = True
+    rec.restart_s = time.monotonic() - t
+    kernel.state = "restarting"
+    try:
+        replay(kernel, rec)
+    finally:
+        kernel.state = "idle" if kernel.is_alive() else "dead"
+    rec.survived = kernel.state == "idle"
+    rec.names = names_back(kernel._probe(None)) if rec.survived else []
+    rec.seconds = time.monotonic() - t0
+    kernel.last_recovery = rec
+    return rec

@@ -1,0 +1,293 @@
+"""Which earlier cells to re-run so a restarted kernel gets its state back (pure).
+
+A kernel that died, froze or ignored every interrupt is restarted with an empty
+namespace; the session's records (``outputs/NNNN.json``, written by the supervisor)
+still hold every cell's code, status, seconds and *lineage*. :func:`select` turns them
+into a :class:`ReplayPlan`: the cells to re-run, in order, and the ones left out with a
+reason. No kernel here, so the rules are tested on plain dicts.
+
+The rules, and why:
+
+* **Lineage.** ``/reset`` asks for a clean kernel, so cells before it are not state to
+  restore. Each record carries the lineage id current when it ran; a clean restart
+  bumps the id, a crash restart keeps it (replay restores that lineage). Records
+  without a lineage (written before it existed) never replay.
+* **Failed cells** (status other than ``ok``) are skipped: an error, an interrupt or a
+  crash left no state worth reproducing, and re-running a crash would crash again.
+* **Display-only cells** are skipped: a cell whose top-level statements are all
+  expression statements that only show something (``print(x)``, ``plt.plot(t, y)``,
+  ``df.head()``, a bare ``x``) defines no names. An expression statement that calls
+  anything else (``sim.solve()``, ``np.random.seed(0)``, ``lst.append(1)``) may change
+  state, so its cell is replayed: replaying a needless cell costs seconds, skipping a
+  needed one costs a silently wrong kernel.
+* **Time budget** (:class:`ReplayBudget`, config ``[kernel] replay_cell_s`` /
+  ``replay_total_s``): a cell that took longer than the per-cell limit is not replayed,
+  and replay stops once the total would pass the budget; such cells are *listed*
+  (number, first line, seconds, why) so the user and the model know what is missing.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Default per-cell limit: a cell that took longer is listed, not replayed.
+REPLAY_CELL_S = 60.0
+#: Default total: replay stops before the replayed cells' recorded seconds pass this.
+REPLAY_TOTAL_S = 300.0
+#: The current lineage id, in the session folder.
+LINEAGE_FILE = "kernel.lineage"
+
+#: Functions whose call as a whole statement only shows something.
+_DISPLAY_FUNCS = frozenset({
+    "print", "display", "pprint", "repr", "len", "type", "help", "dir", "vars", "id",
+    "str", "format", "sorted", "list", "sum", "min", "max", "abs", "round", "isinstance",
+})
+#: Roots of attribute calls that only draw or show (``plt.plot``, ``sns.lineplot``).
+_DISPLAY_ROOTS = frozenset({"plt", "pyplot", "sns", "seaborn", "IPython", "px"})
+#: Methods whose call as a whole statement only draws or shows (``ax.plot``, ``df.head``).
+_DISPLAY_METHODS = frozenset({
+    "plot", "show", "hist", "scatter", "imshow", "bar", "barh", "errorbar", "semilogx",
+    "semilogy", "loglog", "fill_between", "contour", "contourf", "pcolormesh", "legend",
+    "xlabel", "ylabel", "title", "suptitle", "grid", "tight_layout", "colorbar", "text",
+    "annotate", "axhline", "axvline", "xlim", "ylim", "set_xlabel", "set_ylabel",
+    "set_title", "set_xlim", "set_ylim", "set_xscale", "set_yscale", "head", "tail",
+    "describe", "info", "summary", "print", "display", "to_string", "savefig",
+})
+#: IPython line magics that only show something (any other magic is assumed to change
+#: state: ``%run``, ``%cd``, ``%load_ext`` ...).
+_DISPLAY_MAGICS = frozenset({
+    "who", "whos", "who_ls", "pwd", "ls", "history", "hist", "timeit", "pinfo", "pinfo2",
+    "psearch", "pdoc", "pdef", "psource", "pfile", "lsmagic", "magic", "page", "env",
+    "pip", "conda", "system", "sx",
+})
+
+
+@dataclass(frozen=True)
+class ReplayBudget:
+    """How much replay a restart may do (config ``[kernel]``; defaults here only)."""
+
+    cell_s: float = REPLAY_CELL_S
+    total_s: float = REPLAY_TOTAL_S
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One earlier execution to re-run."""
+
+    n: int
+    code: str
+    seconds: float
+
+    @property
+    def first_line(self) -> str:
+        return first_line(self.code)
+
+
+@dataclass(frozen=True)
+class Skip:
+    """An earlier cell left out of the replay; ``kind`` is ``failed``, ``display``,
+    ``too-slow``, ``over-budget``, ``off`` (replay disabled) or, at run time, ``stopped``."""
+
+    n: int
+    line: str
+    seconds: float
+    kind: str
+    why: str
+
+    @property
+    def loses_state(self) -> bool:
+        """Whether leaving this cell out loses names (failed/display cells define none)."""
+        return self.kind not in ("failed", "display")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "line": self.line, "seconds": round(self.seconds, 3),
+                "kind": self.kind, "why": self.why}
+
+
+@dataclass
+class ReplayPlan:
+    run: list[Cell] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+
+    @property
+    def listed(self) -> list[Skip]:
+        """Skipped cells that defined state: what the message must name."""
+        return [s for s in self.skipped if s.loses_state]
+
+    @property
+    def seconds(self) -> float:
+        return sum(c.seconds for c in self.run)
+
+
+def first_line(code: str, limit: int = 60) -> str:
+    line = next((ln.strip() for ln in code.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _call_name(call: ast.Call) -> tuple[str | None, str | None]:
+    """(root name, final attribute or function name) of a call's target."""
+    func: ast.AST = call.func
+    last = func.attr if isinstance(func, ast.Attribute) else (
+        func.id if isinstance(func, ast.Name) else None)
+    while isinstance(func, (ast.Attribute, ast.Call, ast.Subscript)):
+        func = func.value if not isinstance(func, ast.Call) else func.func
+    return (func.id if isinstance(func, ast.Name) else None), last
+
+
+def _magic_name(call: ast.Call) -> str | None:
+    """``get_ipython().run_line_magic('who', '')`` -> ``who`` (``system`` for ``!cmd``);
+    None when the call is not IPython's rewrite of a magic."""
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call)
+            and isinstance(f.value.func, ast.Name) and f.value.func.id == "get_ipython"):
+        return None
+    if f.attr in ("system", "getoutput"):
+        return "system"
+    if f.attr == "run_line_magic" and call.args and isinstance(call.args[0], ast.Constant):
+        return str(call.args[0].value)
+    return f.attr  # run_cell_magic and anything else: treated as state-changing
+
+
+def _shows_only(stmt: ast.stmt) -> bool:
+    """True for an expression statement that only shows something (see module doc)."""
+    if not isinstance(stmt, ast.Expr):
+        return isinstance(stmt, ast.Pass)
+    value = stmt.value
+    if any(isinstance(n, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom))
+           for n in ast.walk(value)):
+        return False
+    if isinstance(value, ast.Call):
+        magic = _magic_name(value)
+        if magic is not None:
+            return magic in _DISPLAY_MAGICS
+        root, last = _call_name(value)
+        if isinstance(value.func, ast.Name):
+            shows = last in _DISPLAY_FUNCS
+        else:
+            shows = root in _DISPLAY_ROOTS or last in _DISPLAY_METHODS
+        return shows  # its arguments may call (plt.plot(t, np.sin(t))): still a display
+    # no call, or only display functions ('a' in dir(), len(x) == 3): nothing changes
+    return all(isinstance(n.func, ast.Name) and n.func.id in _DISPLAY_FUNCS
+               for n in ast.walk(value) if isinstance(n, ast.Call))
+
+
+def _parse(code: str) -> ast.Module | None:
+    try:
+        return ast.parse(code)
+    except SyntaxError:
+        pass
+    try:  # IPython syntax: %magics, !shell, ?help; rewritten the way the kernel does it
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return ast.parse(TransformerManager().transform_cell(code))
+    except Exception:
+        return None
+
+
+def defines_state(code: str) -> bool:
+    """Whether a cell may define state (names, imports, mutated objects).
+
+    Only a cell whose every top-level statement shows something is display-only; code
+    that cannot be parsed counts as defining (replaying it is the safe side).
+    """
+    tree = _parse(code)
+    if tree is None:
+        return True
+    return not all(_shows_only(s) for s in tree.body)
+
+
+def select(records: Iterable[Mapping[str, Any]], budget: ReplayBudget = ReplayBudget(),
+           lineage: int | None = None) -> ReplayPlan:
+    """The cells of ``lineage`` (None: the lineage of the last record) to replay, in order.
+
+    ``records`` are execution records (``n``, ``code``, ``status``, ``elapsed_s``,
+    ``lineage``) in any order; see the module docstring for the rules.
+    """
+    recs = sorted((r for r in records if isinstance(r.get("n"), int)), key=lambda r: r["n"])
+    if lineage is None:
+        lineage = next((r.get("lineage") for r in reversed(recs)), None)
+    plan = ReplayPlan()
+    total = 0.0
+    stopped = False
+    for rec in recs:
+        if lineage is None or rec.get("lineage") != lineage:
+            continue
+        code = str(rec.get("code") or "")
+        seconds = float(rec.get("elapsed_s") or 0.0)
+        n, line = rec["n"], first_line(code)
+        status = rec.get("status")
+        if status != "ok":
+            plan.skipped.append(Skip(n, line, seconds, "failed", f"it ended {status}"))
+        elif not code.strip() or not defines_state(code):
+            plan.skipped.append(Skip(n, line, seconds, "display", "it only showed output"))
+        elif not budget.enabled:
+            plan.skipped.append(Skip(n, line, seconds, "off", "replay is off in config"))
+        elif seconds > budget.cell_s:
+            plan.skipped.append(Skip(n, line, seconds, "too-slow",
+                                     f"it took {seconds:.1f} s, over the {budget.cell_s:g} s "
+                                     f"per-cell replay limit"))
+        elif stopped or total + seconds > budget.total_s:
+            stopped = True
+            plan.skipped.append(Skip(n, line, seconds, "over-budget",
+                                     f"replaying it would pass the {budget.total_s:g} s total "
+                                     f"replay budget"))
+        else:
+            total += seconds
+            plan.run.append(Cell(n, code, seconds))
+    return plan
+
+
+def load_records(folder: Path) -> list[dict[str, Any]]:
+    """Every readable execution record in ``folder`` (``outputs/NNNN.json``), by number."""
+    out = []
+    for path in sorted(folder.glob("[0-9][0-9][0-9][0-9]*.json")):
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("n"), int):
+            out.append(rec)
+    return sorted(out, key=lambda r: r["n"])
+
+
+def read_lineage(root: Path, outputs: Path) -> int:
+    """The lineage a kernel continues: the saved id (``root/kernel.lineage``, written by
+    each clean restart), or the last record's, whichever is higher; 1 for a new session."""
+    ids = [rec.get("lineage") for rec in load_records(outputs)[-1:]]
+    try:
+        ids.append(int((root / LINEAGE_FILE).read_text().strip()))
+    except (OSError, ValueError):
+        pass
+    return max((i for i in ids if isinstance(i, int)), default=1)
+
+
+def save_lineage(root: Path, lineage: int) -> None:
+    """Keep a new lineage id, so a later process does not replay cells before a reset
+    that no cell has run after yet."""
+    try:
+        (root / LINEAGE_FILE).write_text(f"{lineage}\n")
+    except OSError:  # the records still say which cells came after the reset
+        pass
+
+
+def budget_from(section: Mapping[str, Any]) -> ReplayBudget:
+    """A budget from a ``[kernel]`` config table (``replay``, ``replay_cell_s``,
+    ``replay_total_s``); ``ValueError`` names the bad key."""
+    values: dict[str, Any] = {}
+    for key, attr in (("replay_cell_s", "cell_s"), ("replay_total_s", "total_s")):
+        if key in section:
+            v = section[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ValueError(f"[kernel] {key} must be a number of seconds >= 0")
+            values[attr] = float(v)
+    if "replay" in section:
+        if not isinstance(section["replay"], bool):
+            raise ValueError("[kernel] replay must be true or false")
+        values["enabled"] = section["replay"]
+    return ReplayBudget(**values)
