@@ -201,9 +201,6 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                        "--resume ID or --continue", exit_codes.USAGE)
     try:
         config = Config.load(opts.workspace)
-        from simagent.trace.redact import register_config
-
-        register_config(config)  # its keys are redacted from everything written
         spec, _where = config.model_spec(opts.model)
         if not spec:
             raise CliError(

@@ -59,6 +59,9 @@ class Session:
     def __init__(self, workspace: Path, session_id: str, *, config: Config,
                  simulator: Simulator | None, approval: str,
                  kernel: Kernel | None = None, resume: ResumeInfo | None = None) -> None:
+        from simagent.trace.redact import register_config
+
+        register_config(config)  # its secrets are redacted from everything any front end writes
         self.workspace = workspace
         self.id = session_id
         self.config = config

@@ -429,7 +429,8 @@ def test_secrets_in_the_environment_never_reach_the_trace(opened, monkeypatch):
         {"tool": "run_python", "args": {"code": "import os\nprint(os.environ['ACME_API_KEY'])"}},
         {"final": "the key is {out[-1]}"}])
     result = runner.run(f"print my key {secret}")
-    assert secret in result.final  # the model did see it; only the trace must not
+    # kernel output is redacted before the model gets it: the provider never sees it
+    assert "[redacted:ACME_API_KEY]" in result.final and secret not in result.final
     session.trace.close()
     raw = b"".join(p.read_bytes() for p in session.paths.root.glob("trace.sqlite*"))
     assert secret.encode() not in raw

@@ -69,13 +69,19 @@ def test_the_table_sums_what_failed():
     assert "1/2 survived" in text and "12 bytes lost" in text and "NO" in text
 
 
-def test_fast_kernel_faults_survive_and_restore_state():
-    rows = run_faults(fault_cases.select(["kernel-exit", "kernel-busy-loop"]), fast=True)
+def test_the_fast_subset_survives_restores_state_and_loses_nothing():
+    """Kernel death and a hang, provider faults over real HTTP, the REPL watchdog, a full
+    disk and a planted secret; the SIGKILL series is the property test's own file."""
+    cases = [c for c in fault_cases.select(fast=True) if c.id != "data-sigkill"]
+    assert {c.group for c in cases} == {"kernel", "provider", "watchdog", "data"}
+    rows = run_faults(cases, fast=True)
     for row in rows:
         assert row.survived, row
-        assert row.restored, row
+        assert row.restored in (True, None), row
         assert row.lost_bytes == 0, row
-        assert row.recover_s is not None and row.recover_s >= 0
+    assert sum(r.restored is True for r in rows) >= 4
+    assert all(r.recover_s is not None and r.recover_s >= 0 for r in rows
+               if r.group == "kernel")
 
 
 def test_the_command_prints_json_rows_and_exits_zero_when_all_survive():

@@ -172,6 +172,21 @@ def test_card_stays_within_its_budget_dropping_the_smallest_names_first():
         assert len(card["names"]) == 200  # every name is kept for the next card's diff
 
 
+def test_card_after_a_replayed_restart_says_the_names_are_back():
+    first = render_card(_snapshot(3), reason="summary", budget=1500, ruler=RULER)
+    replayed = _snapshot(3, generation=2)
+    replayed["kernel"]["replayed"] = {"cells": 4, "restored": True}
+    card = render_card(replayed, reason="clear", budget=1500, previous=first, ruler=RULER)
+    assert card["restarted"] and card["lost"] == []
+    assert "replayed (4 cells): every listed name is back" in card["text"]
+    assert "RESTARTED" not in card["text"] and "gone" not in card["text"]
+    partial = _snapshot(2, generation=2)
+    partial["kernel"]["replayed"] = {"cells": 1, "restored": False}
+    card = render_card(partial, reason="clear", budget=1500, previous=first, ruler=RULER)
+    assert card["lost"] == ["arr_002"] and "1 cells were replayed" in card["text"]
+    assert "gone: arr_002" in card["text"]
+
+
 def test_registry_objects_come_first_with_their_fields():
     names = [{"name": "big", "type": "numpy.ndarray", "desc": "(9999,) float64", "bytes": 80000},
              {"name": "sol", "type": "pybamm.Solution", "desc": "", "bytes": 56,

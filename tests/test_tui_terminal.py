@@ -122,3 +122,24 @@ def test_no_terminal_is_a_clear_error(workspace):
     assert p.returncode == 2
     assert "needs a terminal" in p.stderr and "simagent run" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_tmux_status_counts_a_provider_retry_down_and_the_turn_goes_on(workspace, _state_home):
+    """A 429 asking for 4 s over real HTTP: the status line shows the retry and its
+    countdown while the turn waits, then the answer arrives in the same turn."""
+    from simagent.bench.openai_stub import OpenAIStub, Reply, error_reply
+
+    with OpenAIStub([error_reply(429, "slow down", retry_after=4),
+                     Reply(text="Answer after the retry.")]) as stub:
+        p = Pane(workspace, f"openai-compatible:stub-model@{stub.base_url}", _state_home)
+        try:
+            p.wait_for(lambda s: "kernel" in s and "›" in s)
+            p.type("hello")
+            first = p.wait_for(lambda s: "retry 1/" in s, timeout=30)
+            assert "429" in first
+            p.wait_for(lambda s: "in 2s" in s or "in 1s" in s, timeout=10)  # it ticks down
+            done = p.wait_for(lambda s: "Answer after the retry." in s, timeout=30)
+            assert "retry 1/" not in done  # the countdown is gone once the call answered
+            assert len(stub.chat_requests) == 2
+        finally:
+            p.close()

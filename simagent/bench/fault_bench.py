@@ -11,7 +11,8 @@ asks four questions a user would:
 * **restored**: is the kernel state back? A check cell reads the names the set-up
   turn defined (``-`` where the fault never touched the kernel's state);
 * **recover s**: seconds from the fault (or from the moment it could be detected, for a
-  cell that hangs until its timeout) until the session was usable again;
+  cell that hangs until its timeout) until the session was usable again; for the SIGKILL
+  series, the median seconds a resuming process took to be ready for a turn;
 * **lost bytes**: bytes written before the fault that are missing afterwards: trace
   events, raw outputs of earlier cells, and what the faulting cell printed before it
   faulted.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -432,7 +433,135 @@ WATCHDOG_CASES = [
               lambda lab, fast: watchdog_case(lab, "same_error", "warn")),
 ]
 
-CASES: list[FaultCase] = [*KERNEL_CASES, *PROVIDER_CASES, *WATCHDOG_CASES]
+# ---------------------------------------------------------------------------- data
+#: Kills in the bench's SIGKILL row (the property test runs 200; see kill_series).
+KILLS, KILLS_FAST = 40, 6
+#: The secret the secrets row plants (an ``*_API_KEY`` variable the kernel inherits).
+SECRET_VAR, SECRET = "FAULTBENCH_API_KEY", "sk-faultbench-5f1e9d3c7b2a4e6f8091"
+
+
+def _sigkill_series(lab: Lab, fast: bool) -> Outcome:
+    """Random SIGKILLs of scripted multi-turn sessions (mid-stream, mid-cell, mid-
+    compaction, mid-write), each resumed and checked (``simagent.bench.kill_series``)."""
+    from simagent.bench.kill_child import kill_context
+    from simagent.bench.kill_series import run_series
+
+    kills = KILLS_FAST if fast else KILLS
+    series = run_series(lab.root / "kills", kills, kill_context())
+    survived = not series.problems and not series.left_running
+    detail = (f"{kills} kills over {series.sessions} sessions: every DB integrity_check ok, "
+              f"{series.events} committed events all kept, {series.repaired} resumes answered "
+              f"open calls, {series.compactions} compactions, "
+              f"{len(series.left_running)} processes left")
+    if series.problems:
+        detail = f"{len(series.problems)} problems: {series.problems[0]}"
+    resume = statistics.median(series.resume_s) if series.resume_s else None
+    return Outcome(survived, None, resume, series.lost_bytes, detail[:240])
+
+
+def _sigkill_restore(lab: Lab, fast: bool) -> Outcome:
+    """simagent SIGKILLed mid-cell after it set up state; the session is resumed as
+    ``--continue`` does and ``/restore`` brings the kernel state back."""
+    from simagent.agent.resume_repair import repair
+    from simagent.bench.kill_child import ChildSpec, kill_context, run_child
+    from simagent.session import Session
+
+    ws = lab.root / "killed"
+    ws.mkdir()
+    turns = [[_py(SETUP_CODE), {"final": "ready"}],
+             [_py(marked("_ft.sleep(60)")), {"final": "never"}]]
+    report = run_child(kill_context(), ChildSpec(str(ws), os.environ["SIMAGENT_HOME"], turns),
+                       kill_after_ready=2.5)
+    if not (report.killed and report.session_id):
+        return Outcome(False, detail=f"the child was not killed mid-turn ({report.error})")
+    session = Session.resume(ws, report.session_id, approval="auto")
+    lab._sessions.append(session)
+    runner = lab.scripted(session, [_py(CHECK_CODE), {"final": "{out[-1]}"},
+                                    _py(ALIVE_CODE), {"final": "{out[-1]}"}])
+    repaired = repair(session, runner.agent.graph)
+    t0 = time.monotonic()
+    recovery = session.restore_kernel()
+    restore_s = time.monotonic() - t0
+    check = runner.run("check the state")
+    alive = runner.run("go on")
+    lost = sum(report.event_bytes.get(i, 0)
+               for i in set(report.events) - {e.id for e in session.trace.events()})
+    survived = (check.status == alive.status == "done" and ALIVE in alive.final
+                and no_orphans(runner))
+    return Outcome(survived, RESTORED in check.final, restore_s, lost,
+                   f"{len(repaired)} open call(s) answered on resume; /restore replayed "
+                   f"{len(recovery.replayed)} cells, skipped {len(recovery.skipped)}")
+
+
+def _disk_full(lab: Lab, fast: bool) -> Outcome:
+    """The raw output of a cell cannot be written (``/dev/full``: ENOSPC on every write):
+    one clear notice, the model gets the capped text, the session goes on."""
+    from simagent.kernel_api.outputs import raw_name
+
+    session = lab.session()
+    big = "for i in range(20000):\n    print('row', i, 'x' * 40)\n"
+    steps = [_py(SETUP_CODE), {"final": "ready"}, _py(big), _py(CHECK_CODE),
+             {"final": "{out[-1]}"}, _py(ALIVE_CODE), {"final": "{out[-1]}"}]
+    runner = lab.scripted(session, steps)
+    first = runner.run("set up the model")
+    before = snapshot(session)
+    target = session.paths.outputs / raw_name(session.kernel.executions + 1)
+    target.symlink_to("/dev/full")
+    clock = Clock()
+    second = runner.run("print the table", clock)
+    third = runner.run("go on")
+    notice = next((t for t in clock.outputs if "disk full" in t), "")
+    lost, what = lost_since(session, before)
+    survived = (first.status == second.status == third.status == "done" and bool(notice)
+                and "row 19999" in (clock.outputs[0] if clock.outputs else "")
+                and ALIVE in third.final)
+    line = next((ln for ln in notice.splitlines() if "disk full" in ln), "no notice")
+    return Outcome(survived, any(RESTORED in t for t in clock.outputs), None, lost,
+                   (f"lost: {', '.join(what)}; " if what else "") + line.strip()[:160])
+
+
+def _secrets(lab: Lab, fast: bool) -> Outcome:
+    """A key in the environment, printed by a cell and quoted in the answer, must reach
+    no file simagent writes: trace, checkpoints, raw outputs, transcripts, records."""
+    from simagent.trace.transcript import render_html, render_markdown
+
+    os.environ[SECRET_VAR] = SECRET
+    try:
+        session = lab.session()
+        runner = lab.scripted(session, [
+            _py(f"import os\nprint('key', os.environ[{SECRET_VAR!r}])"),
+            {"final": "the key is {out[-1]}"}])
+        result = runner.run("show me the key the kernel sees")
+        events = session.trace.events()
+        out_dir = lab.root / "transcripts"
+        out_dir.mkdir()
+        (out_dir / "t.md").write_text(render_markdown(events, session_dir=session.paths.root))
+        (out_dir / "t.html").write_text(render_html(events, session_dir=session.paths.root))
+        session.trace.close()
+        hits = [str(p.relative_to(lab.root)) for p in lab.root.rglob("*")
+                if p.is_file() and SECRET.encode() in p.read_bytes()]
+    finally:
+        os.environ.pop(SECRET_VAR, None)
+    files = sum(1 for p in lab.root.rglob("*") if p.is_file())
+    survived = result.status == "done" and not hits and "[redacted:" in result.final
+    return Outcome(survived, None, None, 0,
+                   f"{len(hits)} of {files} files hold the key" +
+                   (f": {', '.join(hits[:3])}" if hits else ""))
+
+
+DATA_CASES = [
+    FaultCase("data-sigkill", "data", "simagent SIGKILLed at random points, then resumed",
+              _sigkill_series, fast=True),
+    FaultCase("data-sigkill-restore", "data",
+              "SIGKILL mid-cell, --continue, /restore brings the kernel state back",
+              _sigkill_restore),
+    FaultCase("data-disk-full", "data", "disk full while writing a raw output",
+              _disk_full, fast=True),
+    FaultCase("data-secrets", "data", "an API key printed by a cell and quoted back",
+              _secrets, fast=True),
+]
+
+CASES: list[FaultCase] = [*KERNEL_CASES, *PROVIDER_CASES, *WATCHDOG_CASES, *DATA_CASES]
 
 
 def select(ids: list[str] | None = None, *, fast: bool = False) -> list[FaultCase]:

@@ -105,6 +105,7 @@ class ChildReport:
 
     session_id: str | None = None
     events: list[int] = field(default_factory=list)
+    event_bytes: dict[int, int] = field(default_factory=dict)  # payload bytes by event id
     requests: list[list[Shape]] = field(default_factory=list)
     state_before: list[Shape] | None = None
     state_after: list[Shape] | None = None
@@ -252,6 +253,7 @@ def run_child(ctx: Any, spec: ChildSpec, *, kill_after_start: float | None = Non
 def _absorb(report: ChildReport, item: dict[str, Any]) -> None:
     if "ev" in item:
         report.events.append(item["ev"])
+        report.event_bytes[item["ev"]] = int(item.get("b") or 0)
         report.last_kind = item.get("k")
     elif "req" in item:
         report.requests.append([tuple(m) for m in item["req"]])
@@ -329,7 +331,8 @@ def _play(spec: ChildSpec) -> None:
 
     def append(self: TraceLog, kind: str, payload: dict[str, Any] | None = None) -> int:
         event_id = original(self, kind, payload)
-        _say(ev=event_id, k=kind)  # after the commit: the parent may count on it
+        size = len(json.dumps(payload or {}, default=str, ensure_ascii=False).encode())
+        _say(ev=event_id, k=kind, b=size)  # after the commit: the parent may count on it
         return event_id
 
     TraceLog.append = append  # type: ignore[method-assign]

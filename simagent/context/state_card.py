@@ -92,8 +92,21 @@ def _kernel_line(snapshot: dict[str, Any], previous: dict[str, Any] | None
         now = {e["name"] for e in (snapshot.get("probe") or {}).get("names") or []}
         lost = [n for n in previous.get("names") or [] if n not in now]
         shown = _joined(lost[:_MAX_LOST]) if lost else "none of the listed names"
-        line += (f"\nTHE KERNEL WAS RESTARTED since the last card: state from before is gone; "
-                 f"lost: {shown}. Re-run the cells that defined what you still need.")
+        replayed = kernel.get("replayed") or {}
+        if replayed.get("cells") and not lost:
+            line += (f"\nThe kernel was restarted since the last card and its state was "
+                     f"replayed ({replayed['cells']} cells): every listed name is back.")
+        elif replayed.get("cells"):
+            line += (f"\nTHE KERNEL WAS RESTARTED since the last card; {replayed['cells']} "
+                     f"cells were replayed but these names are gone: {shown}. Re-run the "
+                     f"cells that defined what you still need.")
+        else:
+            line += (f"\nTHE KERNEL WAS RESTARTED since the last card: state from before is "
+                     f"gone; lost: {shown}. Re-run the cells that defined what you still "
+                     f"need.")
+    elif gen > 1 and (kernel.get("replayed") or {}).get("restored"):
+        line += (f"; it was restarted {gen - 1} time(s) this session and its state was "
+                 f"replayed after the last restart")
     elif gen > 1:
         line += (f"; it was restarted {gen - 1} time(s) this session, so names defined "
                  f"before the last restart are gone")

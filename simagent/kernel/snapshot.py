@@ -33,8 +33,12 @@ _SKIP_DIRS = frozenset({"node_modules", "__pycache__", "venv", "site-packages"})
 def kernel_part(kernel: Kernel | None) -> dict[str, Any]:
     if kernel is None:
         return {"status": "not started", "generation": 0, "executions": 0}
-    return {"status": kernel.state, "generation": kernel.generation,
+    part = {"status": kernel.state, "generation": kernel.generation,
             "executions": kernel.executions}
+    rec = getattr(kernel, "last_recovery", None)
+    if rec is not None and rec.restarted:  # the card tells a replayed restart from a bare one
+        part["replayed"] = {"cells": len(rec.replayed), "restored": rec.state_restored}
+    return part
 
 
 def workspace_files(root: Path, since: float) -> tuple[list[dict[str, Any]], int]:

@@ -16,7 +16,7 @@ from prompt_toolkit.application import Application
 from prompt_toolkit.completion import Completer, Completion
 from prompt_toolkit.filters import Condition, has_completions
 from prompt_toolkit.formatted_text import StyleAndTextTuples
-from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.history import History, InMemoryHistory
 from prompt_toolkit.key_binding import KeyBindings
 from prompt_toolkit.layout import Float, FloatContainer, HSplit, Layout, Window
 from prompt_toolkit.layout.controls import FormattedTextControl
@@ -54,7 +54,7 @@ STYLE = Style.from_dict({
     "status.busy": "reverse ansicyan bold",
     "status.kernel.busy": "reverse ansiyellow", "status.kernel.dead": "reverse ansired bold",
     "status.ctx": "reverse ansigray", "status.ctx.warning": "reverse ansiyellow",
-    "status.ctx.alert": "reverse ansired bold",
+    "status.ctx.alert": "reverse ansired bold", "status.retry": "reverse ansiyellow bold",
     "separator": "ansigray",
 })
 
@@ -85,9 +85,11 @@ def _history(ctl: TuiController) -> History:
     try:
         from simagent.paths import state_home
 
+        from simagent.tui.history import redacting_file_history
+
         path = state_home() / "input_history"
         path.parent.mkdir(parents=True, exist_ok=True)
-        return FileHistory(str(path))
+        return redacting_file_history(str(path))  # a pasted key never reaches the file
     except Exception:
         return InMemoryHistory()
 

@@ -136,6 +136,10 @@ class TuiController:
             self.conversation.note(f"cannot build the agent: {exc}", "error")
             return str(exc)
         if self.runner is None:
+            if self.session.resume_info is not None:  # a killed run may have left calls open
+                from simagent.agent.resume_repair import repair
+
+                repair(self.session, agent.graph)
             self.runner = TurnRunner(self.session, agent)
             self._load_pending()
         else:
