@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test bench-kernel clean
+.PHONY: install run test bench-kernel bench-faults clean
 
 install: $(STAMP)
 
@@ -25,6 +25,10 @@ test: $(STAMP)
 
 bench-kernel: $(STAMP)
 	$(VENV)/bin/simagent bench kernel
+
+# Every fault simagent claims to survive, run for real; one row each (a few minutes).
+bench-faults: $(STAMP)
+	$(VENV)/bin/simagent bench faults
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

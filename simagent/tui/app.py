@@ -84,7 +84,6 @@ class SlashCompleter(Completer):
 def _history(ctl: TuiController) -> History:
     try:
         from simagent.paths import state_home
-
         from simagent.tui.history import redacting_file_history
 
         path = state_home() / "input_history"
