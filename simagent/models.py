@@ -384,7 +384,8 @@ def _first_line(text: object, limit: int = 240) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes, outermost first (at most 8; cycles stop it)."""
     seen: list[BaseException] = []
     cur: BaseException | None = exc
     while cur is not None and cur not in seen and len(seen) < 8:
@@ -395,7 +396,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def _url(exc: BaseException) -> str | None:
     """The endpoint's base URL, from the httpx request attached to SDK exceptions."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         for getter in (lambda e: e.request.url, lambda e: e.response.request.url):
             try:
                 url = str(getter(e))
@@ -427,7 +428,7 @@ def _key_hint(exc: BaseException) -> str:
 
 
 def _reason(exc: BaseException) -> str:
-    for e in reversed(_chain(exc)):  # the innermost cause says what actually happened
+    for e in reversed(exception_chain(exc)):  # the innermost cause says what happened
         text = str(e).lower()
         if isinstance(e, ConnectionRefusedError) or "refused" in text:
             return "connection refused"
@@ -441,7 +442,7 @@ def _reason(exc: BaseException) -> str:
             return "closed mid-reply"
         if "without sending a response" in text:
             return "closed without a response"
-    return _first_line(_chain(exc)[-1], 120)
+    return _first_line(exception_chain(exc)[-1], 120)
 
 
 class TruncatedReply(Exception):
@@ -459,10 +460,10 @@ def describe_provider_error(exc: BaseException) -> str | None:
 
     When the retry layer gave up on it, the line says after how many retries.
     """
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         line = _describe_one(e)
         if line:
-            retries = next((getattr(c, RETRIES_ATTR) for c in _chain(exc)
+            retries = next((getattr(c, RETRIES_ATTR) for c in exception_chain(exc)
                             if isinstance(getattr(c, RETRIES_ATTR, None), int)), None)
             tail = (f" (gave up after {retries} {'retry' if retries == 1 else 'retries'})"
                     if retries else "")
@@ -472,7 +473,7 @@ def describe_provider_error(exc: BaseException) -> str | None:
 
 def _dropped(exc: BaseException) -> bool:
     """A connection that was reached and then lost (reset, or closed mid-reply)."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         names = {c.__name__ for c in type(e).__mro__}
         if isinstance(e, ConnectionResetError) or names & {"RemoteProtocolError", "ReadError"}:
             return True

@@ -47,6 +47,7 @@ from simagent.models import (
     RETRIES_ATTR,
     TruncatedReply,
     describe_provider_error,
+    exception_chain,
     finish_reason_key,
 )
 from simagent.trace.log import TraceLog
@@ -153,19 +154,10 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen and len(seen) < 8:
-        seen.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    return seen
-
-
 def retry_after_of(exc: BaseException) -> float | None:
     """The wait the server asked for in the error's response headers (``retry-after-ms``,
     which OpenAI sends, or ``retry-after``), in seconds; None when it asked none."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         headers = getattr(getattr(e, "response", None), "headers", None)
         if headers is None:
             continue
@@ -206,7 +198,7 @@ def classify(exc: BaseException) -> Fault | None:
     """
     if not isinstance(exc, Exception) or is_context_overflow(exc):
         return None
-    chain = _chain(exc)
+    chain = exception_chain(exc)
     if any(isinstance(e, TruncatedReply) for e in chain):
         return Fault("reply cut off")
     status = _status(chain)
