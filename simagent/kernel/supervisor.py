@@ -59,6 +59,8 @@ _STARTUP_TIMEOUT_S = 60.0
 _DEFAULT_SPEC = "simagent-python"
 #: Environment variables the kernel must not inherit: pytest's disables fd capture.
 _SCRUB_ENV = ("PYTEST_CURRENT_TEST",)
+#: ipykernel's start-up warning: in every log, never the cause (tokens the model pays for).
+_LOG_NOISE = "running over TCP without encryption"
 
 
 class _FlowAck:
@@ -596,5 +598,5 @@ def _tail_lines(path: Path, n: int) -> str:
             data = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-    lines = [ln for ln in data.splitlines() if ln.strip()]
+    lines = [ln for ln in data.splitlines() if ln.strip() and _LOG_NOISE not in ln]
     return "\n".join(lines[-n:])
