@@ -127,26 +127,72 @@ def _rss_mb(pid: int) -> float:
         return 0.0
 
 
-def oom_killer(limit_mb: float = OOM_LIMIT_MB) -> Callable[[Any], Callable[[], None]]:
-    """A watcher that SIGKILLs the kernel once its RSS passes ``limit_mb``: what the
-    kernel's OOM killer does, without exhausting the machine that runs the bench."""
+#: Where a memory cgroup (v1) for the real OOM killer can be made, when this process may.
+CGROUP_MEMORY = Path("/sys/fs/cgroup/memory")
+
+
+def _cgroup_limit(pid: int, limit_mb: float) -> Path | None:
+    """Put ``pid`` in a fresh memory cgroup capped at ``limit_mb``, so the operating
+    system's own OOM killer ends it; None where cgroups are not ours to make."""
+    group = CGROUP_MEMORY / f"simagent-fault-{os.getpid()}-{pid}"
+    try:
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(int(limit_mb) << 20))
+        (group / "cgroup.procs").write_text(str(pid))
+        return group
+    except OSError:
+        try:
+            group.rmdir()
+        except OSError:
+            pass
+        return None
+
+
+def oom_killer(limit_mb: float = OOM_LIMIT_MB, used: list[str] | None = None
+               ) -> Callable[[Any], Callable[[], None]]:
+    """The kernel OOM-killed at ``limit_mb``: by the real OOM killer in a memory cgroup
+    where this process may make one (root on cgroup v1), else by a watcher that sends the
+    same SIGKILL once the kernel's RSS passes the limit. ``used`` gets which it was."""
 
     def start(session: Any) -> Callable[[], None]:
         done = threading.Event()
+        pid = session.kernel.pid
+        group = _cgroup_limit(pid, limit_mb) if pid else None
+        if used is not None:
+            used.append("the OOM killer (memory cgroup)" if group else "an RSS watcher")
 
         def watch() -> None:
             while not done.wait(0.02):
-                pid = session.kernel.pid if session.kernel_state != "stopped" else None
-                if pid and _rss_mb(pid) > limit_mb:
+                now = session.kernel.pid if session.kernel_state != "stopped" else None
+                if group is None and now and _rss_mb(now) > limit_mb:
                     try:
-                        os.kill(pid, signal.SIGKILL)
+                        os.kill(now, signal.SIGKILL)
                     except OSError:
                         pass
 
         threading.Thread(target=watch, daemon=True).start()
-        return done.set
+
+        def stop() -> None:
+            done.set()
+            for _ in range(50):  # the killed kernel leaves the group empty
+                try:
+                    if group is not None:
+                        group.rmdir()
+                    return
+                except OSError:
+                    time.sleep(0.1)
+
+        return stop
 
     return start
+
+
+def _oom(lab: Lab, fast: bool) -> Outcome:
+    used: list[str] = []
+    out = kernel_fault(lab, "_blocks = []\nwhile True:\n    _blocks.append(b'\\x01' * (64 << 20))\n"
+                            "    _ft.sleep(0.01)\n", during=oom_killer(used=used))
+    out.detail = f"killed by {used[0] if used else '?'}; {out.detail}"
+    return out
 
 
 def _children_left(workspace: Path) -> int:
@@ -210,11 +256,7 @@ KERNEL_CASES = [
               lambda lab, fast: kernel_fault(lab, "import os\nos._exit(1)"), fast=True),
     FaultCase("kernel-segfault", "kernel", "segfault in native code via ctypes",
               lambda lab, fast: kernel_fault(lab, "import ctypes\nctypes.string_at(0)")),
-    FaultCase("kernel-oom", "kernel",
-              f"OOM kill: SIGKILL once the kernel passes {OOM_LIMIT_MB} MB",
-              lambda lab, fast: kernel_fault(
-                  lab, "_blocks = []\nwhile True:\n    _blocks.append(b'\\x01' * (64 << 20))\n"
-                       "    _ft.sleep(0.01)\n", during=oom_killer())),
+    FaultCase("kernel-oom", "kernel", f"OOM kill at {OOM_LIMIT_MB} MB", _oom),
     FaultCase("kernel-sigint-ignored", "kernel",
               "native call that ignores SIGINT (blocked signal, libc sleep)",
               lambda lab, fast: kernel_fault(
