@@ -328,7 +328,8 @@ def provider_fault(lab: Lab, faults: list[Any], *, gives_up: bool = False,
         third_clock = Clock()
         third = runner.run("go on", third_clock)
         requests = len(stub.chat_requests)
-    retries = session.trace.events(["provider_retry"])
+    retries = [e for e in session.trace.events(["provider_retry"])
+               if not e.payload.get("gave_up")]  # the give-up record is not a retry
     texts = [*clock.outputs, *third_clock.outputs]
     restored = any(RESTORED in t for t in texts)
     lost, what = lost_since(session, before)
