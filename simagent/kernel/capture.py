@@ -45,7 +45,7 @@ from simagent.kernel.result import (
 from simagent.kernel.terminal import TerminalBuffer
 from simagent.kernel_api.figures import FIGURE_MIME, figure_id, figure_title, render_caption
 from simagent.kernel_api.outputs import handle
-from simagent.trace.redact import StreamRedactor, redact
+from simagent.trace.redact import Redactor, StreamRedactor, secret_values
 
 OutputKind = Literal["stdout", "stderr", "display", "error", "clear", "human"]
 
@@ -95,7 +95,10 @@ class Capture:
         self._raw_error: OSError | None = None  # the first failed write of the raw log
         self._raw_lost = 0  # bytes of raw output that never reached the disk
         self._figure_errors: list[str] = []
-        self._secrets = StreamRedactor()  # no key printed by a cell reaches the raw log
+        # the secrets as they stand now, read once per execution (a cell runs in another
+        # process: it cannot change this one's environment while it runs)
+        self._redact = Redactor(secret_values())
+        self._secrets = StreamRedactor(self._redact)  # no printed key reaches the raw log
         self._clear_pending = False
         self._figure_ids: set[str] = set()  # figures already shown by this execution
 
@@ -150,7 +153,7 @@ class Capture:
     def _emit(self, kind: OutputKind, text: str, path: Path | None = None) -> None:
         if self.on_output is not None:
             try:
-                self.on_output(OutputEvent(kind, redact(text), path))
+                self.on_output(OutputEvent(kind, self._redact(text), path))
             except Exception:
                 pass  # a display callback must never break the execution
 
@@ -314,14 +317,15 @@ class Capture:
         out, err = self.streams["stdout"], self.streams["stderr"]
         error = self.error
         if error is not None:
-            error = ErrorInfo(error.ename, redact(error.evalue), redact(error.traceback))
+            error = ErrorInfo(error.ename, self._redact(error.evalue),
+                              self._redact(error.traceback))
         return ExecResult(
             status=status,
-            stdout=redact(out.render()),
-            stderr=redact(err.render()),
-            value=redact(self.value) if self.value else self.value,
+            stdout=self._redact(out.render()),
+            stderr=self._redact(err.render()),
+            value=self._redact(self.value) if self.value else self.value,
             error=error,
-            displays=[replace(d, text=redact(d.text)) for d in self.displays],
+            displays=[replace(d, text=self._redact(d.text)) for d in self.displays],
             human=list(self.human),
             raw_path=(self.raw_path if saved and self.raw_path is not None
                       and self.raw_path.exists() else None),

@@ -136,8 +136,7 @@ class TraceLog:
         if self._readonly:
             raise PermissionError(f"{self.path} is open read-only")
         text = json.dumps(payload or {}, default=str, ensure_ascii=False)
-        if self._redact:
-            text = self._redact(text)
+        text = self._redact(text)
         with self._lock:
             cur = self._db.execute("INSERT INTO events(ts, kind, payload) VALUES (?, ?, ?)",
                                    (_now(), kind, text))

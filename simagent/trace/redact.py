@@ -107,6 +107,8 @@ class Redactor:
         self._refresh()
 
     def _refresh(self) -> list[tuple[str, str]]:
+        if self._fixed is not None and self._key is not None:
+            return self._forms  # a fixed table is built once
         table = self._fixed if self._fixed is not None else secret_values()
         key = tuple(sorted(table.items()))
         if key != self._key:
@@ -120,10 +122,6 @@ class Redactor:
 
     def __bool__(self) -> bool:
         return bool(self._refresh())
-
-    @property
-    def longest(self) -> int:
-        return max((len(v) for v, _ in self._refresh()), default=0)
 
     def prefixes_at_end(self, text: str) -> int:
         """Length of the longest tail of ``text`` that begins some secret."""
