@@ -148,6 +148,11 @@ def test_a_segfault_is_recovered_likewise(kernel: Kernel) -> None:
     r = kernel.execute("x + 1")
     _assert_back(kernel, r, "died")
     assert "SIGSEGV" in r.notice
+    from simagent.kernel.snapshot import kernel_part
+
+    assert kernel_part(kernel)["replayed"] == {"cells": 1, "restored": True}
+    kernel.restart()  # /reset: the state card must not claim a replay any more
+    assert kernel.last_recovery is None and "replayed" not in kernel_part(kernel)
 
 
 def test_a_cell_ignoring_sigint_climbs_the_ladder_and_state_comes_back(kernel: Kernel) -> None:

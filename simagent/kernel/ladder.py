@@ -356,10 +356,7 @@ def recover(kernel: Kernel, trigger: str, reason: str, *,
     t0 = started if started is not None else time.monotonic()
     rec = Recovery(trigger, reason, steps=list(steps or []), lineage=kernel.lineage)
     t = time.monotonic()
-    if kernel._km is None:
-        kernel.start()
-    else:
-        kernel._respawn()
+    kernel._respawn()  # starts the kernel if there is none
     rec.restarted = True
     rec.restart_s = time.monotonic() - t
     kernel.state = "restarting"

@@ -243,23 +243,34 @@ def select(records: Iterable[Mapping[str, Any]], budget: ReplayBudget = ReplayBu
     return plan
 
 
+def _record(path: Path) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("n"), int) else None
+
+
 def load_records(folder: Path) -> list[dict[str, Any]]:
     """Every readable execution record in ``folder`` (``outputs/NNNN.json``), by number."""
-    out = []
-    for path in sorted(folder.glob("[0-9][0-9][0-9][0-9]*.json")):
-        try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("n"), int):
-            out.append(rec)
-    return sorted(out, key=lambda r: r["n"])
+    found = (_record(p) for p in folder.glob("[0-9][0-9][0-9][0-9]*.json"))
+    return sorted((r for r in found if r is not None), key=lambda r: r["n"])
+
+
+def _last_record(folder: Path) -> dict[str, Any] | None:
+    """The readable record with the highest number, reading as few files as it can."""
+    paths = [p for p in folder.glob("[0-9][0-9][0-9][0-9]*.json") if p.stem.isdigit()]
+    for path in sorted(paths, key=lambda p: int(p.stem), reverse=True):
+        if (rec := _record(path)) is not None:
+            return rec
+    return None
 
 
 def read_lineage(root: Path, outputs: Path) -> int:
     """The lineage a kernel continues: the saved id (``root/kernel.lineage``, written by
     each clean restart), or the last record's, whichever is higher; 1 for a new session."""
-    ids = [rec.get("lineage") for rec in load_records(outputs)[-1:]]
+    last = _last_record(outputs)
+    ids = [last.get("lineage")] if last is not None else []
     try:
         ids.append(int((root / LINEAGE_FILE).read_text().strip()))
     except (OSError, ValueError):

@@ -264,6 +264,7 @@ class Kernel:
         """Restart with a clean namespace (``/reset``): state is lost and a new lineage
         begins, so no later recovery replays the cells before it. Returns seconds."""
         seconds = self._respawn()
+        self.last_recovery = None  # a clean kernel: no replay to tell the state card of
         self.lineage += 1
         save_lineage(self.paths.root, self.lineage)
         return seconds
@@ -470,7 +471,6 @@ class Kernel:
             recovery = Recovery("interrupt", steps=list(self._steps),
                                 seconds=time.monotonic() - (self._interrupt_at or 0.0))
             result.notice = _join(result.notice, recovery.message())
-            self.last_recovery = recovery
         result.recovery = recovery.to_dict() if recovery is not None else None
         return result
 
