@@ -187,6 +187,9 @@ def test_secrets_reach_no_file_simagent_writes(workspace, tmp_path, monkeypatch)
         '[model]\nname = "scripted"\napi_key_env = "MY_LLM_KEY"\n')
     from simagent.config import Config
 
+    # the registry is process-wide: this test's config secrets must not outlive it
+    monkeypatch.setattr(redact_mod, "_registered", {})
+    monkeypatch.setattr(redact_mod, "_named_vars", set())
     redact_mod.register_config(Config.load(workspace))
     session = Session.create(workspace, approval="auto")
     home = Path(os.environ["SIMAGENT_HOME"])

@@ -34,6 +34,7 @@ def test_unknown_fault_ids_are_an_error_naming_the_known_ones():
 def test_the_fast_subset_is_a_proper_subset_with_every_group():
     fast = fault_cases.select(fast=True)
     assert 0 < len(fast) < len(fault_cases.CASES)
+    assert {c.group for c in fast} == {c.group for c in fault_cases.CASES}
     ids = [c.id for c in fault_cases.CASES]
     assert len(ids) == len(set(ids))
 

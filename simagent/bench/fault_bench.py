@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from simagent.agent.runner import TurnResult, TurnRunner
+    from simagent.agent.runner import TurnRunner
     from simagent.session import Session
 
 #: What the set-up turn defines and the check cell reads back (a state-restoring recovery
@@ -114,9 +114,6 @@ class Clock:
         elif type(event).__name__ == "Retrying":
             self.retries.append(event)
 
-    def nth(self, i: int) -> str:
-        return self.order[i]
-
 
 class Lab:
     """A temporary state home and workspace root; every session it opens is closed."""
@@ -183,18 +180,10 @@ class Snapshot:
     files: dict[str, tuple[int, str]]  # raw output name -> (size, sha256)
 
 
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def snapshot(session: Session) -> Snapshot:
     events = {e.id: len(json.dumps(e.payload, ensure_ascii=False).encode())
               for e in session.trace.events()}
-    files = {p.name: (p.stat().st_size, _sha(p))
+    files = {p.name: (p.stat().st_size, _sha_prefix(p, p.stat().st_size))
              for p in sorted(session.paths.outputs.glob("*.txt"))}
     return Snapshot(events, files)
 
@@ -226,14 +215,12 @@ def _sha_prefix(path: Path, size: int) -> str:
 
 
 def no_orphans(runner: TurnRunner) -> bool:
-    """Every tool call in the checkpointed messages has its result."""
-    from langchain_core.messages import AIMessage, ToolMessage
+    """No tool call without its result and no result without its call, in the checkpoint
+    (``context.boundaries.orphans``: what a provider would reject)."""
+    from simagent.context.boundaries import orphans
 
     state = runner.agent.graph.get_state(runner.session.thread_config)
-    msgs = state.values.get("messages", [])
-    answered = {m.tool_call_id for m in msgs if isinstance(m, ToolMessage)}
-    calls = {c["id"] for m in msgs if isinstance(m, AIMessage) for c in m.tool_calls}
-    return calls <= answered
+    return not orphans(state.values.get("messages", []))
 
 
 def raw_of(session: Session, code_start: str) -> Path | None:
@@ -258,10 +245,6 @@ def marked(code: str) -> str:
     """``code`` preceded by the flushed :data:`FAULT_MARK` and a pause for it to arrive."""
     return (f"import sys as _fs, time as _ft\nprint({FAULT_MARK!r}, flush=True)\n"
             f"_ft.sleep(0.3)\n{code}")
-
-
-def turn(runner: TurnRunner, prompt: str, clock: Clock | None = None) -> TurnResult:
-    return runner.run(prompt, clock)
 
 
 # ------------------------------------------------------------------------------ running

@@ -35,6 +35,8 @@ from simagent.bench.fault_bench import (
     raw_of,
     snapshot,
 )
+from simagent.bench.kernel_bench import _rss_bytes
+from simagent.bench.kill_child import alive
 
 #: Resident memory at which the bench's stand-in for the kernel OOM killer sends SIGKILL.
 OOM_LIMIT_MB = 512
@@ -120,11 +122,7 @@ def _first_line(text: str, limit: int = 110) -> str:
 
 # ----------------------------------------------------------------- kernel stand-ins
 def _rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError):
-        return 0.0
+    return (_rss_bytes(pid) or 0) / 2**20
 
 
 #: Where a memory cgroup (v1) for the real OOM killer can be made, when this process may.
@@ -201,20 +199,13 @@ def _children_left(workspace: Path) -> int:
         pids = [int(p) for p in (workspace / "fault_kids.txt").read_text().split()]
     except (OSError, ValueError):
         return -1
-    alive = 0
-    for pid in pids:
+    left = [pid for pid in pids if alive(pid)]
+    for pid in left:
         try:
-            with open(f"/proc/{pid}/status") as f:
-                state = next((ln for ln in f if ln.startswith("State:")), "")
+            os.kill(pid, signal.SIGKILL)  # never leave them to the machine
         except OSError:
-            continue
-        if "Z" not in state.split(":", 1)[-1][:3]:
-            alive += 1
-            try:
-                os.kill(pid, signal.SIGKILL)  # never leave them to the machine
-            except OSError:
-                pass
-    return alive
+            pass
+    return len(left)
 
 
 FORK_CODE = """import os, time
@@ -557,7 +548,7 @@ def _disk_full(lab: Lab, fast: bool) -> Outcome:
     lost, what = lost_since(session, before)
     survived = (first.status == second.status == third.status == "done" and bool(notice)
                 and "row 19999" in (clock.outputs[0] if clock.outputs else "")
-                and ALIVE in third.final)
+                and ALIVE in third.final and no_orphans(runner))
     line = next((ln for ln in notice.splitlines() if "disk full" in ln), "no notice")
     return Outcome(survived, any(RESTORED in t for t in clock.outputs), None, lost,
                    (f"lost: {', '.join(what)}; " if what else "") + line.strip()[:160])
