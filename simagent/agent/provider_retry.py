@@ -42,6 +42,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage
 
+from simagent.context.events import write_stream
 from simagent.context.overflow import is_context_overflow
 from simagent.models import (
     RETRIES_ATTR,
@@ -313,7 +314,7 @@ class ProviderRetryMiddleware(AgentMiddleware):
                    "delay_s": round(delay, 3), "retry_after": fault.retry_after,
                    "cause": fault.cause, "reason": _reason(exc)}
         self._trace(payload)
-        self._write({"type": "provider_retry", "agent": self.agent, **payload})
+        write_stream({"type": "provider_retry", "agent": self.agent, **payload})
         return delay
 
     def _give_up(self, exc: Exception, retries: int, fault: Fault | None = None, *,
@@ -331,15 +332,6 @@ class ProviderRetryMiddleware(AgentMiddleware):
     def _trace(self, payload: dict[str, Any]) -> None:
         if self.trace is not None:
             self.trace.append("provider_retry", {**payload, "agent": self.agent})
-
-    @staticmethod
-    def _write(item: dict[str, Any]) -> None:
-        try:
-            from langgraph.config import get_stream_writer
-
-            get_stream_writer()(item)
-        except Exception:  # outside a streamed run (a plain invoke, the bench)
-            pass
 
     def _cancelled(self, delay: float) -> bool:
         """Wait ``delay`` seconds; True when a cancel ended the wait."""

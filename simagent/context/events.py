@@ -18,12 +18,18 @@ CONTEXT_KINDS = ("context_eviction", "context_clear", "context_summary", "contex
                  "cost_ceiling")
 
 
-def emit(trace: TraceLog | None, kind: str, payload: dict[str, Any]) -> None:
-    if trace is not None:
-        trace.append(kind, payload)
+def write_stream(item: dict[str, Any]) -> None:
+    """Hand ``item`` to the running graph's stream (``TurnRunner._on_custom`` reads it);
+    nothing outside a streamed run (manual /compact, a plain invoke, the bench)."""
     try:
         from langgraph.config import get_stream_writer
 
-        get_stream_writer()({"type": "context", "kind": kind, "detail": payload})
-    except Exception:  # outside a streamed run (manual /compact, plain invoke)
+        get_stream_writer()(item)
+    except Exception:  # no runnable context or no stream consumer
         pass
+
+
+def emit(trace: TraceLog | None, kind: str, payload: dict[str, Any]) -> None:
+    if trace is not None:
+        trace.append(kind, payload)
+    write_stream({"type": "context", "kind": kind, "detail": payload})

@@ -29,7 +29,7 @@ from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import AIMessage, ToolMessage
 
 from simagent.agent.usage import Usage, UsageLedger
-from simagent.context.events import emit
+from simagent.context.events import emit, write_stream
 from simagent.context.prices import usage_cost
 from simagent.context.thresholds import ContextSettings
 from simagent.trace.log import TraceLog
@@ -43,12 +43,7 @@ _TOOLISH_BLOCKS = {"tool_use", "tool_call", "server_tool_use", "function_call",
 # ------------------------------------------------------------------ shared helpers
 def notice(text: str) -> None:
     """A warning line for the user, as a stream item; nothing outside a stream."""
-    try:
-        from langgraph.config import get_stream_writer
-
-        get_stream_writer()({"type": "notice", "level": "warning", "text": text})
-    except Exception:  # no runnable context (a direct call) or no stream consumer
-        pass
+    write_stream({"type": "notice", "level": "warning", "text": text})
 
 
 def _last_ai_index(messages: Sequence[Any]) -> int | None:

@@ -31,6 +31,7 @@ import re
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, hook_config
@@ -124,7 +125,7 @@ class Cell:
     def failed(self) -> bool:
         return self.status in FAILED
 
-    @property
+    @cached_property  # read up to three times per cell by scan(); regexes over the output
     def signature(self) -> str:
         return error_signature(self.text, self.status or "error") if self.failed else ""
 
