@@ -300,3 +300,30 @@ def test_run_exits_with_the_subagent_models_error_code_before_the_kernel_starts(
     assert "subagent" in r.stderr and "ANTHROPIC_API_KEY" in r.stderr
     assert "[subagents" in r.stderr and "internal error" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_each_defined_subagent_retries_by_its_own_models_policy(simpy_session, tmp_path):
+    """``[subagents.X]`` retry keys reach X's retry layer; a subagent on the main model
+    retries by the main model's policy."""
+    from simagent.agent.builder import build_defined_subagents
+    from simagent.agent.provider_retry import ProviderRetryMiddleware, RetryPolicy
+    from simagent.context.thresholds import ContextSettings
+
+    sub_script = write(tmp_path / "cheap.json", json.dumps([{"final": "x"}]))
+    config = Config({"subagents": {"run-analyst": {"model": f"scripted:{sub_script}",
+                                                   "retries": 1}}})
+    session = simpy_session(config)
+    main_policy = RetryPolicy(retries=3)
+    main = (ScriptedChatModel.from_steps([{"final": "x"}]), "scripted:main", 128_000, None,
+            main_policy)
+    from simagent.agent.backend import build_backend
+
+    specs = build_defined_subagents(
+        session, discover_subagents(session.simulator), tools=[],
+        backend=build_backend(session.workspace, session.paths.root), main=main,
+        settings=ContextSettings(), source_dirs=[])
+    policies = {spec["name"]: next(m.policy for m in spec["middleware"]
+                                   if isinstance(m, ProviderRetryMiddleware))
+                for spec in specs}
+    assert policies["run-analyst"] == RetryPolicy(retries=1)
+    assert policies["source-explorer"] is main_policy

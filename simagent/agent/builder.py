@@ -120,7 +120,8 @@ def runtime_context(session: Session, source_dirs: Sequence[Path] = ()) -> Runti
 
 
 def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any],
-                            backend: Any, main: tuple[Any, str, int | None, int | None],
+                            backend: Any,
+                            main: tuple[Any, str, int | None, int | None, Any],
                             settings: ContextSettings | None,
                             source_dirs: Sequence[Path]) -> list[dict[str, Any]]:
     """deepagents specs for the markdown-defined subagents (shared + simulator's own).
@@ -138,9 +139,10 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
     from simagent.context.layers import context_layers
     from simagent.models import ModelError, resolve_model
 
-    resolved: dict[str, tuple[Any, str, int | None, int | None]] = {}
+    resolved: dict[str, tuple[Any, str, int | None, int | None, Any]] = {}
 
-    def model_for(defn: Any) -> tuple[Any, str, int | None, int | None]:
+    def model_for(defn: Any) -> tuple[Any, str, int | None, int | None, Any]:
+        """(chat model, id, window, max output, retry policy) of a subagent's model."""
         spec = model_spec_for(defn, session.config)
         if spec is None or spec == main[1]:
             return main
@@ -152,7 +154,7 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
                     f"subagent {defn.name!r}: model {spec!r}: {str(exc).splitlines()[0]} "
                     f"(set [subagents] model, or [subagents.{defn.name}] model, in "
                     ".simagent/config.toml)", exc.code) from exc
-            resolved[spec] = (r.chat_model, r.id, r.window, r.max_output)
+            resolved[spec] = (r.chat_model, r.id, r.window, r.max_output, r.retry)
         return resolved[spec]
 
     def subagent_model_settings(name: str) -> dict[str, Any]:
@@ -161,7 +163,7 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
         return {k: v for k, v in own.items() if k != "model"} if isinstance(own, dict) else {}
 
     def layers_for(defn: Any) -> tuple[list[Any], Any]:
-        chat, mid, win, max_out = model_for(defn)
+        chat, mid, win, max_out, retry = model_for(defn)
         fs_tools = ["read_file", *[t for t in defn.tools if t in FILE_TOOLS and
                                    t != "read_file"]]
         layers = context_layers(session, chat_model=chat, model_id=mid, window=win,
@@ -173,7 +175,7 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
                 TraceRecorder(session.trace, session.usage, agent=defn.name, model_id=mid,
                               turns=session.turns, ruler=layers.context.ruler,
                               window=layers.context.thresholds.window),
-                ProviderRetryMiddleware(session.trace, agent=defn.name,
+                ProviderRetryMiddleware(session.trace, agent=defn.name, policy=retry,
                                         cancel=session.cancel_requested)], chat
 
     note = runtime_note(session.workspace, session.paths.outputs, session.simulator,
@@ -205,6 +207,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     from simagent.context.layers import context_layers
 
     chat_model, model_id, window = _as_resolved(model)
+    retry = getattr(model, "retry", None)  # [model] retry keys (a ResolvedModel's)
     max_out = getattr(model, "max_output", None)
     sim = session.simulator
     source_dirs = sim.package_dirs() if sim else []
@@ -239,7 +242,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                       turns=session.turns, ruler=layers.context.ruler,
                       window=layers.context.thresholds.window),
         # innermost: retries repeat exactly the request the layers above built
-        ProviderRetryMiddleware(session.trace, policy=getattr(model, "retry", None),
+        ProviderRetryMiddleware(session.trace, policy=retry,
                                 cancel=session.cancel_requested),
     ]
     general = {
@@ -257,14 +260,14 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                                      model_id=model_id,
                                      window=sub_layers.context.thresholds.window),
                        ProviderRetryMiddleware(session.trace, agent=GENERAL_PURPOSE,
-                                               policy=getattr(model, "retry", None),
+                                               policy=retry,
                                                cancel=session.cancel_requested)],
     }
     from simagent.agent.subagents import discover_subagents
 
     defined = build_defined_subagents(
         session, discover_subagents(sim), tools=tools, backend=backend,
-        main=(chat_model, model_id, window, max_out), settings=context_settings,
+        main=(chat_model, model_id, window, max_out, retry), settings=context_settings,
         source_dirs=source_dirs)
     inside = backend.default.inside_workspace
     graph = create_deep_agent(
