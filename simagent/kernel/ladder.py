@@ -147,7 +147,7 @@ class Recovery:
                 "restarted": self.restarted, "restart_s": round(self.restart_s, 3),
                 "replay_s": round(self.replay_s, 3), "seconds": round(self.seconds, 3),
                 "replayed": list(self.replayed),
-                "skipped": [s.to_dict() for s in self.skipped if s.loses_state],
+                "skipped": [s.to_dict() for s in self.listed],
                 "skipped_display_or_failed": sum(not s.loses_state for s in self.skipped),
                 "failed": list(self.failed), "names": list(self.names),
                 "lineage": self.lineage, "survived": self.survived,

@@ -219,6 +219,10 @@ class Kernel:
                 f"kernel {self.kernel_name or _DEFAULT_SPEC!r} could not start: {exc}; "
                 f"{self._log_hint()}") from exc
         self._km, self._kc = km, kc
+        self._ready()
+
+    def _ready(self) -> None:
+        """A new kernel process answers: one more generation, heartbeat watched afresh."""
         self.state = "idle"
         self.death_reason = ""
         self.generation += 1
@@ -289,15 +293,12 @@ class Kernel:
         try:
             self._km.restart_kernel(now=True)
             self._kc.wait_for_ready(timeout=_STARTUP_TIMEOUT_S)
-        except Exception:
+        except Exception:  # a fresh kernel instead (start() makes it ready, once)
             self.shutdown()
             self.start()
-        self.state = "idle"
-        self.death_reason = ""
-        self.generation += 1
-        self._hb_silent_since, self._started_at = None, time.monotonic()
+            return time.perf_counter() - t0
         self._drain()
-        self._install_outputs()
+        self._ready()
         return time.perf_counter() - t0
 
     def probe_state(self, registry: list[dict[str, Any]] | None = None,
