@@ -384,6 +384,13 @@ def _first_line(text: object, limit: int = 240) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+#: Exception class names (SDKs, langchain wrappers, httpx) of a request that timed out,
+#: and of a connection that could not be made or was lost; provider_retry widens them.
+TIMEOUT_ERRORS = frozenset({"APITimeoutError", "ModelTimeoutError", "TimeoutException"})
+CONNECTION_ERRORS = frozenset({"APIConnectionError", "ModelConnectionError", "ConnectError",
+                               "NetworkError", "RemoteProtocolError", "ReadError"})
+
+
 def exception_chain(exc: BaseException) -> list[BaseException]:
     """``exc`` and its causes, outermost first (at most 8; cycles stop it)."""
     seen: list[BaseException] = []
@@ -505,13 +512,11 @@ def _describe_one(exc: BaseException) -> str | None:
         return f"permission denied ({status or 403}): {msg}"
     if names & {"RateLimitError", "ModelRateLimitError"}:
         return f"rate limited ({status or 429}): {msg}"
-    if names & {"APITimeoutError", "ModelTimeoutError", "TimeoutException"}:
+    if names & TIMEOUT_ERRORS:
         return f"timed out talking to {_url(exc) or 'the provider'}"
-    conn = {"APIConnectionError", "ModelConnectionError", "ConnectError", "NetworkError",
-            "RemoteProtocolError", "ReadError"}
-    if names & conn and _dropped(exc):
+    if names & CONNECTION_ERRORS and _dropped(exc):
         return f"connection to {_url(exc) or 'the provider'} dropped ({_reason(exc)})"
-    if names & conn:
+    if names & CONNECTION_ERRORS:
         return f"cannot reach {_url(exc) or 'the provider'} ({_reason(exc)})"
     if "NotFoundError" in names:
         return f"not found ({status or 404}) — check the model name and base URL: {msg}"

@@ -45,7 +45,9 @@ from langchain_core.messages import AIMessage
 from simagent.context.events import write_stream
 from simagent.context.overflow import is_context_overflow
 from simagent.models import (
+    CONNECTION_ERRORS,
     RETRIES_ATTR,
+    TIMEOUT_ERRORS,
     TruncatedReply,
     describe_provider_error,
     exception_chain,
@@ -68,11 +70,9 @@ CANCEL_POLL_S = 0.05
 
 #: Status codes worth another try: request timeout, rate limit, server-side trouble.
 RETRY_STATUSES = frozenset({408, 429}) | frozenset(range(500, 600))
-_TIMEOUT_NAMES = {"APITimeoutError", "ModelTimeoutError", "TimeoutException", "TimeoutError",
-                  "ReadTimeout", "ConnectTimeout", "WriteTimeout", "PoolTimeout"}
-_CONNECTION_NAMES = {"APIConnectionError", "ModelConnectionError", "ConnectError",
-                     "NetworkError", "RemoteProtocolError", "ReadError", "WriteError",
-                     "ConnectionError"}
+_TIMEOUT_NAMES = TIMEOUT_ERRORS | {"TimeoutError", "ReadTimeout", "ConnectTimeout",
+                                   "WriteTimeout", "PoolTimeout"}
+_CONNECTION_NAMES = CONNECTION_ERRORS | {"WriteError", "ConnectionError"}
 
 
 @dataclass(frozen=True)
