@@ -65,19 +65,22 @@ def make_turns(rng: random.Random, tag: str, workspace: Path, n: int) -> list[li
     return turns
 
 
-def check_left_on_disk(paths: SessionPaths, report: ChildReport) -> list[str]:
+def check_left_on_disk(paths: SessionPaths, report: ChildReport) -> tuple[list[str], int]:
+    """The problems a killed child left on disk, and the payload bytes of the committed
+    trace events that are missing."""
     problems = []
     for db in (paths.trace, paths.checkpoints):
         if db.exists() and (verdict := integrity(db)) != "ok":
             problems.append(f"{db.name}: integrity_check = {verdict}")
+    lost = set(report.events)
     if paths.trace.exists():
-        lost = set(report.events) - trace_ids(paths.trace)
+        lost -= trace_ids(paths.trace)
         if lost:
-            size = sum(report.event_bytes.get(i, 0) for i in lost)
             problems.append(f"committed trace events missing after the kill: {sorted(lost)} "
-                            f"({size} bytes)")
+                            f"({sum(report.event_bytes.get(i, 0) for i in lost)} bytes)")
     elif report.events:
         problems.append("trace.sqlite is gone but events were committed")
+    lost_bytes = sum(report.event_bytes.get(i, 0) for i in lost)
     for i, req in enumerate(report.requests):
         problems += [f"request {i}: {p}" for p in request_problems(req)]
     if report.state_before is not None:
@@ -88,7 +91,7 @@ def check_left_on_disk(paths: SessionPaths, report: ChildReport) -> list[str]:
     if problems and report.state_before is not None:  # the evidence, for the failure
         problems.append(f"state at resume: {report.state_before}; repaired: "
                         f"{report.repaired}; last event before the kill: {report.last_kind}")
-    return problems
+    return problems, lost_bytes
 
 
 def run_session(index: int, kills: int, base: Path, ctx) -> dict:
@@ -116,7 +119,7 @@ def run_session(index: int, kills: int, base: Path, ctx) -> dict:
         if session_id is None:  # killed before the session existed: a fresh start next
             continue
         paths = SessionPaths.for_session(workspace, session_id)
-        found = check_left_on_disk(paths, report)
+        found, lost_bytes = check_left_on_disk(paths, report)
         out["problems"] += [f"session {index} child {child}: {p}" for p in found]
         out["repaired"] += bool(report.repaired)
         out["kernels"] += report.kernel_pids
@@ -124,9 +127,7 @@ def run_session(index: int, kills: int, base: Path, ctx) -> dict:
         out["events"] += len(report.events)
         if spec.session_id is not None and report.ready_s is not None:
             out["resume_s"].append(report.ready_s)  # open, repair, kernel: ready for a turn
-        if paths.trace.exists():
-            gone = set(report.events) - trace_ids(paths.trace)
-            out["lost_bytes"] += sum(report.event_bytes.get(i, 0) for i in gone)
+        out["lost_bytes"] += lost_bytes
         if report.killed:
             out["last_kinds"][report.last_kind or "none"] += 1
         if final:
