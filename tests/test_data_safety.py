@@ -8,7 +8,6 @@ kernel, writes that really fail (``/dev/full``), and a real grep of every file w
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -220,8 +219,7 @@ def test_secrets_reach_no_file_simagent_writes(workspace, tmp_path, monkeypatch)
         history.store_string(f"repeat it: {SECRET}")
         from simagent.bench import runner as bench_runner
 
-        line = bench_runner.redact(json.dumps({"final": second.final}))
-        (tmp_path / "out" / "records.jsonl").write_text(line + "\n")
+        bench_runner.append_record(tmp_path / "out" / "records.jsonl", {"final": second.final})
     finally:
         session.close()
     conversation = {"checkpoints.sqlite", "checkpoints.sqlite-wal", "checkpoints.sqlite-shm"}

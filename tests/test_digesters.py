@@ -395,6 +395,36 @@ def test_generic_core_keeps_short_result_tables_verbatim_and_collapses_step_logs
     assert len(tight) <= 300 and "rows" in tight
 
 
+@pytest.mark.parametrize("prefix", ["/w", "/check/work/main/a/much/longer/checkout/path"])
+def test_a_records_message_survives_every_budget_whatever_the_paths(prefix):
+    """A WARNING record's message sits on its continuation line; as the budget shrinks
+    the digest drops detail, yet the message stays verbatim at every level (CI once
+    lost it: a longer checkout path pushed the digest one level down, and that level
+    clipped continuation lines shorter than the line they continue)."""
+    message = ("\tExperiment is infeasible: 'event: Minimum voltage [V]' was triggered during "
+               "'Discharge at 8C for 2 hours'. The returned solution only contains up to "
+               "step 1 of cycle 4.")
+    lines = [f"[SPM] step {i:05d} t= {10.0 * i:9.3f}s V={4.2 - i / 1e3:.5f}" for i in range(400)]
+    lines += ["2026-11-25 17:49:21.105 - [WARNING] callbacks.on_experiment_infeasible_event(245):",
+              message, "Traceback (most recent call last):",
+              *(f'  File "{prefix}/.venv/lib/python3.11/site-packages/pybamm/m{i}.py", '
+                f'line {i}, in f' for i in range(12)), "KeyError: 'Voltag [V]'"]
+    _, fn = host.load_digester(discover()["pybamm"])
+    seen = set()
+    for budget in range(6000, 200, -50):
+        text = fn(iter(lines), budget)
+        if "[digest cut at" in text:
+            break
+        seen.add(text)
+        assert len(text) <= budget, (budget, text)
+        if "lines 1-400] last:" in text:  # the barest level: its start and end, cut
+            assert message[:100] in text and message[-50:] in text, (budget, text)
+        else:
+            assert message.strip() in text, (budget, text)
+        assert "KeyError: 'Voltag [V]'" in text
+    assert len(seen) >= 3  # the budgets walked through several levels
+
+
 def test_raw_lines_stream_with_bounded_lines_and_terminal_rewrites(tmp_path):
     path = tmp_path / "0001.txt"
     with open(path, "w") as f:

@@ -364,10 +364,16 @@ def run_bench(plan: BenchPlan, out_dir: Path,
                 row = run_replay(at, policy, epoch, recording, out_dir, say, label, commit,
                                  enforced) if recording else \
                     run_live(at, policy, epoch, plan.model or "", out_dir, commit)
-            with path.open("a", encoding="utf-8") as fh:
-                fh.write(redact(json.dumps(row)) + "\n")  # no key in a record
+            append_record(path, row)
             rows.append(row)
     return rows
+
+
+def append_record(path: Path, row: dict[str, Any]) -> None:
+    """One bench record, redacted: a key a workflow printed or quoted never reaches the
+    records file (it is shared and committed with bench results)."""
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(redact(json.dumps(row)) + "\n")
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -49,9 +49,10 @@ KEEP_PER_SHAPE = 5
 CONTINUATION_LINES = 8
 RUN_FINALS = 6
 #: Detail levels, tried in order until the digest fits: (rows of a short table shown
-#: verbatim, columns per table, continuation lines per kept line, chars per row).
+#: verbatim, columns per table, continuation lines per kept line, chars per row). Every
+#: level keeps a kept line's first continuation: a log record's message may sit there.
 LEVELS = ((VERBATIM_ROWS, 12, 8, ROW_CHARS), (6, 8, 8, ROW_CHARS), (3, 6, 4, ROW_CHARS),
-          (0, 4, 2, ROW_CHARS // 2), (0, 3, 1, ROW_CHARS // 2), (0, 0, 0, ROW_CHARS // 3))
+          (0, 4, 2, ROW_CHARS // 2), (0, 3, 1, ROW_CHARS // 2), (0, 0, 1, ROW_CHARS // 3))
 _READ_CHUNK = 1 << 16
 
 #: A number that is a field of its own: after a delimiter, not inside a word
@@ -425,8 +426,9 @@ class Digester:
                 items.append((k.no, 2, f"[×{k.count:,} more lines like the one above; the "
                                        f"latest: {_clip(k.text, 2 * width)}]"))
                 continue
-            body = "\n".join([_clip(k.text, 2 * width),
-                              *(_clip(m, width) for m in k.more[:more])])
+            # a continuation carries the record's message ("Experiment is infeasible:
+            # ..." under a WARNING line): it is clipped like the line it continues
+            body = "\n".join(_clip(t, 2 * width) for t in (k.text, *k.more[:more]))
             items.append((k.no, 2, f"{body}  [×{k.count:,}]" if k.count > 1 else body))
         if self.noise:
             kinds = ", ".join(f"{key} ×{n:,}" for key, n in
