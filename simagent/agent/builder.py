@@ -34,7 +34,6 @@ from simagent.agent.provider_retry import ProviderRetryMiddleware
 from simagent.agent.recovery import RecoveryMiddleware
 from simagent.agent.tools import make_view_figure, session_tools
 from simagent.agent.turns import AbandonGuard
-from simagent.context.repl_watch import ReplWatchMiddleware
 from simagent.paths import content_dir
 from simagent.trace.recorder import TraceRecorder
 
@@ -223,7 +222,8 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
              make_view_figure(session, *image_support(chat_model)), *extra_tools]
     memory_path = str((session.memory_dir / INDEX).resolve())
     layers = context_layers(session, chat_model=chat_model, model_id=model_id, window=window,
-                            max_output=max_out, backend=backend, settings=context_settings)
+                            max_output=max_out, backend=backend, settings=context_settings,
+                            front_end=front_end)
     sub_layers = context_layers(session, chat_model=chat_model, model_id=model_id,
                                 window=window, max_output=max_out, backend=backend,
                                 agent=GENERAL_PURPOSE, settings=context_settings)
@@ -234,8 +234,6 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
         WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
                                   system_prompt=MEMORY_PROMPT, add_cache_control=True),
         *layers.middleware,
-        ReplWatchMiddleware(session.trace, context_settings or session.context_settings,
-                            front_end=front_end),
         RecoveryMiddleware(session.trace),
         WorkspacePathsMiddleware(session.workspace),
         TraceRecorder(session.trace, session.usage, agent="main", model_id=model_id,

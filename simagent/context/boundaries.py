@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from simagent.context.counting import is_user_message
 
 
 def _call_ids(msg: Any) -> list[str]:
@@ -57,8 +59,7 @@ def turn_starts(messages: Sequence[BaseMessage]) -> list[int]:
     """Safe cuts that open a user turn (a real user message, not a summary or nudge)."""
     safe = set(safe_cuts(messages))
     return [i for i, m in enumerate(messages)
-            if i in safe and isinstance(m, HumanMessage)
-            and not m.additional_kwargs.get("lc_source")]
+            if i in safe and is_user_message(m)]
 
 
 def cut_keeping_tokens(messages: Sequence[BaseMessage], keep_tokens: int,

@@ -194,6 +194,12 @@ def is_summary(msg: BaseMessage) -> bool:
     return source in SUMMARY_SOURCES
 
 
+def is_user_message(msg: BaseMessage) -> bool:
+    """Words a person typed: summaries, state cards and nudges are HumanMessages too, and
+    each carries the ``lc_source`` that says who wrote it."""
+    return isinstance(msg, HumanMessage) and not msg.additional_kwargs.get("lc_source")
+
+
 def is_state_card(msg: BaseMessage) -> bool:
     return (isinstance(msg, HumanMessage)
             and msg.additional_kwargs.get("lc_source") == STATE_CARD_SOURCE)

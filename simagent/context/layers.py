@@ -156,8 +156,12 @@ class ContextLayers:
 def context_layers(session: Session, *, chat_model: Any, model_id: str, window: int | None,
                    max_output: int | None, backend: Any, agent: str = "main",
                    settings: th.ContextSettings | None = None,
-                   fs_tools: list[str] | None = None) -> ContextLayers:
-    """The context layers of one agent; ``fs_tools`` limits its file tools (None = stock)."""
+                   fs_tools: list[str] | None = None, front_end: str = "tui") -> ContextLayers:
+    """The context layers of one agent; ``fs_tools`` limits its file tools (None = stock).
+
+    The main agent's layers end with its guards: the identical-call watchdog, the cost
+    ceiling and the REPL watchdog, whose mode follows ``front_end`` when config leaves it
+    unset (a TUI user can steer; a headless run has no one to warn)."""
     settings = settings or session.context_settings
     suffix = "" if agent == "main" else f"-{agent}"
     history = session.paths.conversation_history / f"{session.id}{suffix}.md"
@@ -181,7 +185,9 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
         middleware.insert(2, SlimToolsMiddleware())
     if agent == "main":
         from simagent.context.guards import CostCeilingMiddleware, WatchdogMiddleware
+        from simagent.context.repl_watch import ReplWatchMiddleware
 
         middleware += [WatchdogMiddleware(session.trace, settings, agent=agent),
-                       CostCeilingMiddleware(session.trace, session.usage, settings)]
+                       CostCeilingMiddleware(session.trace, session.usage, settings),
+                       ReplWatchMiddleware(session.trace, settings, front_end=front_end)]
     return ContextLayers(middleware=middleware, context=context, tools=tools)

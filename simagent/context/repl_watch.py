@@ -38,6 +38,7 @@ from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from simagent.agent.tools import RUN_PYTHON
+from simagent.context.counting import is_user_message
 from simagent.context.events import emit
 from simagent.context.guards import MARK, notice, stop_turn
 from simagent.context.thresholds import ContextSettings, repl_watchdog_mode
@@ -201,7 +202,7 @@ def turn_start(messages: Sequence[Any]) -> int:
     ``lc_source`` and are no user's), 0 when there is none."""
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
-        if isinstance(m, HumanMessage) and not m.additional_kwargs.get("lc_source"):
+        if is_user_message(m):
             return i + 1
     return 0
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from simagent.context.counting import is_summary
+from simagent.context.counting import is_summary, is_user_message
 
 SUMMARY_SECTIONS = ("Session intent", "Decisions and reasons", "Artifacts and files",
                     "Numbers that matter", "Next steps")
@@ -193,7 +193,7 @@ class ExtractiveSummarizer:
             if is_summary(msg):
                 for title, items in previous_sections(msg.text).items():
                     earlier.setdefault(title, []).extend(items)
-            elif isinstance(msg, HumanMessage) and not msg.additional_kwargs.get("lc_source"):
+            elif is_user_message(msg):
                 asks.append(_clip(msg.text.strip(), 600))
             elif isinstance(msg, AIMessage):
                 if msg.text.strip():

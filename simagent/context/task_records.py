@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from pydantic import ValidationError
 
-from simagent.context.counting import is_summary
+from simagent.context.counting import is_user_message
 from simagent.jsonl import read_jsonl
 from simagent.records import KeyValue, TaskRecord, files_read, format_value, problems
 
@@ -149,9 +149,7 @@ def files_touched(messages: Sequence[BaseMessage]) -> tuple[list[str], list[str]
 def derive(messages: Sequence[BaseMessage], *, source: str = FROM_COMMAND,
            note: str | None = None) -> TaskRecord:
     """The record of a finished task from its messages alone (no model call)."""
-    asks = [m.text.strip() for m in messages if isinstance(m, HumanMessage)
-            and not is_summary(m) and not m.additional_kwargs.get("lc_source")
-            and m.text.strip()]
+    asks = [m.text.strip() for m in messages if is_user_message(m) and m.text.strip()]
     answer = next((m.text.strip() for m in reversed(messages)
                    if isinstance(m, AIMessage) and m.text.strip()), "")
     read, written = files_touched(messages)
