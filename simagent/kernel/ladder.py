@@ -262,23 +262,18 @@ def run_quiet(kernel: Kernel, code: str, timeout: float) -> tuple[str, str]:
     stop_at: float | None = None
     error = ""
     while True:
-        try:
-            msg = kc.get_iopub_msg(timeout=_POLL_S)
-        except queue.Empty:
-            msg = None
+        arrived, msg = kernel._poll(msg_id)
         now = time.monotonic()
         if stop_at is None and (now > deadline or kernel._replay_abort.is_set()):
             stop_at = now
             km.interrupt_kernel()
         elif stop_at is not None and now - stop_at > REPLAY_STOP_S:
             return "wedged", f"did not stop within {REPLAY_STOP_S:g} s of an interrupt"
-        if msg is None:
+        if not arrived:
             if not km.is_alive():
                 return "died", "the kernel died while replaying it"
             continue
-        if msg["msg_type"] == "stream" and kernel._flow is not None:
-            kernel._flow.ack(len(msg["content"].get("text", "")))
-        if msg["parent_header"].get("msg_id") != msg_id:
+        if msg is None:  # another cell's
             continue
         if msg["msg_type"] == "error":
             c = msg["content"]

@@ -359,6 +359,18 @@ class Kernel:
         except Exception:  # a kernel that cannot take it still runs code; markers say where
             pass
 
+    def _poll(self, msg_id: str) -> tuple[bool, dict | None]:
+        """Wait up to one poll interval on iopub: (whether anything arrived, the message
+        when it belongs to ``msg_id``). Every stream message is acked for flow control,
+        whoever sent it, or a chatty abandoned cell would stall the capture."""
+        try:
+            msg = self._kc.get_iopub_msg(timeout=_POLL_S)
+        except queue.Empty:
+            return False, None
+        if msg["msg_type"] == "stream" and self._flow is not None:
+            self._flow.ack(len(msg["content"].get("text", "")))
+        return True, (msg if msg["parent_header"].get("msg_id") == msg_id else None)
+
     def _drain(self) -> None:
         """Drop messages left over from before a restart or an abandoned cell."""
         for get in (self._kc.get_iopub_msg, self._kc.get_shell_msg):
@@ -493,10 +505,7 @@ class Kernel:
         state_lost = recovery is not None and not recovery.state_restored
         try:
             while True:
-                try:
-                    msg = kc.get_iopub_msg(timeout=_POLL_S)
-                except queue.Empty:
-                    msg = None
+                arrived, msg = self._poll(msg_id)
                 now = time.monotonic()
                 # Checked on every iteration, not only when the kernel is quiet: a cell
                 # that ignores SIGINT may keep printing.
@@ -517,7 +526,7 @@ class Kernel:
                         result.recovery = rec.to_dict()
                         return result
                     self._escalate(since)
-                if msg is None:
+                if not arrived:
                     if not self._km.is_alive():  # a dead kernel sends nothing
                         self.death_reason = _death_reason(self._exit_code())
                         return self._died(cap, now - t0, "died")
@@ -529,11 +538,9 @@ class Kernel:
                             f"was killed")
                         return self._died(cap, now - t0, "frozen")
                     continue
-                mtype = msg["msg_type"]
-                if mtype == "stream" and self._flow is not None:
-                    self._flow.ack(len(msg["content"].get("text", "")))
-                if msg["parent_header"].get("msg_id") != msg_id:
+                if msg is None:  # another cell's
                     continue
+                mtype = msg["msg_type"]
                 if mtype == "status":
                     if msg["content"].get("execution_state") == "idle":
                         break
