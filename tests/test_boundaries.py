@@ -126,3 +126,25 @@ def test_compactor_views_stay_valid(tmp_path_factory, seed, keep_tokens, min_mes
         # clearing swaps contents only: same ids, same order
         cleared = apply_cleared(view, {m.tool_call_id for m in view if isinstance(m, ToolMessage)})
         assert [m.id for m in cleared] == [m.id for m in view]
+
+
+def _call(cid: str) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": "run_python", "args": {}, "id": cid}])
+
+
+def _result(cid: str) -> ToolMessage:
+    return ToolMessage("ok", tool_call_id=cid, name="run_python")
+
+
+def test_orphans_pairs_a_recurring_call_id_by_occurrence():
+    """A scripted session resumed in a new process numbers its calls afresh, so one
+    thread can hold ``call_0_0`` twice; each result answers the earliest open call."""
+    turn = [HumanMessage("go"), _call("call_0_0"), _result("call_0_0"), AIMessage("done")]
+    assert orphans(turn + turn) == []
+    # the second call with the same id has no result of its own
+    assert orphans(turn + turn[:2]) == ["call call_0_0 at 5 has no result"]
+    # one call answered twice: the second result answers nothing
+    assert orphans([*turn[:3], _result("call_0_0")]) == ["result call_0_0 at 3 has no earlier call"]
+    # a result before its call
+    assert orphans([_result("x"), _call("x")]) == ["result x at 0 has no earlier call",
+                                                   "call x at 1 has no result"]

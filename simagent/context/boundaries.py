@@ -104,19 +104,20 @@ def cut_keeping_turns(messages: Sequence[BaseMessage], turns: int) -> int:
 
 
 def orphans(messages: Sequence[BaseMessage]) -> list[str]:
-    """Problems a provider would reject: calls without results, results without calls."""
+    """Problems a provider would reject: calls without results, results without calls.
+
+    Calls are paired with results by occurrence, not by id alone: an id may recur in one
+    thread (a scripted model resumed in a new process numbers its calls afresh), and
+    each result answers the earliest unanswered call with its id before it."""
     problems = []
-    called: dict[str, int] = {}
-    for j, msg in enumerate(messages):
-        for cid in _call_ids(msg):
-            called[cid] = j
-    answered = set()
+    waiting: dict[str, list[int]] = {}  # call id -> positions of its unanswered calls
     for j, msg in enumerate(messages):
         if isinstance(msg, ToolMessage):
-            if msg.tool_call_id not in called or called[msg.tool_call_id] > j:
+            if waiting.get(msg.tool_call_id):
+                waiting[msg.tool_call_id].pop(0)
+            else:
                 problems.append(f"result {msg.tool_call_id} at {j} has no earlier call")
-            answered.add(msg.tool_call_id)
-    for cid, j in called.items():
-        if cid not in answered:
-            problems.append(f"call {cid} at {j} has no result")
+        for cid in _call_ids(msg):
+            waiting.setdefault(cid, []).append(j)
+    problems += [f"call {cid} at {j} has no result" for cid, js in waiting.items() for j in js]
     return problems
