@@ -588,7 +588,7 @@ DATA_CASES = [
               _sigkill_series, fast=True),
     FaultCase("data-sigkill-restore", "data",
               "SIGKILL mid-cell, --continue, /restore brings the kernel state back",
-              _sigkill_restore),
+              _sigkill_restore, fast=True),
     FaultCase("data-disk-full", "data", "disk full while writing a raw output",
               _disk_full, fast=True),
     FaultCase("data-secrets", "data", "an API key printed by a cell and quoted back",
