@@ -54,6 +54,11 @@ if TYPE_CHECKING:
 
 OnEvent = Callable[[Event], None]
 NO_RESPONSE = "(no response)"
+#: langgraph saves each step's checkpoint before the next step runs. Under its default
+#: ("async") a tool's saved result can belong to a checkpoint that was not yet written
+#: when the process was killed; the resume then cannot see it and the call counts as
+#: interrupted (``resume_repair``). One SQLite commit per step is cheap next to a model call.
+DURABILITY = "sync"
 _END = object()  # the pump's last item
 
 
@@ -366,7 +371,8 @@ class TurnRunner:
         try:
             stream = self.agent.graph.stream(
                 graph_input, self.session.thread_config,
-                stream_mode=["messages", "updates", "custom"], subgraphs=True)
+                stream_mode=["messages", "updates", "custom"], subgraphs=True,
+                durability=DURABILITY)
             try:
                 for item in stream:
                     if stop.is_set():

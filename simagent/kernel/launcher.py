@@ -59,6 +59,33 @@ _SYNC_WAIT_S = 2.0
 FLOW_WINDOW_CHARS = 8 << 20
 FLOW_STALL_S = 2.0
 FLOW_ENV = "SIMAGENT_FLOW_FILE"
+#: The flow file holds one counter: stream chars the client consumed, 8 bytes little-endian.
+_ACK_BYTES = 8
+
+
+class FlowAck:
+    """Client side of the flow control (the supervisor's): publishes stream chars
+    consumed. It lives here, beside :class:`_Flow`, so both halves share one format."""
+
+    def __init__(self, path: os.PathLike[str] | str) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.consumed = 0
+        self.reset()
+
+    def reset(self) -> None:
+        self.consumed = 0
+        os.pwrite(self.fd, (0).to_bytes(_ACK_BYTES, "little"), 0)
+
+    def ack(self, n: int) -> None:
+        self.consumed += n
+        os.pwrite(self.fd, self.consumed.to_bytes(_ACK_BYTES, "little"), 0)
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
 
 
 class _Flow:
@@ -72,8 +99,8 @@ class _Flow:
         self.lock = threading.Lock()
 
     def acked(self) -> int:
-        data = os.pread(self.fd, 8, 0)
-        self.ack_seen = int.from_bytes(data, "little") if len(data) == 8 else 0
+        data = os.pread(self.fd, _ACK_BYTES, 0)
+        self.ack_seen = int.from_bytes(data, "little") if len(data) == _ACK_BYTES else 0
         return self.ack_seen
 
     def wrote(self, n: int, stream) -> None:

@@ -43,7 +43,7 @@ from simagent.kernel.ladder import (
     INTERRUPT_STEPS,
     Recovery,
 )
-from simagent.kernel.launcher import FLOW_ENV
+from simagent.kernel.launcher import FLOW_ENV, FlowAck
 from simagent.kernel.replay import ReplayBudget, read_lineage, save_lineage
 from simagent.kernel.result import MODEL_TEXT_CAP, ExecResult
 from simagent.kernel_api.outputs import raw_name
@@ -61,30 +61,6 @@ _DEFAULT_SPEC = "simagent-python"
 _SCRUB_ENV = ("PYTEST_CURRENT_TEST",)
 #: ipykernel's start-up warning: in every log, never the cause (tokens the model pays for).
 _LOG_NOISE = "running over TCP without encryption"
-
-
-class _FlowAck:
-    """Client side of the launcher's flow control: publishes stream chars consumed."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        self.consumed = 0
-        self.reset()
-
-    def reset(self) -> None:
-        self.consumed = 0
-        os.pwrite(self.fd, (0).to_bytes(8, "little"), 0)
-
-    def ack(self, n: int) -> None:
-        self.consumed += n
-        os.pwrite(self.fd, self.consumed.to_bytes(8, "little"), 0)
-
-    def close(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
 
 
 class KernelStartError(RuntimeError):
@@ -158,7 +134,7 @@ class Kernel:
         self._last_sigint = 0.0
         self._draining = False  # the cell went idle; only its reply is awaited
         self._seq = self._last_output_seq()
-        self._flow: _FlowAck | None = None
+        self._flow: FlowAck | None = None
         #: how many times a process was started for this kernel (1 after start; +1 per
         #: restart): the state card tells a restart by a changed generation
         self.generation = 0
@@ -199,7 +175,7 @@ class Kernel:
             km = KernelManager(kernel_name=self.kernel_name)
         else:
             if self._flow is None:
-                self._flow = _FlowAck(self.paths.root / "kernel.flow")
+                self._flow = FlowAck(self.paths.root / "kernel.flow")
             self._flow.reset()
             ksm = KernelSpecManager(kernel_dirs=[str(default_kernelspec())])
             km = KernelManager(kernel_name=_DEFAULT_SPEC, kernel_spec_manager=ksm)
