@@ -35,7 +35,7 @@ from simagent.bench.fault_bench import (
     raw_of,
     snapshot,
 )
-from simagent.bench.kernel_bench import _rss_bytes
+from simagent.bench.kernel_bench import rss_bytes
 from simagent.bench.kill_child import alive
 
 #: Resident memory at which the bench's stand-in for the kernel OOM killer sends SIGKILL.
@@ -122,7 +122,7 @@ def _first_line(text: str, limit: int = 110) -> str:
 
 # ----------------------------------------------------------------- kernel stand-ins
 def _rss_mb(pid: int) -> float:
-    return (_rss_bytes(pid) or 0) / 2**20
+    return (rss_bytes(pid) or 0) / 2**20
 
 
 #: Where a memory cgroup (v1) for the real OOM killer can be made, when this process may.
@@ -162,20 +162,20 @@ def oom_killer(limit_mb: float = OOM_LIMIT_MB, used: list[str] | None = None
         def watch() -> None:
             while not done.wait(0.02):
                 now = session.kernel.pid if session.kernel_state != "stopped" else None
-                if group is None and now and _rss_mb(now) > limit_mb:
+                if now and _rss_mb(now) > limit_mb:
                     try:
                         os.kill(now, signal.SIGKILL)
                     except OSError:
                         pass
 
-        threading.Thread(target=watch, daemon=True).start()
+        if group is None:  # in a cgroup the operating system does the killing
+            threading.Thread(target=watch, daemon=True).start()
 
         def stop() -> None:
             done.set()
-            for _ in range(50):  # the killed kernel leaves the group empty
+            for _ in range(50 if group is not None else 0):  # the killed kernel empties it
                 try:
-                    if group is not None:
-                        group.rmdir()
+                    group.rmdir()
                     return
                 except OSError:
                     time.sleep(0.1)

@@ -56,7 +56,8 @@ def mixed_output_code(n_mb: int) -> str:
     return MIXED_OUTPUT_CODE.replace("{reps}", str(n_mb))
 
 
-def _rss_bytes(pid: int | str = "self") -> int | None:
+def rss_bytes(pid: int | str = "self") -> int | None:
+    """Resident memory of ``pid`` (this process by default); None once it is gone."""
     try:
         with open(f"/proc/{pid}/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -70,14 +71,14 @@ class _PeakRss:
     def __init__(self, interval: float = 0.005, pid: int | str = "self") -> None:
         self.interval = interval
         self.pid = pid
-        self.base = _rss_bytes(pid) or 0
+        self.base = rss_bytes(pid) or 0
         self.peak = self.base
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            rss = _rss_bytes(self.pid)
+            rss = rss_bytes(self.pid)
             if rss is not None and rss > self.peak:
                 self.peak = rss
             self._stop.wait(self.interval)
@@ -89,7 +90,7 @@ class _PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        rss = _rss_bytes(self.pid)
+        rss = rss_bytes(self.pid)
         if rss is not None and rss > self.peak:
             self.peak = rss
 

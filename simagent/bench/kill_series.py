@@ -72,15 +72,13 @@ def check_left_on_disk(paths: SessionPaths, report: ChildReport) -> tuple[list[s
     for db in (paths.trace, paths.checkpoints):
         if db.exists() and (verdict := integrity(db)) != "ok":
             problems.append(f"{db.name}: integrity_check = {verdict}")
-    lost = set(report.events)
-    if paths.trace.exists():
-        lost -= trace_ids(paths.trace)
-        if lost:
-            problems.append(f"committed trace events missing after the kill: {sorted(lost)} "
-                            f"({sum(report.event_bytes.get(i, 0) for i in lost)} bytes)")
-    elif report.events:
-        problems.append("trace.sqlite is gone but events were committed")
+    lost = set(report.events) - (trace_ids(paths.trace) if paths.trace.exists() else set())
     lost_bytes = sum(report.event_bytes.get(i, 0) for i in lost)
+    if not paths.trace.exists() and report.events:
+        problems.append("trace.sqlite is gone but events were committed")
+    elif lost:
+        problems.append(f"committed trace events missing after the kill: {sorted(lost)} "
+                        f"({lost_bytes} bytes)")
     for i, req in enumerate(report.requests):
         problems += [f"request {i}: {p}" for p in request_problems(req)]
     if report.state_before is not None:
