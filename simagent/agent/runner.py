@@ -106,6 +106,9 @@ def _reasoning_delta(chunk: AIMessageChunk) -> str:
 class TurnRunner:
     """Runs turns of ``agent`` for ``session``; swap ``agent`` to switch models."""
 
+    #: The clock the abandon bound is measured on (a test seam: tests step it by hand).
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
     def __init__(self, session: Session, agent: BuiltAgent) -> None:
         self.session = session
         self.agent = agent
@@ -347,7 +350,7 @@ class TurnRunner:
                 if not self._cancel.is_set():
                     continue
                 stop.set()
-                now = time.monotonic()
+                now = self.clock()
                 if self.session.kernel_state in ("busy", "restarting", "starting"):
                     quiet_since = now  # a cell has its own bounded way out: wait for it
                 quiet_since = quiet_since or now

@@ -1,0 +1,115 @@
+"""README claims, each proved by a test that fails when the claim breaks (issue 27).
+
+The figures are read from README.md itself, so the test and the claim cannot drift
+apart; orderings and a hand-stepped clock stand in for wall-clock thresholds."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage
+
+from simagent.agent.builder import build_agent
+from simagent.agent.runner import TurnRunner
+from simagent.agent.scripted import ScriptedChatModel
+from simagent.session import Session
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_figure(pattern: str) -> float:
+    """The number a README sentence states (whitespace and line breaks normalised)."""
+    text = " ".join(README.read_text().split())
+    found = re.search(pattern, text)
+    assert found, f"README no longer says {pattern!r}"
+    return float(found.group(1))
+
+
+class SteppedClock:
+    """A monotonic clock the test moves by hand; counts reads so the test knows the
+    runner has looked at a given time (an ordering, not a sleep)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.reads = 0
+        self._cv = threading.Condition()
+
+    def __call__(self) -> float:
+        with self._cv:
+            self.reads += 1
+            self._cv.notify_all()
+            return self.now
+
+    def set(self, now: float) -> None:
+        with self._cv:
+            self.now = now
+
+    def seen(self, times: int, timeout: float = 30.0) -> None:
+        """Wait until the clock has been read ``times`` more times (bounded)."""
+        with self._cv:
+            target = self.reads + times
+            assert self._cv.wait_for(lambda: self.reads >= target, timeout), \
+                "the runner stopped reading its clock"
+
+
+class HeldModel(ScriptedChatModel):
+    """The scripted model whose first call does not answer until the test lets it: a
+    provider thinking before its first token, or a stalled connection."""
+
+    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+        gate: dict[str, threading.Event] = _GATES[id(self.cursor)]
+        if not gate["entered"].is_set():
+            gate["entered"].set()
+            gate["release"].wait(60)
+        return super()._reply(messages)
+
+
+_GATES: dict[int, dict[str, threading.Event]] = {}
+
+
+def test_a_silent_model_is_abandoned_exactly_at_the_readme_bound(workspace):
+    """"A model that has not answered within 1.5 s of the ctrl+C does not hold the
+    prompt": just before the bound the turn is still waiting, at the bound it ends. With
+    the limit raised to 3.5 s this fails (the turn does not end at 1.5 s)."""
+    bound = readme_figure(r"has not answered within ([\d.]+) s of the ctrl\+C")
+    session = Session.create(workspace, approval="auto")
+    model = HeldModel.from_steps([{"final": "late reply"}, {"final": "second answer"}])
+    gate = _GATES[id(model.cursor)] = {"entered": threading.Event(),
+                                       "release": threading.Event()}
+    runner = TurnRunner(session, build_agent(session, model))
+    clock = runner.clock = SteppedClock()
+    out: dict[str, Any] = {}
+    ended = threading.Event()
+
+    def turn() -> None:
+        out["r"] = runner.run("think hard")
+        ended.set()
+
+    before = set(threading.enumerate())
+    worker = threading.Thread(target=turn, daemon=True)
+    worker.start()
+    try:
+        assert gate["entered"].wait(60), "the model call never began"
+        runner.cancel()
+        clock.seen(3)  # the cancel was seen at t0 = 1000
+        clock.set(1000 + bound - 0.01)
+        clock.seen(3)
+        assert not ended.is_set(), "abandoned before the bound"
+        clock.set(1000 + bound)
+        assert ended.wait(30), f"the turn still held the prompt {bound} s after ctrl+C"
+        assert out["r"].status == "cancelled"
+        assert not gate["release"].is_set()  # the model had still not answered
+        errors = [e.payload["message"] for e in session.trace.events(["error"])]
+        assert any(m.startswith("turn abandoned") for m in errors)
+    finally:
+        gate["release"].set()
+        worker.join(30)
+        for th in set(threading.enumerate()) - before:
+            if th.name.startswith("simagent-turn-"):
+                th.join(30)
+        session.close()
+        _GATES.pop(id(model.cursor), None)
+    assert not worker.is_alive()
