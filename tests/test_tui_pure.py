@@ -32,7 +32,7 @@ from simagent.tui.entries import (
 from simagent.tui.history import history_entries
 from simagent.tui.render import action_preview, render_conversation
 from simagent.tui.status import StatusSnapshot, status_fragments
-from simagent.tui.text import cells, markdown, sanitize, wrap
+from simagent.tui.text import cells, sanitize, wrap
 
 HOSTILE = [
     "<b>bold?</b> [red]rich markup[/red] {{fmt}} %s \\x1b",
@@ -106,18 +106,6 @@ def test_wrap_never_exceeds_the_width(text, width):
         rows = wrap(line, width)
         assert rows
         assert all(cells(r) <= width for r in rows), rows
-
-
-def test_markdown_renders_structure_readably():
-    rows = markdown("# Result\n\nThe **rate** is `k`.\n\n- one\n- two\n\n```python\nx = 1\n```",
-                    40)
-    text = text_of(rows)
-    assert "Result" in text and "#" not in text
-    assert "The rate is k." in text and "**" not in text
-    assert "• one" in text and "• two" in text
-    assert "│ x = 1" in text
-    styles = {s for row in rows for s, _ in row}
-    assert {"class:md.h1", "class:md.bold", "class:md.code", "class:md.codeblock"} <= styles
 
 
 # -------------------------------------------------------------------- entries

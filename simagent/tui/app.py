@@ -38,10 +38,7 @@ TICK_S = 0.2
 
 STYLE = Style.from_dict({
     "user.mark": "bold ansicyan", "user": "bold",
-    "md.bold": "bold", "md.italic": "italic", "md.code": "ansicyan",
-    "md.h1": "bold underline", "md.h3": "bold", "md.bullet": "ansicyan",
-    "md.quote": "italic ansigray", "md.fence": "ansigray", "md.codeblock": "ansibrightblack",
-    "md.rule": "ansigray", "md.table": "",
+    "md": "",  # assistant markdown carries its own styles (simagent.tui.markdown)
     "tool.label": "bold", "tool.summary": "", "running": "ansiyellow",
     "ok": "ansigreen", "error": "ansired bold", "warning": "ansiyellow",
     "alert": "ansired bold", "notice": "", "human": "ansicyan", "dim": "ansigray",

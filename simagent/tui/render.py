@@ -26,12 +26,12 @@ from simagent.tui.entries import (
     ToolCard,
     UserEntry,
 )
+from simagent.tui.markdown import markdown_rows
 from simagent.tui.text import (
     Line,
     cells,
     clip,
     clip_fragments,
-    markdown,
     sanitize,
     wrap,
     wrap_fragments,
@@ -283,7 +283,7 @@ def _entry_rows(entry: Entry, width: int, expanded: bool, now: float,
             rows += wrap_fragments([mark, ("class:user", line)], width, indent="  ")
         return rows
     if isinstance(entry, AssistantEntry):
-        return _indent_rows(markdown(entry.text, max(1, width - 2)), "  ", "")
+        return _indent_rows(markdown_rows(entry.text, max(1, width - 2)), "  ", "")
     if isinstance(entry, ReasoningEntry):
         return render_reasoning(entry, width, expanded, now)
     if isinstance(entry, ToolCard):

@@ -1,11 +1,11 @@
-"""Text shaping for the terminal UI: sanitising, wrapping by display cells, markdown.
+"""Text shaping for the terminal UI: sanitising, wrapping and clipping by display cells.
 
 Everything here is pure (strings in, lines out) so hostile text is tested without a
 terminal. The UI never interprets what the model or the kernel prints: escape sequences
 and control characters are removed, markup-like strings stay literal (fragments are
 plain text, never parsed), and every line is wrapped to the window's width in cells
 (wide CJK characters count double), so a 10-column terminal or a 100 kB line cannot
-break the layout.
+break the layout. Markdown is :mod:`simagent.tui.markdown`'s.
 """
 
 from __future__ import annotations
@@ -141,76 +141,3 @@ def clip_fragments(frags: Line, width: int) -> Line:
         if piece != text:
             break
     return out
-
-
-# ------------------------------------------------------------------ markdown
-_INLINE_RE = re.compile(r"(\*\*[^*\n]+\*\*|`[^`\n]+`|(?<![\w*])\*[^*\n]+\*(?![\w*]))")
-_HEADING_RE = re.compile(r"^(#{1,6})\s+(.*)$")
-_BULLET_RE = re.compile(r"^(\s*)([-*+]|\d+[.)])\s+(.*)$")
-_FENCE_RE = re.compile(r"^\s*(```|~~~)")
-
-
-def inline(text: str, base: str = "") -> Line:
-    """``**bold**``, ``*italic*`` and ```code``` spans as styled fragments."""
-    frags: Line = []
-    for part in _INLINE_RE.split(text):
-        if not part:
-            continue
-        if part.startswith("**") and part.endswith("**") and len(part) > 4:
-            frags.append((f"{base} class:md.bold".strip(), part[2:-2]))
-        elif part.startswith("`") and part.endswith("`") and len(part) > 2:
-            frags.append((f"{base} class:md.code".strip(), part[1:-1]))
-        elif part.startswith("*") and part.endswith("*") and len(part) > 2:
-            frags.append((f"{base} class:md.italic".strip(), part[1:-1]))
-        else:
-            frags.append((base, part))
-    return frags
-
-
-def markdown(text: str, width: int) -> list[Line]:
-    """Markdown as readable terminal rows: headings, lists, quotes, code blocks, tables.
-
-    Not a full CommonMark renderer: the few constructs models actually write, shown so
-    they read well in a terminal (code keeps its lines and is framed; everything else
-    is wrapped to the width).
-    """
-    rows: list[Line] = []
-    in_code = False
-    for raw in sanitize(text).split("\n"):
-        if _FENCE_RE.match(raw):
-            in_code = not in_code
-            if in_code:
-                lang = raw.strip().lstrip("`~").strip()
-                rows.append([("class:md.fence", clip(f"┌ {lang}" if lang else "┌", width))])
-            else:
-                rows.append([("class:md.fence", "└")])
-            continue
-        if in_code:
-            for piece in wrap(raw, max(1, width - 2)):
-                rows.append([("class:md.fence", "│ "), ("class:md.codeblock", piece)])
-            continue
-        if m := _HEADING_RE.match(raw):
-            level = len(m.group(1))
-            style = "class:md.h1" if level <= 2 else "class:md.h3"
-            rows += wrap_fragments([(style, m.group(2).strip())], width)
-            continue
-        if m := _BULLET_RE.match(raw):
-            pad, mark, body = m.groups()
-            mark = "•" if mark in "-*+" else mark
-            lead = f"{pad[:8]}{mark} "
-            rows += wrap_fragments([("class:md.bullet", lead), *inline(body)], width,
-                                   indent=" " * min(len(lead), max(0, width - 1)))
-            continue
-        if raw.startswith(">"):
-            rows += wrap_fragments([("class:md.quote", "▎ "),
-                                    *inline(raw.lstrip("> "), "class:md.quote")],
-                                   width, indent="▎ ")
-            continue
-        if raw.strip() and set(raw.strip()) <= set("-=_*") and len(raw.strip()) >= 3:
-            rows.append([("class:md.rule", "─" * max(1, min(width, 40)))])
-            continue
-        if raw.lstrip().startswith("|"):
-            rows += [[("class:md.table", r)] for r in wrap(raw, width)]
-            continue
-        rows += wrap_fragments(inline(raw), width)
-    return rows
