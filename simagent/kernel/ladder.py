@@ -41,7 +41,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from simagent.kernel import backup
 from simagent.kernel.replay import Skip, load_records, select
+from simagent.kernel_api import effects as fx
 
 if TYPE_CHECKING:
     from simagent.kernel.supervisor import Kernel
@@ -64,6 +66,12 @@ HEARTBEAT_GRACE_S = 5.0
 HEARTBEAT_START_S = 2.0
 #: How long a control-channel request waits for its reply while a cell runs.
 CONTROL_REPLY_S = 0.5
+#: A cell's iopub ``status: idle`` can be lost (PUB/SUB drops under load, a kernel bug):
+#: once its ``execute_reply`` is in and iopub has been quiet for it this long, the cell
+#: is over anyway (:mod:`simagent.kernel.cell_end`) ...
+IDLE_LOST_GRACE_S = 2.0
+#: ... and at the latest this long after the reply, however chatty its threads are.
+IDLE_LOST_MAX_S = 30.0
 #: A replayed cell may take this multiple of its recorded seconds (at least
 #: :data:`REPLAY_TIMEOUT_MIN_S`), and the replay as a whole this multiple of its budget.
 REPLAY_TIMEOUT_FACTOR = 2.0
@@ -72,6 +80,8 @@ REPLAY_TIMEOUT_MIN_S = 10.0
 REPLAY_STOP_S = 3.0
 _POLL_S = 0.1
 _MAX_NAMES = 40
+#: Where a replay keeps the files it rewrites until it puts them back (session folder).
+BACKUP_DIR = "replay-backup"
 
 
 @dataclass
@@ -97,11 +107,18 @@ class Recovery:
     names: list[str] = field(default_factory=list)
     lineage: int | None = None
     survived: bool = True
+    #: Files a replay rewrote and could not put back (path and reason): said loudly.
+    files_not_restored: list[str] = field(default_factory=list)
 
     @property
     def listed(self) -> list[Skip]:
         """Cells left out that defined state (their names are missing)."""
         return [s for s in self.skipped if s.loses_state]
+
+    @property
+    def offered(self) -> list[Skip]:
+        """Cells left out because they act outside the kernel: ``/restore`` offers them."""
+        return [s for s in self.skipped if s.kind == "effects"]
 
     @property
     def state_restored(self) -> bool:
@@ -134,9 +151,18 @@ class Recovery:
             more = f", … (+{len(self.names) - len(shown)} more)" if len(self.names) > len(
                 shown) else ""
             parts.append("names back: " + ", ".join(shown) + more)
-        if self.listed:
+        rest = [s for s in self.listed if s.kind != "effects"]
+        if rest:
             parts.append("NOT replayed (re-run what you need): " + "; ".join(
-                f"_out[{s.n}] `{s.line}` ({s.seconds:.1f} s: {s.why})" for s in self.listed))
+                f"_out[{s.n}] `{s.line}` ({s.seconds:.1f} s: {s.why})" for s in rest))
+        if self.offered:
+            parts.append("NOT replayed because a replay would repeat what they did outside "
+                         "the kernel (re-run one only if that should happen again): " +
+                         "; ".join(f"skipped _out[{s.n}] `{s.line}`: {s.why}"
+                                   for s in self.offered))
+        if self.files_not_restored:
+            parts.append("the replay rewrote these files and COULD NOT put them back: "
+                         + "; ".join(self.files_not_restored))
         if self.failed:
             parts.append("failed when replayed: " + "; ".join(
                 f"_out[{f['n']}] `{f['line']}` ({f['error']})" for f in self.failed))
@@ -151,6 +177,7 @@ class Recovery:
                 "skipped_display_or_failed": sum(not s.loses_state for s in self.skipped),
                 "failed": list(self.failed), "names": list(self.names),
                 "lineage": self.lineage, "survived": self.survived,
+                "files_not_restored": list(self.files_not_restored),
                 "state_restored": self.state_restored}
 
 
@@ -256,32 +283,35 @@ def run_quiet(kernel: Kernel, code: str, timeout: float) -> tuple[str, str]:
     Returns (status, error): ``ok``, ``error``, ``stopped`` (ran over or the user
     interrupted it, and it stopped), ``wedged`` (it did not stop) or ``died``.
     """
+    from simagent.kernel.cell_end import CellEnd  # it reads this module's timings
+
     kc, km = kernel._kc, kernel._km
     msg_id = kc.execute(code, silent=False, store_history=False, allow_stdin=False)
     deadline = time.monotonic() + timeout
     stop_at: float | None = None
     error = ""
+    end = CellEnd(kc, msg_id)
     while True:
         arrived, msg = kernel._poll(msg_id)
         now = time.monotonic()
+        if msg is not None:
+            if end.saw(msg, now):
+                break
+            if msg["msg_type"] == "error":
+                c = msg["content"]
+                error = f"{c.get('ename', 'Error')}: {c.get('evalue', '')}"[:300]
+        if end.over_without_idle(now):
+            break
+        if not arrived and not km.is_alive():
+            return "died", "the kernel died while replaying it"
+        if end.reply is not None:  # the cell is over; only its idle status is awaited
+            continue
         if stop_at is None and (now > deadline or kernel._replay_abort.is_set()):
             stop_at = now
             km.interrupt_kernel()
         elif stop_at is not None and now - stop_at > REPLAY_STOP_S:
             return "wedged", f"did not stop within {REPLAY_STOP_S:g} s of an interrupt"
-        if not arrived:
-            if not km.is_alive():
-                return "died", "the kernel died while replaying it"
-            continue
-        if msg is None:  # another cell's
-            continue
-        if msg["msg_type"] == "error":
-            c = msg["content"]
-            error = f"{c.get('ename', 'Error')}: {c.get('evalue', '')}"[:300]
-        elif (msg["msg_type"] == "status"
-              and msg["content"].get("execution_state") == "idle"):
-            break
-    reply = kernel._reply(msg_id)
+    reply = end.reply if end.reply is not None else kernel._reply(msg_id)
     if stop_at is not None:
         return "stopped", ("the user interrupted the replay" if kernel._replay_abort.is_set()
                            else f"ran past its {timeout:g} s replay limit")
@@ -293,7 +323,20 @@ def run_quiet(kernel: Kernel, code: str, timeout: float) -> tuple[str, str]:
 def replay(kernel: Kernel, rec: Recovery) -> None:
     """Re-run the lineage's state-defining cells into ``rec`` (kernel freshly started)."""
     budget = kernel.replay_budget
-    plan = select(load_records(kernel.paths.outputs), budget, kernel.lineage)
+    records = load_records(kernel.paths.outputs)
+    spare = kernel.paths.root / BACKUP_DIR
+    rec.files_not_restored = backup.put_back_leftover(spare)
+    written = [str(e["path"]) for r in records for e in fx.of(r) if e.get("kind") == "write"]
+    sizes = {} if rec.files_not_restored else backup.sizes(written)
+    plan = select(records, budget, kernel.lineage, sizes, str(kernel.cwd))
+    try:
+        backup.save(spare, plan.writes)
+    except OSError as exc:  # no backup, no rewrite: those cells are listed instead
+        why = f"its files could not be backed up for a replay ({exc.strerror or exc})"
+        plan.skipped += [Skip(c.n, c.first_line, c.seconds, "effects", why)
+                         for c in plan.run if c.writes]
+        plan.run = [c for c in plan.run if not c.writes]
+        backup.put_back(spare)
     rec.skipped = list(plan.skipped)
     t0 = time.monotonic()
     kernel._replay_abort.clear()
@@ -326,6 +369,7 @@ def replay(kernel: Kernel, rec: Recovery) -> None:
                 break
     finally:
         kernel._replaying = False
+        rec.files_not_restored += backup.put_back(spare)
         rec.replay_s = time.monotonic() - t0
 
 

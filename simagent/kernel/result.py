@@ -132,6 +132,9 @@ class ExecResult:
     #: trigger, steps, seconds, replayed, skipped, state_restored ...); ``notice`` says
     #: the same in words.
     recovery: dict[str, Any] | None = None
+    #: True when the cell's end was inferred from its reply because its iopub idle status
+    #: never came (``kernel.cell_end``): output sent at its very end may be missing.
+    output_maybe_incomplete: bool = False
 
     @property
     def ok(self) -> bool:

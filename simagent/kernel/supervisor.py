@@ -35,6 +35,7 @@ from typing import IO, Any, Literal
 
 from simagent.kernel import ladder
 from simagent.kernel.capture import Capture, OnOutput
+from simagent.kernel.cell_end import IDLE_LOST_NOTICE, CellEnd
 from simagent.kernel.ladder import (
     HEARTBEAT_GRACE_S,
     HEARTBEAT_START_S,
@@ -47,7 +48,14 @@ from simagent.kernel.launcher import FLOW_ENV, FlowAck
 from simagent.kernel.replay import ReplayBudget, read_lineage, save_lineage
 from simagent.kernel.result import MODEL_TEXT_CAP, ExecResult
 from simagent.kernel_api.outputs import raw_name
-from simagent.paths import SESSION_DIR_ENV, SessionPaths, kernelspec_dir
+from simagent.paths import (
+    SESSION_DIR_ENV,
+    SessionPaths,
+    kernelspec_dir,
+    private_dir,
+    private_opener,
+    write_private,
+)
 
 KernelState = Literal["stopped", "starting", "idle", "busy", "restarting", "dead"]
 
@@ -80,8 +88,8 @@ def default_kernelspec() -> Path:
     text = json.dumps(spec, indent=1)
     path = spec_dir / "kernel.json"
     if not path.exists() or path.read_text() != text:
-        spec_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        private_dir(spec_dir)
+        write_private(path, text)
     return spec_dir.parent
 
 
@@ -170,7 +178,8 @@ class Kernel:
 
         self.state = "starting"
         if self._log is None:
-            self._log = open(self.paths.kernel_log, "ab", buffering=0)  # noqa: SIM115 - kernel's life
+            self._log = open(self.paths.kernel_log, "ab", buffering=0,  # noqa: SIM115 - kernel's life
+                             opener=private_opener)
         if self.kernel_name:
             km = KernelManager(kernel_name=self.kernel_name)
         else:
@@ -440,7 +449,8 @@ class Kernel:
 
     def _write_record(self, code: str, result: ExecResult) -> None:
         """Execution ``n``'s record beside its raw output, for ``_out[n]`` in the kernel
-        and for replay (``lineage``)."""
+        and for replay (``lineage``, and ``effects``: what it did outside the kernel)."""
+        from simagent.kernel_api import effects
         from simagent.kernel_api.outputs import write_record
 
         error = result.error.text() if result.error is not None else None
@@ -449,7 +459,8 @@ class Kernel:
             "figures": [str(d.path) for d in result.displays if d.path is not None],
             "elapsed_s": round(result.elapsed_s, 3), "execution_count": result.execution_count,
             "raw_chars": result.raw_chars, "notice": result.notice or None,
-            "lineage": self.lineage})
+            "lineage": self.lineage,
+            effects.KEY: effects.take(self.paths.root, self.pid, result.execution_count)})
 
     def _run(self, code: str, on_output: OnOutput | None, timeout: float | None,
              recovery: Recovery | None) -> ExecResult:
@@ -479,16 +490,26 @@ class Kernel:
         msg_id = kc.execute(code, store_history=True, allow_stdin=False)
         notice = recovery.message() if recovery is not None else ""
         state_lost = recovery is not None and not recovery.state_restored
+        end = CellEnd(kc, msg_id)
         try:
             while True:
                 arrived, msg = self._poll(msg_id)
                 now = time.monotonic()
+                if msg is not None:
+                    if end.saw(msg, now):
+                        break
+                    if msg["msg_type"] != "status":
+                        cap.handle(msg["msg_type"], msg["content"])
+                if end.over_without_idle(now):
+                    break
                 # Checked on every iteration, not only when the kernel is quiet: a cell
-                # that ignores SIGINT may keep printing.
-                if deadline and not timed_out and now > deadline:
+                # that ignores SIGINT may keep printing. A cell whose reply is in has
+                # stopped: nothing left to time out or interrupt.
+                self._draining = end.reply is not None
+                if deadline and not timed_out and now > deadline and not self._draining:
                     timed_out = True
                     self.interrupt()
-                if self._interrupt_at is not None:
+                if self._interrupt_at is not None and not self._draining:
                     since = now - self._interrupt_at
                     if since > self.interrupt_grace_s:
                         rec = ladder.recover(
@@ -513,33 +534,29 @@ class Kernel:
                             f"{self.heartbeat_grace_s:g} s (frozen: stopped or wedged) and "
                             f"was killed")
                         return self._died(cap, now - t0, "frozen")
-                    continue
-                if msg is None:  # another cell's
-                    continue
-                mtype = msg["msg_type"]
-                if mtype == "status":
-                    if msg["content"].get("execution_state") == "idle":
-                        break
-                    continue
-                cap.handle(mtype, msg["content"])
             self._draining = True
-            reply = self._reply(msg_id)
+            reply = end.reply if end.reply is not None else self._reply(msg_id)
         finally:
             self._draining = False
             if self.state == "busy":
                 self.state = "idle"
+        if end.idle_lost:
+            notice = _join(notice, IDLE_LOST_NOTICE)
         elapsed = time.monotonic() - t0
         if reply.get("execution_count"):
             cap.execution_count = reply["execution_count"]
         if timed_out:
-            return cap.result("timeout", elapsed, _join(
+            result = cap.result("timeout", elapsed, _join(
                 notice, f"execution exceeded the {timeout:g} s timeout and was interrupted; "
                         f"kernel state is kept"), state_lost)
-        if self._interrupt_at is not None:
-            return cap.result("interrupted", elapsed, _join(
+        elif self._interrupt_at is not None:
+            result = cap.result("interrupted", elapsed, _join(
                 notice, "execution was interrupted; kernel state is kept"), state_lost)
-        status = "ok" if reply.get("status", "ok") == "ok" and cap.error is None else "error"
-        return cap.result(status, elapsed, notice, state_lost)
+        else:
+            ok = reply.get("status", "ok") == "ok" and cap.error is None
+            result = cap.result("ok" if ok else "error", elapsed, notice, state_lost)
+        result.output_maybe_incomplete = end.idle_lost
+        return result
 
     def _died(self, cap: Capture, elapsed: float, trigger: str) -> ExecResult:
         self.state = "dead"

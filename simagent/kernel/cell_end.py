@@ -1,0 +1,64 @@
+"""When a cell is over: one rule for the cell wait (``Kernel._wait``) and the replay loop.
+
+A cell ends with its iopub ``status: idle``. That message can be lost (a PUB socket
+drops what a slow subscriber cannot take, a kernel can fail to send it), and a loop that
+waits only for it waits forever on a kernel that finished long ago. So the shell
+channel's ``execute_reply`` is read as well, without waiting: once the reply is in and
+iopub has been quiet for the cell for :data:`~simagent.kernel.ladder.IDLE_LOST_GRACE_S`
+(or :data:`~simagent.kernel.ladder.IDLE_LOST_MAX_S` passed since the reply), the cell is
+over and ``idle_lost`` says its end was inferred: output sent at its very end, which would
+have arrived before the idle status, may be missing.
+"""
+
+from __future__ import annotations
+
+import queue
+from typing import Any
+
+from simagent.kernel.ladder import IDLE_LOST_GRACE_S, IDLE_LOST_MAX_S
+
+#: What the result says when the idle status never came (model and person read it).
+IDLE_LOST_NOTICE = ("the kernel's end-of-cell message never arrived; the cell finished "
+                    "(its reply came), but output printed at its very end may be missing")
+
+
+class CellEnd:
+    """Tracks one cell's end from its iopub messages and its shell reply."""
+
+    def __init__(self, kc: Any, msg_id: str, grace_s: float = IDLE_LOST_GRACE_S,
+                 max_s: float = IDLE_LOST_MAX_S) -> None:
+        self.kc, self.msg_id = kc, msg_id
+        self.grace_s, self.max_s = grace_s, max_s
+        #: the cell's ``execute_reply`` content, once read
+        self.reply: dict | None = None
+        self.idle_lost = False
+        self._reply_at = 0.0
+        self._last_msg = 0.0
+
+    def saw(self, msg: dict, now: float) -> bool:
+        """A message of this cell came on iopub; True when it is the idle status."""
+        self._last_msg = now
+        return (msg["msg_type"] == "status"
+                and msg["content"].get("execution_state") == "idle")
+
+    def over_without_idle(self, now: float) -> bool:
+        """Whether the cell is over although its idle status has not come."""
+        if self.reply is None:
+            self.reply = self._read_reply()
+            if self.reply is None:
+                return False
+            self._reply_at = now
+        quiet_s = now - max(self._reply_at, self._last_msg)
+        self.idle_lost = quiet_s >= self.grace_s or now - self._reply_at >= self.max_s
+        return self.idle_lost
+
+    def _read_reply(self) -> dict | None:
+        """This cell's reply if one is waiting; stale replies of abandoned cells are
+        dropped (as ``Kernel._reply`` does)."""
+        while True:
+            try:
+                msg = self.kc.get_shell_msg(timeout=0)
+            except queue.Empty:
+                return None
+            if msg["parent_header"].get("msg_id") == self.msg_id:
+                return msg["content"]
