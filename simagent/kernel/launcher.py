@@ -37,6 +37,9 @@ pinned, and ``tests/test_kernel.py`` proves each one on the real kernel):
 8. **Figures carry their data.** A display formatter (``simagent.kernel_api.figures``)
    adds a data summary of every matplotlib figure to the display message of its PNG, so
    the model can read a plot's numbers without being sent the image.
+9. **Cells' effects are recorded.** An audit hook (``simagent.kernel_api.effects``) notes
+   files a cell writes or deletes and processes it starts, so a replay after a restart
+   does not append to a results file twice.
 """
 
 from __future__ import annotations
@@ -276,6 +279,7 @@ def main() -> None:
         shell.events.register("post_run_cell", _sync_fd_output)
         _install_outputs(shell)
         _install_figures(shell)
+        _install_effects(shell)
     app.start()
 
 
@@ -298,6 +302,17 @@ def _install_figures(shell: object) -> None:
         install(shell)
     except Exception as exc:  # the kernel must start even if this fails
         print(f"simagent: figure summaries are unavailable: {exc}", file=sys.__stderr__)
+
+
+def _install_effects(shell: object) -> None:
+    """What each cell does outside the kernel (files written, processes started), for
+    its execution record: a replay must not repeat it."""
+    try:
+        from simagent.kernel_api.effects import install
+
+        install(shell)
+    except Exception as exc:  # the kernel must start even if this fails
+        print(f"simagent: cell effects are not recorded: {exc}", file=sys.__stderr__)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,17 @@ The rules, and why:
   anything else (``sim.solve()``, ``np.random.seed(0)``, ``lst.append(1)``) may change
   state, so its cell is replayed: replaying a needless cell costs seconds, skipping a
   needed one costs a silently wrong kernel.
+* **Effects outside the kernel** (the record's ``effects``, :mod:`simagent.kernel_api.
+  effects`): a results file must not change because the kernel restarted. A cell that
+  appended to a file, changed one in place, deleted or renamed one, opened an SQLite
+  file, started a process or signalled one is never replayed: it is listed with what it
+  did ("appends results.csv"), and ``/restore`` offers to run it after showing that.
+  A cell whose only effects are whole-file writes (the file truncated or created first)
+  and folders *is* replayed, under a backup: every file those cells write is copied
+  aside before the replay and put back byte for byte after it (one absent before is
+  removed), so a cell that writes a file and reads it back rebuilds its state and no
+  file ends different. Files too big to back up (:data:`BACKUP_MAX_BYTES` in all) make
+  their cell a listed skip instead.
 * **Time budget** (:class:`ReplayBudget`, config ``[kernel] replay_cell_s`` /
   ``replay_total_s``): a cell that took longer than the per-cell limit is not replayed,
   and replay stops once the total would pass the budget; such cells are *listed*
@@ -35,10 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simagent.kernel_api import effects as fx
+
 #: Default per-cell limit: a cell that took longer is listed, not replayed.
 REPLAY_CELL_S = 60.0
 #: Default total: replay stops before the replayed cells' recorded seconds pass this.
 REPLAY_TOTAL_S = 300.0
+#: Most bytes of files a replay backs up (and puts back) before rewriting them.
+BACKUP_MAX_BYTES = 256 << 20
 #: The current lineage id, in the session folder.
 LINEAGE_FILE = "kernel.lineage"
 
@@ -78,11 +93,12 @@ class ReplayBudget:
 
 @dataclass(frozen=True)
 class Cell:
-    """One earlier execution to re-run."""
+    """One earlier execution to re-run; ``writes``: files it rewrites (backed up)."""
 
     n: int
     code: str
     seconds: float
+    writes: tuple[str, ...] = ()
 
     @property
     def first_line(self) -> str:
@@ -92,13 +108,15 @@ class Cell:
 @dataclass(frozen=True)
 class Skip:
     """An earlier cell left out of the replay; ``kind`` is ``failed``, ``display``,
-    ``too-slow``, ``over-budget``, ``off`` (replay disabled) or, at run time, ``stopped``."""
+    ``effects`` (it acted outside the kernel: ``effects`` says how), ``too-slow``,
+    ``over-budget``, ``off`` (replay disabled) or, at run time, ``stopped``."""
 
     n: int
     line: str
     seconds: float
     kind: str
     why: str
+    effects: tuple[dict[str, Any], ...] = ()
 
     @property
     def loses_state(self) -> bool:
@@ -106,8 +124,9 @@ class Skip:
         return self.kind not in ("failed", "display")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "line": self.line, "seconds": round(self.seconds, 3),
-                "kind": self.kind, "why": self.why}
+        out = {"n": self.n, "line": self.line, "seconds": round(self.seconds, 3),
+               "kind": self.kind, "why": self.why}
+        return out | ({"effects": list(self.effects)} if self.effects else {})
 
 
 @dataclass
@@ -123,6 +142,11 @@ class ReplayPlan:
     @property
     def seconds(self) -> float:
         return sum(c.seconds for c in self.run)
+
+    @property
+    def writes(self) -> list[str]:
+        """Every file the replayed cells rewrite (what the replay backs up), once each."""
+        return list(dict.fromkeys(p for c in self.run for p in c.writes))
 
 
 def first_line(code: str, limit: int = 60) -> str:
@@ -203,12 +227,18 @@ def defines_state(code: str) -> bool:
 
 
 def select(records: Iterable[Mapping[str, Any]], budget: ReplayBudget = ReplayBudget(),
-           lineage: int | None = None) -> ReplayPlan:
+           lineage: int | None = None, sizes: Mapping[str, int | None] | None = None,
+           base: str | None = None) -> ReplayPlan:
     """The cells of ``lineage`` (None: the lineage of the last record) to replay, in order.
 
     ``records`` are execution records (``n``, ``code``, ``status``, ``elapsed_s``,
-    ``lineage``) in any order; see the module docstring for the rules.
+    ``lineage``, ``effects``) in any order; ``sizes``: the current size of each file the
+    records wrote (None: absent; a path missing from it counts as too big to back up);
+    ``base``: the folder effect paths are shown relative to. See the module docstring.
     """
+    sizes = sizes or {}
+    backed: set[str] = set()
+    backup = 0
     recs = sorted((r for r in records if isinstance(r.get("n"), int)), key=lambda r: r["n"])
     if lineage is None:
         lineage = next((r.get("lineage") for r in reversed(recs)), None)
@@ -226,6 +256,9 @@ def select(records: Iterable[Mapping[str, Any]], budget: ReplayBudget = ReplayBu
             plan.skipped.append(Skip(n, line, seconds, "failed", f"it ended {status}"))
         elif not code.strip() or not defines_state(code):
             plan.skipped.append(Skip(n, line, seconds, "display", "it only showed output"))
+        elif outside := fx.unrepeatable(fx.of(rec)):
+            plan.skipped.append(Skip(n, line, seconds, "effects",
+                                     fx.describe_all(outside, base), tuple(outside)))
         elif not budget.enabled:
             plan.skipped.append(Skip(n, line, seconds, "off", "replay is off in config"))
         elif seconds > budget.cell_s:
@@ -238,8 +271,20 @@ def select(records: Iterable[Mapping[str, Any]], budget: ReplayBudget = ReplayBu
                                      f"replaying it would pass the {budget.total_s:g} s total "
                                      f"replay budget"))
         else:
+            writes = tuple(dict.fromkeys(
+                str(e["path"]) for e in fx.of(rec) if e.get("kind") == "write"))
+            new = [p for p in writes if p not in backed]
+            need = sum(sizes.get(p, BACKUP_MAX_BYTES + 1) or 0 for p in new)
+            if backup + need > BACKUP_MAX_BYTES:
+                big = [e for e in fx.of(rec) if e.get("kind") == "write"]
+                plan.skipped.append(Skip(n, line, seconds, "effects", fx.describe_all(
+                    big, base) + f", more than the {BACKUP_MAX_BYTES >> 20} MiB a replay "
+                    f"backs up", tuple(big)))
+                continue
+            backup += need
+            backed.update(new)
             total += seconds
-            plan.run.append(Cell(n, code, seconds))
+            plan.run.append(Cell(n, code, seconds, writes))
     return plan
 
 

@@ -1,0 +1,85 @@
+"""Files a replay rewrites, put back exactly as they were when it ends.
+
+A replay may re-run a cell that wrote a file whole (:mod:`simagent.kernel.replay`): the
+cell may read it back, so its state needs the write. But the file on disk must not end
+different because the kernel restarted: the content a replay writes can differ (a time
+stamp, an unseeded random draw, a later cell that changed the file and is not replayed).
+So before the replay each such file is copied aside (``shutil.copy2``: bytes, mode and
+times), and after it every one is put back; a file that did not exist is removed.
+
+Crash safety: the copies are complete before the manifest that names them is written
+(atomically), so a manifest always names whole copies; a process killed mid-replay
+leaves the manifest, and the next replay (:func:`put_back_leftover`) restores from it
+before anything else. Putting back is idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+
+
+def sizes(paths: Iterable[str]) -> dict[str, int | None]:
+    """Each path's current size in bytes; None where it does not exist (or is no file)."""
+    out: dict[str, int | None] = {}
+    for p in paths:
+        try:
+            out[p] = os.path.getsize(p) if os.path.isfile(p) else None
+        except OSError:
+            out[p] = None
+    return out
+
+
+def save(folder: Path, paths: Iterable[str]) -> None:
+    """Copy each existing file in ``paths`` into ``folder`` and write the manifest last.
+
+    Raises ``OSError`` when a copy fails (the caller then does not replay the cells
+    that write them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    entries: dict[str, str | None] = {}
+    for i, path in enumerate(dict.fromkeys(paths)):
+        if not os.path.isfile(path):
+            entries[path] = None
+            continue
+        name = f"{i:04d}"
+        shutil.copy2(path, folder / (name + ".part"))
+        os.replace(folder / (name + ".part"), folder / name)
+        entries[path] = name
+    tmp = folder / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(entries), encoding="utf-8")
+    os.replace(tmp, folder / MANIFEST)
+
+
+def put_back(folder: Path) -> list[str]:
+    """Restore every file the manifest names (remove those that were absent), then drop
+    the backup. Returns the paths that could not be restored (with the reason)."""
+    try:
+        entries = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        shutil.rmtree(folder, ignore_errors=True)  # no manifest: the replay never began
+        return []
+    failed = []
+    for path, name in entries.items():
+        try:
+            if name is None:
+                if os.path.lexists(path):
+                    os.remove(path)
+                continue
+            tmp = f"{path}.simagent-restore"
+            shutil.copy2(folder / name, tmp)
+            os.replace(tmp, path)
+        except OSError as exc:
+            failed.append(f"{path} ({exc.strerror or exc})")
+    if not failed:
+        shutil.rmtree(folder, ignore_errors=True)
+    return failed
+
+
+def put_back_leftover(folder: Path) -> list[str]:
+    """A backup left by a process killed mid-replay, restored (nothing when none)."""
+    return put_back(folder) if (folder / MANIFEST).exists() else []
