@@ -322,6 +322,15 @@ class Session:
         self._warmed = True  # the simulator's warm-up is a recorded cell: replayed if needed
         return recovery
 
+    def run_offered(self, ns: list[int]) -> list[dict[str, Any]]:
+        """Run cells a replay left out for their effects (the user said yes to
+        ``/restore``'s offer); traced as ``kernel_replay_offered``."""
+        from simagent.kernel import ladder
+
+        done = ladder.run_offered(self.kernel, ns)
+        self.trace.append("kernel_replay_offered", {"cells": done})
+        return done
+
     def interrupt_kernel(self) -> None:
         if self._kernel is not None:
             self._kernel.interrupt()

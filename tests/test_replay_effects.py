@@ -21,7 +21,7 @@ import pytest
 from simagent.kernel import Kernel
 from simagent.kernel import backup
 from simagent.kernel.ladder import Recovery
-from simagent.kernel.replay import BACKUP_MAX_BYTES, Skip, select
+from simagent.kernel.replay import BACKUP_MAX_BYTES, Skip, load_records, select
 from simagent.kernel_api import effects as fx
 from simagent.paths import SessionPaths
 
@@ -280,3 +280,55 @@ def test_a_cell_that_writes_and_reads_a_file_replays_and_the_file_ends_unchanged
     # the replay wrote data.txt without the append and a new stamp: both put back
     assert {p: (workspace / p).read_bytes() for p in before} == before
     assert not (kernel.paths.root / "replay-backup").exists()
+
+
+# --------------------------------------------------------------------------- TUI
+def test_tui_restore_shows_what_a_skipped_cell_would_write_and_asks(workspace, tmp_path):
+    """``/restore`` replays without the appending cell, shows what it would do, asks
+    y/n: "n" leaves the file alone, "y" runs it (the person chose the second line)."""
+    from test_tui_app import Driver, drive, script
+
+    cell = "with open('results.csv', 'a') as f:\n    f.write('1,2\\n')"
+    model = script(tmp_path / "s.json", [{"tool": "run_python", "args": {"code": "x = 41"}},
+                                         {"tool": "run_python", "args": {"code": cell}},
+                                         {"final": "done"}])
+    results = workspace / "results.csv"
+
+    def notes(d: Driver) -> list[str]:
+        return [e.text for e in d.ctl.conversation.entries
+                if isinstance(getattr(e, "text", None), str)]
+
+    async def restore(d: Driver) -> None:
+        asked = sum("Run them now? (y/n)" in t for t in notes(d))
+        await d.type("/restore")
+        await d.enter()
+        await d.expect(lambda: sum("Run them now? (y/n)" in t for t in notes(d)) > asked, 120)
+        await d.until(lambda: not d.ctl.busy, 60)
+
+    async def scenario(d: Driver) -> None:
+        await d.type("append a row")
+        await d.enter()
+        await d.idle()
+        assert results.read_text() == "1,2\n"
+        n = next(r["n"] for r in load_records(d.ctl.session.kernel.paths.outputs)
+                 if r["code"] == cell)
+        await restore(d)
+        question = next(t for t in reversed(notes(d)) if "Run them now?" in t)
+        assert f"_out[{n}] `with open('results.csv', 'a') as f:`: appends results.csv" \
+            in question
+        assert any(f"skipped _out[{n}]" in t for t in notes(d))
+        screen = d.text()
+        assert "appends results.csv" in screen and "(y/n)" in screen
+        assert results.read_text() == "1,2\n"
+        await d.type("n")
+        await d.enter()
+        await d.expect(lambda: "not run" in d.text())
+        assert results.read_text() == "1,2\n"
+        await restore(d)
+        assert results.read_text() == "1,2\n"
+        await d.type("y")
+        await d.enter()
+        await d.expect(lambda: "`with open('results.csv', 'a') as f:`: ok" in d.text(), 60)
+        assert results.read_text() == "1,2\n1,2\n"
+
+    drive(workspace, scenario, model=model)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from simagent.kernel import backup
-from simagent.kernel.replay import Skip, load_records, select
+from simagent.kernel.replay import Skip, first_line, load_records, select
 from simagent.kernel_api import effects as fx
 
 if TYPE_CHECKING:
@@ -371,6 +371,39 @@ def replay(kernel: Kernel, rec: Recovery) -> None:
         kernel._replaying = False
         rec.files_not_restored += backup.put_back(spare)
         rec.replay_s = time.monotonic() - t0
+
+
+def offer_text(rec: Recovery, base: Any = None) -> str:
+    """What ``/restore`` shows before it asks to run the cells the replay left out for
+    their effects: each cell's first line and everything it would do again."""
+    lines = ["Not replayed because they acted outside the kernel; running them again "
+             "repeats that:"]
+    for s in rec.offered:
+        lines.append(f"  _out[{s.n}] `{s.line}`: " + (fx.describe_all(s.effects, base, limit=8)
+                                                       if s.effects else s.why))
+    return "\n".join(lines)
+
+
+def run_offered(kernel: Kernel, ns: list[int]) -> list[dict[str, Any]]:
+    """Run the cells ``ns`` (left out of a replay for their effects) after the user
+    agreed, in order, output discarded; one ``{n, line, status, error}`` per cell."""
+    by_n = {r["n"]: r for r in load_records(kernel.paths.outputs)}
+    done: list[dict[str, Any]] = []
+    with kernel._lock:
+        for n in ns:
+            code = str((by_n.get(n) or {}).get("code") or "")
+            seconds = float((by_n.get(n) or {}).get("elapsed_s") or 0.0)
+            if not code or kernel.state != "idle":
+                done.append({"n": n, "line": first_line(code), "status": "not run",
+                             "error": "no such cell" if not code else "the kernel is "
+                             f"{kernel.state}"})
+                continue
+            timeout = max(REPLAY_TIMEOUT_MIN_S, REPLAY_TIMEOUT_FACTOR * seconds)
+            status, error = run_quiet(kernel, code, timeout)
+            done.append({"n": n, "line": first_line(code), "status": status, "error": error})
+            if status in ("died", "wedged"):
+                break
+    return done
 
 
 def names_back(probe: dict[str, Any] | None) -> list[str]:

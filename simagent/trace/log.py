@@ -45,8 +45,11 @@ EVENT_KINDS: dict[str, str] = {
     "kernel_recovery": "trigger (died|frozen|unresponsive|interrupt|restore), reason, steps "
                        "([{step, at_s, ...}]), restarted, restart_s, replay_s, seconds, "
                        "replayed (execution numbers), skipped ([{n, line, seconds, kind, "
-                       "why}] of cells that defined state), failed, names, lineage, survived, "
-                       "state_restored (kernel/ladder.py Recovery)",
+                       "why, effects}] of cells that defined state; kind 'effects': it acted "
+                       "outside the kernel), failed, names, lineage, survived, "
+                       "state_restored, files_not_restored (kernel/ladder.py Recovery)",
+    "kernel_replay_offered": "cells ([{n, line, status, error}]): cells a replay left out "
+                             "for their effects, run after the user said yes to /restore",
     "artifact": "path, mime, tool_call_id",
     "attempt": "index, id, parent, rationale, parameters, metrics, outcome, notes",
     "memory_write": "path, title, kind",

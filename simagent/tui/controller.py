@@ -62,6 +62,7 @@ class TuiController:
         self._early_cancel = threading.Event()
         self._closed = False
         self._retry: tuple[Any, float] | None = None  # (Retrying, monotonic deadline)
+        self._confirm: Callable[[], None] | None = None  # what "y" runs (see ask)
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> bool:
@@ -343,6 +344,13 @@ class TuiController:
                 self.note(f"{spec.name} failed: {type(exc).__name__}: {exc}".splitlines()[0],
                           "error")
             return True
+        if self._confirm is not None:  # a command's y/n question (ask) takes the answer
+            on_yes, self._confirm = self._confirm, None
+            if text.lower() in ("y", "yes"):
+                on_yes()
+            else:
+                self.note("not run", "info")
+            return True
         if text.startswith("//"):
             text = text[1:]  # "//x" sends "/x" as a prompt
         if self.busy:
@@ -516,6 +524,12 @@ class TuiController:
         self._turn(lambda emit: self.runner.resume(decisions, emit, pending=pending))
 
     # ---------------------------------------------------- command helpers
+    def ask(self, question: str, on_yes: Callable[[], None]) -> None:
+        """Show ``question`` and run ``on_yes`` if the next line typed is y/yes (any other
+        line declines; a slash command in between leaves the question open)."""
+        self._confirm = on_yes
+        self.note(f"{question} (y/n)", "warning")
+
     def panel(self, title: str, text: str) -> None:
         self.conversation.add(PanelEntry(title, text))
 

@@ -113,11 +113,31 @@ def cmd_restore(ctl: TuiController, arg: str) -> None:
         ctl.note("the kernel is still starting; /restore when it is up", "warning")
         return
 
-    def work() -> str:
-        return ctl.session.restore_kernel().message()
+    def work() -> str | None:
+        rec = ctl.session.restore_kernel()
+        if not rec.offered:
+            return rec.message()
+        # left out for what they did outside the kernel: show it, then ask
+        from simagent.kernel.ladder import offer_text
+
+        text, ns = offer_text(rec, ctl.session.workspace), [s.n for s in rec.offered]
+        ctl.post(lambda: ctl.note(rec.message(), "info"))
+        ctl.post(lambda: ctl.ask(text + "\nRun them now?", lambda: _run_offered(ctl, ns)))
+        return None
 
     if ctl.background("/restore", work):
         ctl.note("restarting the kernel and replaying this session's cells…", "warning")
+
+
+def _run_offered(ctl: TuiController, ns: list[int]) -> None:
+    """The cells ``/restore`` offered, run after the user said yes."""
+    def work() -> str:
+        done = ctl.session.run_offered(ns)
+        return "; ".join(f"_out[{d['n']}] `{d['line']}`: {d['status']}"
+                         + (f" ({d['error']})" if d["error"] else "") for d in done)
+
+    if ctl.background("/restore", work):
+        ctl.note("running the cells again…", "warning")
 
 
 def cmd_interrupt(ctl: TuiController, arg: str) -> None:
