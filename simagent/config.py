@@ -18,7 +18,9 @@ from typing import Any
 from simagent.paths import state_home, workspace_config_path
 
 APPROVAL_MODES = ("ask", "workspace", "auto")
-DEFAULT_APPROVAL = "ask"
+#: The default: work inside the workspace freely, ask before the shell and before
+#: changing files elsewhere (``approval.MODE_HELP`` says what each mode gates).
+DEFAULT_APPROVAL = "workspace"
 MODEL_ENV = "SIMAGENT_MODEL"
 #: An existing Dask scheduler for ``ensemble`` (wins over ``[ensembles] scheduler``).
 SCHEDULER_ENV = "SIMAGENT_DASK_SCHEDULER"

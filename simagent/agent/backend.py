@@ -1,11 +1,12 @@
 """File and shell backend: real paths, rooted at the workspace, source read-only.
 
 The model sees the machine's real absolute paths (the same ones the kernel prints), so a
-path from a traceback can be opened directly. Relative paths resolve against the
-workspace. Installed simulator source and simagent's bundled content may be read but
-never written. Offloaded results and history (``large_tool_results/``,
-``conversation_history/``) land in the session's state folder, because the composite
-backend's ``artifacts_root`` is that folder's real path.
+path from a traceback can be opened directly. Every path, for the approval decision and
+for the act alike, is resolved by ``confine.resolve`` (relative paths mean the
+workspace, ``~`` the home folder, links followed). Installed simulator source and
+simagent's bundled content may be read but never written. Offloaded results and history
+(``large_tool_results/``, ``conversation_history/``) land in the session's state folder,
+because the composite backend's ``artifacts_root`` is that folder's real path.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import Any
 from deepagents.backends import CompositeBackend, LocalShellBackend
 from deepagents.backends.protocol import DeleteResult, EditResult, WriteResult
 from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, ToolMessage
 
-#: File tools and the argument that names their path.
-PATH_ARGS = {"read_file": "file_path", "write_file": "file_path", "edit_file": "file_path",
-             "delete": "file_path", "ls": "path", "glob": "path", "grep": "path"}
+from simagent.agent import confine
+
+#: File tools and the argument that names their path (one home: ``confine``).
+PATH_ARGS = confine.PATH_ARGS
 #: Seconds one shell command may run.
 SHELL_TIMEOUT_S = 600
 #: Bytes of shell output kept (the rest is cut by the backend).
@@ -37,16 +40,16 @@ class WorkspaceBackend(LocalShellBackend):
         self.workspace = Path(workspace).resolve()
         self.read_only = tuple(Path(p).resolve() for p in read_only)
 
-    def _target(self, file_path: str) -> Path | None:
-        """The real path a tool call would touch (None when it cannot be resolved)."""
-        try:
-            return Path(self._resolve_path(file_path)).resolve()
-        except (ValueError, OSError):
-            return None
+    def _resolve_path(self, key: str) -> Path:
+        """Every operation of the back end resolves here, as the decision does."""
+        return confine.resolve(key, self.workspace)
 
-    def _protected(self, file_path: str) -> Path | None:
-        target = self._target(file_path)
-        return next((root for root in self.read_only if _within(target, root)), None)
+    def _protected(self, file_path: str, follow_last: bool = True) -> Path | None:
+        try:
+            target = confine.resolve(file_path, self.workspace, follow_last=follow_last)
+        except OSError:
+            return None  # the operation itself reports the bad path
+        return next((root for root in self.read_only if confine.within(target, root)), None)
 
     def _refusal(self, file_path: str, root: Path) -> str:
         return (f"{file_path} is inside {root}, which is read-only (installed package "
@@ -64,16 +67,24 @@ class WorkspaceBackend(LocalShellBackend):
         return super().edit(file_path, old_string, new_string, replace_all)
 
     def delete(self, file_path: str) -> DeleteResult:
-        if root := self._protected(file_path):
+        """Removes a link itself, never its target (the decision reads the same)."""
+        follow = confine.WRITE_TOOLS["delete"][1]
+        if root := self._protected(file_path, follow):
             return DeleteResult(error=self._refusal(file_path, root))
-        return super().delete(file_path)
+        try:
+            target = confine.resolve(file_path, self.workspace, follow_last=follow)
+        except OSError as exc:
+            return DeleteResult(error=f"Error deleting '{file_path}': {exc}")
+        if target.is_symlink():
+            try:
+                target.unlink()
+            except OSError as exc:
+                return DeleteResult(error=f"Error deleting '{file_path}': {exc}")
+            return DeleteResult(path=file_path)
+        return super().delete(str(target))
 
-    def inside_workspace(self, file_path: str) -> bool:
-        return _within(self._target(file_path), self.workspace)
-
-
-def _within(target: Path | None, root: Path) -> bool:
-    return target is not None and (target == root or root in target.parents)
+    def inside_workspace(self, file_path: str, follow_last: bool = True) -> bool:
+        return confine.inside(file_path, self.workspace, follow_last=follow_last)
 
 
 def build_backend(workspace: Path, session_dir: Path, *,
@@ -84,36 +95,72 @@ def build_backend(workspace: Path, session_dir: Path, *,
                             artifacts_root=str(Path(session_dir).resolve()))
 
 
-def absolute_path(path: str, workspace: Path) -> str:
-    """``path`` made absolute: ``~`` expanded, relative paths taken from the workspace."""
-    expanded = Path(path).expanduser()
-    return str(expanded if expanded.is_absolute() else (workspace / expanded).resolve())
+def resolved_call(call: dict[str, Any], workspace: Path) -> dict[str, Any]:
+    """``call`` with its file path replaced by the resolved one (``confine.resolve``).
+
+    Raises ``confine.PathError`` when the path names no place.
+    """
+    name = call.get("name", "")
+    key = PATH_ARGS.get(name)
+    args = call.get("args") or {}
+    value = args.get(key) if key else None
+    if not isinstance(value, str) or not value:
+        return call
+    follow = confine.WRITE_TOOLS.get(name, (key, True))[1]
+    fixed = str(confine.resolve(value, workspace, follow_last=follow))
+    return call if fixed == value else {**call, "args": {**args, key: fixed}}
 
 
 class WorkspacePathsMiddleware(AgentMiddleware):
-    """Resolves relative file-tool paths against the workspace before the tool runs.
+    """Gives every file-tool call its resolved path, once, as the model's reply arrives.
 
-    deepagents' tools normalise ``data.csv`` to ``/data.csv`` (a virtual-filesystem
-    habit), which on real paths means the filesystem root. Models pass relative paths
-    often; they mean the workspace, which is also the kernel's working directory.
+    The reply enters the state with each file tool's path already resolved, so the
+    approval decision, the approval prompt (its diff reads the real file), the trace and
+    the tool all read one path. deepagents' tools would otherwise read ``data.csv`` as
+    ``/data.csv`` (a virtual-filesystem habit) and refuse ``~`` and ``..``. The tool-call
+    hook repeats the rewrite for calls a reviewer edited, and answers a path that names
+    no place (an unknown ``~user``) with an error instead of running the tool.
     """
 
     def __init__(self, workspace: Path) -> None:
         super().__init__()
         self.workspace = Path(workspace).resolve()
 
+    def _fix_reply(self, response: Any) -> Any:
+        messages = getattr(response, "result", None)
+        if not isinstance(messages, list):
+            return response
+        for i, msg in enumerate(messages):
+            if isinstance(msg, AIMessage) and msg.tool_calls:
+                calls = []
+                for call in msg.tool_calls:
+                    try:
+                        calls.append(resolved_call(dict(call), self.workspace))
+                    except OSError:
+                        calls.append(call)  # the tool-call hook answers it
+                if calls != list(msg.tool_calls):
+                    messages[i] = msg.model_copy(update={"tool_calls": calls})
+        return response
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return self._fix_reply(handler(request))
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return self._fix_reply(await handler(request))
+
     def _fix(self, request: Any) -> Any:
         call = request.tool_call
-        key = PATH_ARGS.get(call.get("name", ""))
-        args = call.get("args") or {}
-        value = args.get(key) if key else None
-        if not isinstance(value, str) or not value or value.startswith("/"):
-            return request
-        fixed = {**call, "args": {**args, key: absolute_path(value, self.workspace)}}
-        return request.override(tool_call=fixed)
+        try:
+            fixed = resolved_call(call, self.workspace)
+        except OSError as exc:
+            return ToolMessage(content=f"Error: {exc}", name=call.get("name", ""),
+                               tool_call_id=call.get("id", ""), status="error")
+        return request if fixed is call else request.override(tool_call=fixed)
 
     def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return handler(self._fix(request))
+        fixed = self._fix(request)
+        return fixed if isinstance(fixed, ToolMessage) else handler(fixed)
 
     async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return await handler(self._fix(request))
+        fixed = self._fix(request)
+        return fixed if isinstance(fixed, ToolMessage) else await handler(fixed)

@@ -34,7 +34,7 @@ from simagent.agent.provider_retry import ProviderRetryMiddleware
 from simagent.agent.recovery import RecoveryMiddleware
 from simagent.agent.tools import make_view_figure, session_tools
 from simagent.agent.turns import AbandonGuard
-from simagent.paths import content_dir
+from simagent.paths import CONTENT_FOLDERS, content_dir
 from simagent.trace.recorder import TraceRecorder
 
 if TYPE_CHECKING:
@@ -210,8 +210,8 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     max_out = getattr(model, "max_output", None)
     sim = session.simulator
     source_dirs = sim.package_dirs() if sim else []
-    read_only = [content_dir(n).resolve()
-                 for n in ("skills", "simulators", "subagents", "bench")]
+    # every bundled content folder (memory/ included: it seeds each workspace's index)
+    read_only = [content_dir(n).resolve() for n in CONTENT_FOLDERS]
     backend = build_backend(session.workspace, session.paths.root,
                             read_only=[*read_only, *source_dirs])
     prompt = build_system_prompt(sim, runtime_context(session, source_dirs))
@@ -267,12 +267,17 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
         session, discover_subagents(sim), tools=tools, backend=backend,
         main=(chat_model, model_id, window, max_out, retry), settings=context_settings,
         source_dirs=source_dirs)
-    inside = backend.default.inside_workspace
+    # every tool an agent can call, middleware's own included: an unclassified one waits
+    tool_names = [t.name for t in tools] + [
+        t.name for m in [*middleware, *own] for t in getattr(m, "tools", ())] + [
+        getattr(t, "name", "") for spec in subagents if isinstance(spec, dict)
+        for t in spec.get("tools") or ()]
     graph = create_deep_agent(
         model=chat_model, tools=tools, system_prompt=prompt,
         middleware=[*middleware, *own], subagents=[general, *defined, *subagents],
         backend=backend, checkpointer=session.checkpointer,
-        interrupt_on=interrupt_on_for_mode(session.approval, inside) or None,
+        interrupt_on=interrupt_on_for_mode(session.approval, session.workspace,
+                                           tool_names) or None,
         name="simagent")
     return BuiltAgent(graph=graph, model_id=model_id, window=window, system_prompt=prompt,
                       backend=backend, tools=tools, context=layers.context)
