@@ -232,6 +232,27 @@ def test_the_kernels_own_files_caches_temp_files_and_imports_are_not_effects(
         [("write", "final.bin")]
 
 
+def test_the_state_card_says_what_cells_wrote_from_the_same_record(
+        kernel: Kernel, workspace: Path, tmp_path: Path) -> None:
+    from simagent.context.state_card import render_card
+    from simagent.context.tokens import active_ruler
+    from simagent.kernel import snapshot
+    from simagent.trace.log import TraceLog
+
+    assert kernel.execute("x = 1").ok
+    assert kernel.execute("open('results.csv', 'a').write('1\\n')").ok
+    assert kernel.execute("import pathlib\npathlib.Path('fit.json').write_text('{}')").ok
+    trace = TraceLog(tmp_path / "t.sqlite")
+    snap = snapshot.take(kernel, [], workspace, trace, 0.0)
+    assert snap["effects"] == [
+        {"n": 2, "effects": [{"kind": "append", "path": str(workspace / "results.csv")}]},
+        {"n": 3, "effects": [{"kind": "write", "path": str(workspace / "fit.json"),
+                              "bytes": 2}]}]
+    text = render_card(snap, reason="summary", budget=2000, ruler=active_ruler())["text"]
+    assert ("cells' effects outside the kernel (newest first): _out[3] wrote fit.json; "
+            "_out[2] appended results.csv") in text
+
+
 def _kill(kernel: Kernel) -> None:
     pid = kernel.pid
     assert pid is not None

@@ -6,7 +6,8 @@ epoch that cleared kernel results) the next request carries one deterministic ca
 from a snapshot of the runtime (:func:`simagent.session.Session.state_snapshot`): the
 user's names with type and shape (largest first), imports and functions, the simulator's
 registry objects with the fields its ``simulator.toml`` names, figures made and files
-written in the session. No prose, no model call, so it costs nothing to make, works in
+written in the session, and what the latest cells did outside the kernel ("_out[3]
+appended results.csv", from the execution records' ``effects``). No prose, no model call, so it costs nothing to make, works in
 replay, and cannot hallucinate a variable.
 
 The card is bounded (``[context] state_card_tokens``, default
@@ -48,14 +49,14 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def _joined(items: Sequence[str], limit: int = _MAX_LIST_CHARS) -> str:
+def _joined(items: Sequence[str], limit: int = _MAX_LIST_CHARS, sep: str = ", ") -> str:
     out, used = [], 0
     for i, item in enumerate(items):
         if used + len(item) > limit and out:
-            return ", ".join(out) + f", … (+{len(items) - i} more)"
+            return sep.join(out) + f"{sep}… (+{len(items) - i} more)"
         out.append(item)
         used += len(item) + 2
-    return ", ".join(out)
+    return sep.join(out)
 
 
 def name_line(entry: dict[str, Any]) -> str:
@@ -144,6 +145,7 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
     files = [f"{f['path']} ({_size(f.get('bytes', 0))})"
              for f in (snapshot.get("files") or [])[:_MAX_FILES]]
     n_files = len(snapshot.get("files") or []) + int(snapshot.get("files_more") or 0)
+    acts = effects_line(snapshot.get("effects") or [], snapshot.get("base"))
 
     def assemble(k_names: int, k_files: int, k_figs: int) -> str:
         body = list(head)
@@ -165,6 +167,8 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
             body.append(f"files written in the workspace this session ({n_files}"
                         f"{f', newest {k_files} shown' if k_files < n_files else ''}):")
             body += [f"- {f}" for f in files[:k_files]]
+        if acts:
+            body.append(acts)
         return "\n".join(body + foot)
 
     k_names, k_files, k_figs = len(names), len(files), len(figures)
@@ -194,6 +198,17 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
             "generation": int(kernel.get("generation") or 0),
             "names": [e["name"] for e in entries], "restarted": restarted, "lost": lost,
             "shown": k_names}
+
+
+def effects_line(cells: Sequence[dict[str, Any]], base: str | None = None) -> str:
+    """``cells' effects outside the kernel (newest first): _out[3] appended results.csv;
+    …`` ("" when none): one line, so the model knows which files its cells changed."""
+    from simagent.kernel_api.effects import describe_all
+
+    items = [f"_out[{c['n']}] {describe_all(c.get('effects') or [], base, past=True)}"
+             for c in reversed(cells) if c.get("effects")]
+    return "cells' effects outside the kernel (newest first): " + _joined(items, sep="; ") \
+        if items else ""
 
 
 def _figure_line(fig: dict[str, Any]) -> str:

@@ -9,7 +9,9 @@ render cards without a kernel. What the snapshot holds and why:
   (:mod:`simagent.kernel_api.state_probe`); None when the kernel is busy or not started;
 * ``figures``: every figure the session saved (the trace's ``artifact`` events);
 * ``files``: workspace files written since the session started, newest first, found by
-  a bounded walk that skips hidden folders (``.simagent`` state, ``.git``, virtualenvs).
+  a bounded walk that skips hidden folders (``.simagent`` state, ``.git``, virtualenvs);
+* ``effects``: what the session's latest cells did outside the kernel (their execution
+  records' ``effects``: ``simagent.kernel_api.effects``), ``base`` the workspace.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 MAX_WALK_ENTRIES = 20_000
 #: Most files listed; the rest are counted.
 MAX_FILES = 50
+#: Most executions whose effects the card lists (the latest).
+MAX_EFFECT_CELLS = 10
 _SKIP_DIRS = frozenset({"node_modules", "__pycache__", "venv", "site-packages"})
 
 
@@ -68,6 +72,15 @@ def workspace_files(root: Path, since: float) -> tuple[list[dict[str, Any]], int
     return files, max(0, len(found) - MAX_FILES)
 
 
+def cell_effects(outputs: Path, keep: int = MAX_EFFECT_CELLS) -> list[dict[str, Any]]:
+    """``[{n, effects}]`` of the latest ``keep`` executions that acted outside the kernel."""
+    from simagent.kernel.replay import load_records
+    from simagent.kernel_api import effects as fx
+
+    found = [{"n": r["n"], "effects": fx.of(r)} for r in load_records(outputs) if fx.of(r)]
+    return found[-keep:]
+
+
 def figures(trace: TraceLog) -> list[dict[str, Any]]:
     """Figures in the order they were made, one per distinct path."""
     out: dict[str, dict[str, Any]] = {}
@@ -92,5 +105,7 @@ def take(kernel: Kernel | None, registry: list[dict[str, Any]], workspace: Path,
          trace: TraceLog, since: float) -> dict[str, Any]:
     probe = kernel.probe_state(registry) if kernel is not None else None
     files, more = workspace_files(workspace, since)
+    paths = getattr(kernel, "paths", None)
+    effects = cell_effects(paths.outputs) if paths is not None else []
     return {"kernel": kernel_part(kernel), "probe": probe, "figures": figures(trace),
-            "files": files, "files_more": more}
+            "files": files, "files_more": more, "effects": effects, "base": str(workspace)}
