@@ -5,6 +5,7 @@ apart; orderings and a hand-stepped clock stand in for wall-clock thresholds."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from pathlib import Path
@@ -113,3 +114,55 @@ def test_a_silent_model_is_abandoned_exactly_at_the_readme_bound(workspace):
         session.close()
         _GATES.pop(id(model.cursor), None)
     assert not worker.is_alive()
+
+
+def _requests(ctl: Any, workspace: Path) -> list[str]:
+    """Every model request of the session as a provider receives it (OpenAI message
+    dicts, no local ids), with what differs between two sessions made neutral: the
+    session id and the scripted model's per-instance call ids (numbered by first use)."""
+    from langchain_core.messages import convert_to_openai_messages
+
+    cursor = ctl.resolved.chat_model.cursor
+    out = []
+    for messages, tools in zip(cursor.requests, cursor.request_tools, strict=True):
+        text = json.dumps({"messages": convert_to_openai_messages(messages), "tools": tools},
+                          sort_keys=True, ensure_ascii=False)
+        text = text.replace(str(workspace), "<ws>").replace(ctl.session.id, "<sid>")
+        for n, cid in enumerate(dict.fromkeys(re.findall(r'"(call_[0-9A-Za-z_]+)"', text))):
+            text = text.replace(f'"{cid}"', f'"call#{n}"')
+        out.append(text)
+    return out
+
+
+def test_ctrl_o_is_display_only_the_next_request_is_byte_identical(tmp_path):
+    """"ctrl+O expands every card (display only; the model's context is untouched)": the
+    same conversation with and without ctrl+O sends byte-identical requests."""
+    from test_tui_app import CTRL_O, drive, script
+
+    steps = [{"tool": "run_python", "args": {"code": "for i in range(40):\n"
+                                                     "    print('row', i * i)"}},
+             {"final": "Last row: {out[-1]|row (\\d+)\\s*$}."},
+             {"tool": "run_python", "args": {"code": "print(sum(range(10)))"}},
+             {"final": "Sum: {out[-1]}."}]
+    seen: dict[bool, list[str]] = {}
+    workspace = tmp_path / "workspace"  # one workspace, a new session each time
+    workspace.mkdir()
+    for expand in (False, True):
+        model = script(tmp_path / f"s-{expand}.json", steps)
+
+        async def scenario(d: Any, expand: bool = expand) -> None:
+            await d.type("squares")
+            await d.enter()
+            await d.idle()
+            if expand:
+                await d.keys(CTRL_O)
+                await d.expect(lambda: d.ui.expanded and "row 1521" in d.text())
+            await d.type("sum")
+            await d.enter()
+            await d.idle()
+            assert d.ui.expanded is expand
+
+        ctl = drive(workspace, scenario, model=model)
+        seen[expand] = _requests(ctl, workspace)
+    assert len(seen[False]) == 4  # two turns, two model calls each
+    assert seen[True] == seen[False]
