@@ -129,3 +129,26 @@ def test_every_content_folder_is_read_only(opened):
     _s, _runner, built = opened([{"final": "x"}], "auto")
     roots = built.backend.default.read_only
     assert all(content_dir(n).resolve() in roots for n in CONTENT_FOLDERS)
+
+
+def test_the_approval_prompt_shows_the_whole_cell():
+    from simagent.tui.render import action_preview
+
+    code = "import numpy as np\nx = np.arange(3)\nnp.save('x.npy', x)"
+    assert action_preview("run_python", {"code": code}, None) == code
+
+
+def test_slash_approval_alone_says_what_each_mode_gates():
+    """``/approval`` prints each mode's reach from ``MODE_HELP`` (one home)."""
+    from types import SimpleNamespace
+
+    from simagent.tui.slash import cmd_approval
+
+    panels: list[tuple[str, str]] = []
+    ctl = SimpleNamespace(session=SimpleNamespace(approval="workspace"),
+                          panel=lambda title, text: panels.append((title, text)))
+    cmd_approval(ctl, "")
+    (title, text), = panels
+    assert "now: workspace" in text
+    for mode, reach in MODE_HELP.items():
+        assert f"{mode}: {reach}" in text

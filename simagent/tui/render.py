@@ -228,6 +228,8 @@ def action_preview(name: str, args: dict[str, Any], current: str | None) -> str:
         return "\n".join(diff) or f"(no change to {path})"
     if name == "execute":
         return f"$ {args.get('command', '')}"
+    if name == "run_python":  # the whole cell, as it will run (ask mode gates it)
+        return str(args.get("code", ""))
     return one_line(args, width=2_000)
 
 

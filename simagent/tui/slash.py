@@ -225,8 +225,11 @@ def cmd_approval(ctl: TuiController, arg: str) -> None:
     from simagent.config import APPROVAL_MODES
 
     if not arg:
-        ctl.note(f"approval: {ctl.session.approval} (modes: {', '.join(APPROVAL_MODES)}; "
-                 "shift+Tab cycles)", "info")
+        from simagent.agent.approval import MODE_HELP, NEVER_GATED
+
+        lines = [f"now: {ctl.session.approval} (shift+Tab cycles; /approval MODE sets it)",
+                 *[f"{m}: {h}" for m, h in MODE_HELP.items()], f"every mode: {NEVER_GATED}"]
+        ctl.panel("Approval", "\n".join(lines))
         return
     if arg not in APPROVAL_MODES:
         ctl.note(f"approval mode must be one of {', '.join(APPROVAL_MODES)}", "warning")
