@@ -413,8 +413,11 @@ def _session_options(p: argparse.ArgumentParser) -> None:
     group.add_argument("--resume", metavar="ID", help="continue session ID (a prefix is enough)")
     group.add_argument("--continue", dest="continue_last", action="store_true",
                        help="continue the last session of this workspace")
-    p.add_argument("--approval", choices=("ask", "workspace", "auto"),
-                   help="which tools wait for approval (default: config, else ask)")
+    from simagent.config import APPROVAL_MODES, DEFAULT_APPROVAL  # light: stdlib + paths
+
+    p.add_argument("--approval", choices=APPROVAL_MODES,
+                   help=f"which tools wait for approval (default: config, else "
+                        f"{DEFAULT_APPROVAL}; README: Approval and confinement)")
     p.add_argument("--workspace", default=".", help="workspace folder (default: .)")
 
 
