@@ -176,7 +176,7 @@ def test_collapsed_card_is_one_line_and_ctrl_o_expands_it_bounded():
     expanded = text_of(render_conversation(_turn(), 80, expanded=True, now=0))
     assert "print(np.pi)" in expanded and "row 99" in expanded and "row 61" in expanded
     assert "row 10\n" not in expanded
-    assert "earlier rows; full output: /state/outputs/exec-7.txt" in expanded
+    assert "… 60 earlier lines not shown; full output: /state/outputs/exec-7.txt" in expanded
 
 
 def test_running_card_shows_code_and_a_live_tail():

@@ -243,7 +243,7 @@ class OutputRecord:
     def __repr__(self) -> str:
         first = self.head(1)
         tail = self.tail(1) if self.size else Lines()
-        parts = [f"_out[{self.n}]: {self.status}", _size(self.size)]
+        parts = [f"_out[{self.n}]: {self.status}", size_text(self.size)]
         if self.elapsed is not None:
             parts.append(f"{self.elapsed:.1f} s")
         if self.figures:
@@ -318,7 +318,8 @@ def _shown(line: str) -> str:
     return line
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """``12.3 MB``, ``4.0 KB``, ``17 bytes`` (also the TUI's card notes)."""
     for unit, k in (("MB", 1 << 20), ("KB", 1 << 10)):
         if n >= k:
             return f"{n / k:.1f} {unit}"

@@ -16,6 +16,7 @@ from typing import Any
 from simagent.headless import one_line
 from simagent.kernel_api.figures import parse_captions
 from simagent.tui.entries import (
+    NOTES_MAX_CHARS,
     TASK_TOOL,
     ApprovalEntry,
     AssistantEntry,
@@ -26,6 +27,7 @@ from simagent.tui.entries import (
     ToolCard,
     UserEntry,
 )
+from simagent.tui.extent import UNKNOWN, Extent, buffer_lines, hidden_note, raw_extent
 from simagent.tui.markdown import markdown_rows
 from simagent.tui.text import (
     Line,
@@ -93,18 +95,40 @@ def _plain_rows(text: str, width: int, style: str) -> list[Line]:
     return [[(style, piece)] for line in sanitize(text).split("\n") for piece in wrap(line, width)]
 
 
-def _bounded(text: str, rows: int, width: int, style: str, raw_path: str | None
-             ) -> list[Line]:
-    """The last ``rows`` wrapped rows of ``text``, with a note when earlier ones are hidden."""
+def _bounded(text: str, rows: int, width: int, style: str, raw_path: str | None,
+             total: Extent | None = None, tail: bool = False) -> list[Line]:
+    """The end of ``text`` in at most ``rows`` wrapped rows, from a line's start where one
+    fits, under a note saying how much is not shown.
+
+    The note counts real lines: ``total`` is the whole output when ``text`` is a capped
+    copy of it (the raw file behind a capped result, the live buffers with the rows they
+    dropped, or :data:`UNKNOWN`). ``tail``: ``text`` is only the end of ``total`` (a live
+    view), so lines are hidden even when all of ``text`` fits; otherwise ``text`` stands
+    whole (a capped result carries its own marker) unless rows of it are cut.
+    """
     lines = sanitize(text).rstrip("\n").split("\n") if text.strip() else []
-    wrapped = [piece for line in lines for piece in wrap(line, width)]
+    kept: list[list[str]] = []
+    used = 0
+    shown = shown_bytes = 0
+    for line in reversed(lines):  # wrapped from the end: a long text costs its tail only
+        line_rows = wrap(line, width)
+        if used + len(line_rows) > rows:
+            if not kept:  # one line longer than the room: its end
+                kept.insert(0, line_rows[-rows:])
+                shown, shown_bytes = 1, len(line.encode()) + 1
+            break
+        kept.insert(0, line_rows)
+        used += len(line_rows)
+        shown += 1
+        shown_bytes += len(line.encode()) + 1
     out: list[Line] = []
-    if len(wrapped) > rows:
-        hidden = len(wrapped) - rows
+    cut = shown < len(lines)
+    more = total is not None and (total.lines is None or total.lines > shown)
+    if cut or (tail and more):
         where = f"; full output: {raw_path}" if raw_path else ""
-        out += _plain_rows(f"… {hidden:,} earlier rows{where}", width, "class:dim")
-        wrapped = wrapped[-rows:]
-    out += [[(style, piece)] for piece in wrapped]
+        note = hidden_note(len(lines), shown, shown_bytes, total)
+        out += _plain_rows(note + where, width, "class:dim")
+    out += [[(style, piece)] for line_rows in kept for piece in line_rows]
     return out
 
 
@@ -133,27 +157,35 @@ def render_card(card: ToolCard, width: int, expanded: bool, now: float) -> list[
         return rows
     code = str(card.args.get("code") or "")
     if code and (expanded or card.name == "run_python"):
-        code_rows = [piece for line in sanitize(code).rstrip("\n").split("\n")
+        code_rows = [(piece, i) for i, line in enumerate(sanitize(code).rstrip("\n")
+                                                         .split("\n"))
                      for piece in wrap(line, max(1, inner - 2))]
         limit = len(code_rows) if expanded else LIVE_CODE_ROWS
         shown = code_rows[:limit]
-        rows += [[("class:dim", "  │ "), ("class:code", r)] for r in shown]
-        if len(code_rows) > limit:
-            rows.append([("class:dim", clip(f"  │ … {len(code_rows) - limit} more lines of "
+        rows += [[("class:dim", "  │ "), ("class:code", r)] for r, _ in shown]
+        if len(code_rows) > limit:  # lines, not wrapped rows: a partly shown one counts
+            more = code_rows[-1][1] - shown[-1][1] + (code_rows[limit][1] == shown[-1][1])
+            rows.append([("class:dim", clip(f"  │ … {more} more line{'s' * (more != 1)} of "
                                             "code", width))])
     elif expanded and card.args and not code:
         rows += _indent_rows(_plain_rows(one_line(card.args, width=10_000), inner - 2,
                                          "class:code"), "  │ ")
     if card.name == TASK_TOOL and card.notes.strip():
+        kept_all = len(card.notes) < NOTES_MAX_CHARS  # else its head was dropped
         rows += _indent_rows(_bounded(card.notes, EXPANDED_ROWS if expanded else
-                                      LIVE_TAIL_ROWS, inner, "class:dim", None), "  ")
+                                      LIVE_TAIL_ROWS, inner, "class:dim", None,
+                                      None if kept_all else UNKNOWN, tail=True), "  ")
     # while it runs, the live terminal view; once done, what the tool returned
-    output = card.rendered(EXPANDED_ROWS + 1 if expanded else LIVE_TAIL_ROWS)
+    room = EXPANDED_ROWS if expanded else LIVE_TAIL_ROWS
+    output = card.rendered(room + 1)
+    total: Extent | None = Extent(buffer_lines(card.output, card.errors))
+    tail = True
     if not live and card.content.strip():
-        output = card.content
+        # the result is capped for the model; its raw file holds every line printed
+        output, total, tail = card.content, raw_extent(card.raw_path), False
     if output.strip():
-        out_rows = _bounded(output, EXPANDED_ROWS if expanded else LIVE_TAIL_ROWS, inner - 2,
-                            "class:output", card.raw_path)
+        out_rows = _bounded(output, room, inner - 2, "class:output", card.raw_path, total,
+                            tail)
         rows += [[("class:dim", "  ⎿ " if i == 0 else "    "), *row]
                  for i, row in enumerate(out_rows)]
     if expanded and not live:
