@@ -71,6 +71,15 @@ def test_fold_scratch_files_vanish_and_atomic_writes_become_writes() -> None:
                     ("tree", f"{W}/d", {})]) == []
 
 
+def test_past_the_cap_the_rest_is_one_more_effect_that_never_replays() -> None:
+    many = [{"kind": "write", "path": f"{W}/f{i}"} for i in range(fx.MAX_EFFECTS + 5)]
+    kept = fx.finish(many)[fx.KEY]
+    assert len(kept) == fx.MAX_EFFECTS and kept[-1] == {"kind": "more", "count": 6}
+    plan = select([rec(1, "for ...", kept)], sizes={e["path"]: 0 for e in many})
+    assert plan.run == [] and plan.skipped[0].kind == "effects"
+    assert "does more file operations (6 not recorded)" in plan.skipped[0].why
+
+
 def test_describe_in_both_tenses_relative_to_the_workspace() -> None:
     e = {"kind": "append", "path": f"{W}/results.csv"}
     assert fx.describe(e, W) == "appends results.csv"
@@ -251,6 +260,22 @@ def test_the_state_card_says_what_cells_wrote_from_the_same_record(
     text = render_card(snap, reason="summary", budget=2000, ruler=active_ruler())["text"]
     assert ("cells' effects outside the kernel (newest first): _out[3] wrote fit.json; "
             "_out[2] appended results.csv") in text
+
+
+def test_a_cell_with_more_operations_than_recorded_is_marked(kernel: Kernel) -> None:
+    code = (f"import os\nos.makedirs('many', exist_ok=True)\n"
+            f"for i in range({fx.MAX_EVENTS + 10}):\n    open(f'many/{{i}}', 'w').close()")
+    got = effects_of(kernel, code)
+    assert len(got) == fx.MAX_EFFECTS and got[-1]["kind"] == "more"
+    # every operation is either listed or counted: a folder and the opens
+    assert got[-1]["count"] == 1 + fx.MAX_EVENTS + 10 - (fx.MAX_EFFECTS - 1)
+
+
+def test_a_kernel_started_by_name_records_effects_too(session_paths: SessionPaths,
+                                                      workspace: Path) -> None:
+    with Kernel(session_paths, cwd=workspace, kernel_name="python3") as k:
+        assert short(effects_of(k, "open('r.csv', 'a').write('1')"), workspace) == [
+            ("append", "r.csv")]
 
 
 def _kill(kernel: Kernel) -> None:

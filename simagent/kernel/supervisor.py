@@ -325,13 +325,14 @@ class Kernel:
         gets the (standard-library-only) module's source in one silent cell."""
         if not self.kernel_name or self._kc is None:
             return
-        from simagent.kernel_api import figures, outputs
+        from simagent.kernel_api import effects, figures, outputs
 
         code = "import types as _simagent_t, sys as _simagent_s\n"
         for module, name, call in (
                 (outputs, "simagent_outputs", "(get_ipython().user_ns, "
                                               "get_ipython().user_ns_hidden)"),
-                (figures, "simagent_figures", "(get_ipython())")):  # figure data summaries
+                (figures, "simagent_figures", "(get_ipython())"),  # figure data summaries
+                (effects, "simagent_effects", "(get_ipython())")):  # what cells do outside
             source = Path(module.__file__).read_text(encoding="utf-8")
             code += (f"_simagent_m = _simagent_t.ModuleType({name!r})\n"
                      f"exec(compile({source!r}, {name!r}, 'exec'), _simagent_m.__dict__)\n"

@@ -31,7 +31,6 @@ Standard library only: it loads in every kernel at start.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -46,17 +45,18 @@ SESSION_DIR_ENV = "SIMAGENT_SESSION_DIR"  # simagent.paths.SESSION_DIR_ENV (kern
 EFFECTS_FILE = "kernel.effects.json"
 #: Record key.
 KEY = "effects"
-#: Effects kept per execution; the rest are counted (``more``).
-MAX_EFFECTS = 40
-#: Files larger than this are not hashed (their ``sha256`` is None).
-HASH_MAX_BYTES = 16 << 20
+#: Effects kept per execution; the rest are counted (one ``more`` effect).
+MAX_EFFECTS = 200
+#: Raw events kept per cell; past it a cell only counts them (a ``more`` effect).
+MAX_EVENTS = 5000
 
 #: Effect kinds. ``write``: the cell wrote the whole file (truncated or created it
 #: first); ``append``; ``modify``: changed in place (``r+``, ``os.truncate``);
 #: ``delete``; ``rename`` (``to``); ``folder`` (made one); ``database`` (opened an SQLite
-#: file, which may write it); ``process`` (``command``); ``signal`` (``pid``); ``link``.
+#: file, which may write it); ``process`` (``command``); ``signal`` (``pid``); ``link``;
+#: ``more`` (``count`` operations past :data:`MAX_EVENTS`, not recorded).
 KINDS = ("write", "append", "modify", "delete", "rename", "folder", "database",
-         "process", "signal", "link")
+         "process", "signal", "link", "more")
 #: Kinds a replay may repeat: making a folder that exists changes nothing, and a whole
 #: file rewrite is repeated only under the replay's backup (see simagent.kernel.replay).
 REPEATABLE = frozenset({"folder", "write"})
@@ -67,6 +67,7 @@ _VERBS = {
     "rename": ("renames", "renamed"), "folder": ("creates folder", "created folder"),
     "database": ("opens database", "opened database"), "process": ("runs", "ran"),
     "signal": ("signals process", "signalled process"), "link": ("links", "linked"),
+    "more": ("does more file operations", "did more file operations"),
 }
 
 _NOISE_PREFIXES = ("/dev/", "/proc/", "/sys/")
@@ -87,6 +88,8 @@ def describe(effect: Mapping[str, Any], base: str | os.PathLike[str] | None = No
                                                             if times > 1 else "")
     if kind == "signal":
         return f"{verb} {effect.get('pid')}"
+    if kind == "more":
+        return f"{verb} ({effect.get('count')} not recorded)"
     what = shown_path(str(effect.get("path") or "?"), base)
     if kind in ("rename", "link"):
         return f"{verb} {what} to {shown_path(str(effect.get('to') or '?'), base)}"
@@ -195,29 +198,21 @@ def _under_made(state: Mapping[str, Mapping[str, Any]], path: str) -> bool:
                for p, s in state.items())
 
 
-def digest(path: str | os.PathLike[str], limit: int = HASH_MAX_BYTES) -> str | None:
-    """sha256 of a file's bytes (None: absent, unreadable or over ``limit``)."""
-    try:
-        if os.path.getsize(path) > limit:
-            return None
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        return h.hexdigest()
-    except OSError:
-        return None
-
-
 def finish(effects: list[dict[str, Any]]) -> dict[str, Any]:
-    """The record's ``effects`` list (capped) with sizes of written files."""
+    """The record's ``effects`` list with sizes of written files; past
+    :data:`MAX_EFFECTS` the rest are one ``more`` effect, which no replay repeats (what
+    it stands for is unknown)."""
+    if len(effects) > MAX_EFFECTS:
+        rest = sum(int(e.get("count") or 1) if e["kind"] == "more" else 1
+                   for e in effects[MAX_EFFECTS - 1:])
+        effects = effects[:MAX_EFFECTS - 1] + [{"kind": "more", "count": rest}]
     for e in effects:
         if e["kind"] == "write":
             try:
                 e["bytes"] = os.path.getsize(e["path"])
             except OSError:
                 e["bytes"] = None
-    return {KEY: effects[:MAX_EFFECTS], "more": max(0, len(effects) - MAX_EFFECTS)}
+    return {KEY: effects}
 
 
 # ------------------------------------------------------------ supervisor side
@@ -245,7 +240,8 @@ class Recorder:
         _tempdir()
         self.active = False
         self.events: list[tuple[str, str, dict[str, Any]]] = []
-        self.fresh: list[str] = []  # made new in the temp folder this cell
+        self.fresh: list[str] = []  # made new by the tempfile module this cell
+        self.dropped = 0  # events past MAX_EVENTS
         self.local = threading.local()
         self.lock = threading.Lock()
 
@@ -277,7 +273,10 @@ class Recorder:
                 self.fresh.append(path.rstrip("/") + "/")
                 return
         with self.lock:
-            self.events.append((op, path, extra))
+            if len(self.events) < MAX_EVENTS:
+                self.events.append((op, path, extra))
+            else:
+                self.dropped += 1
 
     def _noise(self, path: str) -> bool:
         if path.startswith(_NOISE_PREFIXES) or "/__pycache__/" in path:
@@ -288,7 +287,7 @@ class Recorder:
     # -- cell boundaries -----------------------------------------------------
     def pre_run_cell(self, info: Any = None) -> None:
         with self.lock:
-            self.events, self.fresh = [], []
+            self.events, self.fresh, self.dropped = [], [], 0
         self.active = bool(getattr(info, "store_history", True))
 
     def post_run_cell(self, result: Any = None) -> None:
@@ -296,11 +295,12 @@ class Recorder:
             return
         self.active = False
         with self.lock:
-            events = list(self.events)
+            events, dropped = list(self.events), self.dropped
         count = getattr(result, "execution_count", None)
         self.local.busy = True
         try:
-            self.write(count, finish(fold(events)))
+            done = fold(events) + ([{"kind": "more", "count": dropped}] if dropped else [])
+            self.write(count, finish(done))
         finally:
             self.local.busy = False
 
