@@ -71,6 +71,7 @@ _VERBS = {
 }
 
 _NOISE_PREFIXES = ("/dev/", "/proc/", "/sys/")
+_OPENS = frozenset({"write", "create", "append", "modify"})
 _ACCESS = os.O_WRONLY | os.O_RDWR
 _O_TMPFILE = getattr(os, "O_TMPFILE", 0)
 
@@ -242,6 +243,7 @@ class Recorder:
         self.events: list[tuple[str, str, dict[str, Any]]] = []
         self.fresh: list[str] = []  # made new by the tempfile module this cell
         self.dropped = 0  # events past MAX_EVENTS
+        self.last: dict[str, str] = {}  # each path's latest recorded operation
         self.local = threading.local()
         self.lock = threading.Lock()
 
@@ -255,7 +257,7 @@ class Recorder:
         self.local.busy = True  # what the hook does itself (stat, frames) is not audited
         try:
             item = handler(self, args)
-            if item is not None and not _importing():
+            if item is not None:
                 self._keep(*item)
         except Exception:  # a hook that raises would fail the user's call
             pass
@@ -267,16 +269,24 @@ class Recorder:
             to = extra["to"]  # a temp file moved into place: a whole write of its target
             op, path, extra = "write", to, {"existed": os.path.lexists(to)}
         if op not in ("process", "signal"):
-            if self._noise(path):
+            # the same operation again on a path (a loop reopening one file) folds to
+            # nothing new: skip it before the stack walks, which cost the most
+            if self._noise(path) or self.last.get(path) == op:
                 return
-            if op in ("create", "folder") and _caller_in("tempfile.py"):
-                self.fresh.append(path.rstrip("/") + "/")
-                return
-        with self.lock:
-            if len(self.events) < MAX_EVENTS:
-                self.events.append((op, path, extra))
-            else:
+        if len(self.events) >= MAX_EVENTS:
+            with self.lock:
                 self.dropped += 1
+            return
+        if _importing() or (op in _OPENS and os.path.isdir(path)):
+            return  # a folder "opened": tempfile's opener makes the real file
+        if op == "write" and "existed" not in extra:
+            extra = {"existed": os.path.lexists(path)}
+        if op in ("create", "folder") and _caller_in("tempfile.py"):
+            self.fresh.append(path.rstrip("/") + "/")
+            return
+        with self.lock:
+            self.events.append((op, path, extra))
+            self.last[path] = op
 
     def _noise(self, path: str) -> bool:
         if path.startswith(_NOISE_PREFIXES) or "/__pycache__/" in path:
@@ -287,7 +297,7 @@ class Recorder:
     # -- cell boundaries -----------------------------------------------------
     def pre_run_cell(self, info: Any = None) -> None:
         with self.lock:
-            self.events, self.fresh, self.dropped = [], [], 0
+            self.events, self.fresh, self.dropped, self.last = [], [], 0, {}
         self.active = bool(getattr(info, "store_history", True))
 
     def post_run_cell(self, result: Any = None) -> None:
@@ -330,7 +340,7 @@ def _norm(path: Any) -> str:
 
 def _importing() -> bool:
     """Whether the event comes from a module being imported (importlib's frames)."""
-    f = sys._getframe(2)
+    f = sys._getframe(1)
     while f is not None:
         if f.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
             return True
@@ -340,7 +350,7 @@ def _importing() -> bool:
 
 def _caller_in(filename: str) -> bool:
     """Whether a module named ``filename`` (``tempfile.py``) is on the stack."""
-    f = sys._getframe(2)
+    f = sys._getframe(1)
     while f is not None:
         if os.path.basename(f.f_code.co_filename) == filename:
             return True
@@ -362,12 +372,12 @@ def _on_open(rec: Recorder, args: tuple[Any, ...]) -> tuple[str, str, dict] | No
     if not flags & _ACCESS or (_O_TMPFILE and flags & _O_TMPFILE == _O_TMPFILE):
         return None  # read-only, or an unnamed temp file
     p = _path_arg(path)
-    if p is None or os.path.isdir(p):  # a folder: tempfile's opener makes the real file
+    if p is None:
         return None
     if flags & os.O_EXCL:
         return "create", p, {"existed": False}
     if flags & os.O_TRUNC:
-        return "write", p, {"existed": os.path.lexists(p)}
+        return "write", p, {}  # existed: looked up by _keep, only when it is kept
     if flags & os.O_APPEND:
         return "append", p, {}
     return "modify", p, {}
