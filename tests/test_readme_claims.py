@@ -166,3 +166,93 @@ def test_ctrl_o_is_display_only_the_next_request_is_byte_identical(tmp_path):
         seen[expand] = _requests(ctl, workspace)
     assert len(seen[False]) == 4  # two turns, two model calls each
     assert seen[True] == seen[False]
+
+
+def _context_headline(ctl: Any) -> tuple[int, int, int, bool]:
+    """(percent, used, window, estimated) as ``/context``'s panel prints them."""
+    from simagent.tui.entries import PanelEntry
+
+    panel = [e for e in ctl.conversation.entries if isinstance(e, PanelEntry)][-1].text
+    found = re.search(r"(\d+)% — ([\d,]+) of ([\d,]+) tokens( \(estimated\))?", panel)
+    assert found, panel
+    pct, used, window = (int(found.group(i).replace(",", "")) for i in (1, 2, 3))
+    return pct, used, window, bool(found.group(4))
+
+
+def _trace_figure(ctl: Any) -> tuple[int, bool]:
+    """What the window holds now, read from the raw trace events: the last main model
+    call's input tokens, or the tokens after a later compaction (then estimated)."""
+    used, estimated = None, False
+    for ev in ctl.session.trace.events():
+        p = ev.payload
+        if (ev.kind == "model_usage" and p.get("agent", "main") == "main"
+                and not p.get("dropped")):
+            used, estimated = int(p["input_tokens"]), p.get("source") == "estimated"
+        elif p.get("tokens_after") is not None and p.get("agent", "main") == "main":
+            used, estimated = int(p["tokens_after"]), True
+    assert used is not None
+    return used, estimated
+
+
+def test_status_bar_ctx_matches_context_in_every_state(workspace, tmp_path):
+    """"ctx NN% ... computed by the same function as /context": after a turn, after a
+    clearing epoch, after a summary (``~``) and after the next measured call, the status
+    bar and ``/context`` show the same figure, and it is the trace's."""
+    from test_tui_app import drive, script
+
+    window = 24_000
+    (workspace / ".simagent").mkdir()
+    (workspace / ".simagent" / "config.toml").write_text(
+        f"[model]\nwindow = {window}\n[context]\nclear_fraction = 0.3\nclear_keep = 1\n"
+        "clear_keep_fraction = 0.02\nclear_min_freed_fraction = 0.05\n")
+    big = "for i in range(400):\n    print('line', i, 'x' * 60)"
+    model = script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": big}}, {"final": "one"},
+        {"tool": "run_python", "args": {"code": big.replace("line", "more")}},
+        {"tool": "run_python", "args": {"code": big.replace("line", "again")}},
+        {"final": "two"}, {"final": "three"}, {"final": "four"}])
+    states: list[tuple[str, str, tuple[int, int, int, bool], tuple[int, bool]]] = []
+    kinds: list[dict[str, int]] = []
+
+    async def check(d: Any, name: str) -> None:
+        from simagent.tui.entries import PanelEntry
+
+        panels = sum(isinstance(e, PanelEntry) for e in d.ctl.conversation.entries)
+        label = d.ctl.snapshot().ctx_label
+        await d.type("/context")
+        await d.enter()
+        await d.expect(lambda: sum(isinstance(e, PanelEntry)
+                                   for e in d.ctl.conversation.entries) > panels)
+        states.append((name, label, _context_headline(d.ctl), _trace_figure(d.ctl)))
+        kinds.append({k: len(d.ctl.session.trace.events([k]))
+                      for k in ("context_clear", "context_summary")})
+
+    async def scenario(d: Any) -> None:
+        for prompt, name in (("first", "after a turn"), ("second", "after clearing")):
+            await d.type(prompt)
+            await d.enter()
+            await d.idle()
+            await check(d, name)
+        await d.type("/compact")
+        await d.enter()
+        await d.expect(lambda: "~ compacted" in d.text() or "nothing to compact" in d.text())
+        await d.idle()
+        await check(d, "after a summary")
+        await d.type("third")
+        await d.enter()
+        await d.idle()
+        await check(d, "measured again")
+
+    drive(workspace, scenario, model=model)
+    assert [s[0] for s in states] == ["after a turn", "after clearing", "after a summary",
+                                      "measured again"]
+    for name, label, (pct, used, shown_window, est), (traced, traced_est) in states:
+        assert shown_window == window, name
+        assert (used, est) == (traced, traced_est), name
+        assert pct == 100 * traced // window, name
+        assert label == f"ctx {'~' if est else ''}{pct}%", (name, label, pct)
+    assert [s[2][3] for s in states] == [False, False, True, False]
+    assert len({s[2][0] for s in states}) >= 3, states  # the states really differ
+    assert kinds[0] == {"context_clear": 0, "context_summary": 0}
+    assert kinds[1]["context_clear"] >= 1 and kinds[1]["context_summary"] == 0
+    assert kinds[2]["context_summary"] == 1
