@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from simagent.paths import state_home
+from simagent.paths import private_dir, state_home
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def check_python() -> Check:
 def check_state_home() -> Check:
     home = state_home()
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        private_dir(home)
         probe = home / ".doctor-probe"
         probe.write_text("ok")
         probe.unlink()

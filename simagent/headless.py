@@ -28,6 +28,7 @@ from simagent.agent.events import (
     ToolStarted,
 )
 from simagent.config import SessionOptions
+from simagent.trace.redact import RedactingWriter, redact
 
 
 @dataclass
@@ -47,6 +48,7 @@ def one_line(args: dict[str, Any], width: int = 70) -> str:
         text = str(args["command"]).splitlines()[0] if args["command"] else ""
     else:
         text = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    text = redact(text)  # before cutting: a cut secret would escape the redaction
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -146,7 +148,8 @@ class StreamPrinter:
     """Renders events for a terminal: answer on ``out``, activity on ``err``."""
 
     def __init__(self, out: TextIO, err: TextIO, *, stream_text: bool) -> None:
-        self.out, self.err, self.stream_text = out, err, stream_text
+        # activity lines quote tool arguments and results: stderr is often kept in a log
+        self.out, self.err, self.stream_text = out, RedactingWriter(err), stream_text
         self.wrote_text = False
         self._muted: set[str] = set()  # notice prefixes a context line already covered
 

@@ -10,6 +10,13 @@ Two kinds of location matter:
 * **State** (traces, checkpoints, raw outputs, artifacts) lives under the state home,
   one folder per workspace and per session (design.md §4). :class:`SessionPaths` names
   every file of a session; code asks it rather than joining strings.
+
+State is private: folders 0700, files 0600 (a session holds the scientist's code, data
+and conversation). Every writer creates through :func:`private_dir`,
+:func:`private_opener` / :func:`write_private`, or :func:`private_file` (SQLite, which
+then gives its ``-wal``/``-shm`` files the database's mode). Not a process umask: that
+would also make the scientist's own files, written by the agent, the shell or the kernel,
+private. ``tests/test_secrets_at_rest.py`` walks the tree.
 """
 
 from __future__ import annotations
@@ -27,6 +34,48 @@ CONTENT_FOLDERS = ("skills", "memory", "simulators", "subagents", "bench")
 SESSION_DIR_ENV = "SIMAGENT_SESSION_DIR"
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+#: Modes of state folders and files.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """``mkdir -p`` where every folder it creates is 0700, and ``path`` itself made
+    0700 if it already existed wider (state folders of an older simagent)."""
+    path = Path(path)
+    missing = []
+    probe = path
+    while not os.path.lexists(probe) and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, PRIVATE_DIR_MODE)
+        except FileExistsError:  # another process made it first
+            pass
+    try:
+        if path.stat().st_mode & 0o777 != PRIVATE_DIR_MODE:
+            os.chmod(path, PRIVATE_DIR_MODE)
+    except OSError:  # not ours to change; the folder above keeps it private
+        pass
+    return path
+
+
+def private_opener(path: str | os.PathLike[str], flags: int) -> int:
+    """``open(path, mode, opener=private_opener)``: a new file is created 0600."""
+    return os.open(path, flags, PRIVATE_FILE_MODE)
+
+
+def write_private(path: str | os.PathLike[str], text: str) -> None:
+    """``Path.write_text`` for state files (UTF-8, created 0600)."""
+    with open(path, "w", encoding="utf-8", opener=private_opener) as fh:
+        fh.write(text)
+
+
+def private_file(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` empty and 0600 if missing (a database before SQLite opens it)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE))
+    return Path(path)
 
 
 def content_root() -> Path:
@@ -140,6 +189,7 @@ class SessionPaths:
         return self.root / "ensembles"
 
     def ensure(self) -> SessionPaths:
+        private_dir(state_home())  # tightens a state home an older simagent left 0755
         for d in (self.root, self.outputs, self.artifacts):
-            d.mkdir(parents=True, exist_ok=True)
+            private_dir(d)
         return self

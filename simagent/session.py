@@ -22,7 +22,13 @@ from simagent.agent.turns import TurnLedger
 from simagent.agent.usage import UsageLedger
 from simagent.config import Config, SessionOptions
 from simagent.context.thresholds import ContextSettings
-from simagent.paths import SessionPaths, last_session_marker, new_session_id
+from simagent.paths import (
+    SessionPaths,
+    last_session_marker,
+    new_session_id,
+    private_file,
+    write_private,
+)
 from simagent.simulators import Simulator, get_simulator
 from simagent.trace import TraceLog
 
@@ -151,7 +157,7 @@ class Session:
                           approval=opts.approval, model=model, config=config)
 
     def _mark_last(self) -> None:
-        last_session_marker(self.workspace).write_text(self.id)
+        write_private(last_session_marker(self.workspace), self.id)
 
     @property
     def thread_config(self) -> dict[str, Any]:
@@ -167,14 +173,15 @@ class Session:
         the writer. ``tests/test_kill_property.py`` SIGKILLs sessions to prove it.
         """
         if self._checkpointer is None:
-            from langgraph.checkpoint.sqlite import SqliteSaver
+            from simagent.agent.secrets import redacting_sqlite_saver
 
-            conn = sqlite3.connect(self.paths.checkpoints, check_same_thread=False)
+            conn = sqlite3.connect(private_file(self.paths.checkpoints),
+                                   check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=5000")
             self._checkpoint_conn = conn
-            self._checkpointer = SqliteSaver(conn)
+            self._checkpointer = redacting_sqlite_saver(conn)  # no secret at rest
         return self._checkpointer
 
     def detach_kernel(self) -> Kernel | None:

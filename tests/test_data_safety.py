@@ -119,7 +119,9 @@ def test_kernel_and_what_its_cells_started_die_with_a_killed_simagent(workspace)
                        kill_after_ready=2.0)
     assert report.killed and report.kernel_pids
     sleeper = int(pidfile.read_text())
-    deadline = time.monotonic() + 0.8  # well under ipykernel's 1 s poll
+    # ipykernel's own poller ends the kernel but not the sleeper in its group: the
+    # sleeper's death is what proves the launcher's watcher (the bound is not a timing)
+    deadline = time.monotonic() + 30
     while (alive(sleeper) or alive(report.kernel_pids[0])) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not alive(report.kernel_pids[0])
@@ -176,9 +178,10 @@ def test_secrets_reach_no_file_simagent_writes(workspace, tmp_path, monkeypatch)
     """A key from the environment and one from the config, printed by a cell, echoed by
     the model (quoting the tool result, and once verbatim), typed into the TUI's input
     history, and carried into a bench record: zero hits in any file under the state
-    home, the workspace's state and the bench output. The conversation itself
-    (``checkpoints.sqlite``) holds only what the model was sent plus its own words, so
-    it is grepped after the kernel-only turn, before the model says the key itself."""
+    home, the workspace's state and the bench output, the conversation
+    (``checkpoints.sqlite``) included, even after the model says the key itself: its
+    serializer redacts (``agent/secrets.py``), so the turn's final answer, read back
+    from the saved state, is redacted too."""
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("MY_LLM_KEY", CONFIG_SECRET)  # named by api_key_env only
     (workspace / ".simagent").mkdir()
@@ -206,7 +209,7 @@ def test_secrets_reach_no_file_simagent_writes(workspace, tmp_path, monkeypatch)
 
         model.cursor.steps.append({"final": f"verbatim: {SECRET} and {CONFIG_SECRET}"})
         second = runner.run(f"repeat it: {SECRET}")
-        assert SECRET in second.final  # the model said it; the sinks must not keep it
+        assert "verbatim: [redacted:OPENAI_API_KEY]" in second.final  # as saved
         from simagent.trace.transcript import render_html, render_markdown
 
         events = session.trace.events()
@@ -222,7 +225,4 @@ def test_secrets_reach_no_file_simagent_writes(workspace, tmp_path, monkeypatch)
         bench_runner.append_record(tmp_path / "out" / "records.jsonl", {"final": second.final})
     finally:
         session.close()
-    conversation = {"checkpoints.sqlite", "checkpoints.sqlite-wal", "checkpoints.sqlite-shm"}
-    hits = [h for h in _hits([home, workspace, tmp_path / "out"], [SECRET, CONFIG_SECRET])
-            if Path(h.split(": ")[0]).name not in conversation]
-    assert hits == []
+    assert _hits([home, workspace, tmp_path / "out"], [SECRET, CONFIG_SECRET]) == []

@@ -32,6 +32,7 @@ from simagent.agent.prompts import (
 )
 from simagent.agent.provider_retry import ProviderRetryMiddleware
 from simagent.agent.recovery import RecoveryMiddleware
+from simagent.agent.secrets import ToolResultRedaction
 from simagent.agent.tools import make_view_figure, session_tools
 from simagent.agent.turns import AbandonGuard
 from simagent.paths import CONTENT_FOLDERS, content_dir
@@ -175,7 +176,8 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
                               turns=session.turns, ruler=layers.context.ruler,
                               window=layers.context.thresholds.window),
                 ProviderRetryMiddleware(session.trace, agent=defn.name, policy=retry,
-                                        cancel=session.cancel_requested)], chat
+                                        cancel=session.cancel_requested),
+                ToolResultRedaction()], chat
 
     note = runtime_note(session.workspace, session.paths.outputs, session.simulator,
                         source_dirs)
@@ -242,6 +244,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
         # innermost: retries repeat exactly the request the layers above built
         ProviderRetryMiddleware(session.trace, policy=retry,
                                 cancel=session.cancel_requested),
+        ToolResultRedaction(),  # innermost for tools: no layer sees a secret in a result
     ]
     general = {
         "name": GENERAL_PURPOSE,
@@ -259,7 +262,8 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                                      window=sub_layers.context.thresholds.window),
                        ProviderRetryMiddleware(session.trace, agent=GENERAL_PURPOSE,
                                                policy=retry,
-                                               cancel=session.cancel_requested)],
+                                               cancel=session.cancel_requested),
+                       ToolResultRedaction()],
     }
     from simagent.agent.subagents import discover_subagents
 

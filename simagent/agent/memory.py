@@ -3,16 +3,18 @@
 Only the index enters the prompt (progressive disclosure); notes are read on demand with
 ``read_file``. ``remember`` writes a note and keeps its index line unique, so saving is
 cheap and never needs approval. The seed comes from the bundled ``memory/`` folder.
+Notes are state: private files, and a secret's value in a title or body is redacted
+before it is written (the index line enters every later prompt).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from simagent.paths import content_dir, workspace_state_dir
+from simagent.paths import content_dir, private_dir, private_opener, workspace_state_dir
+from simagent.trace.redact import redact
 
 INDEX = "MEMORY.md"
 KINDS = ("project", "user", "simulator", "preference", "reference")
@@ -27,15 +29,20 @@ def ensure_memory(workspace: str | Path) -> Path:
     """The workspace's memory folder, seeded from the bundled ``memory/`` on first use."""
     target = memory_dir(workspace)
     if not (target / INDEX).is_file():
-        target.mkdir(parents=True, exist_ok=True)
+        private_dir(target)
         seed = content_dir("memory")
         for item in seed.iterdir() if seed.is_dir() else []:
             dest = target / item.name
             if item.is_file() and not dest.exists():
-                shutil.copyfile(item, dest)
+                _write(dest, item.read_text(encoding="utf-8"))
         if not (target / INDEX).exists():
-            (target / INDEX).write_text("# Workspace memory\n", encoding="utf-8")
+            _write(target / INDEX, "# Workspace memory\n")
     return target
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8", opener=private_opener) as fh:
+        fh.write(redact(text))
 
 
 def slugify(title: str) -> str:
@@ -51,22 +58,23 @@ class SavedNote:
 def remember(folder: Path, title: str, content: str, kind: str = "project") -> SavedNote:
     """Write ``<slug>.md`` (frontmatter + body) and add or refresh its index line."""
     # brackets would break the index line's markdown link
-    title = " ".join(title.replace("[", "(").replace("]", ")").split()) or "note"
+    # redacted before the slug: a key in a title would otherwise name the file
+    title = " ".join(redact(title).replace("[", "(").replace("]", ")").split()) or "note"
     kind = kind if kind in KINDS else "project"
     slug = slugify(title)
     path = folder / f"{slug}.md"
     created = not path.exists()
     first = next((ln.strip() for ln in content.splitlines() if ln.strip()), "")
     summary = first if len(first) <= 100 else first[:99] + "…"
-    path.write_text(f"---\nname: {title}\ndescription: {summary}\ntype: {kind}\n---\n"
-                    f"{content.rstrip()}\n", encoding="utf-8")
+    _write(path, f"---\nname: {title}\ndescription: {summary}\ntype: {kind}\n---\n"
+                 f"{content.rstrip()}\n")
     index = folder / INDEX
     lines = index.read_text(encoding="utf-8").splitlines() if index.exists() else [
         "# Workspace memory"]
     marker = f"({slug}.md)"
     entry = f"- [{title}]({slug}.md) ({kind}) - {summary}"
     lines = [ln for ln in lines if marker not in ln] + [entry]
-    index.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _write(index, "\n".join(lines) + "\n")
     return SavedNote(path, created)
 
 

@@ -237,7 +237,8 @@ def make_recall(session: Session) -> BaseTool:
 
 
 class AttemptLog:
-    """The session's attempts, one JSON line each in ``attempts.jsonl`` (survives resume)."""
+    """The session's attempts, one JSON line each in ``attempts.jsonl`` (survives resume;
+    private, secrets redacted)."""
 
     def __init__(self, path) -> None:
         self.path = path
@@ -248,9 +249,12 @@ class AttemptLog:
         return read_jsonl(self.path)
 
     def add(self, **fields: Any) -> dict[str, Any]:
+        from simagent.paths import private_opener
+        from simagent.trace.redact import redact_data
+
         record = {"index": len(self.all()) + 1, "id": uuid.uuid4().hex[:12],
-                  "ts": time.strftime("%Y-%m-%dT%H:%M:%S"), **fields}
-        with self.path.open("a", encoding="utf-8") as fh:
+                  "ts": time.strftime("%Y-%m-%dT%H:%M:%S"), **redact_data(fields)}
+        with open(self.path, "a", encoding="utf-8", opener=private_opener) as fh:
             fh.write(json.dumps(record, default=str) + "\n")
         return record
 

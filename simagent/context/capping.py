@@ -15,6 +15,9 @@ from pathlib import Path
 
 from langchain_core.messages import ToolMessage
 
+from simagent.paths import private_dir, write_private
+from simagent.trace.redact import redact
+
 #: Share of the cap given to the head; the tail (results, errors) gets the rest.
 HEAD_SHARE = 0.3
 #: Slack for markers a self-capping tool adds on top of its cap.
@@ -53,8 +56,8 @@ def cap_tool_message(msg: ToolMessage, cap: int, folder: Path | str | None) -> T
         # not ``<call_id>`` itself: eviction may write that name with the capped text
         path = Path(folder) / f"{safe_name(msg.tool_call_id)}.full.txt"
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            private_dir(path.parent)
+            write_private(path, redact(text))
             where = str(path)
         except OSError as exc:
             where = f"(could not be saved: {exc.strerror or exc})"

@@ -33,6 +33,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from simagent.jsonl import read_jsonl
+from simagent.paths import private_dir, private_opener
+from simagent.trace.redact import redact_data
 
 #: Items kept per entry, by kind (the ledger is an index, not a second history).
 MAX_PER_KIND = {"number": 40, "file": 16, "figure": 12, "decision": 10, "attempt": 12,
@@ -322,15 +324,15 @@ class Ledger:
         items, found = extract(messages, history=history, starts=starts, calls=calls)
         with _LOCK:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                private_dir(self.path.parent)
                 entry = {"id": len(self.entries()) + 1, "kind": kind, "agent": self.agent,
                          "ts": datetime.now(UTC).isoformat(timespec="seconds"),
                          "messages": len(messages), "found": found,
                          "history": str(history) if history else None, **extra,
                          "items": [it.as_dict() for it in items],
                          "sources": result_sources(messages, calls)}
-                with open(self.path, "a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(entry, default=str) + "\n")
+                with open(self.path, "a", encoding="utf-8", opener=private_opener) as fh:
+                    fh.write(json.dumps(redact_data(entry), default=str) + "\n")
             except OSError as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 return None

@@ -24,6 +24,8 @@ from typing import Any, Protocol
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from simagent.context.counting import is_summary, is_user_message
+from simagent.paths import private_dir, private_opener
+from simagent.trace.redact import redact
 
 SUMMARY_SECTIONS = ("Session intent", "Decisions and reasons", "Artifacts and files",
                     "Numbers that matter", "Next steps")
@@ -260,7 +262,7 @@ def offload(path: Path, messages: Sequence[BaseMessage], *, kind: str,
     Returns, per message, the 1-based line of the file its text starts on (None for a
     previous summary, which is not written again): the ledger's pointers.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     try:
         with open(path, "rb") as fh:
@@ -274,6 +276,7 @@ def offload(path: Path, messages: Sequence[BaseMessage], *, kind: str,
         """Append a block (blocks are joined by newlines); returns its first line."""
         nonlocal line
         first = line
+        block = redact(block)  # before counting: a secret may span lines
         blocks.append(block)
         line += block.count("\n") + 1
         return first
@@ -294,7 +297,7 @@ def offload(path: Path, messages: Sequence[BaseMessage], *, kind: str,
         for call in msg.tool_calls if isinstance(msg, AIMessage) else ():
             add(f"tool call `{call['name']}` ({call.get('id')}):\n```json\n"
                 f"{json.dumps(call['args'], indent=1)}\n```\n")
-    with open(path, "a", encoding="utf-8") as fh:
+    with open(path, "a", encoding="utf-8", opener=private_opener) as fh:
         fh.write("\n".join(blocks) + "\n")
     return starts
 

@@ -36,7 +36,9 @@ from pydantic import ValidationError
 
 from simagent.context.counting import is_user_message
 from simagent.jsonl import read_jsonl
+from simagent.paths import private_dir, private_opener
 from simagent.records import KeyValue, TaskRecord, files_read, format_value, problems
+from simagent.trace.redact import redact_data
 
 if TYPE_CHECKING:
     from simagent.context.compaction import Compaction, Compactor
@@ -295,9 +297,9 @@ def check_record(record: TaskRecord, field: str, *, expected: float | None = Non
 # ------------------------------------------------------------------- the shell
 def append_record(path: Path, row: Mapping[str, Any]) -> None:
     """One JSON line per closed task in the session's ``tasks.jsonl``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    private_dir(path.parent)
+    with open(path, "a", encoding="utf-8", opener=private_opener) as fh:
+        fh.write(json.dumps(redact_data(row), ensure_ascii=False) + "\n")
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -45,7 +45,8 @@ from simagent.kernel.result import (
 from simagent.kernel.terminal import TerminalBuffer
 from simagent.kernel_api.figures import FIGURE_MIME, figure_id, figure_title, render_caption
 from simagent.kernel_api.outputs import handle
-from simagent.trace.redact import Redactor, StreamRedactor, secret_values
+from simagent.paths import private_dir, private_opener, write_private
+from simagent.trace.redact import Redactor, StreamRedactor, redact_data, secret_values
 
 OutputKind = Literal["stdout", "stderr", "display", "error", "clear", "human"]
 
@@ -119,7 +120,8 @@ class Capture:
             return
         try:
             if self._raw is None:
-                self._raw = open(self.raw_path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
+                self._raw = open(self.raw_path, "wb", buffering=0,  # noqa: SIM115 - closed by close()
+                                 opener=private_opener)
             view = memoryview(data)
             while view:
                 view = view[self._raw.write(view) or 0:]
@@ -269,7 +271,7 @@ class Capture:
                     "size": list(size) if size else None, "first": first,
                     "summary": summary if isinstance(summary, dict) else None}
             try:
-                sidecar.write_text(json.dumps(meta, default=str), encoding="utf-8")
+                write_private(sidecar, json.dumps(redact_data(meta), default=str))
             except OSError:
                 pass
         same_as = first if first != here else None
@@ -284,7 +286,7 @@ class Capture:
         """``artifacts/fig-<hash>.<ext>``, written unless identical bytes are there already
         (a 32-bit prefix that collides with different bytes gets a longer one)."""
         assert self.artifacts_dir is not None
-        self.artifacts_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.artifacts_dir)
         for length in (8, 16, 64):
             fid = figure_id(blob, length)
             path = self.artifacts_dir / f"{fid}.{ext}"
@@ -293,7 +295,8 @@ class Capture:
                     return fid, path
                 continue  # same prefix, other image
             except OSError:
-                path.write_bytes(blob)  # a full disk: OSError, handled by the caller
+                with open(path, "wb", opener=private_opener) as fh:  # a full disk: OSError,
+                    fh.write(blob)  # handled by the caller
                 return fid, path
         return fid, path
 

@@ -40,6 +40,13 @@ pinned, and ``tests/test_kernel.py`` proves each one on the real kernel):
 9. **Cells' effects are recorded.** An audit hook (``simagent.kernel_api.effects``) notes
    files a cell writes or deletes and processes it starts, so a replay after a restart
    does not append to a results file twice.
+10. **No history file.** IPython would save every cell's code to the user's profile
+    (``~/.ipython/profile_default/history.sqlite``): outside the session, shared by every
+    IPython the user runs, and unredacted, so a key typed into a cell stayed there. The
+    session already keeps each cell's code, redacted, in its trace and ``outputs/`` (the
+    replay and the notebook export read those), so the kernel keeps its history in
+    memory only; a second copy in the session folder would add a sink the redaction
+    cannot reach.
 """
 
 from __future__ import annotations
@@ -58,6 +65,9 @@ _SYNC_BYTES = SYNC.encode()
 _READ_SIZE = 64 * 1024
 _FLUSH_AT_CHARS = 1 << 20
 _SYNC_WAIT_S = 2.0
+#: IPython's input history stays in memory (``In``, ``_ih``, ``%history`` of this
+#: kernel's life work) and never reaches ``~/.ipython/.../history.sqlite`` (point 10).
+NO_HISTORY_ARGS = ("--HistoryManager.enabled=False",)
 #: Unacknowledged stream characters allowed in flight (see point 4 above).
 FLOW_WINDOW_CHARS = 8 << 20
 FLOW_STALL_S = 2.0
@@ -272,7 +282,7 @@ def main() -> None:
     from ipykernel.kernelapp import IPKernelApp
 
     app = IPKernelApp.instance()
-    app.initialize(sys.argv[1:])
+    app.initialize([*sys.argv[1:], *NO_HISTORY_ARGS])
     _enable_faulthandler()
     shell = getattr(app, "shell", None)
     if shell is not None:

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from simagent.paths import private_dir
+
 _SUFFIX = ".pkl"
 _TMP_PREFIX = ".tmp-"
 
@@ -52,8 +54,8 @@ class CaseCache:
             return self._failed(f"the result cannot be pickled ({type(exc).__name__})")
         tmp = None
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=self.folder)
+            private_dir(self.folder)
+            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=self.folder)  # 0600
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
             os.replace(tmp, self.path(key))

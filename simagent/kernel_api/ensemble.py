@@ -62,7 +62,14 @@ from simagent.kernel_api.cases import (
 )
 from simagent.kernel_api.identity import Uncacheable, sha
 from simagent.kernel_api.summary import detail_lines, stats_of, summary_line
-from simagent.paths import SESSION_DIR_ENV, SessionPaths
+from simagent.paths import (
+    SESSION_DIR_ENV,
+    SessionPaths,
+    private_dir,
+    private_file,
+    private_opener,
+    write_private,
+)
 
 #: Seconds within which the interrupt cleanup (locating, cancelling, collecting) gives
 #: up waiting on the scheduler; the kernel restarts a cell still busy 10 s after it.
@@ -241,12 +248,12 @@ def _finish(label: str, folder: Path, cases: list[dict[str, Any]],
     stats = stats_of(label, rows, outcome.wall, n_workers, where, outcome.interrupted)
     paths, errors_path = [], None
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)
         paths, note = _write_tables(table, folder)
         if note:
             notes.append(note)
         errors_path = _write_errors(folder, failures)
-        (folder / "summary.json").write_text(json.dumps(
+        write_private(folder / "summary.json", json.dumps(
             {**stats.as_dict(), "tables": paths, "errors": errors_path}, indent=1))
     except OSError as exc:
         notes.append(f"note: could not write the sweep's files in {folder} "
@@ -262,7 +269,8 @@ def _finish(label: str, folder: Path, cases: list[dict[str, Any]],
 def _write_tables(table: Any, folder: Path) -> tuple[list[str], str]:
     """The files the table was saved to, and a note when Parquet was skipped."""
     csv = folder / "results.csv"
-    table.to_csv(csv, index=False)
+    with open(csv, "w", encoding="utf-8", newline="", opener=private_opener) as fh:
+        table.to_csv(fh, index=False)
     paths = [str(csv)]
     parquet = folder / "results.parquet"
     try:
@@ -271,7 +279,10 @@ def _write_tables(table: Any, folder: Path) -> tuple[list[str], str]:
         parquet.unlink(missing_ok=True)
         return paths, ""
     try:
-        table.to_parquet(parquet, index=False)
+        private_file(parquet)
+        with open(parquet, "r+b") as fh:  # truncated by the writer; the mode stays 0600
+            fh.truncate()
+            table.to_parquet(fh, index=False)
         paths.append(str(parquet))
     except Exception as exc:  # columns holding arrays or objects Parquet cannot store
         with contextlib.suppress(OSError):
@@ -286,7 +297,7 @@ def _write_errors(folder: Path, failures: list[tuple[dict[str, Any], str, str]]
     if not failures:
         path.unlink(missing_ok=True)
         return None
-    with open(path, "w", encoding="utf-8") as fh:
+    with open(path, "w", encoding="utf-8", opener=private_opener) as fh:
         for case, error, tb in failures:
             fh.write(f"=== case {json.dumps(case, default=repr)}\n{tb or error}\n\n")
     return str(path)

@@ -55,11 +55,19 @@ def number_of(raw_path: str | os.PathLike[str] | None) -> int | None:
 
 def write_record(folder: Path, n: int, record: dict[str, Any]) -> bool:
     """Write execution ``n``'s record next to its raw output (False if the disk refused:
-    ``_out[n]`` then still reads the raw text)."""
+    ``_out[n]`` then still reads the raw text). Secrets in it (a key typed into the
+    code) are redacted, and ``secret`` is set when the code was, so a replay knows the
+    kept code is not what ran. Called in simagent's process only (imports lazily)."""
+    from simagent.paths import write_private
+    from simagent.trace.redact import redact_data
+
+    clean = redact_data(record)
+    if clean.get("code") != record.get("code"):
+        clean["secret"] = True
     path = folder / record_name(n)
     tmp = path.with_suffix(".json.tmp")
     try:
-        tmp.write_text(json.dumps(record, default=str), encoding="utf-8")
+        write_private(tmp, json.dumps(clean, default=str))
         os.replace(tmp, path)
         return True
     except OSError:

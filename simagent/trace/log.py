@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from simagent.paths import private_dir, private_file
 from simagent.trace.redact import Redactor
 
 #: Fields every compaction event adds for its dropped-items ledger entry (context/ledger.py).
@@ -39,6 +40,7 @@ EVENT_KINDS: dict[str, str] = {
                    "an abandoned turn, paid but never shown)",
     "tool_call": "id, name, args, agent",
     "tool_result": "tool_call_id, name, content, status (success|error), elapsed_s, agent, "
+                   "outcome (simagent.outcomes: ok|error|interrupted|timeout|died|restarted), "
                    "dropped (true: it ended after its turn was abandoned)",
     "kernel_exec": "tool_call_id, code, status, elapsed_s, raw_path, execution_count, state_lost, "
                    "human (notices for the user only, e.g. a dashboard link; absent if none)",
@@ -59,7 +61,8 @@ EVENT_KINDS: dict[str, str] = {
                       "cut off), reason (the one-line provider error), agent; on giving up: "
                       "gave_up, retries, max_retries, cause, reason, cancelled, agent",
     "model_switch": "from_model, to_model",
-    "context_eviction": "tool_call_id, tool, path, chars, tokens_before, tokens_after, agent",
+    "context_eviction": "tool_call_id, tool, path, chars, tokens_before, tokens_after, agent, "
+                        "source ('user' when a person's message was saved to a file)",
     "context_clear": "cleared (newly cleared results), total_cleared, inputs_cleared "
                      "(calls whose code is cleared too), tokens_before, tokens_after, agent"
                      + _LEDGER,
@@ -121,7 +124,8 @@ class TraceLog:
             uri = f"file:{self.path}?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
+            private_file(self.path)  # SQLite gives -wal/-shm the database's mode
             # autocommit (isolation_level=None): each INSERT is its own committed
             # transaction, so an event whose append returned survives a SIGKILL; WAL with
             # synchronous=NORMAL keeps that true at a fraction of FULL's fsyncs (only an

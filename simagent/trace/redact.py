@@ -123,6 +123,10 @@ class Redactor:
     def __bool__(self) -> bool:
         return bool(self._refresh())
 
+    def forms(self) -> list[tuple[str, str]]:
+        """``(text, NAME)`` for every form of every secret now known, longest first."""
+        return self._refresh()
+
     def prefixes_at_end(self, text: str) -> int:
         """Length of the longest tail of ``text`` that begins some secret."""
         best = 0
@@ -146,6 +150,32 @@ _default = Redactor()
 def redact(text: str) -> str:
     """The one redaction every sink applies (environment + registered secrets)."""
     return _default(text) if text else text
+
+
+def redact_data(value: Any) -> Any:
+    """``value`` (str, or dicts/lists/tuples of them) with every string redacted: for
+    records written as JSON (attempts) and content blocks."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {redact_data(k): redact_data(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact_data(v) for v in value)
+    return value
+
+
+class RedactingWriter:
+    """A text stream that redacts what is written to it (headless stderr: activity lines
+    quote tool arguments). Whole strings only: callers write one line at a time."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(redact(text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 class StreamRedactor:

@@ -84,7 +84,6 @@ def _history(ctl: TuiController) -> History:
         from simagent.tui.history import redacting_file_history
 
         path = state_home() / "input_history"
-        path.parent.mkdir(parents=True, exist_ok=True)
         return redacting_file_history(str(path))  # a pasted key never reaches the file
     except Exception:
         return InMemoryHistory()

@@ -7,6 +7,7 @@ past the way it looked, with every tool card collapsed and its output as recorde
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -57,6 +58,11 @@ def redacting_file_history(path: str) -> Any:
     line reaches the file (a pasted key stays usable in this session's prompt, but is
     never written to ``input_history``)."""
     from prompt_toolkit.history import FileHistory
+
+    from simagent.paths import private_dir, private_file
+
+    private_dir(os.path.dirname(path) or ".")
+    private_file(path)  # FileHistory appends to it: created private here
 
     class RedactingFileHistory(FileHistory):
         def store_string(self, string: str) -> None:
