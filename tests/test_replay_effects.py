@@ -359,9 +359,9 @@ def test_tui_restore_shows_what_a_skipped_cell_would_write_and_asks(workspace, t
         n = next(r["n"] for r in load_records(d.ctl.session.kernel.paths.outputs)
                  if r["code"] == cell)
         await restore(d)
-        question = next(t for t in reversed(notes(d)) if "Run them now?" in t)
+        offer = next(t for t in reversed(notes(d)) if "running them again repeats" in t)
         assert f"_out[{n}] `with open('results.csv', 'a') as f:`: appends results.csv" \
-            in question
+            in offer
         assert any(f"skipped _out[{n}]" in t for t in notes(d))
         screen = d.text()
         assert "appends results.csv" in screen and "(y/n)" in screen

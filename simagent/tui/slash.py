@@ -122,7 +122,8 @@ def cmd_restore(ctl: TuiController, arg: str) -> None:
 
         text, ns = offer_text(rec, ctl.session.workspace), [s.n for s in rec.offered]
         ctl.post(lambda: ctl.note(rec.message(), "info"))
-        ctl.post(lambda: ctl.ask(text + "\nRun them now?", lambda: _run_offered(ctl, ns)))
+        ctl.post(lambda: ctl.panel("/restore: not replayed", text))
+        ctl.post(lambda: ctl.ask("Run them now?", lambda: _run_offered(ctl, ns)))
         return None
 
     if ctl.background("/restore", work):
