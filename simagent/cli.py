@@ -197,15 +197,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from simagent.headless import RunOptions, run_headless
 
     decision = "approve" if args.approve else "reject" if args.reject else None
-    if not args.prompt and decision is None:
-        raise CliError("run needs a PROMPT (or --approve/--reject with --resume)")
+    from simagent.cli_input import argv_text
+
+    prompt = argv_text(" ".join(args.prompt))
+    if not prompt.strip() and decision is None:
+        what = "an empty PROMPT" if args.prompt else "no PROMPT"
+        raise CliError(f"run got {what}: say what to do, e.g. simagent run 'plot sin(x)' "
+                       "(or --approve/--reject with --resume)")
     if decision and not (args.resume or args.continue_last):
         raise CliError("--approve/--reject continue a paused session: add --resume ID "
                        "or --continue")
     if args.reset_cost_ceiling and not (args.resume or args.continue_last):
         raise CliError("--reset-cost-ceiling clears the ceiling of an existing session: add "
                        "--resume ID or --continue")
-    opts = RunOptions(prompt=" ".join(args.prompt) or None,
+    opts = RunOptions(prompt=prompt or None,
                       workspace=Path(args.workspace).resolve(), model=args.model,
                       simulator=args.sim, resume=args.resume,
                       continue_last=args.continue_last, approval=args.approval,
@@ -639,15 +644,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("simagent: interrupted", file=sys.stderr)
         return exit_codes.CANCELLED
-    except Exception as exc:  # one line, not a traceback; SIMAGENT_DEBUG shows it
-        import os
+    except OSError as exc:
+        from simagent.cli_input import unwritable
 
-        if os.environ.get("SIMAGENT_DEBUG"):
-            raise
-        first = (str(exc).splitlines() or [""])[0]
-        print(f"simagent: internal error: {type(exc).__name__}: {first} "
-              "(set SIMAGENT_DEBUG=1 for the traceback)", file=sys.stderr)
-        return exit_codes.FAILED
+        if (line := unwritable(exc)) is None:
+            return _internal(exc)
+        print(f"simagent: error: {line}", file=sys.stderr)
+        return exit_codes.USAGE
+    except Exception as exc:
+        return _internal(exc)
+
+
+def _internal(exc: Exception) -> int:
+    """An unexpected error: one line, not a traceback; SIMAGENT_DEBUG shows it."""
+    import os
+
+    if os.environ.get("SIMAGENT_DEBUG"):
+        raise exc
+    first = (str(exc).splitlines() or [""])[0]
+    print(f"simagent: internal error: {type(exc).__name__}: {first} "
+          "(set SIMAGENT_DEBUG=1 for the traceback)", file=sys.stderr)
+    return exit_codes.FAILED
 
 
 def entry() -> None:

@@ -2,9 +2,9 @@
 
 OK = 0
 FAILED = 1  # an unexpected internal error (reported in one line)
-USAGE = 2  # usage or configuration error
+USAGE = 2  # usage or configuration error (missing API key, read-only state folder)
 APPROVAL = 3  # the turn paused for approval
-PROVIDER = 4  # model/provider error (missing key, package, HTTP)
+PROVIDER = 4  # model/provider error (provider package, HTTP, unreachable endpoint)
 COST_CEILING = 5  # cost ceiling reached
 KERNEL = 6  # the kernel could not start
 CANCELLED = 130  # Ctrl+C

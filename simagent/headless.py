@@ -95,6 +95,10 @@ def context_line(event: Any) -> str | None:
         n = d.get("cleared")
         what = "1 old tool result" if n == 1 else f"{_n(n)} old tool results"
         return f"~ context: {who}cleared {what} ({_tokens(d)})"
+    if kind == "context_eviction" and d.get("source") == "user":
+        return (f"~ context: {who}your message ({_n(d.get('chars'))} chars) is saved to "
+                f"{d.get('path')}; the model sees its first and last lines and reads the "
+                "rest from that file")
     if kind == "context_eviction":
         where = f" to {d['path']}" if d.get("path") else ""
         return (f"~ context: {who}evicted a {_n(d.get('chars'))}-char result of "
@@ -220,6 +224,7 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
     except (ConfigError, SimulatorError, SessionNotFound) as exc:
         raise CliError(str(exc), exit_codes.USAGE) from exc
 
+    started = False  # a new session whose turn never started is discarded, not kept
     try:
         note_model_switch(session, resolved.id)
         try:  # before the kernel starts: a bad subagent file or model fails fast
@@ -245,8 +250,10 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                                exit_codes.USAGE)
             decisions = {p.interrupt_id: [{"type": opts.decision}
                                           for _ in p.action_requests] for p in pending}
+            started = True
             result = runner.resume(decisions, printer, pending=pending)
         else:
+            started = True
             result = runner.run(opts.prompt or "", printer)
         if not opts.json and printer.wrote_text:
             out.write("\n")
@@ -279,7 +286,10 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             return exit_codes.CANCELLED
         return exit_codes.OK
     finally:
-        session.close()
+        if started:
+            session.close()
+        else:
+            session.discard()
 
 
 def note_model_switch(session: Any, model_id: str) -> None:

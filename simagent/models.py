@@ -213,7 +213,8 @@ def _provider(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> A
         key = next((env[n] for n in names if env.get(n)), None)
         if key is None:
             raise ModelError(f"{spec.raw} needs an API key: set {names[0]} "
-                             "(or choose another model with --model)", env_var=names[0])
+                             "(or choose another model with --model)", env_var=names[0],
+                             code=USAGE_ERROR)
         kwargs["api_key"] = key  # explicit, so an injected environ is honoured
     _no_sdk_retries(spec.provider, cfg, kwargs)
     if spec.provider == "ollama":
@@ -248,7 +249,7 @@ def _openai_compatible(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, s
     if var:
         if not env.get(var):
             raise ModelError(f"{spec.raw} is configured to read its API key from {var}, "
-                             f"which is not set: set {var}", env_var=var)
+                             f"which is not set: set {var}", env_var=var, code=USAGE_ERROR)
         key = env[var]
     else:
         key = env.get(COMPATIBLE_KEY_VAR) or "not-needed"  # local servers ignore the key
@@ -415,6 +416,32 @@ def _url(exc: BaseException) -> str | None:
     return None
 
 
+def refused_locally(exc: BaseException) -> bool:
+    """A connection refused by a loopback address: nothing listens on that port of this
+    machine. Unlike a remote refusal (a balancer between instances), no retry within a
+    turn changes that, so the retry layer fails at once and the line says what to do."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    chain = exception_chain(exc)
+    if not any(isinstance(e, ConnectionRefusedError) or "refused" in str(e).lower()
+               for e in chain):
+        return False
+    try:
+        host = urlsplit(_url(exc) or "").hostname
+    except ValueError:
+        return False
+    if not host:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
 def _api_message(exc: BaseException) -> str:
     """The server's own message (openai/anthropic bodies), not the SDK's repr of the body."""
     body = getattr(exc, "body", None)
@@ -516,6 +543,9 @@ def _describe_one(exc: BaseException) -> str | None:
         return f"timed out talking to {_url(exc) or 'the provider'}"
     if names & CONNECTION_ERRORS and _dropped(exc):
         return f"connection to {_url(exc) or 'the provider'} dropped ({_reason(exc)})"
+    if names & CONNECTION_ERRORS and refused_locally(exc):
+        return (f"cannot reach {_url(exc)} (connection refused: nothing is listening on "
+                "that port of this machine; start the model server or fix the URL)")
     if names & CONNECTION_ERRORS:
         return f"cannot reach {_url(exc) or 'the provider'} ({_reason(exc)})"
     if "NotFoundError" in names:

@@ -59,6 +59,21 @@ def resolve_session_id(workspace: str | os.PathLike[str], prefix: str | None) ->
         raise SessionNotFound(str(exc)) from exc
 
 
+def _check_writable(folder: Path) -> None:
+    """Raise the ``OSError`` (naming the folder) that writing into ``folder`` gives.
+
+    A resumed session's SQLite files in a read-only state home fail with a bare
+    "unable to open database file"; this turns that into an error the CLI can explain.
+    """
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:  # name the folder, not the probe's random file
+        raise OSError(exc.errno, exc.strerror, str(folder)) from exc
+
+
 class Session:
     """Workspace + state folder + kernel + trace + checkpointer for one thread."""
 
@@ -123,6 +138,7 @@ class Session:
         ws = Path(workspace).expanduser().resolve()
         config = config or Config.load(ws)
         full_id = resolve_session_id(ws, session_id)
+        _check_writable(SessionPaths.for_session(ws, full_id).root)
         start = TraceLog(SessionPaths.for_session(ws, full_id).trace, readonly=True)
         try:
             first = start.first("session_start")
@@ -208,6 +224,24 @@ class Session:
         if self._checkpoint_conn is not None:
             self._checkpoint_conn.close()
         self.trace.close()
+
+    def discard(self) -> None:
+        """Close this new session and delete its folder: a run that failed before its
+        first turn (the kernel did not start, a bad subagent file) leaves no empty
+        session behind in ``simagent sessions`` or for ``--continue``."""
+        import shutil
+
+        if self.resume_info is not None:  # never delete a session someone worked in
+            self.close("error")
+            return
+        self.close("discarded")
+        shutil.rmtree(self.paths.root, ignore_errors=True)
+        marker = last_session_marker(self.workspace)
+        try:
+            if marker.read_text(encoding="utf-8").strip() == self.id:
+                marker.unlink()  # --continue then falls back to the newest session
+        except OSError:
+            pass
 
     def __enter__(self) -> Session:
         return self

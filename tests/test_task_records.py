@@ -190,6 +190,22 @@ def test_done_derives_a_typed_record_from_the_task(opened, workspace):
     assert "note: decay done" in block
 
 
+def test_done_keeps_the_unit_after_an_uncertainty(opened):
+    """Issue 30 item 13: the scipy-plot-decay answer writes ``tau = 2.6753 +/- 0.0123 ms``;
+    /done's record said ``tau = 2.6753`` (the unit follows the uncertainty)."""
+    answer = ("The fit y = A*exp(-t/tau) + c gives tau = 2.6753 +/- 0.0123 ms, with "
+              "amplitude A = 4.4969 ± 0.0151 V and baseline c = 0.2989\u202fV.")
+    session, model, agent, runner = opened([{"final": answer}, {"final": "next"}])
+    assert runner.run("fit the decay").status == "done"
+    assert checkpoint_now(agent.graph, session.thread_config, agent.context).done
+    (row,) = read_records(session.paths.task_records)
+    record = TaskRecord.model_validate(row["record"])
+    assert [(k.name, k.value, k.unit) for k in record.key_values] == [
+        ("tau", 2.6753, "ms"), ("amplitude", 4.4969, "V"), ("baseline c", 0.2989, "V")]
+    runner.run("next task")
+    assert "key values: tau = 2.6753 ms; amplitude = 4.4969 V" in model.requests[-1][1].text
+
+
 # ------------------------------------------------------ mark_task_done on the graph
 def test_mark_task_done_files_a_typed_record_written_at_the_next_turn(opened, workspace):
     steps = [{"tool": "run_python", "args": {"code": DECAY}},

@@ -17,7 +17,8 @@ as a provider error (``simagent run`` exit 4); a failed call writes nothing to t
 checkpoint, so the next turn starts from the last completed step.
 
 Everything else passes straight through: 401/403/404/400 would fail the same way again,
-and a context overflow belongs to the emergency compaction above (``ContextMiddleware``).
+so would a connection refused by a loopback address (no server on that local port), and
+a context overflow belongs to the emergency compaction above (``ContextMiddleware``).
 
 The SDKs' own retries are switched off in ``simagent.models`` (``max_retries=0``) so the
 two layers do not multiply; a ``max_retries`` in the model config turns them back on
@@ -52,6 +53,7 @@ from simagent.models import (
     describe_provider_error,
     exception_chain,
     finish_reason_key,
+    refused_locally,
 )
 from simagent.trace.log import TraceLog
 
@@ -209,6 +211,8 @@ def classify(exc: BaseException) -> Fault | None:
     if names & _TIMEOUT_NAMES:
         return Fault("timed out")
     if names & _CONNECTION_NAMES:
+        if refused_locally(exc):  # nothing listens on this machine's port: not transient
+            return None
         text = " ".join(str(e).lower() for e in chain)
         if any(isinstance(e, ConnectionResetError) for e in chain) or "reset" in text:
             return Fault("connection reset")

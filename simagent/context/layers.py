@@ -20,7 +20,7 @@ from deepagents.middleware._message_eviction import (
 )
 from deepagents.middleware.filesystem import FilesystemMiddleware
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 
 from simagent.context import thresholds as th
 from simagent.context.compaction import Compactor
@@ -71,6 +71,36 @@ class TracedFilesystemMiddleware(FilesystemMiddleware):
             "chars": len(before.text),
             "tokens_before": count_messages([before], self._ruler),
             "tokens_after": count_messages([after], self._ruler), "agent": self._agent})
+
+    def _evict_and_truncate_messages(self, request: Any) -> Any:
+        out = super()._evict_and_truncate_messages(request)
+        self._note_user(out)
+        return out
+
+    async def _aevict_and_truncate_messages(self, request: Any) -> Any:
+        out = await super()._aevict_and_truncate_messages(request)
+        self._note_user(out)
+        return out
+
+    def _note_user(self, out: Any) -> None:
+        """deepagents saves a person's message over its limit to
+        ``conversation_history/<uuid>.md`` and shows the model a preview. Moving a
+        person's own words out of view is a context event like any other: traced (so
+        ``simagent context`` lists it) and shown, naming the file that holds them."""
+        command = out[1] if out else None
+        if command is None:
+            return
+        shown = {m.id: m for m in out[0]}
+        for msg in (command.update or {}).get("messages", []):
+            path = getattr(msg, "additional_kwargs", {}).get("lc_evicted_to")
+            if not isinstance(msg, HumanMessage) or not path:
+                continue
+            after = shown.get(msg.id, msg)
+            emit(self._trace, "context_eviction", {
+                "tool_call_id": None, "tool": None, "source": "user", "path": path,
+                "chars": len(_extract_text_from_message(msg)),
+                "tokens_before": count_messages([msg], self._ruler),
+                "tokens_after": count_messages([after], self._ruler), "agent": self._agent})
 
     def _too_large(self, message: ToolMessage) -> str | None:
         """The text to offload when it is over the limit in real tokens, else None."""

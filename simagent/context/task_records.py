@@ -52,10 +52,15 @@ ANSWER_CHARS = 4_000  # stored; the boundary message shows less
 _SHOWN_ANSWER_CHARS = 1_200
 
 _NUM = r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
+#: Space between a number and its unit: models also write no-break and thin spaces.
+_SP = r"[ \t\u00a0\u202f\u2009]"
+#: An uncertainty between a value and its unit (``2.6753 +/- 0.0123 ms``): skipped, so
+#: the unit after it stays the value's.
+_PLUS_MINUS = rf"(?:{_SP}*(?:±|\+/-|\+-|\+/\u2212){_SP}*{_NUM})?"
 _KV = re.compile(r"(?P<name>[A-Za-z][\w()/-]*(?:[ \t]+[A-Za-z][\w()/-]*){0,5})[ \t]*"
                  r"(?:=|:|≈|~|\bis\b|\bwas\b|\bare\b|\bof\b)[ \t]*"
-                 rf"(?P<value>{_NUM})(?![\w.]*\d)(?![ \t]*[*/+^×-][ \t]*\d)"
-                 r"(?:[ \t]*(?P<unit>[^\s,;()]+))?")
+                 rf"(?P<value>{_NUM})(?![\w.]*\d)(?!{_SP}*[*/+^×-]{_SP}*\d)"
+                 rf"{_PLUS_MINUS}(?:{_SP}*(?P<unit>[^\s,;()]+))?")
 _UNIT = re.compile(r"^(?:1/)?[A-Za-zµμΩ°%Å][\w/^*.·µμΩ°%Å·-]{0,15}$")
 #: Words that end a name (articles, verbs) or cannot be units (prose after a number).
 _STOP = frozenset({

@@ -1,0 +1,56 @@
+"""What the command line hands over, made safe to use and to explain.
+
+Standard library only, like ``simagent.cli``: these run before any heavy import.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def argv_text(text: str) -> str:
+    """``text`` from the command line, as valid Unicode.
+
+    Python hands over bytes that are not UTF-8 as lone surrogates, which no file, trace
+    or provider can store. They become U+FFFD (what an editor shows for them), and one
+    stderr line says so: the turn still runs on the words that did decode, which is what
+    someone whose terminal sent one Latin-1 byte expects, and nothing is changed silently.
+    """
+    if not any("\udc80" <= ch <= "\udcff" for ch in text):
+        return text
+    import os
+
+    raw = os.fsencode(text)
+    bad = sorted({f"\\x{b:02x}" for b in raw if b >= 0x80})
+    fixed = raw.decode("utf-8", errors="replace")
+    print(f"simagent: note: the prompt has bytes that are not UTF-8 ({', '.join(bad[:5])}); "
+          "each is sent as \ufffd — set a UTF-8 locale to send such characters as typed",
+          file=sys.stderr)
+    return fixed
+
+
+def unwritable(exc: OSError) -> str | None:
+    """One line for a folder simagent must write to but cannot (read-only file system,
+    no permission, disk full), naming the folder and the way out; None for other errors.
+
+    A configuration problem of the machine, not a bug: exit 2 (design.md §3).
+    """
+    import errno
+    from pathlib import Path
+
+    if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC,
+                         errno.EDQUOT) or not exc.filename:
+        return None
+    from simagent.paths import state_home
+
+    path = Path(exc.filename)
+    home = state_home()
+    why = exc.strerror or type(exc).__name__
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    if path == home or home in path.parents:
+        fix = "free some space on its disk" if full else "make it writable"
+        return (f"cannot write simagent's state folder {home} ({why}: {path}); "
+                f"{fix}, or point SIMAGENT_HOME at a writable folder")
+    fix = ("free some space" if full else
+           "run simagent in a writable folder, or pass --workspace DIR")
+    return f"cannot write {path} ({why}); {fix}"

@@ -1,0 +1,229 @@
+"""What a person is told when the input or the machine is not what simagent expects
+(issue 30, items 7-10 and 14): every case through the real ``simagent`` command in a
+subprocess, with its own state home; the model is scripted or a real HTTP endpoint.
+
+Read-only folders are real read-only mounts in a private mount namespace (``unshare``):
+``chmod`` stops nobody when the tests run as root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SIMAGENT = [sys.executable, "-m", "simagent"]
+
+
+def cli(workspace: Path, *args: str | bytes, env: dict[str, str] | None = None,
+        prefix: list[str] | None = None, timeout: float = 180
+        ) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
+    full_env.update(env or {})
+    return subprocess.run([*(prefix or []), *SIMAGENT, *args], cwd=workspace, env=full_env,
+                          text=True, capture_output=True, timeout=timeout)
+
+
+def scripted(tmp_path: Path, steps: list[dict]) -> str:
+    path = tmp_path / "script.json"
+    path.write_text(json.dumps(steps))
+    return f"scripted:{path}"
+
+
+def sessions(workspace: Path) -> list[dict]:
+    proc = cli(workspace, "sessions", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout or "[]")
+
+
+def events(state_dir: str, kind: str) -> list[dict]:
+    db = sqlite3.connect(Path(state_dir) / "trace.sqlite")
+    try:
+        return [json.loads(p) for (p,) in db.execute(
+            "SELECT payload FROM events WHERE kind = ? ORDER BY id", (kind,))]
+    finally:
+        db.close()
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("simagent: ")]
+
+
+# ------------------------------------------------------------------ item 7: bytes
+def test_a_prompt_byte_that_is_not_utf8_is_replaced_and_said(workspace, tmp_path):
+    model = scripted(tmp_path, [{"final": "noted"}])
+    proc = cli(workspace, "run", "--json", "--model", model, b"caf\xe9 au lait")
+    assert proc.returncode == 0, proc.stderr
+    assert "internal error" not in proc.stderr
+    (note,) = [ln for ln in proc.stderr.splitlines() if "not UTF-8" in ln]
+    assert "\\xe9" in note and "\ufffd" in note
+    out = json.loads(proc.stdout)
+    (user,) = events(out["state_dir"], "message_user")
+    assert user["content"] == "caf\ufffd au lait"
+    assert [s["id"] for s in sessions(workspace)] == [out["session_id"]]
+
+
+# ------------------------------------------------------- item 9: empty prompts
+@pytest.mark.parametrize("prompt", ["", "   "])
+def test_an_empty_prompt_is_refused_and_leaves_no_session(workspace, tmp_path, prompt):
+    proc = cli(workspace, "run", "--model", scripted(tmp_path, [{"final": "x"}]), prompt)
+    assert proc.returncode == 2
+    (line,) = error_lines(proc.stderr)
+    assert "empty PROMPT" in line
+    assert sessions(workspace) == []
+
+
+# ------------------------------------------- item 7: no session for no turn
+def test_a_run_whose_kernel_cannot_start_leaves_no_session(workspace, tmp_path):
+    (workspace / ".simagent").mkdir()
+    (workspace / ".simagent" / "config.toml").write_text(
+        '[kernel]\nname = "no-such-kernel-spec"\n')
+    proc = cli(workspace, "run", "--model", scripted(tmp_path, [{"final": "x"}]), "hi")
+    assert proc.returncode == 6, proc.stderr
+    assert sessions(workspace) == []
+    assert "internal error" not in proc.stderr
+
+
+# ------------------------------------------------- item 9: missing key is config
+def test_a_missing_api_key_is_a_configuration_error(workspace):
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    proc = subprocess.run([*SIMAGENT, "run", "--model", "openai:gpt-4o", "hi"], cwd=workspace,
+                          env=env, text=True, capture_output=True, timeout=60)
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert "OPENAI_API_KEY" in line
+    assert re.search(r"Exit codes: 0 ok, 2 usage/config \(an empty prompt, a missing API key",
+                     " ".join(README.read_text().split()))
+
+
+# -------------------------------------- item 9: refused on this machine is final
+def test_a_refused_local_endpoint_fails_at_once(workspace):
+    with socket.socket() as sock:  # bound, never listening: connects are refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        proc = cli(workspace, "run", "--json", "--model",
+                   f"openai-compatible:m@http://127.0.0.1:{port}/v1", "hi")
+    assert proc.returncode == 4, proc.stderr
+    assert " retry " not in proc.stderr  # no "— retry 1/5 in ..." line
+    (line,) = [ln for ln in error_lines(proc.stderr) if ln.startswith("simagent: error")]
+    assert "connection refused" in line and "nothing is listening" in line
+    out = json.loads(proc.stdout)
+    assert [e for e in events(out["state_dir"], "provider_retry") if "retry" in e] == []
+
+
+def test_a_refused_remote_endpoint_is_still_retried():
+    """Only this machine's refusals are final: a remote one may be a node restarting."""
+    import httpx
+
+    from simagent.agent.provider_retry import classify
+
+    for url, final in (("http://127.0.0.1:9/v1", True), ("http://localhost:9/v1", True),
+                       ("http://[::1]:9/v1", True), ("http://10.1.2.3:9/v1", False),
+                       ("https://api.example.org/v1", False)):
+        request = httpx.Request("POST", url + "/chat/completions")
+        exc = httpx.ConnectError("[Errno 111] Connection refused", request=request)
+        assert (classify(exc) is None) is final, url
+        reset = httpx.ConnectError("[Errno 104] Connection reset by peer", request=request)
+        assert classify(reset) is not None, url  # only a refusal is final
+
+
+# ----------------------------------------------------- item 8: read-only folders
+def _ro_mount_prefix(target: Path) -> list[str] | None:
+    """``unshare`` running the command with ``target`` mounted read-only in a private
+    mount namespace (root: directly; others: in a user namespace), or None."""
+    if shutil.which("unshare") is None:
+        return None
+    userns = [] if os.geteuid() == 0 else ["-r"]
+    script = ('mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && '
+              'exec "$@"')
+    prefix = ["unshare", "-m", *userns, "sh", "-c", script, "sh", str(target)]
+    probe = subprocess.run([*prefix, "sh", "-c", f'! touch "{target}/.probe" 2>/dev/null'],
+                           capture_output=True, timeout=30)
+    return prefix if probe.returncode == 0 else None
+
+
+def test_init_in_a_read_only_workspace_names_it(workspace):
+    prefix = _ro_mount_prefix(workspace)
+    if prefix is None:
+        pytest.skip("no read-only mount possible here (unshare/mount refused)")
+    proc = cli(workspace, "init", "--no-check", prefix=prefix)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert str(workspace / ".simagent") in line and "Read-only file system" in line
+    assert "writable folder" in line and "internal error" not in line
+
+
+def test_run_with_a_read_only_state_home_names_it(workspace, tmp_path, _state_home):
+    model = scripted(tmp_path, [{"final": "fine"}])
+    prefix = _ro_mount_prefix(_state_home)
+    if prefix is None:
+        pytest.skip("no read-only mount possible here (unshare/mount refused)")
+    fresh = cli(workspace, "run", "--model", model, "hi", prefix=prefix)
+    assert fresh.returncode == 2, fresh.stderr
+    (line,) = error_lines(fresh.stderr)
+    assert f"cannot write simagent's state folder {_state_home}" in line
+    assert "SIMAGENT_HOME" in line and "internal error" not in line
+    # a session that exists, continued while the home is read-only
+    assert cli(workspace, "run", "--model", model, "hi").returncode == 0
+    again = cli(workspace, "run", "--continue", "--model", model, "hi", prefix=prefix)
+    assert again.returncode == 2, again.stderr
+    (line,) = error_lines(again.stderr)
+    assert f"cannot write simagent's state folder {_state_home}" in line
+
+
+# ------------------------------------- item 10: a person's words out of view
+def test_a_huge_prompt_moved_to_a_file_is_said_traced_and_counted(workspace, tmp_path):
+    # Many arguments (one is capped at 128 KiB by the OS), joined as `simagent run` does.
+    words = [f"line{i} " + "lorem ipsum dolor sit amet " * 2_000 for i in range(6)]
+    proc = cli(workspace, "run", "--json", "--model", scripted(tmp_path, [{"final": "ok"}]),
+               *words)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    (note,) = [ln for ln in proc.stderr.splitlines() if "your message" in ln]
+    path = re.search(r"is saved to (\S+\.md);", note).group(1)
+    assert Path(path).parent == Path(out["state_dir"]) / "conversation_history"
+    assert Path(path).read_text() == " ".join(words)
+    (event,) = events(out["state_dir"], "context_eviction")
+    assert event["source"] == "user" and event["path"] == path
+    assert event["chars"] == len(" ".join(words)) and event["tokens_after"] < 2_000
+    shown = cli(workspace, "context", out["session_id"])
+    assert "Context events: none yet" not in shown.stdout
+    assert re.search(r"evictions\s+1", shown.stdout), shown.stdout
+    readme = " ".join(README.read_text().split())
+    assert "`conversation_history/<uuid>.md`" in readme
+
+
+# ----------------------------------------------------------------- item 14: docs
+def _headings() -> set[str]:
+    return {m.group(1).strip() for m in re.finditer(r"^#+ (.+)$", README.read_text(),
+                                                     re.MULTILINE)}
+
+
+def test_every_readme_reference_the_program_prints_names_a_section(workspace):
+    """``(see README: X)`` in any message or file simagent writes names a real heading."""
+    package = Path(__file__).resolve().parents[1] / "simagent"
+    refs = {m.group(1) for f in package.rglob("*.py")
+            for m in re.finditer(r"README: ([A-Z][\w ]+)", f.read_text())}
+    assert refs, "no README references found: the pattern is stale"
+    assert refs <= _headings(), refs - _headings()
+    proc = cli(workspace, "init", "--no-check")
+    assert proc.returncode == 0, proc.stderr
+    written = (workspace / ".simagent" / "config.toml").read_text()
+    assert re.search(r"see README: Configuration", written)
+
+
+def test_the_readme_names_every_bundled_simulator():
+    from simagent.simulators import discover
+
+    text = README.read_text()
+    missing = [name for name in discover() if f"**{name}**" not in text]
+    assert not missing, f"README does not name {missing}"
