@@ -162,3 +162,27 @@ def test_private_dir_creates_and_tightens(tmp_path):
     private_dir(old)  # a state home an older simagent left open
     private_file(old / "a" / "b" / "db.sqlite")
     assert _wrong_modes(old) == []
+
+
+def test_a_long_message_deepagents_offloads_is_private_and_redacted(workspace, monkeypatch):
+    """deepagents saves a very long user message whole under the session's
+    ``conversation_history/`` through the back end: state like any other file."""
+    from simagent.agent.builder import build_agent
+    from simagent.agent.runner import TurnRunner
+    from simagent.agent.scripted import ScriptedChatModel
+    from simagent.session import Session
+
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI)
+    session = Session.create(workspace, approval="auto")
+    try:
+        session._warmed = True  # no kernel needed
+        model = ScriptedChatModel.from_steps([{"final": "ok"}])
+        long = " ".join(f"w{i}" for i in range(45_000))
+        assert TurnRunner(session, build_agent(session, model)).run(
+            f"my key {OPENAI} {long}").status == "done"
+    finally:
+        session.close()
+    offloaded = list(session.paths.root.rglob("conversation_history/*"))
+    assert offloaded  # deepagents did offload it
+    home = Path(os.environ["SIMAGENT_HOME"])
+    assert _hits([home], [OPENAI]) == [] and _wrong_modes(home) == []

@@ -11,6 +11,7 @@ because the composite backend's ``artifacts_root`` is that folder's real path.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, ToolMessage
 
 from simagent.agent import confine
+from simagent.paths import private_dir, private_file
+from simagent.trace.redact import redact
 
 #: File tools and the argument that names their path (one home: ``confine``).
 PATH_ARGS = confine.PATH_ARGS
@@ -34,11 +37,14 @@ class WorkspaceBackend(LocalShellBackend):
     """``LocalShellBackend`` on real paths that refuses writes under read-only roots."""
 
     def __init__(self, workspace: Path, *, read_only: Iterable[Path] = (),
-                 timeout: int = SHELL_TIMEOUT_S) -> None:
+                 timeout: int = SHELL_TIMEOUT_S, state_dir: Path | None = None) -> None:
         super().__init__(root_dir=workspace, virtual_mode=False, timeout=timeout,
                          max_output_bytes=SHELL_OUTPUT_BYTES, inherit_env=True)
         self.workspace = Path(workspace).resolve()
         self.read_only = tuple(Path(p).resolve() for p in read_only)
+        #: The session's state folder: deepagents offloads (a long message of the
+        #: user's, evicted results) land there, and are state like any other file.
+        self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
 
     def _resolve_path(self, key: str) -> Path:
         """Every operation of the back end resolves here, as the decision does."""
@@ -58,6 +64,15 @@ class WorkspaceBackend(LocalShellBackend):
     def write(self, file_path: str, content: str) -> WriteResult:
         if root := self._protected(file_path):
             return WriteResult(error=self._refusal(file_path, root))
+        if self.state_dir is not None:
+            try:
+                target = confine.resolve(file_path, self.workspace)
+            except OSError:
+                target = None
+            if target is not None and confine.within(target, self.state_dir):
+                content = redact(content)  # state: no secret at rest, private
+                with contextlib.suppress(OSError):  # the write itself reports a bad path
+                    private_file(private_dir(target.parent) / target.name)
         return super().write(file_path, content)
 
     def edit(self, file_path: str, old_string: str, new_string: str,
@@ -90,7 +105,7 @@ class WorkspaceBackend(LocalShellBackend):
 def build_backend(workspace: Path, session_dir: Path, *,
                   read_only: Iterable[Path] = ()) -> CompositeBackend:
     """The composite backend every agent of a session shares."""
-    default = WorkspaceBackend(workspace, read_only=read_only)
+    default = WorkspaceBackend(workspace, read_only=read_only, state_dir=session_dir)
     return CompositeBackend(default=default, routes={},
                             artifacts_root=str(Path(session_dir).resolve()))
 

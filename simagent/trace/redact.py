@@ -6,15 +6,30 @@ names in ``api_key_env``, or of a config entry whose key looks like one (``api_k
 "..."``). Matching by value catches the key wherever it travels: a cell that prints
 ``os.environ[...]``, an error message, a model reply that repeats it.
 
-Sinks and where they redact (``tests/test_data_safety.py`` greps all of them):
+Sinks and where they redact (``tests/test_data_safety.py`` and
+``tests/test_secrets_at_rest.py`` grep all of them):
 
 * the trace (``TraceLog.append``: the serialized payload);
+* the conversation checkpoints (``agent/secrets.py``: the checkpointer's serializer, so
+  every channel: the user's words, replies, tool arguments and results, subagents);
+* every tool result, before the model or any context layer sees it
+  (``agent/secrets.py``: ``ToolResultRedaction``, innermost in every agent);
 * kernel output (``kernel/capture.py``): the raw ``outputs/NNNN.txt`` through
   :class:`StreamRedactor` (a key split across two output chunks is still caught), and the
-  text the model gets, so a printed key never enters the conversation at all;
+  text the model gets; execution records ``outputs/NNNN.json``
+  (``kernel_api/outputs.write_record``) and figure sidecars;
+* the attempt log (``agent/tools.AttemptLog``), memory notes, their file names and the
+  ``MEMORY.md`` index (``agent/memory.py``);
+* the ledger, task records, history offloads and capped results (``context/``);
 * transcripts (``trace/transcript.py``: the rendered document);
 * the TUI's input history (``tui/history.py``: :class:`RedactingFileHistory`);
+* ``simagent run``'s stderr activity lines (``headless.py``: :class:`RedactingWriter`,
+  and ``one_line`` redacts before it cuts);
 * bench records (``bench/runner.py``: each JSON line).
+
+Matching is by value, so what it cannot catch is a key transformed before it is
+written: split over two lines or strings, encoded (base64, hex), reversed, spaced out,
+or only partly printed (README, Secrets).
 
 Config secrets are known once a config is loaded: :func:`register_config` (``simagent
 run``, the bench and the TUI call it); the environment is read at each use, so a key set
