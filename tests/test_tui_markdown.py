@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -113,16 +112,31 @@ def test_html_and_markup_stay_literal_and_no_escapes_leak():
     assert not any("\x1b" in r for r in lines)
 
 
-def test_streaming_prefixes_end_in_the_same_rows_as_one_render():
-    pieces = re.findall(r".{1,7}", MESSAGE + "\n\n```\ncode\n```\n- a\n- b", re.S)
-    seen = ""
-    for piece in pieces:  # the growing message, re-rendered per chunk like the app does
-        seen += piece
-        for width in WIDTHS:
-            markdown_rows(seen, width)
-    for width in WIDTHS:
-        fresh = markdown_rows(seen + " ", width)  # a text not rendered before
-        assert text_rows(markdown_rows(seen, width)) == text_rows(fresh)
+STREAMED = ("see [the link][r] first\n\n" + MESSAGE + "\n\npara one\nstill one\n---\n\n"
+            "> quote\nlazy line\n\n1. one\n\n2. two\n\n3. three\n\n- a\n\n- b\n"
+            "  more b\n\n```py\nx = 1\n\ny = 2\n```\n\n| h | i |\n|---|---|\n| 1 | 2 |\n\n"
+            "1. one\n2. two\n\nend [link][r] here\n\n[r]: https://example.org\n\nafter")
+
+
+def shape(blocks) -> list[tuple]:
+    def tok(t):
+        return (t.type, t.tag, t.content, t.info, t.markup, dict(t.attrs),
+                [tok(c) for c in t.children or []])
+    return [(b.line, b.source, [tok(t) for t in b.tokens]) for b in blocks]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=60), min_size=1, max_size=40))
+def test_streaming_reuses_earlier_blocks_and_equals_one_parse(steps):
+    """Chunked like a model's stream, the reused parse ends where one whole parse does."""
+    from simagent.tui.markdown import _blocks_streaming, blocks
+
+    seen, i = "", 0
+    for step in steps * 20:
+        if i >= len(STREAMED):
+            break
+        seen, i = STREAMED[:i + step], i + step
+        assert shape(_blocks_streaming(seen)) == shape(blocks(seen)), seen
 
 
 @settings(max_examples=150, deadline=None)

@@ -12,15 +12,16 @@ typed, not silently dropped (rich drops inline HTML tags).
 
 Streaming: the growing message is re-rendered at the current width as text arrives.
 Each top-level block (paragraph, list, table, fence ...) is rendered on its own and
-cached by its source and the width, so a frame costs a markdown parse plus the block
-still being written, not the whole message. Splitting at top-level blocks is exact:
-rich separates them with one blank row, and markdown-it resolves reference links at
-parse time, so no block depends on another's rendering.
+cached by its source and the width, and only the last blocks are parsed again as text
+arrives, so a frame costs the block being written, not the whole message. Splitting at
+top-level blocks is exact: rich separates them with one blank row, and markdown-it
+resolves reference links at parse time, so no block depends on another's rendering.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from dataclasses import dataclass
 from typing import ClassVar
 
 from markdown_it import MarkdownIt
@@ -161,21 +162,70 @@ def _render(tokens: list[Token], width: int) -> list[Line]:
     return rows
 
 
-def blocks(text: str) -> list[tuple[str, list[Token]]]:
-    """The top-level blocks of ``text``: (source lines, tokens) each, in order."""
-    source = text.split("\n")
-    out: list[tuple[str, list[Token]]] = []
-    tokens = _PARSER.parse(text)
+@dataclass(frozen=True)
+class Block:
+    """One top-level block: its first source line, its source text, its tokens."""
+
+    line: int
+    source: str
+    tokens: list[Token]
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    text: str
+    blocks: list[Block]
+    refs: bool  # reference definitions: a later one changes earlier links
+
+
+def _parse(lines: list[str], first: int) -> _Parsed:
+    """Blocks of ``lines[first:]`` (their line numbers count from the whole text)."""
+    text = "\n".join(lines[first:])
+    env: dict[str, object] = {}
+    tokens = _PARSER.parse(text, env)
+    out: list[Block] = []
     start = 0
     for i, tok in enumerate(tokens):
         if tok.level != 0 or tok.nesting == 1:
             continue
         # a block ends on a level-0 close, or is a level-0 token on its own (fence, hr)
-        first = tokens[start]
-        span = first.map or tok.map or [0, 0]
-        out.append(("\n".join(source[span[0]:span[1]]), tokens[start:i + 1]))
+        span = tokens[start].map or tok.map or [0, 0]
+        out.append(Block(first + span[0], "\n".join(lines[first + span[0]:first + span[1]]),
+                         tokens[start:i + 1]))
         start = i + 1
-    return out
+    return _Parsed(text, out, bool(env.get("references")))
+
+
+def blocks(text: str) -> list[Block]:
+    """The top-level blocks of ``text``, parsed whole."""
+    return _parse(text.split("\n"), 0).blocks
+
+
+#: Recent parses: a streaming message re-parses only from its second-to-last block.
+_RECENT: deque[_Parsed] = deque(maxlen=4)
+
+
+def _blocks_streaming(text: str) -> list[Block]:
+    """``blocks(text)``, reusing a recent parse of a prefix of ``text``.
+
+    Appending text can change only the blocks at the end (a paragraph becomes a table or
+    a setext heading, a list or quote continues), so the blocks before the last two are
+    kept and the rest is parsed again. Reference definitions can reach back to any
+    block: with one in sight the whole text is parsed.
+    """
+    lines = text.split("\n")
+    prev = max((p for p in _RECENT if text.startswith(p.text)), key=lambda p: len(p.text),
+               default=None)
+    parsed: _Parsed | None = None
+    if prev is not None and not prev.refs and len(prev.blocks) > 2:
+        tail = _parse(lines, prev.blocks[-2].line)
+        if not tail.refs:
+            parsed = _Parsed(text, prev.blocks[:-2] + tail.blocks, False)
+    if parsed is None:
+        parsed = _parse(lines, 0)
+    if not _RECENT or _RECENT[-1].text != text:
+        _RECENT.append(parsed)
+    return parsed.blocks
 
 
 class _LRU(OrderedDict[tuple[str, int], list[Line]]):
@@ -198,11 +248,11 @@ def markdown_rows(text: str, width: int) -> list[Line]:
     """``text`` (markdown) as rows of at most ``width`` cells, as a terminal viewer shows it."""
     width = max(1, width)
     rows: list[Line] = []
-    for source, tokens in blocks(sanitize(text)):
-        key = (source, width)
+    for block in _blocks_streaming(sanitize(text)):
+        key = (block.source, width)
         part = _CACHE.get_rows(key)
         if part is None:
-            part = _render(tokens, width)
+            part = _render(block.tokens, width)
             _CACHE.put(key, part)
         if rows and part:
             rows.append([])
