@@ -19,7 +19,7 @@ from typing import Any
 from deepagents.backends import CompositeBackend, LocalShellBackend
 from deepagents.backends.protocol import DeleteResult, EditResult, WriteResult
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage
 
 from simagent.agent import confine
 from simagent.paths import private_dir, private_file
@@ -133,8 +133,9 @@ class WorkspacePathsMiddleware(AgentMiddleware):
     approval decision, the approval prompt (its diff reads the real file), the trace and
     the tool all read one path. deepagents' tools would otherwise read ``data.csv`` as
     ``/data.csv`` (a virtual-filesystem habit) and refuse ``~`` and ``..``. The tool-call
-    hook repeats the rewrite for calls a reviewer edited, and answers a path that names
-    no place (an unknown ``~user``) with an error instead of running the tool.
+    hook repeats the rewrite for calls a reviewer edited. A path that names no place (an
+    unknown ``~user``) is left as written: the tool refuses it, and the trace records the
+    call and the refusal.
     """
 
     def __init__(self, workspace: Path) -> None:
@@ -152,7 +153,7 @@ class WorkspacePathsMiddleware(AgentMiddleware):
                     try:
                         calls.append(resolved_call(dict(call), self.workspace))
                     except OSError:
-                        calls.append(call)  # the tool-call hook answers it
+                        calls.append(call)  # as written: the tool refuses it
                 if calls != list(msg.tool_calls):
                     messages[i] = msg.model_copy(update={"tool_calls": calls})
         return response
@@ -167,15 +168,12 @@ class WorkspacePathsMiddleware(AgentMiddleware):
         call = request.tool_call
         try:
             fixed = resolved_call(call, self.workspace)
-        except OSError as exc:
-            return ToolMessage(content=f"Error: {exc}", name=call.get("name", ""),
-                               tool_call_id=call.get("id", ""), status="error")
+        except OSError:
+            return request  # deepagents refuses it (a leading ~ it cannot read)
         return request if fixed is call else request.override(tool_call=fixed)
 
     def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-        fixed = self._fix(request)
-        return fixed if isinstance(fixed, ToolMessage) else handler(fixed)
+        return handler(self._fix(request))
 
     async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
-        fixed = self._fix(request)
-        return fixed if isinstance(fixed, ToolMessage) else await handler(fixed)
+        return await handler(self._fix(request))
