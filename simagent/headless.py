@@ -175,8 +175,14 @@ class StreamPrinter:
             print(f"  ✓ {event.name} ({event.elapsed_s:.1f}s)", file=self.err, flush=True)
         elif isinstance(event, Interrupt):
             for req in event.action_requests:
-                print(f"⏸ waiting for approval: {req.get('name')} "
-                      f"{one_line(req.get('args') or {})}", file=self.err, flush=True)
+                args = req.get("args") or {}
+                if req.get("name") == "run_python":  # the whole cell --approve would run
+                    cell = "".join(f"\n    {ln}" for ln in str(args.get("code", "")).splitlines())
+                    print(f"⏸ waiting for approval: run_python, this cell:{cell}",
+                          file=self.err, flush=True)
+                    continue
+                print(f"⏸ waiting for approval: {req.get('name')} {one_line(args)}",
+                      file=self.err, flush=True)
         elif isinstance(event, ContextEvent):
             if line := context_line(event):
                 print(line, file=self.err, flush=True)

@@ -152,3 +152,20 @@ def test_slash_approval_alone_says_what_each_mode_gates():
     assert "now: workspace" in text
     for mode, reach in MODE_HELP.items():
         assert f"{mode}: {reach}" in text
+
+
+def test_headless_shows_the_whole_cell_that_waits():
+    """``simagent run`` exits 3 on an ask-mode cell; stderr shows every line of it, so
+    the person can decide on ``--approve`` knowing what it runs."""
+    import io
+
+    from simagent.agent.events import Interrupt
+    from simagent.headless import StreamPrinter
+
+    err = io.StringIO()
+    code = "import shutil\nshutil.rmtree('old_runs')\nprint('gone')"
+    StreamPrinter(io.StringIO(), err, stream_text=False)(
+        Interrupt("i1", [{"name": "run_python", "args": {"code": code}}]))
+    text = err.getvalue()
+    assert "waiting for approval: run_python" in text
+    assert all(f"    {line}" in text for line in code.splitlines())
