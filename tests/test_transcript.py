@@ -125,7 +125,8 @@ def test_markdown_pairs_result_with_call_and_truncates(session: SessionPaths) ->
     assert "line\nline" in card  # the result sits inside the call's card
     raw = session.outputs / "exec-1.txt"
     full = len("line\n" * 1200)
-    assert f"({full - DISPLAY_CAP} more chars; full output: {raw})" in card
+    assert (f"({full - DISPLAY_CAP:,} more chars of this result; full output, 5.9 KB: {raw})"
+            in card)
     assert md.count("def model(): ...") == 1
     sub = md[md.index("[source-explorer]"):md.index("## Assistant\n\nDone.")]
     assert "> ### Tool `read_file`" in sub and "> def model(): ..." in sub

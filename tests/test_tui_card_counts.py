@@ -161,3 +161,24 @@ def test_tmux_expanded_card_of_a_big_print_states_the_real_count(workspace, tmp_
     assert size is not None and size.endswith("MB")
     # the path may wrap onto the next rows
     assert re.search(r"full output: \S*/outputs/\d{4}\.txt", re.sub(r"\n\s*", "", screen))
+
+
+def test_transcript_note_names_the_raw_output_size(tmp_path):
+    """``simagent transcript`` counted the capped result's chars beside the raw path, so
+    a 7 MB print read as a few KB more; the raw file's size is named beside it now."""
+    from simagent.trace.log import TraceLog
+    from simagent.trace.transcript import render_markdown
+
+    content, raw = printed(tmp_path / "outputs", 300_000)
+    with TraceLog(tmp_path / "trace.sqlite") as log:
+        log.append("tool_call", {"id": "c1", "name": "run_python", "args": {"code": "f()"},
+                                 "agent": "main"})
+        log.append("kernel_exec", {"tool_call_id": "c1", "code": "f()", "status": "ok",
+                                   "elapsed_s": 1.0, "raw_path": str(raw)})
+        log.append("tool_result", {"tool_call_id": "c1", "name": "run_python",
+                                   "content": content, "status": "success", "agent": "main"})
+    with TraceLog(tmp_path / "trace.sqlite", readonly=True) as log:
+        md = render_markdown(log.events())
+    size = raw.stat().st_size
+    assert size > 5 * len(content)  # the result is a capped copy of the output
+    assert f"more chars of this result; full output, {size / (1 << 20):.1f} MB: {raw})" in md

@@ -21,6 +21,7 @@ from typing import Any
 
 from simagent.agent.usage import UsageLedger
 from simagent.context.events import CONTEXT_KINDS
+from simagent.kernel_api.outputs import size_text
 from simagent.trace.log import Event
 from simagent.trace.redact import redact
 
@@ -59,12 +60,21 @@ def _agent(payload: dict[str, Any]) -> str | None:
 
 
 def _cap(text: str, raw_path: Any = None) -> tuple[str, str | None]:
-    """Shown text and, when cut, the note saying how much is missing and where it is."""
+    """Shown text and, when cut, the note saying how much is missing and where it is.
+
+    The count is of the result (itself capped for the model); the raw file's own size
+    is named beside its path, so a 50 MB print does not read as a few KB more.
+    """
     if len(text) <= DISPLAY_CAP:
         return text, None
-    more = len(text) - DISPLAY_CAP
-    note = f"({more} more chars; full output: {raw_path})" if raw_path else f"({more} more chars)"
-    return text[:DISPLAY_CAP], note
+    more = f"{len(text) - DISPLAY_CAP:,} more chars of this result"
+    if not raw_path:
+        return text[:DISPLAY_CAP], f"({more})"
+    try:
+        size = f", {size_text(Path(raw_path).stat().st_size)}"
+    except OSError:
+        size = ""  # moved or deleted since: the path is still where it was
+    return text[:DISPLAY_CAP], f"({more}; full output{size}: {raw_path})"
 
 
 def _summary(payload: dict[str, Any]) -> str:
