@@ -1,12 +1,49 @@
-"""Shared fixtures: every test gets its own state home; kernels are real ipykernels."""
+"""Shared fixtures: every test gets its own state home; kernels are real ipykernels.
+
+Also the suite's guards against itself: tests marked slow get a longer per-test timeout
+(pytest-timeout's default is in pyproject.toml), no test sees another's registered
+secrets, and a worker that leaves a kernel, server or worker process alive (or a dead
+one unreaped) fails at its end, naming each.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from simagent.paths import SessionPaths
+from simagent.trace import redact
+
+#: Per-test limit for tests marked ``slow`` (wheel builds, whole bench runs).
+SLOW_TIMEOUT_S = 900
+#: Set to a fresh value in each pytest process (each xdist worker), inherited by what
+#: its tests start: finds their kernels and servers even once they were reparented.
+RUN_TAG_ENV = "SIMAGENT_TEST_RUN"
+#: Command-line parts of the processes a test may start and must stop.
+LEAK_PATTERNS = ("simagent.kernel.launcher", "ipykernel", "-m simagent", "bin/simagent",
+                 "openai_stub", "dask", "distributed")
+#: Helpers multiprocessing keeps for the life of the process: not a test's leak.
+_KEPT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+#: How long a process being torn down may take to go before it counts as left behind.
+_LEAK_SETTLE_S = 10.0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ[RUN_TAG_ENV] = uuid.uuid4().hex
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
 
 
 @pytest.fixture(autouse=True)
@@ -14,6 +51,64 @@ def _state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mo
     home = tmp_path_factory.mktemp("simagent-home")
     monkeypatch.setenv("SIMAGENT_HOME", str(home))
     return home
+
+
+@contextlib.contextmanager
+def _own_secrets() -> Iterator[None]:
+    """Secrets registered inside (``Session.create`` registers its config's) are
+    forgotten after: the redaction registry is process-wide by design."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(redact, "_registered", dict(redact._registered))
+        mp.setattr(redact, "_named_vars", set(redact._named_vars))
+        yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_secrets() -> Iterator[None]:
+    with _own_secrets():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _test_secrets() -> Iterator[None]:
+    with _own_secrets():
+        yield
+
+
+def left_behind(tag: str, me: psutil.Process | None = None) -> list[str]:
+    """What this process's tests started and left: live descendants (but multiprocessing's
+    own helpers), unreaped (zombie) children, and kernel/server/worker processes carrying
+    ``tag`` in their environment (reparented after their parent died)."""
+    me = me or psutil.Process()
+    found: dict[int, str] = {}
+    for p in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if p.status() == psutil.STATUS_ZOMBIE:
+                found[p.pid] = f"pid {p.pid} ({p.name()}): a zombie, exited but never reaped"
+                continue
+            cmd = " ".join(p.cmdline())
+            if not any(k in cmd for k in _KEPT):
+                found[p.pid] = f"pid {p.pid}: {cmd[:200]}"
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        if p.pid in found or p.pid == me.pid:
+            continue
+        with contextlib.suppress(psutil.Error):
+            cmd = " ".join(p.info["cmdline"] or ())
+            if any(k in cmd for k in LEAK_PATTERNS) and p.environ().get(RUN_TAG_ENV) == tag:
+                found[p.pid] = f"pid {p.pid} (orphaned): {cmd[:200]}"
+    return [found[pid] for pid in sorted(found)]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _nothing_left_behind() -> Iterator[None]:
+    """Fails the worker's last test if a process its tests started outlives them all."""
+    yield
+    gc.collect()  # a dropped Popen reaps its exited process when collected
+    tag = os.environ[RUN_TAG_ENV]
+    deadline = time.monotonic() + _LEAK_SETTLE_S
+    while (left := left_behind(tag)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, "processes started by the tests are still there:\n" + "\n".join(left)
 
 
 @pytest.fixture

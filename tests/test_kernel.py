@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting import joined, run_until_output
 
 from simagent.kernel import Kernel, OutputEvent
 from simagent.kernel.replay import ReplayBudget
@@ -32,15 +31,6 @@ def kernel(session_paths: SessionPaths, workspace: Path) -> Iterator[Kernel]:
     with Kernel(session_paths, cwd=workspace, interrupt_grace_s=1.5,
                 replay=ReplayBudget(enabled=False)) as k:
         yield k
-
-
-def run_in_thread(kernel: Kernel, code: str, **kw) -> tuple[threading.Thread, dict]:
-    box: dict = {}
-    th = threading.Thread(target=lambda: box.setdefault("r", kernel.execute(code, **kw)))
-    th.start()
-    while kernel.state != "busy":
-        time.sleep(0.01)
-    return th, box
 
 
 def test_streams_value_and_their_order(shared: Kernel) -> None:
@@ -125,12 +115,11 @@ def test_50mb_of_output_stays_bounded_and_the_raw_file_is_complete(shared: Kerne
 
 def test_interrupt_keeps_state(kernel: Kernel) -> None:
     assert kernel.execute("x = 41").ok
-    for code in ("import time\ntime.sleep(60)", "while True:\n    pass"):
-        th, box = run_in_thread(kernel, code)
-        time.sleep(0.3)
+    for code in ("import time\nprint('started', flush=True)\ntime.sleep(60)",
+                 "print('started', flush=True)\nwhile True:\n    pass"):
+        th, box = run_until_output(kernel, code, "started")
         kernel.interrupt()
-        th.join(timeout=30)
-        r = box["r"]
+        r = joined(th, box)
         assert r.status == "interrupted" and not r.state_lost
         assert "state is kept" in r.notice
     assert kernel.execute("x + 1").value == "42"
@@ -145,26 +134,22 @@ def test_timeout_interrupts_and_keeps_state(kernel: Kernel) -> None:
 
 def test_cell_ignoring_sigint_is_restarted_after_the_grace(kernel: Kernel) -> None:
     kernel.execute("z = 1")
-    th, box = run_in_thread(
-        kernel,
-        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(120)")
-    time.sleep(0.3)
+    th, box = run_until_output(
+        kernel, "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                "print('ignoring', flush=True)\ntime.sleep(120)", "ignoring")
     kernel.interrupt()
-    th.join(timeout=60)
-    r = box["r"]
+    r = joined(th, box)
     assert r.status == "interrupted" and r.state_lost and "restarted" in r.notice
     after = kernel.execute("'z' in dir()")
     assert after.ok and after.value == "False"
 
 
 def test_cell_ignoring_sigint_while_printing_is_restarted_too(kernel: Kernel) -> None:
-    th, box = run_in_thread(
+    th, box = run_until_output(
         kernel, "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                "while True:\n    print('tick', flush=True)\n    time.sleep(0.02)")
-    time.sleep(0.3)
+                "while True:\n    print('tick', flush=True)\n    time.sleep(0.02)", "tick")
     kernel.interrupt()
-    th.join(timeout=60)
-    r = box["r"]
+    r = joined(th, box)
     # no earlier cell defined state, so the restart lost nothing
     assert r.status == "interrupted" and not r.state_lost and "restarted" in r.notice
     assert r.stdout.startswith("tick")

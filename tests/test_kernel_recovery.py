@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from waiting import joined, run_until_output
 
 from simagent.config import Config, ConfigError
 from simagent.kernel import Kernel
@@ -165,7 +166,7 @@ def test_a_cell_ignoring_sigint_climbs_the_ladder_and_state_comes_back(kernel: K
     assert steps == ["sigint", "control_interrupt", "term_children", "kill_children"]
     assert r.recovery["steps"][1]["reply"] == "ok"  # the control thread answered...
     assert "names back: x, math" in r.notice  # ...but only the restart stopped the cell
-    assert r.elapsed_s < 10
+    assert r.recovery["restarted"] and r.elapsed_s >= kernel.interrupt_grace_s
     assert kernel.execute("x + 1").value == "42"
 
 
@@ -201,17 +202,12 @@ def test_a_sigstopped_kernel_is_found_by_its_heartbeat_and_recovered(kernel: Ker
 
 def test_a_kernel_frozen_mid_cell_is_reported_then_recovered(kernel: Kernel) -> None:
     _define(kernel)
-    box: dict = {}
-    th = threading.Thread(target=lambda: box.setdefault(
-        "r", kernel.execute("import time\ntime.sleep(30)")))
-    th.start()
-    while kernel.state != "busy":
-        time.sleep(0.01)
-    time.sleep(0.2)
+    th, box = run_until_output(
+        kernel, "import time\nprint('running', flush=True)\ntime.sleep(30)", "running")
     os.kill(kernel.pid, signal.SIGSTOP)
-    th.join(timeout=20)
-    died = box["r"]
-    assert died.status == "died" and "heartbeat" in died.notice and died.elapsed_s < 8
+    died = joined(th, box)  # a stopped kernel never ends the cell: only the heartbeat can
+    assert died.status == "died" and "heartbeat" in died.notice
+    assert died.elapsed_s >= kernel.heartbeat_grace_s
     _assert_back(kernel, kernel.execute("x + 1"), "frozen")
 
 

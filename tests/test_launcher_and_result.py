@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,16 @@ from simagent.kernel.result import ExecResult, cap_bytes, compact_traceback
 
 
 class FakeStream:
+    """Counts flushes: the writer flushes before every wait for an ack (the client can
+    only ack what was sent), so a flush is the moment a wait begins."""
+
     def __init__(self) -> None:
         self.flushes = 0
+        self.flushed = threading.Event()
 
     def flush(self) -> None:
         self.flushes += 1
+        self.flushed.set()
 
 
 def write_ack(path: Path, n: int) -> None:
@@ -37,15 +41,24 @@ def flow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[launcher._Flo
     return launcher._Flow(str(path)), path
 
 
-def test_flow_blocks_until_the_client_acknowledges(flow) -> None:
+def test_flow_blocks_until_the_client_acknowledges(flow, monkeypatch) -> None:
     f, path = flow
+    monkeypatch.setattr(launcher, "FLOW_STALL_S", 60.0)  # only the ack can end the wait
     stream = FakeStream()
     f.wrote(90, stream)
     assert stream.flushes == 0  # within the window: no wait, not even a flush
-    timer = threading.Timer(0.1, write_ack, (path, 150))
-    timer.start()
+    acking = threading.Event()
+
+    def client() -> None:  # acks once the writer waits (set first: the ack ends the wait)
+        if stream.flushed.wait(60):
+            acking.set()
+            write_ack(path, 150)
+
+    th = threading.Thread(target=client, daemon=True)
+    th.start()
     f.wrote(100, stream)  # 190 written, window 100: must wait for the ack
-    timer.join()
+    assert acking.is_set()  # it returned after the client acked, not before
+    th.join(60)
     assert stream.flushes == 1 and f.written - f.ack_seen <= 100 and f.stalled_at_ack == -1
 
 
@@ -54,10 +67,10 @@ def test_flow_gives_up_on_an_absent_client_and_resumes_when_it_reads(flow) -> No
     stream = FakeStream()
     f.wrote(500, stream)  # nobody acknowledges: returns after the stall time
     assert f.stalled_at_ack == 0
-    t0 = time.monotonic()
+    waits = stream.flushes
     for _ in range(50):
         f.wrote(100, stream)  # stalled: no more waiting
-    assert time.monotonic() - t0 < launcher.FLOW_STALL_S
+    assert stream.flushes == waits  # no wait began (each begins with a flush)
     write_ack(path, 5000)  # the client reads again
     f.wrote(100, stream)
     assert f.ack_seen == 5000

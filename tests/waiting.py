@@ -1,0 +1,39 @@
+"""Bounded waits shared by the tests: a cell run on a thread, started when its output says
+so (an ordering, not a sleep), and joined with a deadline."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+#: Bound on waiting for a cell to start or end; far beyond any healthy wait on a loaded
+#: machine, so only a hang reaches it.
+WAIT_S = 60.0
+
+
+def run_until_output(kernel: Any, code: str, ready: str,
+                     **kw: Any) -> tuple[threading.Thread, dict]:
+    """Run ``code`` on a thread and return once its live output contains ``ready`` (the
+    cell printed it after its setup: a handler installed, a loop entered). The result
+    lands in ``box["r"]``; join with :func:`joined`."""
+    box: dict = {}
+    seen = threading.Event()
+    printed: list[str] = []
+
+    def on_output(event: Any) -> None:
+        printed.append(event.text)
+        if ready in "".join(printed):
+            seen.set()
+
+    th = threading.Thread(target=lambda: box.setdefault(
+        "r", kernel.execute(code, on_output=on_output, **kw)), daemon=True)
+    th.start()
+    assert seen.wait(WAIT_S), f"the cell never printed {ready!r}"
+    return th, box
+
+
+def joined(th: threading.Thread, box: dict, timeout: float = WAIT_S) -> Any:
+    """The thread's result, once it ended within ``timeout``."""
+    th.join(timeout)
+    assert not th.is_alive(), f"still running after {timeout:g} s"
+    return box["r"]
