@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simagent.tui.entries import AssistantEntry
+from simagent.tui.entries import AssistantEntry, UserEntry
 from simagent.tui.markdown import markdown_rows
 from simagent.tui.render import render_conversation
-from simagent.tui.text import cells
+from simagent.tui.text import cells, wrap_fragments
 
 WIDTHS = [60, 100, 160]
 
@@ -137,6 +137,27 @@ def test_streaming_reuses_earlier_blocks_and_equals_one_parse(steps):
             break
         seen, i = STREAMED[:i + step], i + step
         assert shape(_blocks_streaming(seen)) == shape(blocks(seen)), seen
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_persons_own_message_wraps_at_word_boundaries(width):
+    lines = text_rows(render_conversation([UserEntry(PARAGRAPH)], width, False, 0.0))
+    assert len(lines) > 1 and all(cells(r) <= width for r in lines)
+    assert lines[0].startswith("› ") and all(r.startswith("  ") for r in lines[1:])
+    assert " ".join(r[2:] for r in lines).split() == PARAGRAPH.split()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab  宽-")), max_size=120),
+       st.integers(min_value=1, max_value=30), st.sampled_from(["", "  ", "    "]))
+def test_wrapped_fragments_fit_and_keep_every_visible_character(text, width, indent):
+    rows = wrap_fragments([("class:mark", "› "), ("class:user", text)], width, indent)
+    lines = text_rows(rows)
+    assert all(cells(r) <= width for r in lines), lines
+    visible = "".join(c for c in "› " + text if c != " ")
+    kept = "".join(r[len(indent):] if i and r.startswith(indent) else r
+                   for i, r in enumerate(lines)).replace(" ", "")
+    assert kept == visible.replace("宽", "宽" if width > 1 else "?")
 
 
 @settings(max_examples=150, deadline=None)

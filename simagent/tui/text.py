@@ -105,26 +105,63 @@ def wrap(line: str, width: int) -> list[str]:
 
 
 def wrap_fragments(frags: Line, width: int, indent: str = "") -> list[Line]:
-    """Styled fragments as rows of at most ``width`` cells (continuations get ``indent``)."""
+    """Styled fragments as rows of at most ``width`` cells, broken at the row's last space
+    (a word longer than a row is cut); continuation rows start with ``indent``."""
     width = max(1, width)
-    rows: list[Line] = [[]]
-    used = 0
+    lead = [("", c, _cw(c)) for c in indent] if 0 < cells(indent) < width else []
+    rows: list[list[tuple[str, str, int]]] = []
+    row: list[tuple[str, str, int]] = []
+    used, space = 0, -1
+
+    def start(carry: list[tuple[str, str, int]], w: int) -> None:
+        """A new row holding ``carry`` and room for a ``w``-cell character: indented
+        where that fits, else without the indent, else ``carry`` gets a row of its own."""
+        nonlocal row, used, space
+        need = sum(c[2] for c in carry) + w
+        if need > width:
+            rows.append([*lead, *carry] if cells(indent) + need - w <= width and lead
+                        else carry)
+            carry, need = [], w
+        row = [*lead, *carry] if lead and cells(indent) + need <= width else list(carry)
+        used = sum(c[2] for c in row)
+        space = max((k for k, c in enumerate(row) if c[1] == " " and k >= len(lead)),
+                    default=-1)
+
     for style, text in frags:
         for ch in text:
             w = _cw(ch)
-            if w > width:
+            if w > width:  # a wide character in a one-cell column
                 ch, w = "?", 1
+            if ch == " " and rows and len(row) == len(lead) and row == lead:
+                continue  # spaces at a break are dropped, not carried to the next row
             if used + w > width and used > 0:
-                fits = indent and cells(indent) + w <= width
-                rows.append([("", indent)] if fits else [])
-                used = cells(indent) if fits else 0
-            row = rows[-1]
-            if row and row[-1][0] == style:
-                row[-1] = (style, row[-1][1] + ch)
-            else:
-                row.append((style, ch))
+                floor = len(lead) if rows else 0  # never break inside the indent
+                if ch == " ":  # the break falls on this space
+                    rows.append(row)
+                    start([], 0)
+                    continue
+                if space > floor:
+                    rows.append(row[:space])
+                    start(row[space + 1:], w)
+                else:
+                    rows.append(row)
+                    start([], w)
+            row.append((style, ch, w))
             used += w
-    return rows
+            if ch == " ":
+                space = len(row) - 1
+    rows.append(row)
+    return [_group(r) for r in rows]
+
+
+def _group(chars: list[tuple[str, str, int]]) -> Line:
+    out: Line = []
+    for style, ch, _ in chars:
+        if out and out[-1][0] == style:
+            out[-1] = (style, out[-1][1] + ch)
+        else:
+            out.append((style, ch))
+    return out
 
 
 def clip_fragments(frags: Line, width: int) -> Line:
