@@ -278,6 +278,20 @@ def test_a_kernel_started_by_name_records_effects_too(session_paths: SessionPath
             ("append", "r.csv")]
 
 
+def test_the_hand_over_file_is_private_and_a_key_in_a_command_is_redacted(
+        session_paths: SessionPaths, workspace: Path) -> None:
+    key = "kernel-only-secret-value-1234"
+    with Kernel(session_paths, cwd=workspace, env={"MY_API_KEY": key}) as k:
+        got = effects_of(k, "import os, subprocess\n"
+                            "subprocess.run(['true', os.environ['MY_API_KEY']])")
+    # simagent's own process never saw this key: only the kernel side can redact it
+    assert got == [{"kind": "process", "command": "true [redacted:MY_API_KEY]"}]
+    assert key not in (session_paths.outputs / "0001.json").read_text()
+    rec_ = fx.Recorder(str(session_paths.root), [])
+    rec_.write(1, {fx.KEY: []})
+    assert (session_paths.root / fx.EFFECTS_FILE).stat().st_mode & 0o777 == 0o600
+
+
 def _kill(kernel: Kernel) -> None:
     pid = kernel.pid
     assert pid is not None

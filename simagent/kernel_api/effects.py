@@ -315,11 +315,19 @@ class Recorder:
             self.local.busy = False
 
     def write(self, count: int | None, data: dict[str, Any]) -> None:
+        """Hand the effects to the supervisor (private, and deleted as it reads them)."""
         if not self.session_dir:
             return
         path = os.path.join(self.session_dir, EFFECTS_FILE)
+        try:  # a key in a command line: redacted where simagent is importable
+            from simagent.trace.redact import redact_data
+
+            data = redact_data(data)
+        except Exception:
+            pass
         try:
-            with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 json.dump({"pid": os.getpid(), "count": count, **data}, fh, default=str)
             os.replace(path + ".tmp", path)
         except OSError:
