@@ -225,6 +225,15 @@ class Session:
             self._checkpoint_conn.close()
         self.trace.close()
 
+    def close_unused(self) -> None:
+        """Close; a new session in which no one ever spoke (a TUI opened and left) is
+        discarded instead, so ``simagent sessions`` lists conversations, not visits."""
+        if not self.closed and self.resume_info is None and \
+                self.trace.first("message_user") is None:
+            self.discard()
+        else:
+            self.close()
+
     def discard(self) -> None:
         """Close this new session and delete its folder: a run that failed before its
         first turn (the kernel did not start, a bad subagent file) leaves no empty

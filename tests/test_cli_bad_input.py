@@ -227,3 +227,82 @@ def test_the_readme_names_every_bundled_simulator():
     text = README.read_text()
     missing = [name for name in discover() if f"**{name}**" not in text]
     assert not missing, f"README does not name {missing}"
+
+
+# ------------------------------------- item 7's class: a TUI opened and left
+class _Tmux:
+    """``simagent`` (the TUI) in a tmux pane: keys in, the pane's text back."""
+
+    def __init__(self, command: str) -> None:
+        import uuid
+
+        self.sock = f"simagent-test-{uuid.uuid4().hex[:8]}"
+        self.tmux("new-session", "-d", "-s", "tui", "-x", "110", "-y", "40",
+                  f"{command}; echo SIMAGENT-EXITED-$?; sleep 30")
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True,
+                              text=True, timeout=20).stdout
+
+    def send(self, text: str) -> None:
+        self.tmux("send-keys", "-t", "tui", "-l", text)
+        self.tmux("send-keys", "-t", "tui", "Enter")
+
+    def wait_for(self, text: str, timeout: float = 90.0) -> str:
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if text in (screen := self.tmux("capture-pane", "-p", "-J", "-t", "tui")):
+                return screen
+            time.sleep(0.1)
+        raise AssertionError(f"no {text!r}; the pane shows:\n"
+                             + self.tmux("capture-pane", "-p", "-t", "tui"))
+
+    def close(self) -> None:
+        self.tmux("kill-server")
+
+
+def _tui_command(workspace: Path, home: Path, model: str, prefix: list[str] = ()) -> str:
+    import shlex
+
+    return (f"cd {workspace} && env -u SIMAGENT_MODEL SIMAGENT_HOME={home} "
+            f"TERM=xterm-256color {shlex.join([*prefix, *SIMAGENT, '--model', model])}")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_a_tui_left_without_a_word_leaves_no_session(workspace, tmp_path, _state_home):
+    model = scripted(tmp_path, [{"final": "Hello there."}])
+
+    def visit(words: str | None) -> None:
+        pane = _Tmux(_tui_command(workspace, _state_home, model))
+        try:
+            pane.wait_for("kernel idle")
+            if words:
+                pane.send(words)
+                pane.wait_for("Hello there.")
+            pane.send("/quit")
+            pane.wait_for("SIMAGENT-EXITED-0")
+        finally:
+            pane.close()
+
+    visit(None)
+    assert sessions(workspace) == []
+    visit("hi")
+    assert [s["turns"] for s in sessions(workspace)] == [1]
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_the_tui_with_a_read_only_state_home_names_it(workspace, tmp_path, _state_home):
+    prefix = _ro_mount_prefix(_state_home)
+    if prefix is None:
+        pytest.skip("no read-only mount possible here (unshare/mount refused)")
+    pane = _Tmux(_tui_command(workspace, _state_home, scripted(tmp_path, [{"final": "x"}]),
+                              prefix))
+    try:
+        screen = pane.wait_for("SIMAGENT-EXITED-2")
+    finally:
+        pane.close()
+    text = " ".join(screen.split())
+    assert f"cannot write simagent's state folder {_state_home}" in text, text
+    assert "SIMAGENT_HOME" in text and "OSError" not in text

@@ -82,8 +82,11 @@ class TuiController:
             self.conversation.note(f"cannot open the session: {exc}", "error")
             return False
         except Exception as exc:  # a broken state folder, an unreadable fixture...
-            self.conversation.note(f"cannot open the session: {type(exc).__name__}: {exc}"
-                                   .splitlines()[0], "error")
+            from simagent.cli_input import unwritable
+
+            line = unwritable(exc) if isinstance(exc, OSError) else None
+            self.conversation.note(f"cannot open the session: {line or type(exc).__name__}"
+                                   f"{'' if line else f': {exc}'}".splitlines()[0], "error")
             return False
         self._welcome()
         if self.session.resume_info is not None:
@@ -185,7 +188,7 @@ class TuiController:
         for t in list(self._threads):
             t.join(timeout=max(0.0, deadline - time.monotonic()))
         if self.session is not None:
-            self.session.close()
+            self.session.close_unused()
 
     # --------------------------------------------------------------- threads
     def spawn(self, fn: Callable[[], None]) -> threading.Thread:
