@@ -64,11 +64,11 @@ def buffer_lines(*buffers: TerminalBuffer) -> int:
 def hidden_note(text_lines: int, shown: int, shown_bytes: int, total: Extent | None) -> str:
     """``… N earlier lines (X MB) not shown``, counted from ``total`` where it is larger
     than the text in hand (``text_lines`` lines, of which the last ``shown`` are drawn)."""
-    if total is UNKNOWN:
+    if total is not None and total.lines is None:
         return "… earlier lines not shown (only the end is kept here)"
-    bigger = total is not None and total.lines is not None and total.lines > text_lines
-    lines = (total.lines if bigger and total and total.lines else text_lines) - shown
+    real = total if total is not None and (total.lines or 0) > text_lines else None
+    lines = (real.lines or 0) - shown if real is not None else text_lines - shown
     size = ""
-    if bigger and total is not None and total.size is not None:
-        size = f" ({size_text(max(0, total.size - shown_bytes))})"
+    if real is not None and real.size is not None:
+        size = f" ({size_text(max(0, real.size - shown_bytes))})"
     return f"… {lines:,} earlier line{'' if lines == 1 else 's'}{size} not shown"
