@@ -31,7 +31,8 @@ def test_help_does_not_import_heavy_libraries(argv: list[str]) -> None:
         f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=120)
     assert "usage: simagent" in out.stdout
     assert out.stdout.strip().splitlines()[-1] == "[]"
 

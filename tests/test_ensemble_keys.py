@@ -106,8 +106,8 @@ def test_function_key_is_the_same_under_another_hash_seed(tmp_path):
              "from simagent.kernel_api.identity import function_key\n"
              "print(function_key(seeded.f))\n")
     keys = {subprocess.run([sys.executable, "-c", probe, str(tmp_path)], check=True, text=True,
-                           capture_output=True, env={**os.environ, "PYTHONHASHSEED": seed}
-                           ).stdout.strip() for seed in ("1", "2", "3")}
+                           capture_output=True, env={**os.environ, "PYTHONHASHSEED": seed},
+                           timeout=120).stdout.strip() for seed in ("1", "2", "3")}
     assert len(keys) == 1
 
 
@@ -198,7 +198,7 @@ def test_prepare_ships_workspace_modules_by_value(user_module):
     probe = ("import pickle, sys\nsys.modules['ushipped'] = None  # not importable there\n"
              "print(pickle.loads(sys.stdin.buffer.read())(x=2))\n")
     out = subprocess.run([sys.executable, "-c", probe], input=blob, capture_output=True,
-                         check=True)
+                         check=True, timeout=120)
     assert out.stdout.decode().strip() == "6"
 
 

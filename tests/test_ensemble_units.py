@@ -291,7 +291,7 @@ def test_the_portable_runner_does_not_need_simagent_on_the_worker():
              "runner, fn, case = pickle.loads(sys.stdin.buffer.read())\n"
              "print(runner(fn, case, 0)['result'])\n")
     out = subprocess.run([sys.executable, "-c", probe], input=blob, capture_output=True,
-                         check=True)
+                         check=True, timeout=120)
     assert out.stdout.decode().strip() == "{'a': 1}"
 
 
@@ -466,7 +466,7 @@ def test_help_does_not_import_dask_or_pandas(argv):
              "print(sorted(m for m in ('dask', 'distributed', 'pandas', 'tqdm') "
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True)
+                         check=True, timeout=120)
     assert "usage: simagent" in out.stdout
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
@@ -476,7 +476,7 @@ def test_kernel_api_import_is_light():
              "print(sorted(m for m in ('dask', 'distributed', 'pandas', 'jupyter_client') "
              "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                         check=True)
+                         check=True, timeout=120)
     assert json.loads(out.stdout.strip().replace("'", '"')) == []
 
 

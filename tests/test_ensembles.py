@@ -102,16 +102,42 @@ def box(tmp_path_factory):
     b.ws = tmp / "ws"
     env = {"SIMAGENT_DASK_SCHEDULER": ""}  # a developer's own cluster must not leak in
     b.kernel = Kernel(SessionPaths(b.session), cwd=tmp / "ws", env=env)
-    b.kernel.start()
-    b.setup_events = []
-    res = b.kernel.execute(SETUP, on_output=b.setup_events.append, timeout=120)
-    assert res.ok, res.model_text()[-3000:]
-    b.setup_text = res.model_text()
-    b.setup = loads(res)
-    b.setup_human = res.human
-    yield b
-    b.kernel.execute("_cluster.close_all()", timeout=30)
-    b.kernel.shutdown()
+    try:  # a failed setup must not leave the kernel and its cluster running
+        b.kernel.start()
+        b.setup_events = []
+        res = b.kernel.execute(SETUP, on_output=b.setup_events.append, timeout=120)
+        assert res.ok, res.model_text()[-3000:]
+        b.setup_text = res.model_text()
+        b.setup = loads(res)
+        b.setup_human = res.human
+        yield b
+    finally:
+        if b.kernel.is_alive():
+            b.kernel.execute("_cluster.close_all()", timeout=30)
+        b.kernel.shutdown()
+
+
+@pytest.fixture
+def slow_flag(box) -> Path:
+    """Makes ``napping`` cases x >= 2 sleep a minute while it exists; gone after the test
+    whatever happened, so a failed test cannot slow the later ones."""
+    flag = box.ws / "slow.flag"
+    flag.write_text("")
+    yield flag
+    flag.unlink(missing_ok=True)
+
+
+def slow_cases_started(box, since: int) -> int:
+    """``napping`` cases x >= 2 that began after the first ``since`` calls (each then
+    sleeps while the slow flag exists): read from the calls log the cases append to."""
+    calls = box.ws / "calls.log"
+    done = calls.read_text().split()[since:] if calls.exists() else []
+    return sum(int(x) >= 2 for x in done)
+
+
+def calls_so_far(box) -> int:
+    calls = box.ws / "calls.log"
+    return len(calls.read_text().split()) if calls.exists() else 0
 
 
 def run(box: Box, code: str, timeout: float = 120, **kw):
@@ -201,31 +227,33 @@ say(n3=n3, n4=n_calls() - n0, y=third.y.tolist(),
     assert out["y"] == [0, -1, -2, -3] and not any(out["cached"])
 
 
-def test_interrupt_stops_running_cases_keeps_finished_rows_and_resumes(box):
+def test_interrupt_stops_running_cases_keeps_finished_rows_and_resumes(box, slow_flag):
     before = loads(run(box, "say(pids=worker_pids())"))["pids"]
     cases_dir = box.session / "ensembles" / "napping" / "cases"
-    (box.ws / "slow.flag").write_text("")
+    n0 = calls_so_far(box)
 
     def interrupt_when_the_rest_sleep():
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60  # a bound, not a timing: the order is what counts
         while time.monotonic() < deadline:
-            if cases_dir.is_dir() and len(list(cases_dir.glob("*.pkl"))) >= 2:
+            # cases 0 and 1 saved, and both workers inside a minute-long case
+            if (cases_dir.is_dir() and len(list(cases_dir.glob("*.pkl"))) >= 2
+                    and slow_cases_started(box, n0) >= 2):
                 break
             time.sleep(0.05)
-        time.sleep(0.3)  # both workers are inside a minute-long case by now
         box.kernel.interrupt()
 
-    th = threading.Thread(target=interrupt_when_the_rest_sleep)
+    th = threading.Thread(target=interrupt_when_the_rest_sleep, daemon=True)
     th.start()
     res = run(box, "df = ensemble(napping, [{'x': i} for i in range(6)], name='napping')")
-    th.join()
+    th.join(60)
+    assert not th.is_alive()
     assert res.status == "interrupted", res.model_text()[-3000:]
     text = res.model_text()
     assert re.search(r"^ensemble 'napping' INTERRUPTED: 6 cases: 2 ok, 0 failed, 4 cancelled",
                      text, re.M), text
     assert "EnsembleInterrupted" in text and "run the same call again to resume" in text
     assert "note: stopped 2 worker processes still running cancelled cases" in text
-    (box.ws / "slow.flag").unlink()
+    slow_flag.unlink()
 
     res = run(box, f"""
 part = ensemble.last
@@ -250,15 +278,18 @@ say(status=part.status.tolist(), pids=worker_pids(), cached=df.cached.tolist(),
     assert out["csv_rows"] == 6
 
 
-def test_an_error_of_the_sweep_itself_stops_its_cases(box):
+def test_an_error_of_the_sweep_itself_stops_its_cases(box, slow_flag):
     """Not a case's error: the kernel side fails mid-sweep (here the cache raises)."""
-    (box.ws / "slow.flag").write_text("")
     before = loads(run(box, "say(pids=worker_pids())"))["pids"]
     res = run(box, """
 from simagent.kernel_api.cache import CaseCache
 _save = CaseCache.save
+def _started_slow():
+    return sum(int(x) >= 2 for x in open(CALLS).read().split()[n0:])
 def _broken(self, key, record):
-    time.sleep(1.5)  # both workers have moved on to slow cases by then (0 and 1 are fast)
+    _deadline = time.monotonic() + 60  # a bound: fail once both workers are in slow cases
+    while _started_slow() < 2 and time.monotonic() < _deadline:
+        time.sleep(0.05)
     raise RuntimeError("cache broke")
 CaseCache.save = _broken
 ensemble.last = "stale"
@@ -270,7 +301,7 @@ finally:
 """)
     assert res.status == "error" and "cache broke" in res.error.evalue
     assert "note: stopped 2 worker processes still running cancelled cases" in res.model_text()
-    (box.ws / "slow.flag").unlink()
+    slow_flag.unlink()
     res = run(box, f"""
 _cluster.local_engine(2)
 _deadline = time.monotonic() + 60  # wait (not a timing assertion) for the fresh workers
@@ -398,7 +429,7 @@ def external(tmp_path_factory):
                     p.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     p.kill()
-                    p.wait()
+                    p.wait(timeout=30)
     assert all(p.poll() is not None for p in procs)
 
 

@@ -98,7 +98,8 @@ def test_models_module_imports_no_langchain() -> None:
     code = ("import sys, simagent.models; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('langchain', 'langchain_core', 'openai', 'anthropic', 'httpx')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=120)
     assert out.stdout.strip() == "[]"
 
 

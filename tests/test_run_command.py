@@ -257,7 +257,11 @@ def test_a_killed_process_leaves_trace_and_checkpoints_resumable(workspace, tmp_
                 break
             time.sleep(0.2)
         assert traces, "the run never started its tool call"
-        time.sleep(1.0)
+        outputs = traces[0].parent / "outputs"
+        while time.monotonic() < deadline:  # killed mid-cell: once the cell has printed
+            if any("working" in p.read_text() for p in outputs.glob("*.txt")):
+                break
+            time.sleep(0.2)
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:

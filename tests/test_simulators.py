@@ -63,7 +63,6 @@ def test_warmup_runs_in_the_session_kernel_with_the_simulator_env(workspace, nam
         warm = [e.payload for e in session.trace.events(["kernel_exec"])
                 if e.payload["warmup"]]
         assert len(warm) == 1 and warm[0]["status"] == "ok", warm
-        assert warm[0]["elapsed_s"] < 30
         out = Path(warm[0]["raw_path"]).read_text()
         assert "ready" in out.lower(), out[-500:]
         for key, value in session.simulator.env:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -130,7 +131,8 @@ def test_probe_does_not_wait_on_a_running_cell(kernel):
         assert kernel.state == "busy"
         assert kernel.probe_state(wait_s=0.1) is None
     finally:
-        worker.join()
+        worker.join(60)
+    assert not worker.is_alive()
     assert kernel.probe_state() is not None  # idle again: readable
 
 
@@ -233,16 +235,18 @@ def test_the_card_is_its_own_category():
 
 # ---------------------------------------------------------------- snapshot
 def test_workspace_files_lists_what_the_session_wrote_newest_first(tmp_path):
+    since = time.time()
     old = tmp_path / "old.csv"
     old.write_text("x")
-    since = time.time() + 0.5
-    time.sleep(0.6)
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "a.csv").write_text("a" * 10)
     (tmp_path / ".simagent").mkdir()
     (tmp_path / ".simagent" / "state.db").write_text("hidden")
-    time.sleep(0.05)
     (tmp_path / "b.png").write_bytes(b"b" * 2048)
+    # modification times set, not slept for: before the session, then in writing order
+    for path, age in ((old, -60), (tmp_path / "results" / "a.csv", 1),
+                      (tmp_path / ".simagent" / "state.db", 2), (tmp_path / "b.png", 3)):
+        os.utime(path, (since + age, since + age))
     files, more = workspace_files(tmp_path, since)
     assert [f["path"] for f in files] == ["b.png", "results/a.csv"] and more == 0
     assert files[0]["bytes"] == 2048

