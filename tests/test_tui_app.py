@@ -290,6 +290,7 @@ def test_replay_demo_prefills_the_workflow_prompt_and_runs(workspace):
 def test_ctrl_c_interrupts_keeps_state_and_twice_quits(workspace, tmp_path):
     model = script(tmp_path / "s.json", [
         {"tool": "run_python", "args": {"code": "marker = 'kept'\nimport time\n"
+                                                "print('sleeping', flush=True)\n"
                                                 "time.sleep(30)"}},
         {"tool": "run_python", "args": {"code": "print('marker is', marker)"}},
         {"final": "{out[-1]|marker is (\\w+)}"}])
@@ -299,7 +300,7 @@ def test_ctrl_c_interrupts_keeps_state_and_twice_quits(workspace, tmp_path):
         await d.keys(ENTER)
         await d.until(lambda: d.ctl.session.kernel_state == "busy"
                       and bool(d.ctl.conversation.running_cards()))
-        await asyncio.sleep(0.5)
+        await d.until(lambda: "sleeping" in d.text())  # marker is set: the cell runs on
         await d.keys(CTRL_C)
         await d.until(lambda: not d.ctl.busy, timeout=10)
         await d.expect(lambda: "Turn cancelled; the kernel kept its state." in d.text())
@@ -359,13 +360,15 @@ def test_ctrl_c_while_the_model_is_silent_gives_the_prompt_back(workspace, tmp_p
                                          {"final": "next one is fine"}])
 
     async def scenario(d: Driver) -> None:
+        before = set(threading.enumerate())  # threads left by earlier tests do not count
         await d.type("think")
         await d.enter()
         await d.until(lambda: d.ctl.resolved.chat_model.cursor.pos == 1)
         await asyncio.sleep(0.3)
         await d.keys(CTRL_C)
         await d.until(lambda: not d.ctl.busy, timeout=20)
-        assert any(t.name.startswith("simagent-turn-") for t in threading.enumerate()), \
+        assert any(t.name.startswith("simagent-turn-") and t not in before
+                   for t in threading.enumerate()), \
             "the prompt came back only after the model answered"
         assert "turn was abandoned" in d.text()
         await d.type("again")
