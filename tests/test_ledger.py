@@ -76,6 +76,8 @@ def session_like(tmp_path: Path) -> list:
     ('"Negative particle diffusivity [m2.s-1]": 3.3e-14',
      ("Negative particle diffusivity [m2.s-1]=3.3e-14",), 3),
     ("the voltage fell to 2.5 V after 3600 s", ("2.5 V", "3600 s"), 2),
+    ("gives tau = 2.6753 +/- 0.0123 ms, with", ("gives tau=2.6753 ms",), 3),  # issue 30
+    ("tau = 2.6753 ± 0.0123 ms", ("tau=2.6753 ms",), 3),
     ("PLATE_ORDER 1.760 1.922", ("1.760", "1.922"), 1),
     ("  1.0  2.0  3.0", (), 0),  # no label: a data row says nothing by itself
     ("see fig-0a1b2c3d and run_42_final", (), 0),  # ids are not numbers

@@ -32,6 +32,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from simagent.context.task_records import PLUS_MINUS
 from simagent.jsonl import read_jsonl
 from simagent.paths import private_dir, private_opener
 from simagent.trace.redact import redact_data
@@ -64,6 +65,7 @@ _UNIT = rf"(?:%|°C|/?{_BASE}(?:[/·*.]{_BASE})*)"
 _QTY = re.compile(rf"(?<![\w.]){_NUM}(?:\s?(?P<unit>{_UNIT}))?(?![\w.])")
 #: ``name = value [unit]``, ``name: value``, ``"a name [unit]": value``.
 _KV = re.compile(rf"[\"']?(?P<key>[A-Za-z_][\w .()\[\]/-]{{0,60}}?)[\"']?\s*[=:]\s*(?P<num>{_NUM})"
+                 rf"(?:\s*{PLUS_MINUS}\s*{_NUM})?"  # an uncertainty: the unit after it counts
                  rf"(?:\s?(?P<unit>{_UNIT}))?(?![\w.])")
 #: A unit at the end of a key: ``capacity_Ah``, ``tau_ms``.
 _KEY_UNIT = re.compile(rf"_(?P<unit>{_UNIT})$")

@@ -54,9 +54,11 @@ _SHOWN_ANSWER_CHARS = 1_200
 _NUM = r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
 #: Space between a number and its unit: models also write no-break and thin spaces.
 _SP = r"[ \t\u00a0\u202f\u2009]"
-#: An uncertainty between a value and its unit (``2.6753 +/- 0.0123 ms``): skipped, so
-#: the unit after it stays the value's.
-_PLUS_MINUS = rf"(?:{_SP}*(?:±|\+/-|\+-|\+/\u2212){_SP}*{_NUM})?"
+#: How an uncertainty is written between a value and its unit (``2.6753 +/- 0.0123 ms``);
+#: the ledger reads numbers with the same signs.
+PLUS_MINUS = r"(?:±|\+/-|\+-|\+/\u2212)"
+#: The uncertainty is skipped, so the unit after it stays the value's.
+_PLUS_MINUS = rf"(?:{_SP}*{PLUS_MINUS}{_SP}*{_NUM})?"
 _KV = re.compile(r"(?P<name>[A-Za-z][\w()/-]*(?:[ \t]+[A-Za-z][\w()/-]*){0,5})[ \t]*"
                  r"(?:=|:|≈|~|\bis\b|\bwas\b|\bare\b|\bof\b)[ \t]*"
                  rf"(?P<value>{_NUM})(?![\w.]*\d)(?!{_SP}*[*/+^×-]{_SP}*\d)"
