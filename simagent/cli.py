@@ -647,7 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         from simagent.cli_input import unwritable
 
-        if (line := unwritable(exc)) is None:
+        if (line := unwritable(exc, getattr(args, "workspace", None))) is None:
             return _internal(exc)
         print(f"simagent: error: {line}", file=sys.stderr)
         return exit_codes.USAGE

@@ -5,6 +5,7 @@ Standard library only, like ``simagent.cli``: these run before any heavy import.
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -18,8 +19,6 @@ def argv_text(text: str) -> str:
     """
     if not any("\udc80" <= ch <= "\udcff" for ch in text):
         return text
-    import os
-
     raw = os.fsencode(text)
     bad = sorted({f"\\x{b:02x}" for b in raw if b >= 0x80})
     fixed = raw.decode("utf-8", errors="replace")
@@ -29,9 +28,11 @@ def argv_text(text: str) -> str:
     return fixed
 
 
-def unwritable(exc: OSError) -> str | None:
-    """One line for a folder simagent must write to but cannot (read-only file system,
-    no permission, disk full), naming the folder and the way out; None for other errors.
+def unwritable(exc: OSError, workspace: str | os.PathLike[str] | None = None) -> str | None:
+    """One line for a place simagent must write to but cannot (read-only file system,
+    no permission, disk full), naming it and the way out; None for other errors. The way
+    out depends on whose place it is: the state home, the ``workspace``, or a path the
+    person named (``-o``, ``--out``).
 
     A configuration problem of the machine, not a bug: exit 2 (design.md §3).
     """
@@ -51,6 +52,12 @@ def unwritable(exc: OSError) -> str | None:
         fix = "free some space on its disk" if full else "make it writable"
         return (f"cannot write simagent's state folder {home} ({why}: {path}); "
                 f"{fix}, or point SIMAGENT_HOME at a writable folder")
-    fix = ("free some space" if full else
-           "run simagent in a writable folder, or pass --workspace DIR")
+    ws = Path(workspace).resolve() if workspace is not None else None
+    if full:
+        fix = "free some space on its disk"
+    elif ws is not None and (path == ws or ws in path.resolve().parents):
+        fix = "the workspace must be writable: run simagent in a writable folder, or pass " \
+              "--workspace DIR"
+    else:
+        fix = "choose a writable location"
     return f"cannot write {path} ({why}); {fix}"

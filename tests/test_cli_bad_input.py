@@ -162,6 +162,21 @@ def test_init_in_a_read_only_workspace_names_it(workspace):
     assert "writable folder" in line and "internal error" not in line
 
 
+def test_a_read_only_output_path_is_named_with_its_own_fix(workspace, tmp_path):
+    model = scripted(tmp_path, [{"final": "fine"}])
+    assert cli(workspace, "run", "--model", model, "hi").returncode == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    prefix = _ro_mount_prefix(out)
+    if prefix is None:
+        pytest.skip("no read-only mount possible here (unshare/mount refused)")
+    proc = cli(workspace, "transcript", "-o", str(out / "t.md"), prefix=prefix)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"cannot write {out / 't.md'} (Read-only file system); choose a writable " \
+           "location" in line
+
+
 def test_run_with_a_read_only_state_home_names_it(workspace, tmp_path, _state_home):
     model = scripted(tmp_path, [{"final": "fine"}])
     prefix = _ro_mount_prefix(_state_home)

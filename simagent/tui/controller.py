@@ -84,7 +84,7 @@ class TuiController:
         except Exception as exc:  # a broken state folder, an unreadable fixture...
             from simagent.cli_input import unwritable
 
-            line = unwritable(exc) if isinstance(exc, OSError) else None
+            line = unwritable(exc, self.opts.workspace) if isinstance(exc, OSError) else None
             self.conversation.note(f"cannot open the session: {line or type(exc).__name__}"
                                    f"{'' if line else f': {exc}'}".splitlines()[0], "error")
             return False
