@@ -186,3 +186,24 @@ def test_a_long_message_deepagents_offloads_is_private_and_redacted(workspace, m
     assert offloaded  # deepagents did offload it
     home = Path(os.environ["SIMAGENT_HOME"])
     assert _hits([home], [OPENAI]) == [] and _wrong_modes(home) == []
+
+
+def test_a_cell_that_held_a_key_is_not_replayed_as_its_redacted_code(session_paths, workspace,
+                                                                      monkeypatch):
+    """The record keeps the code redacted; replaying that would run ``key =
+    '[redacted:...]'``. The cell is listed as skipped instead, and says why."""
+    from simagent.kernel import Kernel
+    from simagent.kernel.replay import load_records
+
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI)
+    with Kernel(session_paths, cwd=workspace) as kernel:
+        assert kernel.execute("x = 41").ok
+        assert kernel.execute(f"key = {OPENAI!r}").ok
+        record = load_records(session_paths.outputs)[-1]
+        assert OPENAI not in record["code"] and record["secret"] is True
+        recovery = kernel.restore()
+        assert recovery.replayed == [1]
+        assert [(s.n, s.kind) for s in recovery.skipped] == [(2, "secret")]
+        assert "it held a secret" in recovery.message()
+        assert kernel.execute("x + 1").value == "42"
+        assert "NameError" in (kernel.execute("key").error.ename or "")

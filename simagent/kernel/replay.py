@@ -31,6 +31,9 @@ The rules, and why:
   removed), so a cell that writes a file and reads it back rebuilds its state and no
   file ends different. Files too big to back up (:data:`BACKUP_MAX_BYTES` in all) make
   their cell a listed skip instead.
+* **Secrets.** A record's code is kept redacted (``[redacted:NAME]`` for a key typed
+  into the cell); such a record has ``secret`` set and is never replayed: the kept code
+  is not what ran. It is listed ("it held a secret, not kept on disk").
 * **Time budget** (:class:`ReplayBudget`, config ``[kernel] replay_cell_s`` /
   ``replay_total_s``): a cell that took longer than the per-cell limit is not replayed,
   and replay stops once the total would pass the budget; such cells are *listed*
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from simagent.kernel_api import effects as fx
+from simagent.paths import write_private
 
 #: Default per-cell limit: a cell that took longer is listed, not replayed.
 REPLAY_CELL_S = 60.0
@@ -108,7 +112,8 @@ class Cell:
 @dataclass(frozen=True)
 class Skip:
     """An earlier cell left out of the replay; ``kind`` is ``failed``, ``display``,
-    ``effects`` (it acted outside the kernel: ``effects`` says how), ``too-slow``,
+    ``effects`` (it acted outside the kernel: ``effects`` says how), ``secret`` (its
+    code was kept redacted), ``too-slow``,
     ``over-budget``, ``off`` (replay disabled) or, at run time, ``stopped``."""
 
     n: int
@@ -256,6 +261,9 @@ def select(records: Iterable[Mapping[str, Any]], budget: ReplayBudget = ReplayBu
             plan.skipped.append(Skip(n, line, seconds, "failed", f"it ended {status}"))
         elif not code.strip() or not defines_state(code):
             plan.skipped.append(Skip(n, line, seconds, "display", "it only showed output"))
+        elif rec.get("secret"):
+            plan.skipped.append(Skip(n, line, seconds, "secret",
+                                     "it held a secret, which is not kept on disk"))
         elif outside := fx.unrepeatable(fx.of(rec)):
             plan.skipped.append(Skip(n, line, seconds, "effects",
                                      fx.describe_all(outside, base), tuple(outside)))
@@ -327,7 +335,7 @@ def save_lineage(root: Path, lineage: int) -> None:
     """Keep a new lineage id, so a later process does not replay cells before a reset
     that no cell has run after yet."""
     try:
-        (root / LINEAGE_FILE).write_text(f"{lineage}\n")
+        write_private(root / LINEAGE_FILE, f"{lineage}\n")
     except OSError:  # the records still say which cells came after the reset
         pass
 
