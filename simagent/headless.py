@@ -22,12 +22,12 @@ from simagent.agent.events import (
     Notice,
     Retrying,
     TextDelta,
-    ToolError,
     ToolFinished,
     ToolOutput,
     ToolStarted,
 )
 from simagent.config import SessionOptions
+from simagent.outcomes import mark, outcome_of
 from simagent.trace.redact import RedactingWriter, redact
 
 
@@ -167,12 +167,14 @@ class StreamPrinter:
             print(f"· {who}{event.name}: {one_line(event.args)}", file=self.err, flush=True)
         elif isinstance(event, ToolOutput) and event.kind == "human":
             print(f"  ↳ {event.text}", file=self.err, flush=True)
-        elif isinstance(event, ToolError):
-            first = event.content.strip().splitlines()[-1] if event.content.strip() else ""
-            print(f"  ✗ {event.name} failed ({event.elapsed_s:.1f}s): {first[:120]}",
+        elif isinstance(event, ToolFinished):  # the mark says how it ended (outcomes.py)
+            outcome = event.outcome or outcome_of(event.status)
+            m = mark(outcome)
+            last = event.content.strip().splitlines()[-1] if event.content.strip() else ""
+            why = f": {last[:120]}" if outcome != "ok" and last else ""
+            word = "" if outcome == "ok" else f" {m.word}"
+            print(f"  {m.glyph} {event.name}{word} ({event.elapsed_s:.1f}s){why}",
                   file=self.err, flush=True)
-        elif isinstance(event, ToolFinished):
-            print(f"  ✓ {event.name} ({event.elapsed_s:.1f}s)", file=self.err, flush=True)
         elif isinstance(event, Interrupt):
             for req in event.action_requests:
                 args = req.get("args") or {}
@@ -273,7 +275,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                           "output_tokens": result.usage.output_tokens,
                           "cache_read": result.usage.cache_read},
                 "trace_path": str(session.paths.trace), "state_dir": str(session.paths.root),
-                "error": result.error, "cost_ceiling": result.cost_ceiling}), file=out)
+                "error": result.error, "cost_ceiling": result.cost_ceiling,
+                "recovery": result.recovery}), file=out)
         else:
             print(f"[session {session.id}]", file=err)
         if result.status == "paused":

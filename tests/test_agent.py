@@ -26,7 +26,7 @@ from simagent.agent.events import (
 )
 from simagent.agent.recovery import MARK, NUDGE_SOURCE
 from simagent.agent.runner import TurnRunner
-from simagent.agent.scripted import ScriptedChatModel
+from simagent.agent.scripted import ScriptedChatModel, call_id
 from simagent.paths import content_dir
 from simagent.session import Session
 
@@ -74,7 +74,8 @@ def test_two_kernel_calls_then_an_answer_computed_by_the_kernel(opened):
     assert model.cursor.request_tokens[0] > model.count_request(model.requests[0]) + 1000
 
     kinds = [type(e) for e in events]
-    first_call = [e for e in events if getattr(e, "id", None) == "call_0_0"]
+    first_id = call_id(model.cursor.tag, 0, 0)
+    first_call = [e for e in events if getattr(e, "id", None) == first_id]
     assert [type(e) for e in first_call] == [ToolRequested, ToolStarted, ToolOutput, ToolFinished]
     assert any(isinstance(e, ToolOutput) and f"h = {h}" in e.text for e in events)
     assert kinds.index(TextDelta) > max(i for i, k in enumerate(kinds) if k is ToolFinished)

@@ -19,7 +19,7 @@ from langchain_core.messages import ToolMessage
 
 from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
-from simagent.agent.scripted import ScriptedChatModel
+from simagent.agent.scripted import ScriptedChatModel, call_id
 from simagent.context.counting import count_text
 from simagent.kernel import Kernel
 from simagent.kernel.capture import Capture
@@ -236,7 +236,8 @@ def test_a_multimodal_model_gets_the_image_block(workspace: Path) -> None:
         assert image == {"type": "image", "mime_type": "image/png",
                          "base64": base64.b64encode(path.read_bytes()).decode()}
         arts = [e.payload for e in session.trace.events(["artifact"])]
-        assert arts == [{"path": str(path), "mime": "image/png", "tool_call_id": "call_0_0",
+        first = call_id(model.cursor.tag, 0, 0)
+        assert arts == [{"path": str(path), "mime": "image/png", "tool_call_id": first,
                          "id": path.stem}]
     finally:
         session.close()

@@ -114,7 +114,7 @@ def test_markdown_sections_in_order(session: SessionPaths) -> None:
     assert positions == sorted(positions)
     assert "```python\n" + CODE + "\n```" in md
     assert "the kernel was restarted" in md
-    assert "status ok, 1.25 s" in md
+    assert "✓ status ok, 1.25 s" in md
     assert "| 1 | improved | baseline |" in md
     assert "`run_shell(" in md
 
@@ -131,7 +131,7 @@ def test_markdown_pairs_result_with_call_and_truncates(session: SessionPaths) ->
     sub = md[md.index("[source-explorer]"):md.index("## Assistant\n\nDone.")]
     assert "> ### Tool `read_file`" in sub and "> def model(): ..." in sub
     collapsed = render_markdown(load(session), expand_tools=False)
-    assert "- tool `run_python` (status ok, 1.25 s)" in collapsed
+    assert "- tool `run_python` (✓ status ok, 1.25 s)" in collapsed
     assert CODE not in collapsed
 
 

@@ -259,14 +259,15 @@ def test_no_model_opens_explains_and_model_command_switches(workspace, tmp_path,
         await d.type("hi")
         await d.keys(ENTER)
         await d.expect(lambda: "no model yet" in d.text())
-        assert d.ui.input.text == "hi"  # refused, so the typed text stays
+        assert d.ui.input.text == ""  # held until a model is chosen (test_tui_truth)
+        await d.type("draft")
         await d.keys(CTRL_C)  # ctrl+C with text clears the line
         await d.expect(lambda: d.ui.input.text == "")
         assert d.ui.app.is_running
         await d.type(f"/model {model}")
-        await d.enter()
-        await d.expect(lambda: d.ctl.model_id == model)
-        await d.type("hi again")
+        await d.keys(ENTER)
+        await d.expect(lambda: d.ctl.model_id == model and d.ui.input.text == "hi")
+        await d.type(" again")
         await d.enter()
         await d.idle()
         assert "hello from the script" in d.text()

@@ -64,6 +64,11 @@ class ToolFinished:
     agent: str = "main"
     #: The uncapped raw output on disk (``run_python``), for "full output in ..." notes.
     raw_path: str | None = None
+    #: How it ended (``simagent.outcomes``: ok, error, interrupted, timeout, died,
+    #: restarted): the kernel's status for a cell, whatever ``status`` says.
+    outcome: str | None = None
+    #: The recovery ladder's record when it ran for this cell (``ExecResult.recovery``).
+    recovery: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

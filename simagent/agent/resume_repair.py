@@ -34,6 +34,9 @@ MARK = "simagent_interrupted"
 INTERRUPTED = ("interrupted: the process was killed while this tool call ran, so it has no "
                "result. Its effects are unknown (a file may be half written); the Python "
                "kernel was restarted, so its variables are gone. Check before relying on it.")
+#: The answer to a call a cancelled turn left open with no recorded result.
+CANCELLED = ("cancelled: the user stopped the turn before this call had a result. Its effects "
+             "are unknown (it may have run in part); check before relying on it.")
 
 
 def open_calls(messages: Sequence[BaseMessage]) -> list[tuple[int, dict[str, Any]]]:
@@ -49,8 +52,8 @@ def open_calls(messages: Sequence[BaseMessage]) -> list[tuple[int, dict[str, Any
     return found
 
 
-def interrupted_answer(call: dict[str, Any]) -> ToolMessage:
-    return ToolMessage(content=INTERRUPTED, name=call.get("name") or "unknown",
+def interrupted_answer(call: dict[str, Any], text: str = INTERRUPTED) -> ToolMessage:
+    return ToolMessage(content=text, name=call.get("name") or "unknown",
                        tool_call_id=call["id"], status="error",
                        additional_kwargs={MARK: True})
 
@@ -61,9 +64,14 @@ def repaired_messages(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
                                     for _, c in open_calls(messages)})
 
 
-def repair(session: Any, graph: Any) -> list[str]:
+def repair(session: Any, graph: Any, *, recorded: dict[str, ToolMessage] | None = None,
+           answer: str = INTERRUPTED) -> list[str]:
     """Answer the open tool calls of ``session``'s thread; the ids answered as
     interrupted (often none).
+
+    ``recorded``: results the trace holds for calls whose stream was closed before their
+    result was saved (a cancelled turn, ``cancel_account``); they answer their calls as
+    they are. ``answer`` is the text for calls with no result at all.
 
     Call it once when a session is resumed, before its first turn. It works on the last
     *saved* checkpoint, which is what both ``update_state`` and the next run build on: a
@@ -90,7 +98,8 @@ def repair(session: Any, graph: Any) -> list[str]:
         return []
     finished = {m.tool_call_id: m for m in (live.values or {}).get("messages") or []
                 if isinstance(m, ToolMessage)}
-    answers = {c["id"]: finished.get(c["id"]) or interrupted_answer(c) for _, c in found}
+    known = {**(recorded or {}), **finished}
+    answers = {c["id"]: known.get(c["id"]) or interrupted_answer(c, answer) for _, c in found}
     if all(i == len(messages) - 1 for i, _ in found):
         update: list[BaseMessage] = list(answers.values())
     else:
@@ -102,8 +111,9 @@ def repair(session: Any, graph: Any) -> list[str]:
         if answers[call["id"]].additional_kwargs.get(MARK):
             killed.append(call["id"])
             session.trace.append("tool_result", {
-                "tool_call_id": call["id"], "name": call.get("name"), "content": INTERRUPTED,
-                "status": "error", "elapsed_s": 0.0, "agent": "main", "interrupted": True})
+                "tool_call_id": call["id"], "name": call.get("name"), "content": answer,
+                "status": "error", "elapsed_s": 0.0, "agent": "main", "interrupted": True,
+                "outcome": "cancelled"})
     return killed
 
 

@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 from langgraph.types import Command
 
+from simagent.agent import cancel_account as ca
 from simagent.agent.events import (
     ContextEvent,
     Event,
@@ -76,6 +77,8 @@ class TurnResult:
     #: The ``cost_ceiling`` trip payload (scope, limit, spent, unit, message) when the
     #: ceiling stopped or refused this turn; not retryable until the ceiling is reset.
     cost_ceiling: dict[str, Any] | None = None
+    #: A cancelled turn's calls that did not end ok, with their account (``cancel_account``)
+    recovery: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _agent_name(namespace: tuple[str, ...], metadata: dict[str, Any] | None) -> str:
@@ -118,6 +121,10 @@ class TurnRunner:
         #: Text streamed per graph namespace since its model node last completed: what a
         #: failed attempt showed and a provider retry discards.
         self._streamed: dict[tuple[str, ...], int] = {}
+        #: ToolFinished ids emitted; an abandoned turn's first event id; what it left running
+        self._shown: set[str] = set()
+        self._unsettled: int | None = None
+        self._abandoned: str | None = None
 
     # ------------------------------------------------------------------ API
     def run(self, prompt: str, on_event: OnEvent | None = None) -> TurnResult:
@@ -271,11 +278,17 @@ class TurnRunner:
         self._force.clear()
         self.session.cancel_requested.clear()
         self._streamed.clear()
+        self._abandoned = None
+        since = ca.last_event_id(self.session.trace)
         self.busy = True
         result = TurnResult(status="done")
         try:
             with self._sigint_cancels():
-                self._stream(graph_input, emit, result)
+                if (left := self._unsettled) is not None:  # an abandoned turn's open calls
+                    self._unsettled = None
+                    ca.settle(self.session, self.agent.graph, emit, left, self._shown, wait=True)
+                if not self._cancel.is_set():
+                    self._stream(graph_input, emit, result)
         except KeyboardInterrupt:  # landed just before the handler was in place
             self.session.interrupt_kernel()
             result.status = "cancelled"
@@ -296,7 +309,12 @@ class TurnRunner:
         if self._cancel.is_set() and result.status == "done":
             result.status = "cancelled"
         if result.status == "cancelled":
-            note = "Turn cancelled; the kernel kept its state."
+            if self._abandoned:  # its calls may still run: the next turn answers them
+                self._unsettled = since if self._unsettled is None else self._unsettled
+            else:
+                result.recovery = ca.settle(self.session, self.agent.graph, emit, since,
+                                            self._shown)
+            note = ca.cancel_notice(result.recovery, self._abandoned == "cell")
             self.session.trace.append("error", {"message": "turn cancelled by the user",
                                                 "where": "turn"})
             emit(Notice(note, level="warning"))
@@ -390,11 +408,14 @@ class TurnRunner:
 
     def _abandon(self, turn: int, pump: threading.Thread, emit: OnEvent) -> None:
         self.session.turns.abandon(turn, pump)
-        self.session.trace.append("error", {
-            "message": "turn abandoned: the model call did not stop on cancel; its late "
-                       "reply will be dropped", "where": "turn"})
-        emit(Notice("The model call did not stop; the turn was abandoned and its late "
-                    "reply will be dropped.", level="warning"))
+        self._abandoned = "cell" if self.session.kernel_state in ca.STOPPING else "model"
+        logged, said = ca.ABANDONED[self._abandoned]  # the second ctrl+C: what it left
+        self.session.trace.append("error", {"message": logged, "where": "turn"})
+        emit(Notice(said, level="warning"))
+        if self._abandoned == "cell":  # tell how the cell ended once it has
+            since = ca.last_event_id(self.session.trace)
+            threading.Thread(target=ca.follow, daemon=True,
+                             args=(self.session, pump, emit, since, self._shown)).start()
 
     def _on_item(self, item: Any, emit: OnEvent, result: TurnResult) -> None:
         namespace, mode, data = item
@@ -440,10 +461,12 @@ class TurnRunner:
             emit(ToolOutput(item["tool_call_id"], item.get("kind", "stdout"),
                             item.get("text", ""), item.get("path")))
         elif kind == "tool_finished":
+            self._shown.add(str(item["tool_call_id"]))
             cls = ToolError if item.get("status") == "error" else ToolFinished
             emit(cls(item["tool_call_id"], item["name"], item.get("status", "success"),
                      item.get("content", ""), float(item.get("elapsed_s", 0.0)),
-                     item.get("agent", "main"), item.get("raw_path")))
+                     item.get("agent", "main"), item.get("raw_path"), item.get("outcome"),
+                     item.get("recovery")))
         elif kind == "context":
             event = ContextEvent(item.get("kind", "context"), dict(item.get("detail") or {}))
             if event.kind == "cost_ceiling" and event.detail.get("action") == "tripped":
@@ -471,3 +494,8 @@ class TurnRunner:
                     for call in msg.tool_calls:
                         emit(ToolRequested(call["id"] or "", call["name"],
                                            dict(call["args"]), agent))
+                elif isinstance(msg, ToolMessage):  # answered in the model node itself: a
+                    # structured report (submit_report), filed or sent back as invalid
+                    status = msg.status or "success"
+                    cls = ToolError if status == "error" else ToolFinished
+                    emit(cls(msg.tool_call_id, msg.name or "?", status, msg.text, 0.0, agent))

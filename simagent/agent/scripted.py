@@ -35,6 +35,7 @@ import re
 import threading
 import time
 import tomllib
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,11 @@ def fill_template(template: str, outputs: Sequence[str]) -> str:
     return _OUT_REF.sub(sub, template)
 
 
+def call_id(tag: str, step: int, j: int | str) -> str:
+    """``call_<tag>_<step>_<j>``: the step's position plus the script's play tag."""
+    return f"call_{tag}_{step}_{j}"
+
+
 def _tool_name(t: Any) -> str:
     if isinstance(t, dict):
         return str(t.get("name") or t.get("function", {}).get("name", "?"))
@@ -155,6 +161,9 @@ class _Cursor:
     def __init__(self, steps: list[dict[str, Any]]) -> None:
         self.steps = steps
         self.pos = 0
+        #: in every call id this script makes: one conversation may play several scripts
+        #: (``/model``, a resume) and ids must stay unique in it, as a provider's are
+        self.tag = uuid.uuid4().hex[:6]
         self.lock = threading.Lock()
         self.requests: list[list[BaseMessage]] = []
         self.request_tools: list[list[str]] = []
@@ -266,12 +275,12 @@ class ScriptedChatModel(BaseChatModel):
                 if step.get("fill") or call.get("fill"):
                     args = _fill_args(args, outputs)
                 tool_calls.append({"name": call["tool"], "args": args,
-                                   "id": call.get("id") or f"call_{index + k}_{j}",
+                                   "id": call.get("id") or call_id(self.cursor.tag, index + k, j),
                                    "type": "tool_call"})
             if "invalid_tool_call" in step:
                 bad = step["invalid_tool_call"]
                 invalid.append({"name": bad.get("name"), "args": bad.get("args", "{"),
-                                "id": bad.get("id") or f"call_{index + k}_bad",
+                                "id": bad.get("id") or call_id(self.cursor.tag, index + k, "bad"),
                                 "error": "invalid JSON in tool arguments",
                                 "type": "invalid_tool_call"})
             if "final" in step:

@@ -18,6 +18,7 @@ from langchain.tools import ToolRuntime
 from langchain_core.tools import BaseTool, tool
 
 from simagent.agent import memory as memory_notes
+from simagent.agent.cancel_account import lost_line
 from simagent.context.thresholds import ContextSettings, tool_cap
 
 if TYPE_CHECKING:
@@ -73,13 +74,16 @@ def make_run_python(session: Session, settings: ContextSettings | None = None) -
                                  timeout=timeout_s or DEFAULT_RUN_TIMEOUT_S,
                                  tool_call_id=call_id)
         raw = str(result.raw_path) if result.raw_path else None
+        if lost := lost_line(code, result.status, result.recovery):  # restarted under it
+            result.notice = f"{result.notice}; {lost}" if result.notice else lost
         # over the cap, the simulator's digest of the raw output joins head and tail; only
         # under simagent's own cap (the raw and stock bench baselines keep plain head/tail)
         from simagent.kernel.digesters import output_digester
 
         digest = output_digester(session.simulator, result.raw_path, session.trace) \
             if cap else None
-        return result.model_text(cap, digest=digest), {"raw_path": raw, "status": result.status}
+        return result.model_text(cap, digest=digest), {"raw_path": raw, "status": result.status,
+                                                       "recovery": result.recovery}
 
     return run_python
 

@@ -162,7 +162,7 @@ def compact_now(graph: Any, config: dict[str, Any], context: ContextMiddleware,
     before, after = _commit(graph, config, context, values, messages, done,
                             "context_summary", "compact", {}, reason="manual", focus=focus,
                             summarizer=context.compactor.summarizer.name)
-    return ManualResult(True, f"compacted {done.dropped} messages (~{before:,} → ~{after:,} "
+    return ManualResult(True, f"compacted {_messages(done.dropped)} (~{before:,} → ~{after:,} "
                               f"tokens); full history in {done.path}", str(done.path),
                         done.dropped, before, after)
 
@@ -189,6 +189,10 @@ def checkpoint_now(graph: Any, config: dict[str, Any], context: ContextMiddlewar
                             "context_checkpoint", "checkpoint", {PENDING_CHECKPOINT_KEY: None},
                             note=note, source="command", record=done.boundary["record"])
     n = len(done.boundary["record"]["key_values"])
-    return ManualResult(True, f"task checkpoint written ({done.dropped} messages → record with "
+    return ManualResult(True, f"task checkpoint written ({_messages(done.dropped)} → record with "
                               f"{n} key value{'s' if n != 1 else ''}); full history in "
                               f"{done.path}", str(done.path), done.dropped, before, after)
+
+
+def _messages(n: int) -> str:
+    return "1 message" if n == 1 else f"{n:,} messages"

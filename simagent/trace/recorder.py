@@ -25,6 +25,7 @@ from simagent.agent.turns import TurnLedger
 from simagent.agent.usage import UsageLedger, usage_record
 from simagent.context.counting import RequestSize, count_text, measure
 from simagent.context.tokens import Ruler, resolve_ruler
+from simagent.outcomes import outcome_of
 from simagent.trace.log import TraceLog
 
 TASK_TOOL = "task"  # deepagents' subagent tool
@@ -173,11 +174,15 @@ class TraceRecorder(AgentMiddleware):
         msg = tool_message_of(result)
         content = msg.text if msg is not None else ""
         status = getattr(msg, "status", "success") or "success"
+        artifact = getattr(msg, "artifact", None)
+        artifact = artifact if isinstance(artifact, dict) else {}
+        # run_python returns normally for a failed cell: its kernel status is the truth
+        outcome = outcome_of(status, artifact.get("status"), artifact.get("recovery"))
         dropped = self.turns.current_abandoned()
         self.trace.append("tool_result", {"tool_call_id": call.get("id"),
                                           "name": call.get("name"), "content": content,
                                           "status": status, "elapsed_s": elapsed,
-                                          "agent": self.agent,
+                                          "agent": self.agent, "outcome": outcome,
                                           **({"dropped": True} if dropped else {})})
         if call.get("name") == TASK_TOOL:
             end = {"name": (call.get("args") or {}).get("subagent_type"),
@@ -185,12 +190,11 @@ class TraceRecorder(AgentMiddleware):
             if report := _report_of(content):
                 end["report"] = report
             self.trace.append("subagent_end", end)
-        artifact = getattr(msg, "artifact", None)
-        raw_path = artifact.get("raw_path") if isinstance(artifact, dict) else None
         self._emit(request, {"type": "tool_finished", "tool_call_id": call.get("id"),
                              "name": call.get("name"), "status": status, "content": content,
                              "elapsed_s": elapsed, "agent": self.agent,
-                             "raw_path": raw_path})
+                             "raw_path": artifact.get("raw_path"), "outcome": outcome,
+                             "recovery": artifact.get("recovery")})
 
     @staticmethod
     def _emit(request: Any, item: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from simagent.agent.usage import UsageLedger
 from simagent.context.events import CONTEXT_KINDS
 from simagent.kernel_api.outputs import size_text
+from simagent.outcomes import mark, outcome_of
 from simagent.trace.log import Event
 from simagent.trace.redact import redact
 
@@ -207,12 +208,13 @@ def _tool_parts(d: dict[str, Any]) -> dict[str, Any]:
     name = _s(call.get("name") or result.get("name")) or "tool"
     args = call.get("args")
     code = args.get("code") if name == "run_python" and isinstance(args, dict) else None
-    status = [f"status {_s(ex.get('status'))}" if ex.get("status") else "",
+    outcome = result.get("outcome") or (outcome_of(result.get("status"), ex.get("status"))
+                                        if d["result"] is not None or ex.get("status") else "")
+    # the mark every interface shows (simagent.outcomes), then the status it comes from
+    status = [f"{mark(outcome).glyph} status {_s(outcome)}" if outcome else "",
               f"{_s(ex.get('elapsed_s'))} s" if ex.get("elapsed_s") is not None else "",
               "kernel state lost" if ex.get("state_lost") else "",
               *(f"shown to the user: {_s(h)}" for h in ex.get("human") or [])]
-    if not ex and result.get("status"):
-        status[0] = f"status {_s(result.get('status'))}"
     out, note = (_cap(_s(result.get("content")), ex.get("raw_path"))
                  if d["result"] is not None else ("", None))
     return {"name": name, "code": None if code is None else _s(code),

@@ -98,6 +98,7 @@ class TuiApp:
         self._last_ctrl_c = 0.0
         self._rows: list[Line] = []
         self._cache = RenderCache()
+        self.drawn_kernel = ""  # the kernel state the status bar shows now
         self.input = TextArea(
             height=Dimension(min=1, max=8), prompt=self._prompt, multiline=True,
             wrap_lines=True, dont_extend_height=True, completer=SlashCompleter(ctl),
@@ -157,7 +158,9 @@ class TuiApp:
         return out
 
     def _status_fragments(self) -> StyleAndTextTuples:
-        return list(status_fragments(self.ctl.snapshot(), self._width()))
+        snap = self.ctl.snapshot()
+        self.drawn_kernel = snap.kernel
+        return list(status_fragments(snap, self._width()))
 
     def _prompt(self) -> StyleAndTextTuples:
         if self.ctl.conversation.pending_approvals():
@@ -260,8 +263,7 @@ class TuiApp:
         again = self.ctl.cancelling
         if self.ctl.cancel_turn(force=again):
             self.ctl.note("not waiting any longer: abandoning the turn" if again else
-                          "interrupting… (the kernel keeps its state; ctrl+C again stops "
-                          "waiting)", "warning")
+                          "interrupting… (ctrl+C again stops waiting)", "warning")
         elif self.input.text:
             self.input.buffer.reset()
         elif now - self._last_ctrl_c < QUIT_WINDOW_S:
@@ -281,10 +283,13 @@ class TuiApp:
             self.app.exit()
 
     async def _ticker(self) -> None:
-        """Redraw while something runs (spinner, elapsed time, live output)."""
+        """Redraw while something runs (spinner, elapsed time, live output), and when the
+        kernel's state changes on its own (a cell of an abandoned turn stopping, the
+        ladder's restart), so the bar never shows a state the kernel has left."""
         while True:
             await asyncio.sleep(TICK_S)
-            if self.ctl.busy or self.ctl.conversation.running_cards():
+            if (self.ctl.busy or self.ctl.conversation.running_cards()
+                    or self.ctl.snapshot().kernel != self.drawn_kernel):
                 self.app.invalidate()
 
     async def run_async(self, *, open_session: bool = True) -> bool:

@@ -35,7 +35,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("/reset", "", "restart the Python kernel (variables are lost)", "cmd_reset"),
     CommandSpec("/restore", "", "restart the kernel and re-run this session's cells that "
                 "defined state since the last /reset", "cmd_restore"),
-    CommandSpec("/interrupt", "", "stop the running turn; the kernel keeps its state",
+    CommandSpec("/interrupt", "", "stop the running turn (its cell is interrupted)",
                 "cmd_interrupt", while_busy=True),
     CommandSpec("/memory", "[note]", "list workspace memory notes, or show one", "cmd_memory",
                 source="complete_memory", while_busy=True),
@@ -57,7 +57,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
 
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "send"), ("Alt+Enter", "new line"),
-    ("ctrl+C", "interrupt the turn (kernel state kept); twice when idle to quit"),
+    ("ctrl+C", "interrupt the turn; twice when idle to quit"),
     ("ctrl+O", "expand / collapse tool output, reasoning and figure file paths"),
     ("shift+Tab", "cycle approval mode"), ("Tab", "complete commands and arguments"),
     ("ctrl+P / ctrl+N", "previous / next input (also up / down)"),
@@ -88,15 +88,27 @@ def suggestion(text: str) -> str:
     return f"unknown command {head}{hint}"
 
 
-def help_text() -> str:
+def help_text(columns: int = 80) -> str:
+    """Commands and keys in two columns; a long description wraps under itself (hanging
+    indent) at ``columns``, so no continuation starts at column 0 like a command."""
     width = max(len(f"{s.name} {s.usage}".strip()) for s in COMMANDS)
     lines = ["Commands:"]
     for s in COMMANDS:
-        lines.append(f"  {f'{s.name} {s.usage}'.strip():<{width}}  {s.help}")
+        lines += _two_columns(f"{s.name} {s.usage}".strip(), width, s.help, columns)
     lines += ["", "Keys:"]
     kw = max(len(k) for k, _ in KEYS)
-    lines += [f"  {k:<{kw}}  {what}" for k, what in KEYS]
+    for k, what in KEYS:
+        lines += _two_columns(k, kw, what, columns)
     return "\n".join(lines)
+
+
+def _two_columns(left: str, width: int, text: str, columns: int) -> list[str]:
+    import textwrap
+
+    indent = " " * (width + 4)
+    room = max(20, columns - len(indent))
+    body = textwrap.wrap(text, room) or [""]
+    return [f"  {left:<{width}}  {body[0]}", *(indent + more for more in body[1:])]
 
 
 def completions(text: str, source: Callable[[str], list[tuple[str, str]]]

@@ -22,22 +22,13 @@ from typing import Any
 
 from simagent.config import SessionOptions
 from simagent.tui.entries import ApprovalEntry, Conversation, PanelEntry
+from simagent.tui.model_choice import NO_MODEL_HELP, model_error_line, resumed_model
 from simagent.tui.status import StatusSnapshot
 
 Post = Callable[[Callable[[], None]], None]
 #: How often a provider retry's countdown redraws the bar (under a second, so the whole
 #: seconds it shows never skip one).
 RETRY_TICK_S = 0.25
-
-NO_MODEL_HELP = (
-    "No model is configured. Choose one with /model provider:model, e.g.\n"
-    "  /model anthropic:claude-sonnet-4-5      (needs ANTHROPIC_API_KEY)\n"
-    "  /model openai:gpt-5                      (needs OPENAI_API_KEY)\n"
-    "  /model ollama:qwen3:8b                   (a local Ollama server)\n"
-    "  /model openai-compatible:MODEL@http://127.0.0.1:8080/v1\n"
-    "  /model replay:canary                     (a bench trajectory: no key, no server)\n"
-    "To keep it, set model = \"...\" in .simagent/config.toml or $SIMAGENT_MODEL.")
-
 
 class TuiController:
     def __init__(self, opts: SessionOptions, post: Post | None = None,
@@ -53,6 +44,7 @@ class TuiController:
         self.runner: Any = None
         self.stats: Any = None
         self.draft = ""  # text to pre-fill the input with (a replay demo's prompt)
+        self.held = ""  # a message typed before any model was chosen (see submit)
         self.width = 80  # the terminal's columns, kept current by the app (for panels)
         self.quit_requested = False
         self._threads: list[threading.Thread] = []
@@ -74,6 +66,8 @@ class TuiController:
         try:
             self.config = Config.load(self.opts.workspace)
             spec, _where = self.config.model_spec(self.opts.model)
+            if self.opts.resuming and not self.opts.model:  # the conversation's own model
+                spec = resumed_model(self.opts) or spec
             model_error = self._resolve(spec) if spec else None
             self.session = Session.open(  # a replay workflow brings its simulator
                 self.opts, model=self.model_id, config=self.config,
@@ -120,7 +114,7 @@ class TuiController:
         try:
             resolved = resolve_model(spec, model_config=self.config.model_settings)
         except ModelError as exc:
-            return f"model {spec}: {exc}"
+            return model_error_line(spec, exc)
         self.resolved = resolved
         resolved.prepare_workspace(self.opts.workspace)
         if resolved.workflow is not None:  # a replay demo: its prompt, ready to send
@@ -362,10 +356,12 @@ class TuiController:
         if self.conversation.pending_approvals():
             self._answer(text)
             return True
-        if self.runner is None:
-            self.note("no model yet: choose one with /model provider:model "
+        if self.runner is None:  # keep the words, free the input line for /model
+            self.held = text
+            self.note("no model yet, so this was not sent: choose one with /model "
+                      "provider:model and your message comes back to the input line "
                       "(/help lists commands)", "warning")
-            return False
+            return True
         from simagent.tui.entries import UserEntry
 
         self.conversation.add(UserEntry(text))
@@ -549,6 +545,8 @@ class TuiController:
         if self._build_runner() is not None:
             self.resolved = previous
             return False
+        if self.held and not self.draft:  # the message refused for want of a model
+            self.draft, self.held = self.held, ""
         self.refresh_stats()
         return True
 

@@ -25,6 +25,7 @@ from simagent.agent.events import (
 )
 from simagent.headless import GUARD_NOTICES, context_line
 from simagent.kernel.terminal import TerminalBuffer
+from simagent.outcomes import outcome_of
 
 #: A tool card keeps at most this much live output (the full output is on disk).
 CARD_MAX_CHARS = 64 * 1024
@@ -87,7 +88,9 @@ class ToolCard:
     name: str
     args: dict[str, Any]
     agent: str = "main"
-    status: str = "requested"  # requested | running | success | error
+    status: str = "requested"  # requested | running | success | error | cancelled
+    #: How the call ended (``simagent.outcomes``), once it did; the card's mark reads it.
+    ended: str | None = None
     started: float | None = None
     elapsed_s: float | None = None
     content: str = ""
@@ -104,6 +107,15 @@ class ToolCard:
     def open(self) -> bool:
         """Not finished: requested (maybe waiting for approval) or running."""
         return self.status in ("requested", "running")
+
+    @property
+    def outcome(self) -> str:
+        """The ``simagent.outcomes`` key of the card's mark."""
+        if self.ended:
+            return self.ended
+        if self.status in ("requested", "cancelled", "error"):
+            return self.status
+        return "ok" if self.status == "success" else "requested"
 
     def elapsed(self, now: float | None = None) -> float:
         if self.elapsed_s is not None:
@@ -238,6 +250,8 @@ class Conversation:
 
     def _tool_start(self, event: ToolRequested | ToolStarted) -> None:
         card = self.cards.get(event.id) if event.id else None
+        if card is not None and not card.open:
+            card = None  # a provider reused an ended call's id: a new card, the old one stays
         if card is None:
             card = ToolCard(event.id, event.name, dict(event.args), event.agent)
             if event.id:
@@ -265,6 +279,7 @@ class Conversation:
             self.cards[event.id] = card
             self.add(card)
         card.status = "error" if event.status == "error" else "success"
+        card.ended = event.outcome or outcome_of(event.status)
         card.elapsed_s = event.elapsed_s
         card.content = event.content
         card.raw_path = getattr(event, "raw_path", None)

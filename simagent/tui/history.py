@@ -14,6 +14,7 @@ from typing import Any
 from simagent.agent.events import ContextEvent
 from simagent.context.events import CONTEXT_KINDS
 from simagent.headless import context_line
+from simagent.outcomes import outcome_of
 from simagent.trace.redact import redact
 from simagent.tui.entries import AssistantEntry, Entry, NoticeEntry, ToolCard, UserEntry
 
@@ -41,6 +42,7 @@ def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[E
             entries.append(card)
         elif ev.kind == "tool_result" and (card := cards.get(str(p.get("tool_call_id")))):
             card.status = "error" if p.get("status") == "error" else "success"
+            card.ended = p.get("outcome") or outcome_of(p.get("status"))
             card.content = str(p.get("content") or "")
             try:
                 card.elapsed_s = float(p.get("elapsed_s") or 0.0)

@@ -15,6 +15,7 @@ from typing import Any
 
 from simagent.headless import one_line
 from simagent.kernel_api.figures import parse_captions
+from simagent.outcomes import mark as outcome_mark
 from simagent.tui.entries import (
     NOTES_MAX_CHARS,
     TASK_TOOL,
@@ -46,8 +47,6 @@ EXPANDED_ROWS = 40
 REASONING_TAIL_ROWS = 3
 REASONING_TAIL_CHARS = 2_000
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-_STATUS_MARK = {"success": ("✓", "class:ok"), "error": ("✗", "class:error"),
-                "cancelled": ("■", "class:warning"), "requested": ("○", "class:dim")}
 #: Why an expanded card lists figure files instead of drawing them (said once per card).
 INLINE_IMAGES_NOTE = ("images are not drawn here: this full-screen UI repaints a text grid, "
                       "which would erase kitty/iTerm2/sixel pictures; open the file")
@@ -135,8 +134,9 @@ def _bounded(text: str, rows: int, width: int, style: str, raw_path: str | None,
 def card_header(card: ToolCard, width: int, now: float) -> Line:
     if card.running:
         mark, style = SPINNER[int(now * 10) % len(SPINNER)], "class:running"
-    else:
-        mark, style = _STATUS_MARK.get(card.status, ("·", "class:dim"))
+    else:  # from how it ended (simagent.outcomes), not from whether the tool returned
+        m = outcome_mark(card.outcome)
+        mark, style = m.glyph, f"class:{m.style}"
     who = "" if card.agent == "main" else f"[{card.agent}] "
     label = sanitize(f"{who}{tool_label(card)}")
     timed = card.started is not None or card.elapsed_s is not None

@@ -34,7 +34,7 @@ def _width(ctl: TuiController) -> int:
 def cmd_help(ctl: TuiController, arg: str) -> None:
     from simagent.tui.commands import help_text
 
-    ctl.panel("Help", help_text())
+    ctl.panel("Help", help_text(_width(ctl)))
 
 
 def cmd_context(ctl: TuiController, arg: str) -> None:
@@ -80,9 +80,12 @@ def cmd_model(ctl: TuiController, arg: str) -> None:
         ctl.note(f"model: {ctl.model_id}{where}" if ctl.model_id else
                  "no model configured; /model provider:model chooses one", "info")
         return
+    held = ctl.held
     if ctl.switch_model(arg):
         ctl.note(f"model: {ctl.model_id} (same conversation)", "info")
-        if ctl.draft:
+        if held and ctl.draft == held:
+            ctl.note("your message is back in the input line; Enter sends it", "info")
+        elif ctl.draft:
             ctl.note("replay demo: its prompt is in the input line; Enter sends it", "info")
 
 

@@ -1,0 +1,198 @@
+"""What a cancelled turn did to the kernel, told the same way to the person and the model.
+
+ctrl+C interrupts the running cell. A cell that ignores SIGINT is stopped by the
+recovery ladder instead: the kernel is restarted and earlier state-defining cells are
+replayed (``kernel/ladder.py``). Then "the kernel kept its state" is false: what the
+interrupted cell itself assigned is gone, and the ladder's notice says what came back.
+
+The graph's stream is closed once the turn is cancelled, so the interrupted call's
+result may never reach the saved state (the model would later read deepagents' generic
+"did not complete"), and the runner no longer reads the stream's ``tool_finished``. The
+recorder has written the real result to the trace all the same. :func:`settle` answers
+the thread's open calls from those recorded results (``resume_repair``), hands each one
+to the interfaces as a ``ToolFinished`` (card mark, headless line) and returns the
+accounts the turn's closing notice and ``--json`` report.
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from simagent.agent.events import Notice, ToolError, ToolFinished
+from simagent.outcomes import outcome_of
+
+#: Kernel states in which a cell (or the ladder's restart and replay) is still running.
+STOPPING = ("busy", "restarting", "starting")
+#: How long a new turn waits for an abandoned turn's cell to stop. The ladder bounds it
+#: (grace, restart, replay budget); this only keeps a wedged wait from holding forever.
+SETTLE_WAIT_S = 300.0
+_NAMES_SHOWN = 12
+#: What an abandoned turn left running -> (the trace's error message, the notice). A
+#: second ctrl+C may come while the cell, not the model, is still stopping.
+ABANDONED = {
+    "cell": ("turn abandoned: not waiting for the cell, still being stopped; its result "
+             "goes to the model at the next turn",
+             "Not waiting for the cell: it ignored the interrupt and is still being stopped "
+             "(the kernel is restarted and earlier state replayed if it does not stop); its "
+             "outcome is shown when it ends."),
+    "model": ("turn abandoned: the model call did not stop on cancel; its late reply will "
+              "be dropped",
+              "The model call did not stop; the turn was abandoned and its late reply will "
+              "be dropped."),
+}
+
+
+def assigned_names(code: str) -> list[str]:
+    """Names a cell binds at its top level (assignments, imports, defs, loops, ``with``)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    found: dict[str, None] = {}
+
+    def targets(node: ast.AST) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                found.setdefault(sub.id, None)
+
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            for t in (stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]):
+                targets(t)
+        elif isinstance(stmt, ast.Import | ast.ImportFrom):
+            for alias in stmt.names:
+                if alias.name != "*":
+                    found.setdefault((alias.asname or alias.name).split(".")[0], None)
+        elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found.setdefault(stmt.name, None)
+        elif isinstance(stmt, ast.For | ast.AsyncFor):
+            targets(stmt.target)
+        elif isinstance(stmt, ast.With | ast.AsyncWith):
+            for item in stmt.items:
+                if item.optional_vars is not None:
+                    targets(item.optional_vars)
+    return list(found)
+
+
+def lost_line(code: str, status: str, recovery: dict[str, Any] | None) -> str:
+    """What a cell restarted under it lost of its own work ("" when nothing was lost).
+
+    The ladder replays earlier cells; the interrupted one never finished, so it is not
+    among them and whatever it assigned is gone, even where the ladder says "earlier
+    state is restored"."""
+    if outcome_of(None, status, recovery) != "restarted":
+        return ""
+    back = set((recovery or {}).get("names") or ())  # an earlier replayed cell's
+    names = [n for n in assigned_names(code) if n not in back]
+    if not names:
+        return "this cell never finished; re-run it if you need its effects"
+    shown = ", ".join(names[:_NAMES_SHOWN]) + (", …" if len(names) > _NAMES_SHOWN else "")
+    return (f"this cell never finished, so the names it assigned are NOT back: {shown}; "
+            f"re-run what you need")
+
+
+def account(content: str) -> str:
+    """The kernel's notice at the end of a ``run_python`` result (``[...]``), or ""."""
+    text = content.strip()
+    if not text.endswith("]"):
+        return ""
+    start = 0 if text.startswith("[") else text.rfind("\n[") + 1
+    return text[start + 1:-1] if start or text.startswith("[") else ""
+
+
+def recorded_results(trace: Any, since_id: int) -> list[dict[str, Any]]:
+    """Main-agent ``tool_result`` payloads written after event ``since_id``."""
+    return [e.payload for e in trace.events(["tool_result"], after_id=since_id)
+            if (e.payload.get("agent") or "main") == "main"]
+
+
+def wait_for_kernel(session: Any, emit: Callable[[Any], None], limit_s: float) -> None:
+    """Wait (bounded) while a cell of an earlier, abandoned turn is still being stopped."""
+    if session.kernel_state not in STOPPING:
+        return
+    emit(Notice("waiting for the interrupted cell to stop (the kernel restarts it if it "
+                "ignores the interrupt) before this turn starts", level="warning"))
+    deadline = time.monotonic() + limit_s
+    while session.kernel_state in STOPPING and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def settle(session: Any, graph: Any, emit: Callable[[Any], None], since_id: int,
+           shown: Iterable[str] = (), *, wait: bool = False) -> list[dict[str, Any]]:
+    """Answer open calls from the trace and tell the interfaces how each one ended.
+
+    ``shown``: ids whose ``ToolFinished`` the interfaces already have; ``wait``: first
+    wait (bounded) for a cell an abandoned turn left stopping. Returns one
+    ``{tool_call_id, name, outcome, account}`` per recorded call that did not end ok.
+    """
+    from langchain_core.messages import ToolMessage
+
+    from simagent.agent.resume_repair import CANCELLED, repair
+
+    if wait:
+        wait_for_kernel(session, emit, SETTLE_WAIT_S)
+    results = recorded_results(session.trace, since_id)
+    recorded = {str(p.get("tool_call_id")): ToolMessage(
+        content=str(p.get("content") or ""), tool_call_id=str(p.get("tool_call_id")),
+        name=p.get("name"), status="error" if p.get("status") == "error" else "success")
+        for p in results}
+    repair(session, graph, recorded=recorded, answer=CANCELLED)
+    done = set(shown)
+    accounts = []
+    for p in results:
+        cid, outcome = str(p.get("tool_call_id")), p.get("outcome") or outcome_of(p.get("status"))
+        if cid not in done:
+            done.add(cid)
+            cls = ToolError if p.get("status") == "error" else ToolFinished
+            emit(cls(cid, str(p.get("name") or "?"), str(p.get("status") or "success"),
+                     str(p.get("content") or ""), float(p.get("elapsed_s") or 0.0),
+                     "main", None, outcome))
+        if outcome != "ok":
+            accounts.append({"tool_call_id": cid, "name": p.get("name"), "outcome": outcome,
+                             "account": account(str(p.get("content") or ""))})
+    return accounts
+
+
+def cancel_notice(accounts: list[dict[str, Any]], abandoned_cell: bool = False) -> str:
+    """The closing line of a cancelled turn: true about the kernel's state."""
+    said = {"restarted": "The cell did not stop on the interrupt, so the kernel was "
+                         "restarted: ",
+            "died": "The kernel died during the turn: "}
+    parts = [said[a["outcome"]] + (a["account"] or "its state may be lost")
+             for a in accounts if a["outcome"] in said]
+    if parts:
+        return "Turn cancelled. " + " ".join(parts)
+    if abandoned_cell:
+        return ("Turn cancelled without waiting for the cell: it is still being stopped; "
+                "the next turn waits for it and gets its outcome")
+    if any(a["outcome"] in ("interrupted", "timeout") for a in accounts):
+        return "Turn cancelled; the cell was interrupted and the kernel kept its state."
+    return "Turn cancelled; the kernel kept its state."
+
+
+def last_event_id(trace: Any) -> int:
+    """The id of the newest turn-opening event (what a turn's results follow)."""
+    last = trace.events(["session_start", "session_resume", "message_user", "hitl_response"])
+    return last[-1].id if last else 0
+
+
+def follow(session: Any, pump: Any, emit: Callable[[Any], None], since: int,
+           shown: set[str]) -> None:
+    """After an abandon that left a cell stopping: tell the person how it ended once it
+    has (the model is told at the next turn, which answers the call from the trace)."""
+    pump.join(SETTLE_WAIT_S)
+    for p in recorded_results(session.trace, since):
+        cid = str(p.get("tool_call_id"))
+        if cid in shown:
+            continue
+        shown.add(cid)
+        outcome = p.get("outcome") or outcome_of(p.get("status"))
+        content = str(p.get("content") or "")
+        emit(ToolFinished(cid, str(p.get("name") or "?"), str(p.get("status") or "success"),
+                          content, float(p.get("elapsed_s") or 0.0), "main", None, outcome))
+        if told := account(content):
+            emit(Notice(f"The interrupted cell has stopped: {told}",
+                        level="alert" if outcome in ("restarted", "died") else "warning"))

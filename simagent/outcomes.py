@@ -1,0 +1,60 @@
+"""How a tool call ended, and the mark every interface shows for it (one home).
+
+A card's mark must come from what actually happened, not from whether the tool
+function returned: ``run_python`` returns normally for a cell that raised, was
+interrupted, ran past its timeout or killed the kernel, so the tool message alone says
+"success". The kernel's execution status (``ExecResult.status``) and its recovery
+(``ExecResult.recovery``: was the kernel restarted?) say what the person must see. The
+TUI card, the headless stderr line and ``simagent transcript`` all read
+:func:`outcome_of` and :data:`MARKS`, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Mark:
+    glyph: str
+    style: str  # a TUI style class name (``class:<style>``); headless prints the glyph
+    word: str  # what headless and the transcript say
+
+
+#: Every outcome a finished (or never finished) tool call can have.
+MARKS: dict[str, Mark] = {
+    "ok": Mark("✓", "ok", "ok"),
+    "error": Mark("✗", "error", "error"),
+    "interrupted": Mark("■", "warning", "interrupted"),
+    "timeout": Mark("◷", "warning", "timed out"),
+    "died": Mark("✖", "alert", "kernel died"),
+    "restarted": Mark("↻", "alert", "kernel restarted"),
+    # the turn ended before the call had a result (a cancel, an abandoned turn)
+    "cancelled": Mark("□", "warning", "no result"),
+    "requested": Mark("○", "dim", "waiting"),
+}
+UNKNOWN = Mark("·", "dim", "?")
+
+
+def mark(outcome: str | None) -> Mark:
+    return MARKS.get(outcome or "", UNKNOWN)
+
+
+def outcome_of(status: str | None, exec_status: str | None = None,
+               recovery: Mapping[str, Any] | None = None) -> str:
+    """The outcome of one tool call.
+
+    ``status`` is the tool message's (``success``/``error``); ``exec_status`` the
+    kernel's for ``run_python`` (ok, error, interrupted, timeout, died); ``recovery`` the
+    ladder's record when it ran for that execution. A cell whose kernel was restarted
+    under it is ``restarted`` whatever stopped it: its own effects are gone.
+    """
+    if exec_status:
+        if recovery and recovery.get("restarted") and exec_status in ("interrupted",
+                                                                       "timeout"):
+            return "restarted"
+        if exec_status in MARKS:
+            return exec_status
+    return "error" if status == "error" else "ok"
