@@ -166,7 +166,8 @@ def test_private_dir_creates_and_tightens(tmp_path):
 
 def test_a_long_message_deepagents_offloads_is_private_and_redacted(workspace, monkeypatch):
     """deepagents saves a very long user message whole under the session's
-    ``conversation_history/`` through the back end: state like any other file."""
+    ``conversation_history/`` through the back end: state like any other file. The
+    tree is also walked while the databases are open, so their -wal/-shm files count."""
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
     from simagent.agent.scripted import ScriptedChatModel
@@ -180,11 +181,14 @@ def test_a_long_message_deepagents_offloads_is_private_and_redacted(workspace, m
         long = " ".join(f"w{i}" for i in range(45_000))
         assert TurnRunner(session, build_agent(session, model)).run(
             f"my key {OPENAI} {long}").status == "done"
+        home = Path(os.environ["SIMAGENT_HOME"])
+        open_dbs = [p.name for p in session.paths.root.glob("*.sqlite-*")]
+        assert {"trace.sqlite-wal", "checkpoints.sqlite-wal"} <= set(open_dbs)
+        assert _wrong_modes(home) == []  # while open: -wal and -shm files included
     finally:
         session.close()
     offloaded = list(session.paths.root.rglob("conversation_history/*"))
     assert offloaded  # deepagents did offload it
-    home = Path(os.environ["SIMAGENT_HOME"])
     assert _hits([home], [OPENAI]) == [] and _wrong_modes(home) == []
 
 
