@@ -174,8 +174,9 @@ def redact_data(value: Any) -> Any:
         return redact(value)
     if isinstance(value, Mapping):
         return {redact_data(k): redact_data(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(redact_data(v) for v in value)
+    if isinstance(value, list | tuple):  # a tuple comes back a plain tuple
+        items = [redact_data(v) for v in value]
+        return items if isinstance(value, list) else tuple(items)
     return value
 
 
