@@ -19,16 +19,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_wheel_installs_and_finds_content_and_runs_its_kernel(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(dist), str(ROOT)], check=True, capture_output=True)
+                    "-q", "-w", str(dist), str(ROOT)], check=True, capture_output=True,
+                   timeout=600)
     wheel = next(dist.glob("simagent-*.whl"))
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
     subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", str(wheel)],
-                   check=True, capture_output=True)
+                   check=True, capture_output=True, timeout=600)
     # Dependencies come from this test's environment, after the fresh venv's own packages.
     site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                          check=True, capture_output=True, text=True).stdout.strip()
+                          check=True, capture_output=True, text=True, timeout=120).stdout.strip()
     Path(site, "_deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
     probe = (
         "import simagent, simagent.paths as p\n"
@@ -57,7 +58,7 @@ def test_wheel_installs_and_finds_content_and_runs_its_kernel(tmp_path: Path) ->
     assert lines[-2] == str(Path(site) / "simagent" / "context" / "encodings")
     assert lines[-1] == "2"
     cli = subprocess.run([env_dir / "bin" / "simagent", "--version"], capture_output=True,
-                         text=True, env=env)
+                         text=True, env=env, timeout=120)
     assert cli.returncode == 0 and cli.stdout.startswith("simagent ")
     sims = subprocess.run([env_dir / "bin" / "simagent", "simulators", "--json"],
                           capture_output=True, text=True, env=env, timeout=120)

@@ -82,14 +82,14 @@ def test_tmux_card_ctrl_o_context_and_ctrl_c(pane, _state_home):
     assert "✓ run_python" in screen and "row 40" not in screen  # collapsed card
 
     pane.send("C-o")
-    expanded = pane.wait_for(lambda s: "row 40" in s, timeout=10)
+    expanded = pane.wait_for(lambda s: "row 40" in s, timeout=60)
     assert "row 59" in expanded and "Printed sixty rows." in expanded
     pane.send("C-o")
-    collapsed = pane.wait_for(lambda s: "row 40" not in s, timeout=10)
+    collapsed = pane.wait_for(lambda s: "row 40" not in s, timeout=60)
     assert "✓ run_python" in collapsed
 
     pane.type("/context")
-    panel = pane.wait_for(lambda s: "free space" in s, timeout=20)
+    panel = pane.wait_for(lambda s: "free space" in s, timeout=60)
     for category in ("system prompt", "tool schemas", "tool results", "Thresholds:"):
         assert category in panel
 
@@ -108,9 +108,9 @@ def test_tmux_card_ctrl_o_context_and_ctrl_c(pane, _state_home):
     assert slept["status"] == "interrupted", slept
 
     pane.send("C-c")
-    pane.wait_for(lambda s: "press ctrl+C again" in s, timeout=10)
+    pane.wait_for(lambda s: "press ctrl+C again" in s, timeout=60)
     pane.send("C-c")
-    done = pane.wait_for(lambda s: "SIMAGENT-EXITED-" in s, timeout=20)
+    done = pane.wait_for(lambda s: "SIMAGENT-EXITED-" in s, timeout=60)
     assert "SIMAGENT-EXITED-0" in done
     assert "simagent --resume" in done  # the session id is printed on the way out
 
