@@ -56,6 +56,9 @@ from simagent.paths import write_private
 REPLAY_CELL_S = 60.0
 #: Default total: replay stops before the replayed cells' recorded seconds pass this.
 REPLAY_TOTAL_S = 300.0
+#: Effect kinds a replay may repeat: making a folder that exists changes nothing, and a
+#: whole-file write is repeated only under the replay's backup (see the module doc).
+REPEATABLE = frozenset({"folder", "write"})
 #: Most bytes of files a replay backs up (and puts back) before rewriting them.
 BACKUP_MAX_BYTES = 256 << 20
 #: The current lineage id, in the session folder.
@@ -264,7 +267,7 @@ def select(records: Iterable[Mapping[str, Any]], budget: ReplayBudget = ReplayBu
         elif rec.get("secret"):
             plan.skipped.append(Skip(n, line, seconds, "secret",
                                      "it held a secret, which is not kept on disk"))
-        elif outside := fx.unrepeatable(fx.of(rec)):
+        elif outside := [e for e in fx.of(rec) if e.get("kind") not in REPEATABLE]:
             plan.skipped.append(Skip(n, line, seconds, "effects",
                                      fx.describe_all(outside, base), tuple(outside)))
         elif not budget.enabled:

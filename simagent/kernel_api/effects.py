@@ -21,12 +21,10 @@ replay makes new ones with new names, clobbering none (one moved into place afte
 is a write of its new name).
 
 One home for the format, both sides: the kernel half (:func:`install`) collects events
-between ``pre_run_cell`` and ``post_run_cell``, folds them into one effect per path
-(:func:`fold`) and writes them to ``<session>/kernel.effects.json`` before the cell's
-reply; the supervisor (:func:`take`) moves them into the execution's record. The words
-(:func:`describe`) serve the recovery account, ``/restore`` and the state card.
-
-Standard library only: it loads in every kernel at start.
+between ``pre_run_cell`` and ``post_run_cell``, folds them (:func:`fold`) and writes them
+to ``<session>/kernel.effects.json`` before the cell's reply; the supervisor
+(:func:`take`) moves them into the execution's record; :func:`describe` words them for
+the recovery account, ``/restore`` and the state card. Standard library only.
 """
 
 from __future__ import annotations
@@ -50,18 +48,12 @@ MAX_EFFECTS = 200
 #: Raw events kept per cell; past it a cell only counts them (a ``more`` effect).
 MAX_EVENTS = 5000
 
-#: Effect kinds. ``write``: the cell wrote the whole file (truncated or created it
-#: first); ``append``; ``modify``: changed in place (``r+``, ``os.truncate``);
-#: ``delete``; ``rename`` (``to``); ``folder`` (made one); ``database`` (opened an SQLite
-#: file, which may write it); ``process`` (``command``); ``signal`` (``pid``); ``link``;
-#: ``more`` (``count`` operations past :data:`MAX_EVENTS`, not recorded).
-KINDS = ("write", "append", "modify", "delete", "rename", "folder", "database",
-         "process", "signal", "link", "more")
-#: Kinds a replay may repeat: making a folder that exists changes nothing, and a whole
-#: file rewrite is repeated only under the replay's backup (see simagent.kernel.replay).
-REPEATABLE = frozenset({"folder", "write"})
-#: (present tense for what a replay would do, past tense for what a cell did).
-_VERBS = {
+#: Effect kinds with their verbs (present: what a replay would do; past: what a cell
+#: did). ``write``: the whole file (truncated or created first); ``modify``: in place
+#: (``r+``, ``os.truncate``); ``rename``/``link`` carry ``to``; ``database``: an SQLite
+#: file opened (it may be written); ``process``: ``command``; ``signal``: ``pid``;
+#: ``more``: ``count`` operations past the caps, not recorded.
+VERBS = {
     "write": ("writes", "wrote"), "append": ("appends", "appended"),
     "modify": ("modifies", "modified"), "delete": ("deletes", "deleted"),
     "rename": ("renames", "renamed"), "folder": ("creates folder", "created folder"),
@@ -82,7 +74,7 @@ def describe(effect: Mapping[str, Any], base: str | os.PathLike[str] | None = No
     """``appends results.csv`` (``past``: ``appended results.csv``); paths inside
     ``base`` are shown relative to it."""
     kind = str(effect.get("kind") or "?")
-    verb = _VERBS.get(kind, (kind, kind))[1 if past else 0]
+    verb = VERBS.get(kind, (kind, kind))[1 if past else 0]
     if kind == "process":
         times = int(effect.get("times") or 1)
         return f"{verb} `{effect.get('command') or '?'}`" + (f" ({times} times)"
@@ -118,11 +110,6 @@ def shown_path(path: str, base: str | os.PathLike[str] | None = None) -> str:
     if home not in ("", "/") and path.startswith(home + os.sep):
         return "~" + path[len(home):]
     return path
-
-
-def unrepeatable(effects: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The effects a replay must not repeat (anything but whole-file writes and folders)."""
-    return [dict(e) for e in effects if e.get("kind") not in REPEATABLE]
 
 
 def of(record: Mapping[str, Any]) -> list[dict[str, Any]]:
