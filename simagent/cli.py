@@ -637,6 +637,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return exit_codes.OK
     try:
+        from simagent.cli_input import undecodable_argument
+
+        if (line := undecodable_argument(vars(args))) is not None:
+            raise CliError(line)
         return handler(args)
     except CliError as exc:
         print(f"simagent: error: {exc}", file=sys.stderr)

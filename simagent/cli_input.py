@@ -17,7 +17,7 @@ def argv_text(text: str) -> str:
     stderr line says so: the turn still runs on the words that did decode, which is what
     someone whose terminal sent one Latin-1 byte expects, and nothing is changed silently.
     """
-    if not any("\udc80" <= ch <= "\udcff" for ch in text):
+    if not _has_surrogates(text):
         return text
     raw = os.fsencode(text)
     bad = sorted({f"\\x{b:02x}" for b in raw if b >= 0x80})
@@ -26,6 +26,28 @@ def argv_text(text: str) -> str:
           "each is sent as \ufffd — set a UTF-8 locale to send such characters as typed",
           file=sys.stderr)
     return fixed
+
+
+def _has_surrogates(text: str) -> bool:
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def undecodable_argument(values: dict[str, object], *, prose: tuple[str, ...] = ("prompt",)
+                         ) -> str | None:
+    """One line naming a command-line value (a path, a model, an id) whose bytes are not
+    UTF-8, or None. Unlike the prompt, such a value cannot be repaired: a replaced byte
+    would name another file, and the trace, checkpoints and providers all store UTF-8.
+    ``prose`` names the values :func:`argv_text` repairs instead."""
+    for key, value in values.items():
+        if key in prose:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and _has_surrogates(item):
+                bad = ", ".join(sorted({f"\\x{b:02x}" for b in os.fsencode(item) if b >= 0x80}))
+                shown = os.fsencode(item).decode("utf-8", errors="replace")
+                return (f"{key.replace('_', ' ')} {shown!r} has bytes that are not UTF-8 "
+                        f"({bad}); use a UTF-8 name (rename the file or folder)")
+    return None
 
 
 def unwritable(exc: OSError, workspace: str | os.PathLike[str] | None = None) -> str | None:

@@ -72,6 +72,23 @@ def test_a_prompt_byte_that_is_not_utf8_is_replaced_and_said(workspace, tmp_path
     assert [s["id"] for s in sessions(workspace)] == [out["session_id"]]
 
 
+def test_a_path_whose_bytes_are_not_utf8_is_refused_before_any_session(workspace, tmp_path):
+    """A prompt is prose (a replaced byte keeps its meaning); a path is a name (a replaced
+    byte names another file), so it is refused with exit 2 instead."""
+    script = os.fsencode(tmp_path) + b"/caf\xe9.json"
+    Path(os.fsdecode(script)).write_text(json.dumps([{"final": "x"}]))
+    proc = cli(workspace, "run", "--model", b"scripted:" + script, "hi")
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("simagent: error: model ") and "not UTF-8 (\\xe9)" in line
+    odd = os.fsencode(tmp_path) + b"/w\xe9"
+    os.mkdir(odd)
+    proc = cli(workspace, "run", "--model", scripted(tmp_path, [{"final": "x"}]),
+               "--workspace", odd, "hi")
+    assert proc.returncode == 2 and "workspace " in proc.stderr, proc.stderr
+    assert sessions(workspace) == [] and "internal error" not in proc.stderr
+
+
 # ------------------------------------------------------- item 9: empty prompts
 @pytest.mark.parametrize("prompt", ["", "   "])
 def test_an_empty_prompt_is_refused_and_leaves_no_session(workspace, tmp_path, prompt):
