@@ -115,7 +115,7 @@ def test_whole_file_writes_and_folders_replay_under_a_bounded_backup() -> None:
     plan = select(records, sizes={f"{W}/data.txt": 10, f"{W}/big.h5": BACKUP_MAX_BYTES},
                   base=W)
     assert [c.n for c in plan.run] == [1, 3]  # data.txt is backed up once: 10 bytes
-    assert plan.writes == [f"{W}/data.txt"]
+    assert plan.writes == [W, f"{W}/data.txt"]  # the folder too: removed if it was absent
     assert [(s.n, s.kind) for s in plan.skipped] == [(2, "effects")]
     assert "writes big.h5, more than the 256 MiB a replay backs up" == plan.skipped[0].why
     # a file whose size is unknown (not measured) is never rewritten
@@ -151,6 +151,20 @@ def test_backup_puts_files_back_and_removes_the_ones_that_were_absent(tmp_path: 
     assert backup.put_back(folder) == []
     assert kept.read_text() == "one\n" and kept.stat().st_mtime_ns == 1_000_000_000
     assert not absent.exists() and not folder.exists()
+
+
+def test_backup_removes_folders_the_replay_made_but_keeps_ones_with_other_files(
+        tmp_path: Path) -> None:
+    made, busy = tmp_path / "made" / "deep", tmp_path / "busy"
+    folder = tmp_path / "bk"
+    backup.save(folder, [str(tmp_path / "made"), str(made), str(made / "f.txt"), str(busy)])
+    made.mkdir(parents=True)
+    (made / "f.txt").write_text("by the replay")
+    busy.mkdir()
+    (busy / "theirs.txt").write_text("someone else's")
+    assert backup.put_back(folder) == []
+    assert not (tmp_path / "made").exists()
+    assert (busy / "theirs.txt").exists()
 
 
 def test_a_backup_left_by_a_killed_replay_is_restored_first(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ cell may read it back, so its state needs the write. But the file on disk must n
 different because the kernel restarted: the content a replay writes can differ (a time
 stamp, an unseeded random draw, a later cell that changed the file and is not replayed).
 So before the replay each such file is copied aside (``shutil.copy2``: bytes, mode and
-times), and after it every one is put back; a file that did not exist is removed.
+times), and after it every one is put back; a file (or an empty folder) that did not
+exist is removed.
 
 Crash safety: the copies are complete before the manifest that names them is written
 (atomically), so a manifest always names whole copies; a process killed mid-replay
@@ -15,6 +16,7 @@ before anything else. Putting back is idempotent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -43,8 +45,10 @@ def save(folder: Path, paths: Iterable[str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     entries: dict[str, str | None] = {}
     for i, path in enumerate(dict.fromkeys(paths)):
-        if not os.path.isfile(path):
-            entries[path] = None
+        if os.path.isdir(path):
+            continue  # a folder that exists stays as it is
+        if not os.path.lexists(path):
+            entries[path] = None  # absent: removed again after the replay
             continue
         name = f"{i:04d}"
         shutil.copy2(path, folder / (name + ".part"))
@@ -64,10 +68,17 @@ def put_back(folder: Path) -> list[str]:
         shutil.rmtree(folder, ignore_errors=True)  # no manifest: the replay never began
         return []
     failed = []
-    for path, name in entries.items():
+    # files first, then what was absent, deepest first (a file before its new folder)
+    order = [p for p, n in entries.items() if n is not None] + sorted(
+        (p for p, n in entries.items() if n is None), key=len, reverse=True)
+    for path in order:
+        name = entries[path]
         try:
             if name is None:
-                if os.path.lexists(path):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    with contextlib.suppress(OSError):  # not empty: something else is in it
+                        os.rmdir(path)
+                elif os.path.lexists(path):
                     os.remove(path)
                 continue
             tmp = f"{path}.simagent-restore"

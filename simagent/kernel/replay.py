@@ -28,8 +28,8 @@ The rules, and why:
   A cell whose only effects are whole-file writes (the file truncated or created first)
   and folders *is* replayed, under a backup: every file those cells write is copied
   aside before the replay and put back byte for byte after it (one absent before is
-  removed), so a cell that writes a file and reads it back rebuilds its state and no
-  file ends different. Files too big to back up (:data:`BACKUP_MAX_BYTES` in all) make
+  removed, like a folder it made), so a cell that writes a file and reads it back
+  rebuilds its state and no file ends different. Files too big to back up (:data:`BACKUP_MAX_BYTES` in all) make
   their cell a listed skip instead.
 * **Secrets.** A record's code is kept redacted (``[redacted:NAME]`` for a key typed
   into the cell); such a record has ``secret`` set and is never replayed: the kept code
@@ -100,7 +100,8 @@ class ReplayBudget:
 
 @dataclass(frozen=True)
 class Cell:
-    """One earlier execution to re-run; ``writes``: files it rewrites (backed up)."""
+    """One earlier execution to re-run; ``writes``: files it rewrites (backed up) and
+    folders it makes (removed after the replay if they were absent before it)."""
 
     n: int
     code: str
@@ -284,6 +285,7 @@ def select(records: Iterable[Mapping[str, Any]], budget: ReplayBudget = ReplayBu
         else:
             writes = tuple(dict.fromkeys(
                 str(e["path"]) for e in fx.of(rec) if e.get("kind") == "write"))
+            folders = tuple(str(e["path"]) for e in fx.of(rec) if e.get("kind") == "folder")
             new = [p for p in writes if p not in backed]
             need = sum(sizes.get(p, BACKUP_MAX_BYTES + 1) or 0 for p in new)
             if backup + need > BACKUP_MAX_BYTES:
@@ -295,7 +297,7 @@ def select(records: Iterable[Mapping[str, Any]], budget: ReplayBudget = ReplayBu
             backup += need
             backed.update(new)
             total += seconds
-            plan.run.append(Cell(n, code, seconds, writes))
+            plan.run.append(Cell(n, code, seconds, folders + writes))
     return plan
 
 
