@@ -338,3 +338,25 @@ def test_the_tui_with_a_read_only_state_home_names_it(workspace, tmp_path, _stat
     text = " ".join(screen.split())
     assert f"cannot write simagent's state folder {_state_home}" in text, text
     assert "SIMAGENT_HOME" in text and "OSError" not in text
+
+
+def test_the_tui_shows_a_huge_message_moved_to_a_file(workspace, tmp_path):
+    """The same notice in the TUI as on headless stderr, from the same event."""
+    from simagent.config import SessionOptions
+    from simagent.tui.controller import TuiController
+    from simagent.tui.entries import NoticeEntry
+
+    model = scripted(tmp_path, [{"final": "Read it."}])
+    ctl = TuiController(SessionOptions(workspace=workspace, model=model))
+    try:
+        assert ctl.open()
+        assert ctl.submit("measure this:\n" + "0.125 0.25 0.5\n" * 20_000)
+        ctl.wait(120)
+        notes = [e.text for e in ctl.conversation.entries if isinstance(e, NoticeEntry)
+                 and "your message" in e.text]
+        assert len(notes) == 1, [getattr(e, "text", e) for e in ctl.conversation.entries]
+        path = re.search(r"is saved to (\S+\.md);", notes[0]).group(1)
+        assert Path(path).parent == ctl.session.paths.conversation_history
+        assert Path(path).read_text().startswith("measure this:")
+    finally:
+        ctl.close()
