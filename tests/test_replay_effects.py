@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from simagent.kernel import Kernel
-from simagent.kernel import backup
+from simagent.kernel import Kernel, backup
 from simagent.kernel.ladder import Recovery
 from simagent.kernel.replay import BACKUP_MAX_BYTES, Skip, load_records, select
 from simagent.kernel_api import effects as fx
@@ -117,7 +116,7 @@ def test_whole_file_writes_and_folders_replay_under_a_bounded_backup() -> None:
     assert [c.n for c in plan.run] == [1, 3]  # data.txt is backed up once: 10 bytes
     assert plan.writes == [W, f"{W}/data.txt"]  # the folder too: removed if it was absent
     assert [(s.n, s.kind) for s in plan.skipped] == [(2, "effects")]
-    assert "writes big.h5, more than the 256 MiB a replay backs up" == plan.skipped[0].why
+    assert plan.skipped[0].why == "writes big.h5, more than the 256 MiB a replay backs up"
     # a file whose size is unknown (not measured) is never rewritten
     assert [c.n for c in select(records[:1]).run] == []
     # an absent file costs no backup: replay may make it (and removes it afterwards)
@@ -230,6 +229,9 @@ def test_the_kernel_records_deletes_renames_and_processes(kernel: Kernel,
         "!echo hi": [("process", "echo hi")],
         "import os\nos.makedirs('out/a', exist_ok=True)": [("folder", "out"),
                                                           ("folder", "out/a")],
+        "import sqlite3\nsqlite3.connect('r.db').close()": [("database", "r.db")],
+        "import sqlite3\nsqlite3.connect('file:r.db?mode=ro', uri=True).close()": [],
+        "import sqlite3\nsqlite3.connect(':memory:').close()": [],
     }
     for code, want in cases.items():
         assert short(effects_of(kernel, code), workspace) == want, code

@@ -7,8 +7,8 @@ from a snapshot of the runtime (:func:`simagent.session.Session.state_snapshot`)
 user's names with type and shape (largest first), imports and functions, the simulator's
 registry objects with the fields its ``simulator.toml`` names, figures made and files
 written in the session, and what the latest cells did outside the kernel ("_out[3]
-appended results.csv", from the execution records' ``effects``). No prose, no model call, so it costs nothing to make, works in
-replay, and cannot hallucinate a variable.
+appended results.csv", from the execution records' ``effects``). No prose, no model
+call, so it costs nothing to make, works in replay, and cannot hallucinate a variable.
 
 The card is bounded (``[context] state_card_tokens``, default
 :data:`simagent.context.thresholds.STATE_CARD_TOKENS`): names are dropped smallest first,

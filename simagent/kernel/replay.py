@@ -29,8 +29,8 @@ The rules, and why:
   and folders *is* replayed, under a backup: every file those cells write is copied
   aside before the replay and put back byte for byte after it (one absent before is
   removed, like a folder it made), so a cell that writes a file and reads it back
-  rebuilds its state and no file ends different. Files too big to back up (:data:`BACKUP_MAX_BYTES` in all) make
-  their cell a listed skip instead.
+  rebuilds its state and no file ends different. Files too big to back up
+  (:data:`BACKUP_MAX_BYTES` in all) make their cell a listed skip instead.
 * **Secrets.** A record's code is kept redacted (``[redacted:NAME]`` for a key typed
   into the cell); such a record has ``secret`` set and is never replayed: the kept code
   is not what ran. It is listed ("it held a secret, not kept on disk").

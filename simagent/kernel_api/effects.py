@@ -11,8 +11,8 @@ by a Python audit hook (:pep:`578`): ``open`` with its flags, ``os.remove``/``un
 
 Not seen (documented limits): writes by native code that opens files itself (HDF5,
 NetCDF, a compiled simulator), what a started process or a forked child then does,
-network traffic, and anything a module does while it is being imported (imports write
-caches: ``__pycache__``, matplotlib's font list; a replay imports afresh anyway).
+what a thread the cell started does after the cell ended, network traffic, and what a
+module does while it is imported (imports write caches: ``__pycache__``, font lists).
 
 Noise left out: the kernel's own files (the session folder, IPython's profile and
 history), caches (``~/.cache``, matplotlib's config folder, ``__pycache__``), ``/dev``,
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 import threading
@@ -166,9 +167,8 @@ def fold(events: Iterable[tuple[str, str, dict[str, Any]]]) -> list[dict[str, An
                 dst.update(kind="write", made=dst["made"] or dst["kind"] is None)
             else:
                 e.update(kind=op, to=to)
-        elif op in ("folder", "database"):
-            if e["kind"] is None:
-                e.update(kind=op, made=op == "folder")
+        elif op in ("folder", "database") and e["kind"] is None:
+            e.update(kind=op, made=op == "folder")
     out = [{"kind": s["kind"], "path": p, **({"to": s["to"]} if "to" in s else {})}
            for p, s in state.items() if s["kind"] is not None]
     seen: dict[str, dict[str, Any]] = {}
@@ -193,7 +193,7 @@ def finish(effects: list[dict[str, Any]]) -> dict[str, Any]:
     if len(effects) > MAX_EFFECTS:
         rest = sum(int(e.get("count") or 1) if e["kind"] == "more" else 1
                    for e in effects[MAX_EFFECTS - 1:])
-        effects = effects[:MAX_EFFECTS - 1] + [{"kind": "more", "count": rest}]
+        effects = [*effects[:MAX_EFFECTS - 1], {"kind": "more", "count": rest}]
     for e in effects:
         if e["kind"] == "write":
             try:
@@ -255,11 +255,11 @@ class Recorder:
         if op == "rename" and self._noise(path) and not self._noise(extra["to"]):
             to = extra["to"]  # a temp file moved into place: a whole write of its target
             op, path, extra = "write", to, {"existed": os.path.lexists(to)}
-        if op not in ("process", "signal"):
-            # the same operation again on a path (a loop reopening one file) folds to
-            # nothing new: skip it before the stack walks, which cost the most
-            if self._noise(path) or self.last.get(path) == op:
-                return
+        # the same operation again on a path (a loop reopening one file) folds to
+        # nothing new: skip it before the stack walks, which cost the most
+        if op not in ("process", "signal") and (self._noise(path)
+                                                or self.last.get(path) == op):
+            return
         if len(self.events) >= MAX_EVENTS:
             with self.lock:
                 self.dropped += 1
@@ -268,7 +268,7 @@ class Recorder:
             return  # a folder "opened": tempfile's opener makes the real file
         if op == "write" and "existed" not in extra:
             extra = {"existed": os.path.lexists(path)}
-        if op in ("create", "folder") and _caller_in("tempfile.py"):
+        if op in ("create", "folder") and _on_stack(_TEMPFILE):
             self.fresh.append(path.rstrip("/") + "/")
             return
         with self.lock:
@@ -333,24 +333,22 @@ def _norm(path: Any) -> str:
     return os.path.abspath(os.fspath(path))
 
 
+def _on_stack(match: Any) -> bool:
+    """Whether a frame on the calling stack has a file name ``match`` accepts."""
+    f = sys._getframe(1)
+    while f is not None:
+        if match(f.f_code.co_filename):
+            return True
+        f = f.f_back
+    return False
+
+
+_TEMPFILE = re.compile(r"(^|/)tempfile\.py$").search
+
+
 def _importing() -> bool:
     """Whether the event comes from a module being imported (importlib's frames)."""
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
-            return True
-        f = f.f_back
-    return False
-
-
-def _caller_in(filename: str) -> bool:
-    """Whether a module named ``filename`` (``tempfile.py``) is on the stack."""
-    f = sys._getframe(1)
-    while f is not None:
-        if os.path.basename(f.f_code.co_filename) == filename:
-            return True
-        f = f.f_back
-    return False
+    return _on_stack(lambda name: name.startswith("<frozen importlib._bootstrap"))
 
 
 def _path_arg(value: Any, dir_fd: Any = None) -> str | None:
@@ -362,7 +360,7 @@ def _path_arg(value: Any, dir_fd: Any = None) -> str | None:
 
 
 def _on_open(rec: Recorder, args: tuple[Any, ...]) -> tuple[str, str, dict] | None:
-    path, _mode, flags = (tuple(args) + (None, None, 0))[:3]
+    path, _mode, flags = (*args, None, None, 0)[:3]
     flags = int(flags or 0)
     if not flags & _ACCESS or (_O_TMPFILE and flags & _O_TMPFILE == _O_TMPFILE):
         return None  # read-only, or an unnamed temp file
@@ -412,11 +410,13 @@ def _process(index: int):
 
 
 def _database(rec: Recorder, args: tuple[Any, ...]):
-    db = args[0] if args else None
-    if not isinstance(db, (str, bytes, os.PathLike)) or os.fsdecode(db) in ("", ":memory:") \
-            or os.fsdecode(db).startswith("file:"):
-        return None
-    return "database", _norm(db), {}
+    """An SQLite file opened writable (a ``file:`` URI with ``mode=ro`` is a read)."""
+    db = os.fsdecode(args[0]) if args and isinstance(args[0], (str, bytes, os.PathLike)) else ""
+    if db.startswith("file:"):
+        db, _, query = db[5:].partition("?")
+        if "mode=ro" in query or "immutable=1" in query or "mode=memory" in query:
+            return None
+    return None if db in ("", ":memory:") else ("database", _norm(db), {})
 
 
 def _fork() -> tuple[str, str, dict]:
