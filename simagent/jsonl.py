@@ -27,3 +27,16 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         if isinstance(row, dict):
             out.append(row)
     return out
+
+
+def drop_torn_tail(path: Path) -> None:
+    """Cut a torn last line (no newline: the writer was killed mid-write) off ``path``
+    before appending to it; else the next record would be glued to the fragment and
+    lost with it."""
+    try:
+        with Path(path).open("rb+") as fh:
+            data = fh.read()
+            if data and not data.endswith(b"\n"):
+                fh.truncate(data.rfind(b"\n") + 1)
+    except FileNotFoundError:
+        return

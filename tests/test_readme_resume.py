@@ -1,0 +1,109 @@
+"""README claims about what survives an interruption (issue 27), each driven through the
+real process: a SIGKILLed bench resumed by a new one, a replay stopped by ctrl+C from the
+TUI, a ``/restore`` in a session that a second process resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+VOLATILE = {"wall_s"}  # the one field that measures the machine, not the run
+#: Token and cost figures: each run's random session id is in the paths the prompt shows,
+#: so two identical runs differ by a few tokens (and the simulated prompt cache by a
+#: 128-token block); these are compared within 2 % or 128 tokens.
+MEASURED = {"tokens_in", "peak_tokens", "max_request_tokens", "per_call_tokens", "layers",
+            "cost_usd", "cost_usd_cached", "cache"}
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, int) and isinstance(b, int):  # tokens: 2 %, or one 128-token cache
+        return abs(a - b) <= max(0.02 * max(abs(a), abs(b)), 128)  # block of a few ids
+    if isinstance(a, float) and isinstance(b, float):  # dollars
+        return abs(a - b) <= 0.02 * max(abs(a), abs(b))
+    return a == b
+
+
+def _pinned_git(tmp: Path) -> dict[str, str]:
+    """A git directory with one fixed commit: the bench keys rows by ``git rev-parse
+    HEAD``, which other work may move while the test runs."""
+    repo = tmp / "pin"
+    repo.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_AUTHOR_DATE": "2020-01-01T00:00:00", "GIT_COMMITTER_DATE": "2020-01-01T00:00:00"}
+    for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "pin"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True, timeout=60,
+                       capture_output=True)
+    return {"GIT_DIR": str(repo / ".git")}
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [{k: v for k, v in json.loads(line).items() if k not in VOLATILE}
+            for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_killed_bench_resumes_skips_finished_rows_and_repairs_a_torn_line(tmp_path):
+    """"An interrupted ``make run`` resumes where it stopped": SIGKILL after the first
+    row, a torn half line at the end of ``records.jsonl`` (what a kill during the write
+    leaves), then a new run: the finished row is kept byte for byte and not redone, the
+    torn line is gone, and the records equal an uninterrupted run's."""
+    # both runs use the same paths (renamed in between): the requests show them, so
+    # their token counts depend on them
+    home, out = tmp_path / "home", tmp_path / "out"
+    env = {**os.environ, "SIMAGENT_HOME": str(home), **_pinned_git(tmp_path)}
+    cmd = [sys.executable, "-m", "simagent", "bench", "run", "canary", "--policy",
+           "raw,simagent,truncate", "--out", str(out), "--json"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ref = out.rename(tmp_path / "ref")
+    home.rename(tmp_path / "ref-home")
+    expected = _rows(ref / "records.jsonl")
+    assert [r["policy"] for r in expected] == ["raw", "simagent", "truncate"]
+
+    records = out / "records.jsonl"
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (records.exists() and records.read_text().endswith("\n")):
+            assert proc.poll() is None, "the bench ended before it could be killed"
+            assert time.monotonic() < deadline, "no row within 300 s"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    kept = records.read_text()
+    assert 1 <= len(kept.splitlines()) < 3, "killed after the first row, before the last"
+    finished = len(kept.splitlines())
+    torn = json.dumps(json.loads(
+        (ref / "records.jsonl").read_text().splitlines()[finished]))[:300]
+    with records.open("a") as fh:
+        fh.write(torn)  # a kill in the middle of the next row's write
+
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(again.stdout)["rows"] == 3
+    text = records.read_text()
+    assert text.startswith(kept), "a finished row was rewritten"
+    assert torn not in text.splitlines(), "the torn line is still there"
+    got = _rows(records)
+    assert [r["run"] for r in got] == [r["run"] for r in expected]
+    for a, b in zip(got, expected, strict=True):
+        assert a.keys() == b.keys()
+        assert {k: a[k] for k in a.keys() - MEASURED} == {k: b[k] for k in b.keys() - MEASURED}
+        assert all(_close(a[k], b[k]) for k in MEASURED & a.keys()), \
+            {k: (a[k], b[k]) for k in MEASURED & a.keys() if not _close(a[k], b[k])}
+    assert text.endswith("\n") and len(text.splitlines()) == 3
