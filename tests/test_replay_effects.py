@@ -237,6 +237,19 @@ def test_the_kernel_records_deletes_renames_and_processes(kernel: Kernel,
         assert short(effects_of(kernel, code), workspace) == want, code
 
 
+def test_a_library_writing_at_import_is_not_an_effect_but_a_user_module_is(
+        kernel: Kernel, workspace: Path, tmp_path: Path) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "somelib.py").write_text(f"import subprocess\nsubprocess.run(['true'])\n"
+                                    f"open({str(tmp_path / 'cache.bin')!r}, 'w').close()\n")
+    (workspace / "mymod.py").write_text("open('imported.txt', 'a').write('x')\n")
+    assert effects_of(kernel, f"import sys\nsys.path.insert(0, {str(lib)!r})\n"
+                              "import somelib") == []
+    assert (tmp_path / "cache.bin").exists()
+    assert short(effects_of(kernel, "import mymod"), workspace) == [("append", "imported.txt")]
+
+
 def test_the_kernels_own_files_caches_temp_files_and_imports_are_not_effects(
         kernel: Kernel, workspace: Path) -> None:
     cases = [

@@ -3,22 +3,18 @@
 Replay after a kernel restart (:mod:`simagent.kernel.replay`) re-runs earlier cells; a
 cell that appended to ``results.csv`` would append again. So each execution's record
 (``outputs/NNNN.json``, key ``effects``) lists its *effects*, seen from inside the kernel
-by a Python audit hook (:pep:`578`): ``open`` with its flags, ``os.remove``/``unlink``/
-``rmdir``, ``os.rename``/``replace``, ``shutil.rmtree``, ``os.truncate``, ``os.mkdir``,
-``sqlite3.connect``, ``subprocess.Popen``, ``os.system``, ``os.exec*``, ``os.spawn*``,
-``os.posix_spawn``, ``os.fork``, ``os.kill``. ``pathlib``, ``numpy.savetxt``, pandas'
-``to_csv``, ``shutil.copyfile`` and ``%%writefile`` all go through ``open`` and are seen.
+by a Python audit hook (:pep:`578`; the events are :data:`_HANDLERS`' keys). ``pathlib``,
+``numpy.savetxt``, pandas' ``to_csv``, ``shutil.copyfile`` and ``%%writefile`` go
+through ``open`` and are seen.
 
 Not seen (documented limits): writes by native code that opens files itself (HDF5,
 NetCDF, a compiled simulator), what a started process or a forked child then does,
 what a thread the cell started does after the cell ended, network traffic, and what a
-module does while it is imported (imports write caches: ``__pycache__``, font lists).
-
-Noise left out: the kernel's own files (the session folder, IPython's profile and
-history), caches (``~/.cache``, matplotlib's config folder, ``__pycache__``), ``/dev``,
-``/proc``, ``/sys``, and files and folders made new by the ``tempfile`` module: a
-replay makes new ones with new names, clobbering none (one moved into place afterwards
-is a write of its new name).
+library does while it is imported (caches, ``find_library``'s processes; a module in
+the kernel's folder is recorded). Noise left out: the kernel's own files (the session
+folder, IPython's), caches (``~/.cache``, matplotlib's, ``__pycache__``), ``/dev``,
+``/proc``, ``/sys``, and what the ``tempfile`` module makes: a replay makes new names,
+clobbering none (a temp file moved into place is a write of its new name).
 
 One home for the format, both sides: the kernel half (:func:`install`) collects events
 between ``pre_run_cell`` and ``post_run_cell``, folds them (:func:`fold`) and writes them
@@ -34,6 +30,7 @@ import os
 import re
 import shlex
 import sys
+import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -225,7 +222,7 @@ class Recorder:
     def __init__(self, session_dir: str | None, ignore: Iterable[str]) -> None:
         self.session_dir = session_dir
         self.ignore = tuple(sorted({_norm(p).rstrip("/") + "/" for p in ignore if p}))
-        _tempdir()
+        tempfile.gettempdir()  # cached now: its first call writes a probe file
         self.active = False
         self.events: list[tuple[str, str, dict[str, Any]]] = []
         self.fresh: list[str] = []  # made new by the tempfile module this cell
@@ -321,12 +318,6 @@ class Recorder:
             pass
 
 
-def _tempdir() -> str:
-    import tempfile
-
-    return tempfile.gettempdir()  # cached now: its first call writes a probe file
-
-
 def _norm(path: Any) -> str:
     if isinstance(path, bytes):
         path = os.fsdecode(path)
@@ -347,8 +338,19 @@ _TEMPFILE = re.compile(r"(^|/)tempfile\.py$").search
 
 
 def _importing() -> bool:
-    """Whether the event comes from a module being imported (importlib's frames)."""
-    return _on_stack(lambda name: name.startswith("<frozen importlib._bootstrap"))
+    """Whether the event comes from a library being imported: importlib's frames are
+    reached before any frame of a file in the kernel's folder (a module of the user's
+    own that writes when imported is recorded)."""
+    mine = os.getcwd().rstrip("/") + "/"
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if name.startswith("<frozen importlib._bootstrap"):
+            return True
+        if name.startswith(mine):
+            return False
+        f = f.f_back
+    return False
 
 
 def _path_arg(value: Any, dir_fd: Any = None) -> str | None:
@@ -376,13 +378,14 @@ def _on_open(rec: Recorder, args: tuple[Any, ...]) -> tuple[str, str, dict] | No
     return "modify", p, {}
 
 
-def _command(args: Any) -> str:
+def _process(args: Any) -> tuple[str, str, dict]:
+    """A started process, named by its command line (one line, 80 characters at most)."""
     if isinstance(args, bytes):
         args = os.fsdecode(args)
     if isinstance(args, (list, tuple)):
         args = shlex.join(os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in args)
     text = " ".join(str(args).split())
-    return text if len(text) <= 80 else text[:79] + "…"
+    return "process", "", {"command": text if len(text) <= 80 else text[:79] + "…"}
 
 
 def _file_op(op: str, dir_fd_at: int | None = 1):
@@ -403,12 +406,6 @@ def _two_paths(op: str):
     return handler
 
 
-def _process(index: int):
-    def handler(rec: Recorder, args: tuple[Any, ...]):
-        return "process", "", {"command": _command(args[index])}
-    return handler
-
-
 def _database(rec: Recorder, args: tuple[Any, ...]):
     """An SQLite file opened writable (a ``file:`` URI with ``mode=ro`` is a read)."""
     db = os.fsdecode(args[0]) if args and isinstance(args[0], (str, bytes, os.PathLike)) else ""
@@ -426,9 +423,9 @@ def _fork() -> tuple[str, str, dict]:
     while f is not None:
         cmd = f.f_locals.get("cmd") if f.f_code.co_name.startswith("system") else None
         if isinstance(cmd, str):
-            return "process", "", {"command": _command(cmd)}
+            return _process(cmd)
         f = f.f_back
-    return "process", "", {"command": "a fork of the kernel"}
+    return _process("a fork of the kernel")
 
 
 def _signal(target: Any, own: int, what: str = "") -> tuple[str, str, dict] | None:
@@ -460,11 +457,11 @@ _HANDLERS = {
     "os.symlink": lambda rec, a: (None if _path_arg(a[1]) is None else
                                   ("link", _path_arg(a[1]), {"to": os.fsdecode(a[0])})),
     "sqlite3.connect": _database,
-    "subprocess.Popen": _process(1),
-    "os.system": _process(0),
-    "os.exec": _process(1),
-    "os.spawn": _process(2),
-    "os.posix_spawn": _process(1),
+    "subprocess.Popen": lambda rec, a: _process(a[1]),
+    "os.system": lambda rec, a: _process(a[0]),
+    "os.exec": lambda rec, a: _process(a[1]),
+    "os.spawn": lambda rec, a: _process(a[2]),
+    "os.posix_spawn": lambda rec, a: _process(a[1]),
     "os.fork": lambda rec, a: _fork(),
     "os.forkpty": lambda rec, a: _fork(),
     "os.kill": lambda rec, a: _signal(a[0], os.getpid()),
