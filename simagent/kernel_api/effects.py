@@ -223,6 +223,7 @@ class Recorder:
         self.session_dir = session_dir
         self.ignore = tuple(sorted({_norm(p).rstrip("/") + "/" for p in ignore if p}))
         tempfile.gettempdir()  # cached now: its first call writes a probe file
+        self.home = os.getcwd().rstrip("/") + "/"
         self.active = False
         self.events: list[tuple[str, str, dict[str, Any]]] = []
         self.fresh: list[str] = []  # made new by the tempfile module this cell
@@ -261,7 +262,7 @@ class Recorder:
             with self.lock:
                 self.dropped += 1
             return
-        if _importing() or (op in _OPENS and os.path.isdir(path)):
+        if _importing(self.home) or (op in _OPENS and os.path.isdir(path)):
             return  # a folder "opened": tempfile's opener makes the real file
         if op == "write" and "existed" not in extra:
             extra = {"existed": os.path.lexists(path)}
@@ -337,11 +338,10 @@ def _on_stack(match: Any) -> bool:
 _TEMPFILE = re.compile(r"(^|/)tempfile\.py$").search
 
 
-def _importing() -> bool:
+def _importing(mine: str) -> bool:
     """Whether the event comes from a library being imported: importlib's frames are
-    reached before any frame of a file in the kernel's folder (a module of the user's
-    own that writes when imported is recorded)."""
-    mine = os.getcwd().rstrip("/") + "/"
+    reached before any frame of a file in ``mine``, the folder the kernel started in (a
+    module of the user's own that writes when imported is recorded)."""
     f = sys._getframe(1)
     while f is not None:
         name = f.f_code.co_filename
