@@ -347,7 +347,7 @@ def _importing(mine: str) -> bool:
         name = f.f_code.co_filename
         if name.startswith("<frozen importlib._bootstrap"):
             return True
-        if name.startswith(mine):
+        if name.startswith(mine) and "/site-packages/" not in name:  # not a .venv inside
             return False
         f = f.f_back
     return False
