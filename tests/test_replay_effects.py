@@ -429,3 +429,26 @@ def test_the_readme_states_the_backup_limit_the_code_uses() -> None:
     text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
     found = re.search(r"files over (\d+) MiB in all are not backed up", text)
     assert found and int(found.group(1)) == BACKUP_MAX_BYTES >> 20
+
+
+def test_a_backup_that_cannot_be_put_back_is_kept_and_blocks_rewrites(
+        kernel: Kernel, workspace: Path) -> None:
+    """A killed replay's backup that cannot be restored is never overwritten by the next
+    replay's: the cells that would rewrite files are listed instead, and the account
+    says loudly which files were not put back."""
+    assert kernel.execute("open('data.txt', 'w').write('a')\nx = 1").ok
+    (workspace / "blocker").write_text("a file where a folder should be")
+    spare = kernel.paths.root / "replay-backup"
+    spare.mkdir()
+    (spare / "0000").write_text("saved")
+    (spare / backup.MANIFEST).write_text(json.dumps({str(workspace / "blocker" / "f"): "0000"}))
+    _kill(kernel)
+    r = kernel.execute("1 + 1")
+    assert r.ok and r.recovery is not None
+    assert "files a replay rewrote COULD NOT be put back (their copies stay in the " \
+        f"session's replay-backup folder): {workspace / 'blocker' / 'f'} (" in r.notice
+    assert r.recovery["replayed"] == []
+    assert [(s["n"], s["kind"]) for s in r.recovery["skipped"]] == [(1, "effects")]
+    assert "earlier replay's backup of 1 file(s) could not be put back" in \
+        r.recovery["skipped"][0]["why"]
+    assert (spare / "0000").read_text() == "saved" and (spare / backup.MANIFEST).exists()

@@ -161,7 +161,8 @@ class Recovery:
                          "; ".join(f"skipped _out[{s.n}] `{s.line}`: {s.why}"
                                    for s in self.offered))
         if self.files_not_restored:
-            parts.append("the replay rewrote these files and COULD NOT put them back: "
+            parts.append("files a replay rewrote COULD NOT be put back (their copies stay "
+                         f"in the session's {BACKUP_DIR} folder): "
                          + "; ".join(self.files_not_restored))
         if self.failed:
             parts.append("failed when replayed: " + "; ".join(
@@ -325,18 +326,21 @@ def replay(kernel: Kernel, rec: Recovery) -> None:
     budget = kernel.replay_budget
     records = load_records(kernel.paths.outputs)
     spare = kernel.paths.root / BACKUP_DIR
-    rec.files_not_restored = backup.put_back_leftover(spare)
+    leftover = rec.files_not_restored = backup.put_back_leftover(spare)
     written = [str(e["path"]) for r in records for e in fx.of(r) if e.get("kind") == "write"]
-    sizes = {} if rec.files_not_restored else backup.sizes(written)
-    plan = select(records, budget, kernel.lineage, sizes, str(kernel.cwd))
+    plan = select(records, budget, kernel.lineage, backup.sizes(written), str(kernel.cwd))
     try:
+        if leftover:  # its copies are the only ones: never overwrite them
+            raise OSError(f"an earlier replay's backup of {len(leftover)} file(s) could "
+                          f"not be put back")
         backup.save(spare, plan.writes)
     except OSError as exc:  # no backup, no rewrite: those cells are listed instead
         why = f"its files could not be backed up for a replay ({exc.strerror or exc})"
         plan.skipped += [Skip(c.n, c.first_line, c.seconds, "effects", why)
                          for c in plan.run if c.writes]
         plan.run = [c for c in plan.run if not c.writes]
-        backup.put_back(spare)
+        if not leftover:
+            backup.put_back(spare)
     rec.skipped = list(plan.skipped)
     t0 = time.monotonic()
     kernel._replay_abort.clear()
@@ -369,7 +373,8 @@ def replay(kernel: Kernel, rec: Recovery) -> None:
                 break
     finally:
         kernel._replaying = False
-        rec.files_not_restored += backup.put_back(spare)
+        if not leftover:
+            rec.files_not_restored += backup.put_back(spare)
         rec.replay_s = time.monotonic() - t0
 
 
