@@ -166,10 +166,14 @@ def state_problems(messages: Sequence[Shape], *, allow_open: bool) -> list[str]:
 
 
 def integrity(path: Path) -> str:
-    """``PRAGMA integrity_check`` of a database file ("ok" when sound)."""
+    """``PRAGMA integrity_check`` of a database file ("ok" when sound); a file SQLite
+    cannot even read (a truncated or scribbled header page) is a verdict too, not an
+    exception that would end the check before it reported."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         return "; ".join(r[0] for r in conn.execute("PRAGMA integrity_check"))
+    except sqlite3.DatabaseError as exc:
+        return f"unreadable ({exc})"
     finally:
         conn.close()
 

@@ -72,7 +72,11 @@ def check_left_on_disk(paths: SessionPaths, report: ChildReport) -> tuple[list[s
     for db in (paths.trace, paths.checkpoints):
         if db.exists() and (verdict := integrity(db)) != "ok":
             problems.append(f"{db.name}: integrity_check = {verdict}")
-    lost = set(report.events) - (trace_ids(paths.trace) if paths.trace.exists() else set())
+    try:
+        kept = trace_ids(paths.trace) if paths.trace.exists() else set()
+    except sqlite3.DatabaseError:  # damaged: integrity_check said so; nothing is readable
+        kept = set()
+    lost = set(report.events) - kept
     lost_bytes = sum(report.event_bytes.get(i, 0) for i in lost)
     if not paths.trace.exists() and report.events:
         problems.append("trace.sqlite is gone but events were committed")
