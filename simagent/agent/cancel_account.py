@@ -158,13 +158,11 @@ def settle(session: Any, graph: Any, emit: Callable[[Any], None], since_id: int,
 
 def cancel_notice(accounts: list[dict[str, Any]], abandoned_cell: bool = False) -> str:
     """The closing line of a cancelled turn: true about the kernel's state."""
-    said = {"restarted": "The cell did not stop on the interrupt, so the kernel was "
-                         "restarted: ",
-            "died": "The kernel died during the turn: "}
-    parts = [said[a["outcome"]] + (a["account"] or "its state may be lost")
-             for a in accounts if a["outcome"] in said]
+    # the ladder's account says what stopped the cell and what came back
+    said = {"restarted": "the kernel was restarted under the cell", "died": "the kernel died"}
+    parts = [a["account"] or said[a["outcome"]] for a in accounts if a["outcome"] in said]
     if parts:
-        return "Turn cancelled. " + " ".join(parts)
+        return "Turn cancelled: " + " ".join(parts)
     if abandoned_cell:
         return ("Turn cancelled without waiting for the cell: it is still being stopped; "
                 "the next turn waits for it and gets its outcome")

@@ -207,7 +207,8 @@ class TuiController:
         return self.busy and self._early_cancel.is_set()
 
     def cancel_turn(self, *, force: bool = False) -> bool:
-        """Stop the turn (thread-safe): the running cell is interrupted, state kept.
+        """Stop the turn (thread-safe): the running cell is interrupted (a cell that
+        ignores that is stopped by a kernel restart; the turn's closing notice says so).
 
         A turn still waiting for the kernel to finish starting never runs; the
         simulator's warm-up it interrupts runs again before the next cell. ``force`` (the
