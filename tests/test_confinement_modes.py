@@ -34,7 +34,7 @@ def opened(workspace):
 
 def test_ask_shows_the_cell_and_waits_before_running_it(opened, workspace):
     code = "open('made-by-cell.txt', 'w').write('x')\nprint('ran')"
-    session, runner, _ = opened([{"tool": "run_python", "args": {"code": code}},
+    _session, runner, _ = opened([{"tool": "run_python", "args": {"code": code}},
                                  {"final": "{out[-1]}"}], "ask")
     paused = runner.run("go")
     assert paused.status == "paused"
@@ -148,7 +148,7 @@ def test_slash_approval_alone_says_what_each_mode_gates():
     ctl = SimpleNamespace(session=SimpleNamespace(approval="workspace"),
                           panel=lambda title, text: panels.append((title, text)))
     cmd_approval(ctl, "")
-    (title, text), = panels
+    (_title, text), = panels
     assert "now: workspace" in text
     for mode, reach in MODE_HELP.items():
         assert f"{mode}: {reach}" in text

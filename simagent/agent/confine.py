@@ -17,8 +17,8 @@ What a spelling means (documented in the README's approval section):
   links (a linked folder inside the workspace that points out is outside).
 * The last component is followed too when it is a link (writing or editing a linked
   file changes its target), except for ``delete``, which removes the link itself.
-* Nothing else is normalised: Linux does not fold unicode lookalikes (``．．``, a
-  full-width solidus) or trailing dots, so they are ordinary names, where they stand.
+* Nothing else is normalised: Linux does not fold unicode lookalikes (full-width dots,
+  a full-width solidus) or trailing dots, so they are ordinary names, where they stand.
 
 The one race left is a link swapped between the decision and the act; the act
 resolves again, and the decision is re-run on resume, but a process changing links
