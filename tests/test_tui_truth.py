@@ -239,3 +239,48 @@ def test_done_counts_messages_in_words_that_agree(workspace, tmp_path):
         assert found.group(1) == "1"
 
     drive(workspace, scenario, model=model)
+
+
+def test_the_status_bar_follows_the_kernel_when_no_turn_runs(workspace, tmp_path):
+    """The kernel changes state on its own (an abandoned turn's cell stopping, the
+    ladder's restart): the bar is redrawn then too, not only while a turn runs."""
+    from prompt_toolkit.history import InMemoryHistory
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from simagent.config import SessionOptions
+    from simagent.tui.app import TuiApp
+    from simagent.tui.controller import TuiController
+
+    drawn: list[str] = []
+
+    class Watched(TuiApp):
+        def _status_fragments(self):  # what the bar shows, each time it is drawn
+            frags = super()._status_fragments()
+            drawn.append("".join(t for _, t in frags))
+            return frags
+
+    model = script(tmp_path / "s.json", [{"final": "x"}])
+
+    async def main() -> None:
+        with create_pipe_input() as inp:
+            ctl = TuiController(SessionOptions(workspace=workspace, model=model))
+            ui = Watched(ctl, input=inp, output=DummyOutput(), history=InMemoryHistory())
+            task = asyncio.ensure_future(ui.run_async())
+            d = Driver(ui, inp)
+            try:
+                await d.until(lambda: ctl.kernel_ready and ctl.session.kernel_state == "idle")
+                await asyncio.sleep(0.5)
+                drawn.clear()  # from here on only the cell below changes the kernel's state
+                kernel = ctl.session.kernel
+                cell = asyncio.get_running_loop().run_in_executor(
+                    None, lambda: kernel.execute("import time; time.sleep(3)"))
+                await d.until(lambda: any("kernel busy" in t for t in drawn), 15)
+                await cell
+                await d.until(lambda: "kernel idle" in drawn[-1], 15)
+            finally:
+                ui.quit()
+                await task
+        ctl.close()
+
+    asyncio.run(main())
