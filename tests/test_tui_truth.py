@@ -284,3 +284,22 @@ def test_the_status_bar_follows_the_kernel_when_no_turn_runs(workspace, tmp_path
         ctl.close()
 
     asyncio.run(main())
+
+
+def test_a_resumed_sessions_cards_keep_their_marks_even_from_an_older_trace():
+    """History is rebuilt from the trace: the outcome recorded with the result, or, in a
+    trace written before outcomes were recorded, the cell's kernel status."""
+    from simagent.trace.log import Event
+    from simagent.tui.history import history_entries
+
+    call = {"name": "run_python", "args": {"code": "1/0"}}
+    events = [Event(1, "t", "tool_call", {"id": "c1", **call}),
+              Event(2, "t", "kernel_exec", {"tool_call_id": "c1", "status": "error"}),
+              Event(3, "t", "tool_result", {"tool_call_id": "c1", "name": "run_python",
+                                            "status": "success", "content": "ZeroDivision"}),
+              Event(4, "t", "tool_call", {"id": "c2", **call}),
+              Event(5, "t", "kernel_exec", {"tool_call_id": "c2", "status": "interrupted"}),
+              Event(6, "t", "tool_result", {"tool_call_id": "c2", "name": "run_python",
+                                            "status": "success", "outcome": "restarted"})]
+    cards = [e for e in history_entries(events) if isinstance(e, ToolCard)]
+    assert [c.outcome for c in cards] == ["error", "restarted"]

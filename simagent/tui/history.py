@@ -42,7 +42,8 @@ def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[E
             entries.append(card)
         elif ev.kind == "tool_result" and (card := cards.get(str(p.get("tool_call_id")))):
             card.status = "error" if p.get("status") == "error" else "success"
-            card.ended = p.get("outcome") or outcome_of(p.get("status"))
+            # an older trace has no outcome: the cell's kernel_exec status (read above) is
+            card.ended = p.get("outcome") or card.ended or outcome_of(p.get("status"))
             card.content = str(p.get("content") or "")
             try:
                 card.elapsed_s = float(p.get("elapsed_s") or 0.0)
@@ -50,6 +51,8 @@ def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[E
                 card.elapsed_s = 0.0
         elif ev.kind == "kernel_exec" and (card := cards.get(str(p.get("tool_call_id")))):
             card.raw_path = p.get("raw_path")
+            if p.get("status"):
+                card.ended = outcome_of(None, p.get("status"))
         elif ev.kind in _CONTEXT_KINDS and (line := context_line(ContextEvent(ev.kind, p))):
             entries.append(NoticeEntry(line, "context"))
     return entries[-limit:]
