@@ -17,7 +17,6 @@ accounts the turn's closing notice and ``--json`` report.
 from __future__ import annotations
 
 import ast
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,8 +25,8 @@ from simagent.outcomes import outcome_of
 
 #: Kernel states in which a cell (or the ladder's restart and replay) is still running.
 STOPPING = ("busy", "restarting", "starting")
-#: How long a new turn waits for an abandoned turn's cell to stop. The ladder bounds it
-#: (grace, restart, replay budget); this only keeps a wedged wait from holding forever.
+#: How long a new turn (or the follower) waits for an abandoned turn's cell to stop. The
+#: ladder bounds it (grace, restart, replay budget); this keeps a wedged wait finite.
 SETTLE_WAIT_S = 300.0
 _NAMES_SHOWN = 12
 #: What an abandoned turn left running -> (the trace's error message, the notice). A
@@ -109,37 +108,34 @@ def recorded_results(trace: Any, since_id: int) -> list[dict[str, Any]]:
             if (e.payload.get("agent") or "main") == "main"]
 
 
-def wait_for_kernel(session: Any, emit: Callable[[Any], None], limit_s: float) -> None:
-    """Wait (bounded) while a cell of an earlier, abandoned turn is still being stopped."""
-    if session.kernel_state not in STOPPING:
-        return
-    emit(Notice("waiting for the interrupted cell to stop (the kernel restarts it if it "
-                "ignores the interrupt) before this turn starts", level="warning"))
-    deadline = time.monotonic() + limit_s
-    while session.kernel_state in STOPPING and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
 def settle(session: Any, graph: Any, emit: Callable[[Any], None], since_id: int,
-           shown: Iterable[str] = (), *, wait: bool = False) -> list[dict[str, Any]]:
+           pump: Any = None, shown: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Answer open calls from the trace and tell the interfaces how each one ended.
 
-    ``shown``: ids whose ``ToolFinished`` the interfaces already have; ``wait``: first
-    wait (bounded) for a cell an abandoned turn left stopping. Returns one
-    ``{tool_call_id, name, outcome, account}`` per recorded call that did not end ok.
+    ``pump``: the graph thread of an abandoned turn that left a cell stopping; it is
+    waited for (bounded) first, since its call's result is written when the tool returns,
+    a moment after the kernel is idle again. ``shown``: ids whose ``ToolFinished`` the
+    interfaces already have. Returns one ``{tool_call_id, name, outcome, account}`` per
+    recorded call that did not end ok.
     """
     from langchain_core.messages import ToolMessage
 
     from simagent.agent.resume_repair import CANCELLED, repair
 
-    if wait:
-        wait_for_kernel(session, emit, SETTLE_WAIT_S)
+    if pump is not None and pump.is_alive():
+        emit(Notice("waiting for the interrupted cell to stop (the kernel restarts it if "
+                    "it ignores the interrupt) before this turn starts", level="warning"))
+        pump.join(SETTLE_WAIT_S)
     results = recorded_results(session.trace, since_id)
     recorded = {str(p.get("tool_call_id")): ToolMessage(
         content=str(p.get("content") or ""), tool_call_id=str(p.get("tool_call_id")),
         name=p.get("name"), status="error" if p.get("status") == "error" else "success")
         for p in results}
-    repair(session, graph, recorded=recorded, answer=CANCELLED)
+    try:
+        repair(session, graph, recorded=recorded, answer=CANCELLED)
+    except Exception as exc:  # the turn still ends, and says so; the model gets the patch
+        session.trace.append("error", {"message": f"open calls left unanswered: {exc}",
+                                       "where": "turn"})
     done = set(shown)
     accounts = []
     for p in results:

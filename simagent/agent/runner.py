@@ -123,8 +123,9 @@ class TurnRunner:
         self._streamed: dict[tuple[str, ...], int] = {}
         #: ToolFinished ids emitted; an abandoned turn's first event id; what it left running
         self._shown: set[str] = set()
-        self._unsettled: int | None = None
+        self._unsettled: tuple[int, threading.Thread | None] | None = None
         self._abandoned: str | None = None
+        self._abandoned_pump: threading.Thread | None = None
 
     # ------------------------------------------------------------------ API
     def run(self, prompt: str, on_event: OnEvent | None = None) -> TurnResult:
@@ -286,7 +287,7 @@ class TurnRunner:
             with self._sigint_cancels():
                 if (left := self._unsettled) is not None:  # an abandoned turn's open calls
                     self._unsettled = None
-                    ca.settle(self.session, self.agent.graph, emit, left, self._shown, wait=True)
+                    ca.settle(self.session, self.agent.graph, emit, *left, self._shown)
                 if not self._cancel.is_set():
                     self._stream(graph_input, emit, result)
         except KeyboardInterrupt:  # landed just before the handler was in place
@@ -310,10 +311,10 @@ class TurnRunner:
             result.status = "cancelled"
         if result.status == "cancelled":
             if self._abandoned:  # its calls may still run: the next turn answers them
-                self._unsettled = since if self._unsettled is None else self._unsettled
+                self._unsettled = self._unsettled or (since, self._abandoned_pump)
             else:
                 result.recovery = ca.settle(self.session, self.agent.graph, emit, since,
-                                            self._shown)
+                                            None, self._shown)
             note = ca.cancel_notice(result.recovery, self._abandoned == "cell")
             self.session.trace.append("error", {"message": "turn cancelled by the user",
                                                 "where": "turn"})
@@ -412,6 +413,7 @@ class TurnRunner:
         logged, said = ca.ABANDONED[self._abandoned]  # the second ctrl+C: what it left
         self.session.trace.append("error", {"message": logged, "where": "turn"})
         emit(Notice(said, level="warning"))
+        self._abandoned_pump = pump if self._abandoned == "cell" else None
         if self._abandoned == "cell":  # tell how the cell ended once it has
             since = ca.last_event_id(self.session.trace)
             threading.Thread(target=ca.follow, daemon=True,
