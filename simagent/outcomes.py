@@ -19,21 +19,28 @@ from typing import Any
 @dataclass(frozen=True)
 class Mark:
     glyph: str
-    style: str  # a TUI style class name (``class:<style>``); headless prints the glyph
+    style: str  # a TUI style class (``STYLES``); headless prints the glyph and word
     word: str  # what headless and the transcript say
 
 
 #: Every outcome a finished (or never finished) tool call can have.
 MARKS: dict[str, Mark] = {
-    "ok": Mark("✓", "ok", "ok"),
-    "error": Mark("✗", "error", "error"),
-    "interrupted": Mark("■", "warning", "interrupted"),
-    "timeout": Mark("◷", "warning", "timed out"),
-    "died": Mark("✖", "alert", "kernel died"),
-    "restarted": Mark("↻", "alert", "kernel restarted"),
+    "ok": Mark("✓", "outcome.ok", "ok"),
+    "error": Mark("✗", "outcome.error", "error"),
+    "interrupted": Mark("■", "outcome.interrupted", "interrupted"),
+    "timeout": Mark("◷", "outcome.timeout", "timed out"),
+    "died": Mark("✖", "outcome.died", "kernel died"),
+    "restarted": Mark("↻", "outcome.restarted", "kernel restarted"),
     # the turn ended before the call had a result (a cancel, an abandoned turn)
-    "cancelled": Mark("□", "warning", "no result"),
+    "cancelled": Mark("□", "outcome.cancelled", "no result"),
     "requested": Mark("○", "dim", "waiting"),
+}
+#: The colour of each mark in the TUI (prompt_toolkit style strings; one per outcome).
+STYLES: dict[str, str] = {
+    "outcome.ok": "ansigreen", "outcome.error": "ansired bold",
+    "outcome.interrupted": "ansiyellow", "outcome.timeout": "ansimagenta",
+    "outcome.died": "bold ansiwhite bg:ansired", "outcome.restarted": "bold ansibrightred",
+    "outcome.cancelled": "ansigray",
 }
 UNKNOWN = Mark("·", "dim", "?")
 

@@ -303,3 +303,20 @@ def test_a_resumed_sessions_cards_keep_their_marks_even_from_an_older_trace():
                                             "status": "success", "outcome": "restarted"})]
     cards = [e for e in history_entries(events) if isinstance(e, ToolCard)]
     assert [c.outcome for c in cards] == ["error", "restarted"]
+
+
+def test_every_outcome_has_its_own_glyph_and_colour_and_the_card_uses_them():
+    from simagent.outcomes import MARKS, STYLES
+    from simagent.tui.app import STYLE
+    from simagent.tui.render import card_header
+
+    ended = {k: m for k, m in MARKS.items() if k != "requested"}
+    assert len({m.glyph for m in ended.values()}) == len(ended)
+    assert len({STYLES[m.style] for m in ended.values()}) == len(ended)
+    defined = {name for names, _ in STYLE.class_names_and_attrs for name in names}
+    assert {m.style for m in MARKS.values()} <= defined
+    for outcome, m in ended.items():
+        card = ToolCard("c", "run_python", {"code": "x"}, status="success", ended=outcome,
+                        elapsed_s=0.1)
+        style, glyph = card_header(card, 80, 0.0)[0]
+        assert (style, glyph) == (f"class:{m.style}", f"{m.glyph} ")

@@ -25,6 +25,7 @@ from prompt_toolkit.layout.menus import CompletionsMenu
 from prompt_toolkit.styles import Style
 from prompt_toolkit.widgets import TextArea
 
+from simagent.outcomes import STYLES as OUTCOME_STYLES
 from simagent.tui import commands
 from simagent.tui.controller import TuiController
 from simagent.tui.render import RenderCache
@@ -53,6 +54,7 @@ STYLE = Style.from_dict({
     "status.ctx": "reverse ansigray", "status.ctx.warning": "reverse ansiyellow",
     "status.ctx.alert": "reverse ansired bold", "status.retry": "reverse ansiyellow bold",
     "separator": "ansigray",
+    **OUTCOME_STYLES,
 })
 
 
