@@ -218,12 +218,14 @@ class Session:
         if self.closed:
             return
         self.closed = True
-        self.trace.append("session_end", {"session_id": self.id, "reason": reason})
-        if self._kernel is not None and not keep_kernel:
-            self._kernel.shutdown()
-        if self._checkpoint_conn is not None:
-            self._checkpoint_conn.close()
-        self.trace.close()
+        try:  # a trace that cannot be written (closed, disk full) must not keep the kernel
+            self.trace.append("session_end", {"session_id": self.id, "reason": reason})
+        finally:
+            if self._kernel is not None and not keep_kernel:
+                self._kernel.shutdown()
+            if self._checkpoint_conn is not None:
+                self._checkpoint_conn.close()
+            self.trace.close()
 
     def close_unused(self) -> None:
         """Close; a new session in which no one ever spoke (a TUI opened and left) is
