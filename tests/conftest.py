@@ -34,6 +34,8 @@ LEAK_PATTERNS = ("simagent.kernel.launcher", "ipykernel", "-m simagent", "bin/si
 _KEPT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 #: How long a process being torn down may take to go before it counts as left behind.
 _LEAK_SETTLE_S = 10.0
+#: (pid, start time) of each process seen after a test -> that test, to name the leaker.
+_started_during: dict[tuple[int, float], str] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,6 +77,23 @@ def _test_secrets() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True)
+def _note_started_processes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Notes the processes alive after each test, so a leak names the test it outlived."""
+    yield
+    with contextlib.suppress(psutil.Error):
+        for p in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                _started_during.setdefault((p.pid, p.create_time()), request.node.nodeid)
+
+
+def _during(p: psutil.Process) -> str:
+    with contextlib.suppress(psutil.Error):
+        if test := _started_during.get((p.pid, p.create_time())):
+            return f" [there after {test}]"
+    return ""
+
+
 def left_behind(tag: str, me: psutil.Process | None = None) -> list[str]:
     """What this process's tests started and left: live descendants (but multiprocessing's
     own helpers), unreaped (zombie) children, and kernel/server/worker processes carrying
@@ -84,18 +103,19 @@ def left_behind(tag: str, me: psutil.Process | None = None) -> list[str]:
     for p in me.children(recursive=True):
         with contextlib.suppress(psutil.Error):
             if p.status() == psutil.STATUS_ZOMBIE:
-                found[p.pid] = f"pid {p.pid} ({p.name()}): a zombie, exited but never reaped"
+                found[p.pid] = (f"pid {p.pid} ({p.name()}): a zombie, exited but never "
+                                f"reaped{_during(p)}")
                 continue
             cmd = " ".join(p.cmdline())
             if not any(k in cmd for k in _KEPT):
-                found[p.pid] = f"pid {p.pid}: {cmd[:200]}"
+                found[p.pid] = f"pid {p.pid}: {cmd[:200]}{_during(p)}"
     for p in psutil.process_iter(["pid", "cmdline"]):
         if p.pid in found or p.pid == me.pid:
             continue
         with contextlib.suppress(psutil.Error):
             cmd = " ".join(p.info["cmdline"] or ())
             if any(k in cmd for k in LEAK_PATTERNS) and p.environ().get(RUN_TAG_ENV) == tag:
-                found[p.pid] = f"pid {p.pid} (orphaned): {cmd[:200]}"
+                found[p.pid] = f"pid {p.pid} (orphaned): {cmd[:200]}{_during(p)}"
     return [found[pid] for pid in sorted(found)]
 
 

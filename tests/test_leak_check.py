@@ -64,3 +64,27 @@ def test_an_orphaned_kernel_carrying_the_tag_is_named_and_another_runs_is_not() 
     finally:
         for pid in started:
             psutil.Process(pid).kill()
+
+
+# ------------------------------------------------- secrets do not outlive their test
+#: Registered by the first test below; the second (run after it, in file order) must
+#: not redact it: the registry is process-wide, the conftest gives each test its own.
+_PLANTED = "planted-secret-value-0123456789"
+
+
+def test_a_session_registers_its_config_secrets(workspace) -> None:
+    from simagent.session import Session
+    from simagent.trace.redact import redact
+
+    (workspace / ".simagent").mkdir()
+    (workspace / ".simagent" / "config.toml").write_text(
+        f'[model]\nname = "scripted"\napi_key = "{_PLANTED}"\n')
+    session = Session.create(workspace, approval="auto")
+    session.close()
+    assert redact(_PLANTED) != _PLANTED  # registered for the rest of this test
+
+
+def test_a_later_test_does_not_see_an_earlier_tests_secrets() -> None:
+    from simagent.trace.redact import redact
+
+    assert redact(_PLANTED) == _PLANTED
