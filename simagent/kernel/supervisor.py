@@ -8,8 +8,10 @@ ladder (:mod:`simagent.kernel.ladder`: interrupt, control-channel interrupt, sig
 child processes, restart) and a restart replays the session's state-defining cells
 (:mod:`simagent.kernel.replay`); the result's ``notice`` says what died, what came back
 and what did not, ``state_lost`` is True only when something did not, and
-``recovery`` holds the same as data. The agent layer never has to catch kernel
-exceptions except :class:`KernelStartError`.
+``recovery`` holds the same as data. A cell whose end-of-cell message never comes
+ends after its reply and a quiet grace (:mod:`simagent.kernel.cell_end`), flagged
+``output_maybe_incomplete``. The agent layer never has to catch kernel exceptions except
+:class:`KernelStartError`.
 
 Lineage: each execution record carries the lineage id current when it ran. A clean
 restart (:meth:`Kernel.restart`, ``/reset``) starts a new lineage, so cells before it
