@@ -17,7 +17,7 @@ accounts the turn's closing notice and ``--json`` report.
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from simagent.agent.events import Notice, ToolError, ToolFinished
@@ -108,8 +108,17 @@ def recorded_results(trace: Any, since_id: int) -> list[dict[str, Any]]:
             if (e.payload.get("agent") or "main") == "main"]
 
 
+def _finished(p: dict[str, Any]) -> ToolFinished:
+    """The ``ToolFinished`` of a recorded result, as the stream would have carried it."""
+    cls = ToolError if p.get("status") == "error" else ToolFinished
+    return cls(str(p.get("tool_call_id")), str(p.get("name") or "?"),
+               str(p.get("status") or "success"), str(p.get("content") or ""),
+               float(p.get("elapsed_s") or 0.0), "main", None,
+               p.get("outcome") or outcome_of(p.get("status")))
+
+
 def settle(session: Any, graph: Any, emit: Callable[[Any], None], since_id: int,
-           pump: Any = None, shown: Iterable[str] = ()) -> list[dict[str, Any]]:
+           pump: Any = None, shown: set[str] | None = None) -> list[dict[str, Any]]:
     """Answer open calls from the trace and tell the interfaces how each one ended.
 
     ``pump``: the graph thread of an abandoned turn that left a cell stopping; it is
@@ -136,19 +145,16 @@ def settle(session: Any, graph: Any, emit: Callable[[Any], None], since_id: int,
     except Exception as exc:  # the turn still ends, and says so; the model gets the patch
         session.trace.append("error", {"message": f"open calls left unanswered: {exc}",
                                        "where": "turn"})
-    done = set(shown)
+    shown = set() if shown is None else shown
     accounts = []
     for p in results:
-        cid, outcome = str(p.get("tool_call_id")), p.get("outcome") or outcome_of(p.get("status"))
-        if cid not in done:
-            done.add(cid)
-            cls = ToolError if p.get("status") == "error" else ToolFinished
-            emit(cls(cid, str(p.get("name") or "?"), str(p.get("status") or "success"),
-                     str(p.get("content") or ""), float(p.get("elapsed_s") or 0.0),
-                     "main", None, outcome))
-        if outcome != "ok":
-            accounts.append({"tool_call_id": cid, "name": p.get("name"), "outcome": outcome,
-                             "account": account(str(p.get("content") or ""))})
+        event = _finished(p)
+        if event.id not in shown:
+            shown.add(event.id)
+            emit(event)
+        if event.outcome != "ok":
+            accounts.append({"tool_call_id": event.id, "name": event.name,
+                             "outcome": event.outcome, "account": account(event.content)})
     return accounts
 
 
@@ -179,14 +185,11 @@ def follow(session: Any, pump: Any, emit: Callable[[Any], None], since: int,
     has (the model is told at the next turn, which answers the call from the trace)."""
     pump.join(SETTLE_WAIT_S)
     for p in recorded_results(session.trace, since):
-        cid = str(p.get("tool_call_id"))
-        if cid in shown:
+        event = _finished(p)
+        if event.id in shown:
             continue
-        shown.add(cid)
-        outcome = p.get("outcome") or outcome_of(p.get("status"))
-        content = str(p.get("content") or "")
-        emit(ToolFinished(cid, str(p.get("name") or "?"), str(p.get("status") or "success"),
-                          content, float(p.get("elapsed_s") or 0.0), "main", None, outcome))
-        if told := account(content):
+        shown.add(event.id)
+        emit(event)
+        if told := account(event.content):
             emit(Notice(f"The interrupted cell has stopped: {told}",
-                        level="alert" if outcome in ("restarted", "died") else "warning"))
+                        level="alert" if event.outcome in ("restarted", "died") else "warning"))
