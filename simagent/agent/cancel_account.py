@@ -32,11 +32,9 @@ _NAMES_SHOWN = 12
 #: What an abandoned turn left running -> (the trace's error message, the notice). A
 #: second ctrl+C may come while the cell, not the model, is still stopping.
 ABANDONED = {
-    "cell": ("turn abandoned: not waiting for the cell, still being stopped; its result "
-             "goes to the model at the next turn",
+    "cell": ("turn abandoned: not waiting for the cell, which was still being stopped",
              "Not waiting for the cell: it ignored the interrupt and is still being stopped "
-             "(the kernel is restarted and earlier state replayed if it does not stop); its "
-             "outcome is shown when it ends."),
+             "(the kernel is restarted and earlier state replayed if it does not stop)."),
     "model": ("turn abandoned: the model call did not stop on cancel; its late reply will "
               "be dropped",
               "The model call did not stop; the turn was abandoned and its late reply will "
@@ -166,8 +164,7 @@ def cancel_notice(accounts: list[dict[str, Any]], abandoned_cell: bool = False) 
     if parts:
         return "Turn cancelled: " + " ".join(parts)
     if abandoned_cell:
-        return ("Turn cancelled without waiting for the cell: it is still being stopped; "
-                "the next turn waits for it and gets its outcome")
+        return "Turn cancelled without waiting for the cell, which is still being stopped."
     if any(a["outcome"] in ("interrupted", "timeout") for a in accounts):
         return "Turn cancelled; the cell was interrupted and the kernel kept its state."
     return "Turn cancelled; the kernel kept its state."
