@@ -107,3 +107,80 @@ def test_a_killed_bench_resumes_skips_finished_rows_and_repairs_a_torn_line(tmp_
         assert all(_close(a[k], b[k]) for k in MEASURED & a.keys()), \
             {k: (a[k], b[k]) for k in MEASURED & a.keys() if not _close(a[k], b[k])}
     assert text.endswith("\n") and len(text.splitlines()) == 3
+
+
+def test_ctrl_c_during_a_replay_stops_it_and_keeps_the_kernel(workspace, tmp_path):
+    """"Ctrl+C during a replay stops the replay and keeps the kernel", from the TUI: a
+    ``/restore`` replaying a 60 s cell is stopped by ctrl+C; the kernel process is the
+    same one (pid and generation) and answers; the cell's name did not come back."""
+    from test_tui_app import CTRL_C, drive, script
+
+    slow = ("import time, pathlib\ndelay = float(pathlib.Path('delay.txt').read_text())\n"
+            "time.sleep(delay)\nslow = 1")
+    model = script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": slow}},
+        {"tool": "run_python", "args": {"code": "fast = 2"}}, {"final": "set up"}])
+    (workspace / "delay.txt").write_text("0")
+    seen: dict[str, Any] = {}
+
+    async def scenario(d: Any) -> None:
+        await d.type("set up")
+        await d.enter()
+        await d.idle()
+        kernel = d.ctl.session.kernel
+        assert kernel.execute("slow, fast").value == "(1, 2)"
+        (workspace / "delay.txt").write_text("60")  # replayed, the cell takes 60 s
+        await d.type("/restore")
+        await d.enter()
+        await d.expect(lambda: kernel._replaying, 60)
+        seen["during"] = (kernel.pid, kernel.generation)
+        await d.keys(CTRL_C)
+        await d.until(lambda: not d.ctl.busy, 60)
+        seen["after"] = (kernel.pid, kernel.generation)
+        seen["kernel"] = d.ctl.session.kernel is kernel
+        seen["value"] = kernel.execute("'slow' in dir(), 'fast' in dir()").value
+        seen["answers"] = kernel.execute("6 * 7").value
+
+    drive(workspace, scenario, model=model)
+    assert seen["kernel"] and seen["after"] == seen["during"], seen
+    assert seen["answers"] == "42"
+    assert seen["value"] == "(False, False)", seen  # the replay stopped before them
+
+
+def test_restore_in_a_session_resumed_by_a_second_process(workspace, tmp_path):
+    """"/restore replays on demand, also in a session resumed by a new process": a real
+    ``simagent run`` defines state and exits (its kernel with it); the TUI in this
+    process resumes the session with a new kernel and ``/restore`` brings the names back."""
+    from test_tui_app import drive, script
+
+    from simagent.kernel.replay import load_records
+
+    model = script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": "import math\nradius = 2.0\n"
+                                                "area = math.pi * radius ** 2"}},
+        {"final": "area computed"}])
+    first = subprocess.run(
+        [sys.executable, "-m", "simagent", "run", "--model", model, "--json", "compute it"],
+        cwd=workspace, env={**os.environ}, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    sid = json.loads(first.stdout)["session_id"]
+    seen: dict[str, Any] = {}
+
+    async def scenario(d: Any) -> None:
+        assert d.ctl.session.id == sid
+        kernel = d.ctl.session.kernel
+        await d.until(lambda: d.ctl.kernel_ready, 60)
+        seen["before"] = kernel.execute("'area' in dir()").value
+        await d.type("/restore")
+        await d.enter()
+        await d.until(lambda: not d.ctl.busy, 120)
+        seen["after"] = kernel.execute("round(area, 3), radius").value
+        seen["pid"] = kernel.pid
+        seen["codes"] = [r["code"] for r in load_records(d.ctl.session.paths.outputs)]
+
+    drive(workspace, scenario, model=model, resume=sid)
+    assert seen["before"] == "False"  # a new process, a new kernel: nothing yet
+    assert seen["after"] == "(12.566, 2.0)", seen
+    assert seen["pid"] != os.getpid()
+    # the first process's cell (it printed nothing) kept its record: not numbered over
+    assert sum(c.startswith("import math") for c in seen["codes"]) == 1, seen["codes"]

@@ -160,7 +160,11 @@ class Kernel:
 
     # ------------------------------------------------------------- lifecycle
     def _last_output_seq(self) -> int:
-        nums = [int(p.stem) for p in self.paths.outputs.glob("*.txt") if p.stem.isdigit()]
+        """The last execution number on disk: its record (``<n>.json``) counts too, since
+        a cell that printed nothing leaves no raw ``<n>.txt``, and a resumed session must
+        not number its next cell over it."""
+        nums = [int(p.stem) for p in self.paths.outputs.glob("*.*")
+                if p.stem.isdigit() and p.suffix in (".txt", ".json")]
         return max(nums, default=0)
 
     def _kernel_env(self) -> dict[str, str]:
