@@ -1,0 +1,208 @@
+"""Edge cases of ``context/clearing.py`` that mutation testing (``make mutate``) showed no
+behavioural test pinned down; expected values are worked out from the docstrings' rules."""
+
+from __future__ import annotations
+
+import json
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from simagent.context import clearing as cl
+from simagent.context.counting import count_messages
+
+RAW = "/s/outputs/0007.txt"
+
+
+def call(cid: str, name: str = "run_python", code: str = "x = 1") -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": name, "args": {"code": code, "t": 1},
+                                      "id": cid}])
+
+
+def result(cid: str, text: str = "out", **kw) -> ToolMessage:
+    return ToolMessage(text, tool_call_id=cid, **kw)
+
+
+def test_raw_path_from_the_artifact_or_the_markers():
+    assert cl.raw_path_of(result("a", artifact={"raw_path": RAW})) == RAW
+    assert cl.raw_path_of(result("a", "x [full output: /p/outputs/0003.txt]")) == \
+        "/p/outputs/0003.txt"
+    assert cl.raw_path_of(result("a", "see full result: /tmp/r.txt")) == "/tmp/r.txt"
+    assert cl.raw_path_of(result("a", "saved in the filesystem at this path: /l/x.txt, ok")) \
+        == "/l/x.txt"
+    assert cl.raw_path_of(result("a", "nothing here")) is None
+    assert cl.raw_path_of(result("a", "x", artifact={"raw_path": ""})) is None
+    assert cl.raw_path_of(result("a", "x", artifact="not a dict")) is None
+    assert cl.execution_of(result("a", artifact={"raw_path": RAW})) == 7
+    assert cl.execution_of(result("a", "see full result: /tmp/r.txt")) is None
+
+
+def test_recovery_hints_name_the_handle_the_path_or_the_call():
+    assert cl.recovery_hint(result("a", artifact={"raw_path": RAW}), "run_python") == (
+        f"the full output is at {RAW}; query it in the kernel with `_out[7].tail(k)`, "
+        "`.grep(pattern)` or `.head(k)` (or page it with `read_file` offset/limit)")
+    assert cl.recovery_hint(result("a", "full result: /tmp/r.txt "), "grep") == \
+        "the full output is at /tmp/r.txt (page it with `read_file` offset/limit)"
+    assert cl.recovery_hint(result("a"), "read_file") == \
+        "read the file again with `read_file` (same arguments)"
+    assert cl.recovery_hint(result("a"), "glob") == "run `glob` again"
+    assert cl.recovery_hint(result("a"), None) == "re-run the call above if you need it"
+    assert cl.recovery_hint(result("a"), "other") == "re-run the call above if you need it"
+    assert cl.placeholder(result("a"), "ls") == \
+        "[result cleared to save context; run `ls` again]"
+
+
+def test_tool_names_and_cleared_marks():
+    msgs = [call("a"), AIMessage("", tool_calls=[{"name": "grep", "args": {}, "id": "b"}]),
+            HumanMessage("q")]
+    assert cl.tool_names(msgs) == {"a": "run_python", "b": "grep"}
+    done = cl.apply_cleared([call("a"), result("a")], {"a"})[1]
+    assert cl.is_cleared(done)
+    assert done.response_metadata["context_editing"] == {"cleared": True,
+                                                         "strategy": "simagent_epoch"}
+    assert done.artifact is None
+    assert not cl.is_cleared(result("a")) and not cl.is_cleared(HumanMessage("x"))
+    assert not cl.is_cleared(result("a", response_metadata={"context_editing": {}}))
+
+
+def test_errors_are_never_candidates():
+    assert cl.is_error(result("a", status="error"))
+    for status in ("error", "died", "timeout"):
+        assert cl.is_error(result("a", artifact={"status": status}))
+    assert not cl.is_error(result("a", artifact={"status": "ok"}))
+    assert not cl.is_error(result("a"))
+
+
+def _thread(n: int, text: str = "y" * 400) -> list:
+    msgs: list = [HumanMessage("go")]
+    for i in range(n):
+        msgs += [call(f"c{i}", code="x = " + "1 + " * 40 + "1"), result(f"c{i}", f"{i} {text}",
+                                       artifact={"raw_path": f"/s/outputs/{i + 1:04d}.txt"})]
+    return msgs
+
+
+def test_candidates_keep_the_newest_within_count_and_tokens():
+    msgs = _thread(5)
+    ids = lambda ms: [m.tool_call_id for m in ms]  # noqa: E731
+    assert ids(cl.candidates(msgs, set(), keep=2)) == ["c0", "c1", "c2"]
+    assert ids(cl.candidates(msgs, set(), keep=0)) == ["c0", "c1", "c2", "c3", "c4"]
+    assert ids(cl.candidates(msgs, {"c1"}, keep=2)) == ["c0", "c2"]
+    size = count_messages([msgs[2]])
+    # room for exactly two results' tokens: the third newest goes even though keep=4
+    assert ids(cl.candidates(msgs, set(), keep=4, keep_tokens=2 * size)) == ["c0", "c1",
+                                                                            "c2"]
+    assert ids(cl.candidates(msgs, set(), keep=4, keep_tokens=2 * size - 1)) == [
+        "c0", "c1", "c2", "c3"]
+    # the newest is kept even when it alone is over the token budget
+    assert ids(cl.candidates(msgs, set(), keep=4, keep_tokens=1)) == ["c0", "c1", "c2", "c3"]
+    excluded = [*_thread(1), call("t", "task"), result("t", "report")]
+    assert ids(cl.candidates([*excluded, *_thread(1)[1:]], set(), keep=0)) == ["c0", "c0"]
+
+
+def test_plan_epoch_due_only_over_the_trigger_and_the_minimum():
+    msgs = _thread(4)
+    assert cl.plan_epoch(msgs, set(), total_tokens=100, trigger=None, keep=1,
+                         min_freed=1) is None
+    assert cl.plan_epoch(msgs, set(), total_tokens=100, trigger=100, keep=1,
+                         min_freed=1) is None
+    planned = cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1, min_freed=1)
+    assert planned is not None
+    cleared, freed = planned
+    assert cleared == {"c0", "c1", "c2"}
+    names = cl.tool_names(msgs)
+    expect = sum(count_messages([m]) - count_messages([cl._cleared_copy(m, names)])
+                 for m in msgs if isinstance(m, ToolMessage) and m.tool_call_id != "c3")
+    assert freed == expect > 0
+    assert cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1,
+                         min_freed=freed) == planned
+    assert cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1,
+                         min_freed=freed + 1) is None
+    assert cl.plan_epoch(msgs, {"x"}, total_tokens=101, trigger=100, keep=1,
+                         min_freed=1)[0] == {"x", "c0", "c1", "c2"}
+    assert cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=4,
+                         min_freed=0) is None  # nothing to clear
+    with_inputs = cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1,
+                                min_freed=1, clear_inputs=True)
+    assert with_inputs[0] == cleared and with_inputs[1] > freed
+    small = cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1, min_freed=1,
+                          keep_tokens=1)
+    assert small is not None and small[0] == cleared
+
+
+def test_apply_cleared_swaps_results_and_inputs_and_leaves_the_rest():
+    msgs = _thread(2)
+    assert cl.apply_cleared(msgs, set()) == msgs
+    view = cl.apply_cleared(msgs, {"c0"}, {"c0"})
+    assert view[2].content.startswith("[result cleared to save context; the full output is "
+                                      "at /s/outputs/0001.txt")
+    assert view[1].tool_calls[0]["args"] == {"code": "# code cleared from view: _out[1].code",
+                                             "t": 1}
+    assert view[3] == msgs[3] and view[4] == msgs[4] and msgs[1].tool_calls[0]["args"][
+        "code"].startswith("x = 1 + ")
+    only_inputs = cl.apply_cleared(msgs, set(), {"c1"})
+    assert only_inputs[3].tool_calls[0]["args"]["code"] == "# code cleared from view: " \
+        "_out[2].code"
+    again = cl.apply_cleared(view, {"c0"})
+    assert again[2] is view[2]  # an already cleared result is not copied again
+
+
+def test_clearable_inputs_need_a_kernel_result_naming_its_execution():
+    msgs = [*_thread(1), call("g", "grep"), result("g", "hit",
+                                                  artifact={"raw_path": RAW}),
+            call("n"), result("n", "no path")]
+    assert cl.clearable_inputs(msgs, {"c0", "g", "n"}) == {"c0"}
+    assert cl.input_pointers(msgs, set()) == {}
+    assert cl.input_pointers(msgs, {"c0", "n"}) == {"c0": "# code cleared from view: _out[1].code"}
+    done = cl.apply_cleared(msgs, {"c0"})
+    assert cl.input_pointers(done, {"c0"}) == {}  # a placeholder no longer names it
+
+
+def test_swaps_in_every_wire_shape():
+    p = {"a": "PTR"}
+    assert cl._swapped("run_python", {"code": "x", "k": 2}, "PTR") == {"code": "PTR", "k": 2}
+    assert cl._swapped("grep", {"code": "x"}, "PTR") == {"code": "x"}
+    assert cl._swapped(None, {"code": "x"}, "PTR") == {"code": "x"}
+    assert cl._swapped("run_python", {"other": 1}, "PTR") == {"other": 1}
+    assert cl._swapped("run_python", "code", "PTR") == "code"
+    assert cl._swapped_json("run_python", '{"code": "é"}', "PTR") == '{"code": "PTR"}'
+    keep = '{"other": "é"}'
+    assert cl._swapped_json("run_python", keep, "PTR") is keep
+    assert cl._swapped_json("run_python", "{bad", "PTR") == "{bad"
+    assert cl._swapped_json("run_python", None, "PTR") is None
+    assert json.loads(cl._swapped_json("run_python", '{"code": "x", "n": "ü"}', "P")) == \
+        {"code": "P", "n": "ü"}
+    assert "ü" in cl._swapped_json("run_python", '{"code": "x", "n": "ü"}', "P")
+    blocks = [{"type": "tool_use", "id": "a", "name": "run_python", "input": {"code": "x"}},
+              {"type": "tool_call", "id": "a", "name": "run_python", "args": {"code": "x"}},
+              {"type": "function_call", "call_id": "a", "name": "run_python",
+               "arguments": '{"code": "x"}'},
+              {"type": "tool_use", "id": "b", "name": "run_python", "input": {"code": "x"}},
+              {"type": "tool_call", "id": "b", "name": "run_python", "args": {"code": "x"}},
+              {"type": "text", "text": "hi", "id": "a"}, "plain"]
+    out = [cl._swapped_block(b, p) for b in blocks]
+    assert out[0]["input"] == {"code": "PTR"} and out[1]["args"] == {"code": "PTR"}
+    assert out[2]["arguments"] == '{"code": "PTR"}'
+    assert out[3:] == blocks[3:]
+
+
+def test_without_inputs_fixes_every_copy_of_the_call():
+    raw = [{"id": "a", "type": "function",
+            "function": {"name": "run_python", "arguments": '{"code": "x"}'}},
+           {"id": "b", "type": "function",
+            "function": {"name": "run_python", "arguments": '{"code": "y"}'}}, "odd"]
+    msg = AIMessage(
+        [{"type": "text", "text": "t"},
+         {"type": "tool_call", "id": "a", "name": "run_python", "args": {"code": "x"}}],
+        tool_calls=[{"name": "run_python", "args": {"code": "x"}, "id": "a"},
+                    {"name": "run_python", "args": {"code": "y"}, "id": "b"}],
+        additional_kwargs={"tool_calls": raw, "other": 1})
+    out = cl.without_inputs(msg, {"a": "PTR"})
+    assert [c["args"] for c in out.tool_calls] == [{"code": "PTR"}, {"code": "y"}]
+    assert [c["id"] for c in out.tool_calls] == ["a", "b"]
+    assert out.content[1]["args"] == {"code": "PTR"} and out.content[0] == {"type": "text",
+                                                                             "text": "t"}
+    fixed = out.additional_kwargs["tool_calls"]
+    assert fixed[0]["function"] == {"name": "run_python", "arguments": '{"code": "PTR"}'}
+    assert fixed[1] == raw[1] and fixed[2] == "odd" and out.additional_kwargs["other"] == 1
+    assert msg.tool_calls[0]["args"] == {"code": "x"}  # a copy
+    plain = cl.without_inputs(AIMessage("s", tool_calls=msg.tool_calls), {"a": "PTR"})
+    assert plain.content == "s" and "tool_calls" not in plain.additional_kwargs
