@@ -206,3 +206,48 @@ def test_without_inputs_fixes_every_copy_of_the_call():
     assert msg.tool_calls[0]["args"] == {"code": "x"}  # a copy
     plain = cl.without_inputs(AIMessage("s", tool_calls=msg.tool_calls), {"a": "PTR"})
     assert plain.content == "s" and "tool_calls" not in plain.additional_kwargs
+
+
+# ----------------------------------------------------------------------- boundaries
+def _len(ms) -> int:
+    return sum(len(m.content) for m in ms)
+
+
+def test_turn_starts_are_safe_real_user_messages():
+    from simagent.context.boundaries import turn_starts
+
+    summary = HumanMessage("recap", additional_kwargs={"lc_source": "summarization"})
+    msgs = [HumanMessage("q"), call("a"), HumanMessage("typed while waiting"), result("a"),
+            summary, AIMessage("ok"), HumanMessage("next")]
+    assert turn_starts(msgs) == [0, 6]  # 2 sits inside a call group, 4 is a summary
+
+
+def test_cut_keeping_tokens_exact_tails_and_the_half_rule():
+    from simagent.context.boundaries import cut_keeping_tokens as cut
+
+    h, a = HumanMessage, AIMessage
+    msgs = [h("aaaa"), a("bb"), h("cccccc"), a("d")]  # tails 13, 9, 7, 1, 0
+    assert cut(msgs, 13, _len) == 0
+    assert cut(msgs, 9, _len) == 2  # best is 1; the turn start at 2 keeps 7 >= 9 / 2
+    assert cut(msgs, 3, _len) == 3
+    assert cut(msgs, 0, _len) == 3  # nothing fits: the latest safe cut, never n
+    assert cut([], 5, _len) == 0
+    uneven = [h("a"), a("bbb"), a("ccc"), h("d"), a("e")]  # tails 9, 8, 5, 2, 1, 0
+    assert cut(uneven, 8, _len) == 1  # the turn start at 3 keeps 2 < 8 / 2
+    even = [h("aaaaa"), a("bb"), h("c"), a("d")]  # tails 9, 4, 2, 1, 0
+    assert cut(even, 4, _len) == 2  # 2 * 2 >= 4: exactly half still wins
+    grouped = [h("q"), call("x"), result("x", "r" * 50), a("done")]
+    assert cut(grouped, 10, _len) == 3  # never between the call and its result
+
+
+def test_cut_keeping_messages_and_turns():
+    from simagent.context.boundaries import cut_keeping_messages, cut_keeping_turns
+
+    msgs = [HumanMessage("1"), call("a"), result("a"), AIMessage("x"), HumanMessage("2"),
+            AIMessage("y"), HumanMessage("3"), AIMessage("z")]
+    assert cut_keeping_messages(msgs, 2) == 6
+    assert cut_keeping_messages(msgs, 6) == 1  # target 2 is inside the group
+    assert cut_keeping_messages(msgs, 5) == 3
+    assert cut_keeping_messages(msgs, 8) == 0 and cut_keeping_messages(msgs, 20) == 0
+    assert cut_keeping_turns(msgs, 1) == 6 and cut_keeping_turns(msgs, 2) == 4
+    assert cut_keeping_turns(msgs, 3) == 0 and cut_keeping_turns(msgs, 4) == 0

@@ -165,9 +165,14 @@ class TerminalBuffer:
         self.col = len(last) - last.rfind("\r") - 1 if "\r" in last else len(last)
 
     def _hold_back_partial_escape(self, text: str) -> str:
-        i = text.rfind("\x1b", max(0, len(text) - _MAX_PENDING))
+        lo = max(0, len(text) - _MAX_PENDING)
+        i = text.rfind("\x1b", lo)
         if i < 0:
             return text
+        # a chunk may end inside an OSC's ESC-backslash terminator: hold the whole OSC
+        j = text.rfind("\x1b]", lo, i)
+        if j >= 0 and ESC_SEQ_RE.match(text, j) is None:
+            i = j
         m = ESC_SEQ_RE.match(text, i)
         if m is None or m.end() > len(text):
             self._pending = text[i:]
@@ -255,8 +260,7 @@ class TerminalBuffer:
             elif n in (2, 3):
                 self.rows, self.row, self.col = [""], 0, 0
                 self._approx_chars = 0
-            else:
-                self._keep_raw(seq)
+            # other erase modes do nothing on a terminal (pyte raises on them)
         elif final in "Hf":
             r = (nums[0] if nums else 1) or 1
             c = (nums[1] if len(nums) > 1 else 1) or 1
