@@ -1,0 +1,158 @@
+"""The state card's renderer (``context/state_card.py``), output pinned exactly: what
+mutation testing showed the behavioural tests let change unseen (sizes, list clipping,
+each restart wording, budget trimming order). Expected texts follow the docstrings."""
+
+from __future__ import annotations
+
+from simagent.context import state_card as sc
+
+
+class Chars:
+    """A ruler of one token per character: budgets become exact character counts."""
+
+    def count(self, text: str) -> int:
+        return len(text)
+
+
+def test_sizes_and_clipped_lists():
+    assert [sc._size(n) for n in (0, None, 1023, 1024, 1536, 1 << 20, 3 << 30)] == [
+        "0 B", "0 B", "1023 B", "1.0 kB", "1.5 kB", "1.0 MB", "3.0 GB"]
+    assert sc._joined(["a", "b"]) == "a, b"
+    assert sc._joined(["aaaa", "bbbb", "cccc"], limit=6) == "aaaa, … (+2 more)"
+    assert sc._joined(["aaaa", "bbbb", "cccc"], limit=10) == "aaaa, bbbb, … (+1 more)"
+    assert sc._joined(["a" * 20], limit=5) == "a" * 20  # the first always shows
+    assert sc._joined(["x", "y"], sep="; ") == "x; y"
+    assert sc._joined(["aaaa", "bbbb"], limit=4, sep="; ") == "aaaa; … (+1 more)"
+
+
+def test_name_lines():
+    assert sc.name_line({"name": "n", "type": "int", "desc": "= 3"}) == "- n = 3 (int)"
+    assert sc.name_line({"name": "df", "type": "DataFrame", "desc": "(2, 3)",
+                         "bytes": 2048}) == "- df: DataFrame (2, 3), 2.0 kB"
+    assert sc.name_line({"name": "s", "type": "Sol", "registry": "pybamm",
+                         "fields": [("t", 1), ("v", "x")], "bytes": 1023}) == \
+        "- s: Sol [pybamm] — t=1; v=x"
+    assert sc.name_line({"name": "q"}) == "- q: ?"
+
+
+def snap(gen: int = 1, names=("a", "b"), **kernel) -> dict:
+    return {"kernel": {"status": "idle", "generation": gen, "executions": 5, **kernel},
+            "probe": {"names": [{"name": n, "type": "int", "desc": "= 1"} for n in names]}}
+
+
+def test_kernel_lines_for_each_restart_story():
+    line, restarted, lost = sc._kernel_line(snap(), None)
+    assert (line, restarted, lost) == ("kernel: idle, 5 executions so far", False, [])
+    assert sc._kernel_line({}, None)[0] == "kernel: unknown, 0 executions so far"
+    prev = {"generation": 1, "names": ["a", "b", "c"]}
+    line, restarted, lost = sc._kernel_line(snap(2, ("a",)), prev)
+    assert restarted and lost == ["b", "c"]
+    assert line.endswith("THE KERNEL WAS RESTARTED since the last card: state from before "
+                         "is gone; lost: b, c. Re-run the cells that defined what you "
+                         "still need.")
+    line, _, lost = sc._kernel_line(snap(2, ("a",), replayed={"cells": 3}), prev)
+    assert line.endswith("THE KERNEL WAS RESTARTED since the last card; 3 cells were "
+                         "replayed but these names are gone: b, c. Re-run the cells that "
+                         "defined what you still need.")
+    line, _, lost = sc._kernel_line(snap(2, ("a", "b", "c"), replayed={"cells": 3}), prev)
+    assert lost == [] and line.endswith("The kernel was restarted since the last card and "
+                                        "its state was replayed (3 cells): every listed "
+                                        "name is back.")
+    line, restarted, _ = sc._kernel_line(snap(2, ("a", "b", "c")), prev)
+    assert restarted and "lost: none of the listed names." in line
+    assert not sc._kernel_line(snap(1), prev)[1]  # same generation
+    assert not sc._kernel_line(snap(2), {"generation": 0, "names": ["x"]})[1]
+    assert sc._kernel_line(snap(3), None)[0].endswith(
+        "; it was restarted 2 time(s) this session, so names defined before the last "
+        "restart are gone")
+    assert sc._kernel_line(snap(2, replayed={"restored": True}), None)[0].endswith(
+        "; it was restarted 1 time(s) this session and its state was replayed after the "
+        "last restart")
+
+
+def full_snapshot() -> dict:
+    s = snap(names=())
+    s["probe"] = {"names": [
+        {"name": "big", "type": "ndarray", "desc": "(100,)", "bytes": 800},
+        {"name": "sol", "type": "Solution", "registry": "pybamm"},
+        {"name": "small", "type": "int", "desc": "= 2"}],
+        "imports": ["numpy", "pybamm"], "functions": ["f"], "more_names": 1}
+    s["figures"] = [{"id": "fig1", "title": "V(t)", "path": "artifacts/1.png"},
+                    {"id": "fig2", "path": "artifacts/2.png"}]
+    s["files"] = [{"path": "out.csv", "bytes": 2048}, {"path": "b.txt", "bytes": 3}]
+    return s
+
+
+def test_render_card_lists_everything_in_order():
+    card = sc.render_card(full_snapshot(), reason="summary", budget=10_000, ruler=Chars())
+    assert card["text"].splitlines() == [
+        '<kernel_state after="summary">',
+        "Read from the live kernel just now (exact, not remembered); names, types and shapes "
+        "below exist in the kernel as listed.",
+        "kernel: idle, 5 executions so far",
+        "names (3 of 4, largest first; the smaller ones are not shown):",
+        "- sol: Solution [pybamm]",
+        "- big: ndarray (100,)",
+        "- small = 2 (int)",
+        "imports: numpy, pybamm",
+        "functions/classes: f",
+        "figures (2):",
+        '- fig1 "V(t)" artifacts/1.png',
+        "- fig2 artifacts/2.png",
+        "files written in the workspace this session (2):",
+        "- out.csv (2.0 kB)",
+        "- b.txt (3 B)",
+        "Earlier outputs stay queryable in the kernel: _out[n].tail(k), _out[n].grep(pattern),"
+        " _out[n].code.",
+        "</kernel_state>"]
+    assert card["tokens"] == len(card["text"])
+    assert card["names"] == ["sol", "big", "small"] and card["shown"] == 3
+    assert (card["reason"], card["generation"], card["restarted"], card["lost"]) == (
+        "summary", 1, False, [])
+
+
+def test_render_card_trims_names_then_files_then_figures():
+    full = sc.render_card(full_snapshot(), reason="clear", budget=10_000, ruler=Chars())
+    size = full["tokens"]
+    one_less = sc.render_card(full_snapshot(), reason="clear", budget=size - 1, ruler=Chars())
+    assert one_less["shown"] == 2 and "- small = 2 (int)" not in one_less["text"]
+    assert one_less["tokens"] <= size - 1 and "- b.txt (3 B)" in one_less["text"]
+    tiny = sc.render_card(full_snapshot(), reason="clear", budget=10, ruler=Chars())
+    assert tiny["shown"] == 0
+    assert "files written in the workspace this session (2, newest 0 shown):" in tiny["text"]
+    assert "figures (2, newest 0 shown):" in tiny["text"]
+    assert "fig1" not in tiny["text"] and "out.csv" not in tiny["text"]
+    # between: every name gone, then the files, the figures last
+    same = sc.render_card(full_snapshot(), reason="clear", budget=size, ruler=Chars())
+    assert same["text"] == full["text"]
+    names = ("- sol: Solution [pybamm]", "- big: ndarray (100,)", "- small = 2 (int)")
+    no_names = size - sum(len(x) + 1 for x in names)  # the header keeps its length
+    files_go = sc.render_card(full_snapshot(), reason="clear", budget=no_names - 1,
+                              ruler=Chars())
+    assert files_go["shown"] == 0 and "out.csv" not in files_go["text"]
+    assert "(2, newest 0 shown):" in files_go["text"]  # the files' header
+    assert '- fig1 "V(t)" artifacts/1.png' in files_go["text"]  # figures go last
+    assert "- fig2 artifacts/2.png" in files_go["text"]
+    fits = sc.render_card(full_snapshot(), reason="clear", budget=no_names, ruler=Chars())
+    assert fits["shown"] == 0 and fits["tokens"] == no_names and "b.txt" in fits["text"]
+
+
+def test_render_card_with_nothing_or_an_unreadable_kernel():
+    empty = sc.render_card({"kernel": {}, "probe": {}}, reason="compact", budget=999,
+                           ruler=Chars())
+    assert "names: none defined" in empty["text"] and empty["generation"] == 0
+    broken = sc.render_card({"probe": {"error": "busy"}}, reason="compact", budget=999,
+                            ruler=Chars())
+    assert "(the kernel could not be read: busy)" in broken["text"]
+    assert "names" not in broken["text"].split("\n", 3)[3].split("Earlier")[0]
+
+
+def test_figure_lines_effects_and_the_message():
+    assert sc._figure_line({"id": "f", "title": "", "path": "p.png"}) == "- f p.png"
+    assert sc._figure_line({}) == "- "
+    assert sc.effects_line([]) == ""
+    assert sc.effects_line([{"n": 1, "effects": []}]) == ""
+    msg = sc.card_message({"text": "T", "n": 4})
+    assert (msg.content, msg.id) == ("T", "simagent-state-card-4")
+    assert msg.additional_kwargs == {"lc_source": sc.STATE_CARD_SOURCE}
+    assert sc.card_message({"text": "T"}).id == "simagent-state-card-0"
