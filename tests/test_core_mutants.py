@@ -222,3 +222,18 @@ def test_thresholds_for_and_for_prompt():
     assert off.summary_fraction is None and off.summary_trigger is None
     assert off.for_prompt(28_000) is off
     assert th.history_budget(10, system=1, summary=2, tool_defs=3, max_output_tokens=4) == 0
+
+
+def test_shares_at_small_windows_and_odd_sizes():
+    # an unplaced model in a small window is small-tier: clearing moves below 0.35
+    s = ContextSettings(clear_fraction=0.9)
+    assert th.clear_trigger_tokens(16_000, s, "local") == int(16_000 * (0.8 * 0.35))
+    half = ContextSettings(summary_fraction=0.5)
+    assert th.summary_trigger_tokens(101, None, half) == 50  # no fixed prompt by default
+    assert th.room_share(101, 0, 0.5) == 50
+    assert th.thresholds_for(50_000, "sonnet", ContextSettings()).evict_tokens == 4_000
+    odd = th.Thresholds(window=100, tier=None, evict_tokens=None, clear_trigger=None,
+                        clear_keep=1, clear_keep_tokens=None, clear_min_freed=1,
+                        summary_trigger=5, summary_keep=1, max_output=1,
+                        summary_fraction=None)
+    assert odd.for_prompt(10) is odd
