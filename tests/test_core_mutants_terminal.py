@@ -76,3 +76,51 @@ def test_each_sequence_survives_any_chunking(text):
         buf.feed(text[:cut])
         buf.feed(text[cut:])
         assert buf.render() == render_text(text), cut
+
+
+def test_collapse_cr_keeps_spaces_as_text():
+    from simagent.kernel.terminal import collapse_cr
+
+    assert collapse_cr("ab cd\rx") == "xb cd"
+    assert collapse_cr("a\tb\rc") == "c\tb"
+
+
+def test_dropping_one_row_over_the_limit():
+    buf = TerminalBuffer(max_rows=3)
+    buf.feed("r1\nr2\nr3")
+    assert buf.stats.rows_dropped == 0 and buf.render() == "r1\nr2\nr3"
+    buf.feed("\nr4")
+    assert buf.stats.rows_dropped == 1 and buf.render() == "r2\nr3\nr4"
+    buf.feed(E + "2Ax")  # the cursor row moved with the drop: two up is r2's row, col 2
+    assert buf.render() == "r2x\nr3\nr4"
+    slow = TerminalBuffer(max_rows=2)
+    slow.feed("a\x08b\nc\x08d\ne\x08f")  # the slow path drops rows the same way
+    assert slow.render() == "d\nf" and slow.stats.rows_dropped == 1
+
+
+def test_dropping_every_row_leaves_an_empty_line_at_the_origin():
+    buf = TerminalBuffer(max_chars=4)
+    buf.feed("x" * 40)  # one giant row: its tail is kept
+    assert buf.render() == "x" * 4
+    buf.rows, buf.row, buf.col = ["a", "b"], 1, 1
+    buf._drop_head(2)
+    assert (buf.rows, buf.row, buf.col) == ([""], 0, 0)
+    buf.feed("z")
+    assert buf.render() == "z"
+    buf._drop_head(0)
+    assert buf.render() == "z" and buf.stats.rows_dropped >= 2
+
+
+def test_uncommon_escapes_render_on_the_tail_and_are_stripped_from_the_head():
+    from simagent.kernel.terminal import PYTE_MAX_ROWS
+
+    buf = TerminalBuffer()
+    buf.feed("a" + E + "5Sb\n" + "".join(f"line {i}\n" for i in range(PYTE_MAX_ROWS + 50)))
+    first = buf.render().split("\n")[0]
+    assert first == "ab"  # beyond pyte's tail: the unknown sequence is dropped
+    buf.clear()
+    buf.feed("fresh")
+    assert buf.render() == "fresh"  # nothing raw is left: no pyte pass at all
+    near = TerminalBuffer()
+    near.feed("ab" + E + "3Scd\nnext")
+    assert near.render() == pyte_full("ab" + E + "3Scd\nnext")
