@@ -156,3 +156,35 @@ def test_figure_lines_effects_and_the_message():
     assert (msg.content, msg.id) == ("T", "simagent-state-card-4")
     assert msg.additional_kwargs == {"lc_source": sc.STATE_CARD_SOURCE}
     assert sc.card_message({"text": "T"}).id == "simagent-state-card-0"
+
+
+def test_card_event_payload():
+    card = {"reason": "summary", "tokens": 120, "names": ["a", "b", "c"], "shown": 2,
+            "generation": 3, "restarted": True, "lost": [f"n{i}" for i in range(50)]}
+    assert sc.card_event(card, "main") == {
+        "reason": "summary", "tokens": 120, "names": 3, "shown": 2, "generation": 3,
+        "restarted": True, "lost": [f"n{i}" for i in range(40)], "agent": "main"}
+    del card["shown"]
+    assert sc.card_event(card, "sub")["shown"] == 0
+
+
+def test_with_card_places_it_after_its_message_or_the_boundary():
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    view = [HumanMessage("s", id="s"), AIMessage("a", id="a"), HumanMessage("q", id="q")]
+    card = {"text": "CARD", "n": 1, "after_id": "a"}
+    assert [m.id for m in sc.with_card(view, card, boundary=False)] == [
+        "s", "a", "simagent-state-card-1", "q"]
+    gone = {**card, "after_id": "behind"}
+    assert [m.id for m in sc.with_card(view, gone, boundary=True)] == [
+        "s", "simagent-state-card-1", "a", "q"]
+    assert [m.id for m in sc.with_card(view, gone, boundary=False)] == [
+        "simagent-state-card-1", "s", "a", "q"]
+    assert [m.id for m in sc.with_card([], gone, boundary=True)] == ["simagent-state-card-1"]
+    assert sc.with_card(view, {"text": ""}, boundary=True) == view
+    old = sc.with_card(view, card, boundary=False)
+    again = sc.with_card(old, {**card, "n": 2, "text": "NEW"}, boundary=False)
+    assert [m.content for m in again] == ["s", "a", "NEW", "q"]  # the old card goes
+    no_ids = [HumanMessage("x"), AIMessage("y")]
+    assert [m.content for m in sc.with_card(no_ids, {**card, "after_id": None},
+                                            boundary=True)] == ["x", "CARD", "y"]
