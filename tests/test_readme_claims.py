@@ -218,6 +218,9 @@ def test_status_bar_ctx_matches_context_in_every_state(workspace, tmp_path):
         from simagent.tui.entries import PanelEntry
 
         panels = sum(isinstance(e, PanelEntry) for e in d.ctl.conversation.entries)
+        # the bar refreshes off the UI thread: wait (bounded) until it caught up
+        await d.expect(lambda: d.ctl.stats is not None
+                       and d.ctl.stats.used == _trace_figure(d.ctl)[0])
         label = d.ctl.snapshot().ctx_label
         await d.type("/context")
         await d.enter()
