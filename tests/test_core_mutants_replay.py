@@ -129,3 +129,64 @@ def test_budget_from_config():
     assert rp.budget_from({}) == rp.ReplayBudget()
     b = rp.budget_from({"replay": False, "replay_cell_s": 2, "replay_total_s": 7.5})
     assert (b.enabled, b.cell_s, b.total_s) == (False, 2.0, 7.5)
+
+
+MIB = 1 << 20
+
+
+def test_select_leaves_out_cells_that_acted_outside_the_kernel():
+    append = {"kind": "append", "path": "/w/results.csv"}
+    records = [rec(1, "a = 1", effects=[append, {"kind": "write", "path": "/w/x"}]),
+               rec(2, "b = 2", effects=[{"kind": "process", "command": "sim"}]),
+               rec(3, "c = 3", effects=["junk"])]
+    plan = rp.select(records, base="/w")
+    assert [c.n for c in plan.run] == [3]  # a non-dict effect is no effect
+    first, second = plan.skipped
+    assert (first.n, first.kind, first.why, first.effects) == (
+        1, "effects", "appends results.csv", (append,))
+    assert (second.kind, second.why) == ("effects", "runs `sim`")
+    assert first.to_dict() == {"n": 1, "line": "a = 1", "seconds": 0.1, "kind": "effects",
+                               "why": "appends results.csv", "effects": [append]}
+    assert "effects" not in rp.select([rec(1, status="error")]).skipped[0].to_dict()
+    assert rp.Skip(1, "l", 0.12345, "display", "w").to_dict()["seconds"] == 0.123
+
+
+def test_select_backs_up_rewritten_files_within_its_limit():
+    w = lambda p: {"kind": "write", "path": p}  # noqa: E731
+    folder = {"kind": "folder", "path": "/w/out"}
+    records = [rec(1, "a = 1", effects=[w("/w/a"), folder, w("/w/a")]),
+               rec(2, "b = 2", effects=[w("/w/a")]),  # already backed up: costs nothing
+               rec(3, "c = 3", effects=[w("/w/big")]),
+               rec(4, "d = 4", effects=[w("/w/new")]),  # absent now (None): nothing to keep
+               rec(5, "e = 5", effects=[w("/w/unknown")])]  # size unknown: too big
+    sizes = {"/w/a": 100 * MIB, "/w/big": 157 * MIB, "/w/new": None}
+    plan = rp.select(records, sizes=sizes, base="/w")
+    assert [(c.n, c.writes) for c in plan.run] == [(1, ("/w/out", "/w/a")), (2, ("/w/a",)),
+                                                   (4, ("/w/new",))]
+    assert plan.writes == ["/w/out", "/w/a", "/w/new"]
+    big, unknown = plan.skipped
+    assert (big.n, big.kind) == (3, "effects")
+    assert big.why == "writes big, more than the 256 MiB a replay backs up"
+    assert big.effects == ({"kind": "write", "path": "/w/big"},)
+    assert (unknown.n, unknown.why) == (5, "writes unknown, more than the 256 MiB a replay "
+                                           "backs up")
+    fits = rp.select([rec(1, effects=[w("/w/a")]), rec(2, effects=[w("/w/b")])],
+                     sizes={"/w/a": 100 * MIB, "/w/b": 156 * MIB})
+    assert [c.n for c in fits.run] == [1, 2]  # exactly 256 MiB
+
+
+@pytest.mark.parametrize("bad, key", [
+    ({"replay_cell_s": -1}, "replay_cell_s"), ({"replay_total_s": True}, "replay_total_s"),
+    ({"replay_cell_s": "5"}, "replay_cell_s")])
+def test_budget_from_rejects_bad_seconds(bad, key):
+    with pytest.raises(ValueError) as err:
+        rp.budget_from(bad)
+    assert str(err.value) == f"[kernel] {key} must be a number of seconds >= 0"
+
+
+def test_budget_from_rejects_a_non_boolean_switch():
+    with pytest.raises(ValueError) as err:
+        rp.budget_from({"replay": "yes"})
+    assert str(err.value) == "[kernel] replay must be true or false"
+    assert rp.budget_from({"replay_cell_s": 0, "replay": True}) == rp.ReplayBudget(
+        cell_s=0.0, enabled=True)
