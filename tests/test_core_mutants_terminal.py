@@ -51,6 +51,13 @@ CASES = [
     "12345\x08\x08\x08x",
     "progress 10%\rprogress 100%\n",
     E + "31;1mred" + E + "0m plain",
+    "\x1b]0;title\x1b\\x",                  # an OSC opening the chunk
+    "ab\tc\rx",                             # tabs before a carriage return
+    "a\nbcdef\rxyZ",                         # the column after a bulk row with CR
+    "a\n" + E + "31mbcdef" + E + "0m\rxyZ",
+    "abc" + E + "3D" + E + "3Cd",               # writing exactly at the row's end
+    E + "2Cx",                              # past it: spaces fill
+    "abcdef\rxy", "ab\rwxyz", "ab\rcd",
 ]
 
 
@@ -69,7 +76,9 @@ def test_clearing_the_screen_starts_the_view_afresh():
     assert render_text("abc\ndef" + E + "5Jz") == "abc\ndefz"
 
 
-@pytest.mark.parametrize("text", [*CASES, "abc\ndef" + E + "2Jz"])
+# tabs expand from each chunk's start (a documented approximation): not chunk-invariant
+@pytest.mark.parametrize("text", [*(c for c in CASES if "\t" not in c),
+                                  "abc\ndef" + E + "2Jz"])
 def test_each_sequence_survives_any_chunking(text):
     for cut in range(1, len(text)):
         buf = TerminalBuffer()
@@ -124,3 +133,30 @@ def test_uncommon_escapes_render_on_the_tail_and_are_stripped_from_the_head():
     near = TerminalBuffer()
     near.feed("ab" + E + "3Scd\nnext")
     assert near.render() == pyte_full("ab" + E + "3Scd\nnext")
+
+
+def test_the_bulk_path_drops_old_rows_by_count_and_keeps_the_newest():
+    lines = [f"l{i}" for i in range(5000)]
+    for text in ("\n".join(lines), "\n".join(f"{E}31m{x}{E}0m" for x in lines),
+                 "\n".join(f"zz\r{x}" for x in lines)):
+        buf = TerminalBuffer(max_rows=5)
+        buf.feed(text)
+        assert buf.render() == "\n".join(lines[-5:])
+        assert buf.stats.rows_dropped == 4995
+        assert buf.stats.chars_in == len(text)
+        buf.feed("\nmore")
+        assert buf.render().split("\n") == [*lines[-4:], "more"]
+        assert buf.stats.chars_in == len(text) + 5
+
+
+def test_the_bulk_path_keeps_a_bounded_tail_of_characters():
+    text = "\n".join(f"line {i}" for i in range(5000))
+    buf = TerminalBuffer(max_chars=100)
+    buf.feed(text)
+    shown = buf.render()
+    assert text.endswith(shown) and shown.endswith("line 4999")
+    assert 90 <= len(shown) <= 2 * 100 + 20
+    small = TerminalBuffer(max_chars=100)
+    for i in range(0, 5000, 7):  # many small chunks: the same bound
+        small.feed("".join(f"line {j}\n" for j in range(i, min(i + 7, 5000))))
+    assert text.endswith(small.render()) and len(small.render()) <= 2 * 100 + 20
