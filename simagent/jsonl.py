@@ -7,6 +7,7 @@ killed mid-write leaves a torn last line, which must cost that line, never the f
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,27 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def drop_torn_tail(path: Path) -> None:
     """Cut a torn last line (no newline: the writer was killed mid-write) off ``path``
     before appending to it; else the next record would be glued to the fragment and
-    lost with it."""
+    lost with it. Reads one byte unless the file really is torn."""
     try:
         with Path(path).open("rb+") as fh:
+            end = fh.seek(0, 2)
+            if end == 0:
+                return
+            fh.seek(end - 1)
+            if fh.read(1) == b"\n":
+                return
+            fh.seek(0)
             data = fh.read()
-            if data and not data.endswith(b"\n"):
-                fh.truncate(data.rfind(b"\n") + 1)
+            fh.truncate(data.rfind(b"\n") + 1)
     except FileNotFoundError:
         return
+
+
+def append_jsonl(path: Path, line: str, *, opener: Callable[[str, int], int] | None = None,
+                 ) -> None:
+    """Append one serialized record as a line, after cutting a torn tail, so every
+    JSONL writer survives a kill of the one before it. Callers serialize (and redact)
+    the record themselves: their formats differ, the framing does not."""
+    drop_torn_tail(path)
+    with open(path, "a", encoding="utf-8", opener=opener) as fh:
+        fh.write(line + "\n")

@@ -253,13 +253,13 @@ class AttemptLog:
         return read_jsonl(self.path)
 
     def add(self, **fields: Any) -> dict[str, Any]:
+        from simagent.jsonl import append_jsonl
         from simagent.paths import private_opener
         from simagent.trace.redact import redact_data
 
         record = {"index": len(self.all()) + 1, "id": uuid.uuid4().hex[:12],
                   "ts": time.strftime("%Y-%m-%dT%H:%M:%S"), **redact_data(fields)}
-        with open(self.path, "a", encoding="utf-8", opener=private_opener) as fh:
-            fh.write(json.dumps(record, default=str) + "\n")
+        append_jsonl(self.path, json.dumps(record, default=str), opener=private_opener)
         return record
 
 

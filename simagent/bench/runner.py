@@ -20,7 +20,7 @@ from typing import Any
 
 from simagent.bench.policies import Policy
 from simagent.bench.workflow import Workflow
-from simagent.jsonl import drop_torn_tail, read_jsonl
+from simagent.jsonl import append_jsonl, read_jsonl
 from simagent.trace.redact import redact
 
 #: Cost of replayed tokens is shown at this model's list price (the scripted model is free).
@@ -331,7 +331,6 @@ def run_bench(plan: BenchPlan, out_dir: Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "records.jsonl"
     commit = git_commit()
-    drop_torn_tail(path)  # a killed run's half row: the next row must start a line
     done = {row_key(r): r for r in load_records(path)}
     total = len(plan.keys())
     n = 0
@@ -373,8 +372,7 @@ def run_bench(plan: BenchPlan, out_dir: Path,
 def append_record(path: Path, row: dict[str, Any]) -> None:
     """One bench record, redacted: a key a workflow printed or quoted never reaches the
     records file (it is shared and committed with bench results)."""
-    with path.open("a", encoding="utf-8") as fh:
-        fh.write(redact(json.dumps(row)) + "\n")
+    append_jsonl(path, redact(json.dumps(row)))
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -33,7 +33,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from simagent.context.task_records import PLUS_MINUS
-from simagent.jsonl import read_jsonl
+from simagent.jsonl import append_jsonl, read_jsonl
 from simagent.paths import private_dir, private_opener
 from simagent.trace.redact import redact_data
 
@@ -333,8 +333,8 @@ class Ledger:
                          "history": str(history) if history else None, **extra,
                          "items": [it.as_dict() for it in items],
                          "sources": result_sources(messages, calls)}
-                with open(self.path, "a", encoding="utf-8", opener=private_opener) as fh:
-                    fh.write(json.dumps(redact_data(entry), default=str) + "\n")
+                append_jsonl(self.path, json.dumps(redact_data(entry), default=str),
+                             opener=private_opener)
             except OSError as exc:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 return None

@@ -35,7 +35,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from pydantic import ValidationError
 
 from simagent.context.counting import is_user_message
-from simagent.jsonl import read_jsonl
+from simagent.jsonl import append_jsonl, read_jsonl
 from simagent.paths import private_dir, private_opener
 from simagent.records import KeyValue, TaskRecord, files_read, format_value, problems
 from simagent.trace.redact import redact_data
@@ -305,8 +305,7 @@ def check_record(record: TaskRecord, field: str, *, expected: float | None = Non
 def append_record(path: Path, row: Mapping[str, Any]) -> None:
     """One JSON line per closed task in the session's ``tasks.jsonl``."""
     private_dir(path.parent)
-    with open(path, "a", encoding="utf-8", opener=private_opener) as fh:
-        fh.write(json.dumps(redact_data(row), ensure_ascii=False) + "\n")
+    append_jsonl(path, json.dumps(redact_data(row), ensure_ascii=False), opener=private_opener)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
