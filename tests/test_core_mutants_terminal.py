@@ -5,22 +5,10 @@ positioning, private modes, OSC, multi-digit and zero parameters)."""
 
 from __future__ import annotations
 
-import pyte
 import pytest
+from test_terminal import pyte_full
 
 from simagent.kernel.terminal import TerminalBuffer, render_text
-
-
-def pyte_full(text: str, cols: int = 300) -> str:
-    rows = text.count("\n") + text.count("\x1b[") + 10
-    screen = pyte.Screen(cols, rows)
-    screen.set_mode(pyte.modes.LNM)
-    pyte.Stream(screen).feed(text)
-    lines = [ln.rstrip() for ln in screen.display]
-    while lines and not lines[-1]:
-        lines.pop()
-    return "\n".join(lines)
-
 
 E = "\x1b["
 CASES = [

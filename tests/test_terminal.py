@@ -14,7 +14,7 @@ from simagent.kernel.terminal import TerminalBuffer, collapse_cr, render_text
 
 def pyte_full(text: str, cols: int = 300) -> str:
     """Reference rendering: a screen tall and wide enough never to scroll or wrap."""
-    rows = text.count("\n") + text.count("\x1b[B") + 3
+    rows = text.count("\n") + text.count("\x1b[") + 10  # any CSI may move the cursor down
     screen = pyte.Screen(cols, rows)
     screen.set_mode(pyte.modes.LNM)
     pyte.Stream(screen).feed(text)
