@@ -5,8 +5,8 @@ the middleware appends) + tool schemas + messages, with the real tokenizer of
 :mod:`simagent.context.tokens` (o200k unless the model's family says otherwise), which is
 also what the scripted model reports. A message is counted as a provider frames it: its
 role, its text, each tool call's name and JSON arguments, and a few framing tokens, so
-the categories add up to the total exactly and the total is the tokenizer's count of the
-serialized request (:func:`serialize_request`) to within boundary merges. Texts are
+the categories add up to the total exactly; the tests hold the total against an
+independent ruler (langchain-openai's own request payload counted by tiktoken). Texts are
 counted once and cached by content, so a long history costs a hash lookup per message.
 When the provider reported usage for the previous call, :func:`calibrate` scales the
 count by how far it was off on that call (another family's tokenizer, hidden framing).
@@ -165,28 +165,6 @@ def count_request(messages: Sequence[BaseMessage], tools: Sequence[Any] | None =
     """Tokens of a whole request as a model receives it (system message included)."""
     ruler = ruler or active_ruler()
     return count_messages(messages, ruler) + count_tools(tools, ruler)
-
-
-def serialize_request(messages: Sequence[BaseMessage], tools: Sequence[Any] | None = None
-                      ) -> str:
-    """The request as one text, framed the way :func:`count_request` counts it.
-
-    What the accuracy test tokenizes whole: each message is ``role``, a newline, its texts
-    one per line and a blank line; each schema is its JSON on a line. Framing tokens
-    (``MESSAGE_FRAME`` and friends) stand for the template tokens this text lacks.
-    """
-    parts = []
-    for msg in messages:
-        texts, _extra = message_parts(msg)
-        parts.append(_role(msg) + "\n" + "\n".join(texts) + "\n\n")
-    parts.extend(schema_text(t) + "\n" for t in tools or ())
-    return "".join(parts)
-
-
-def framing_tokens(messages: Sequence[BaseMessage], tools: Sequence[Any] | None = None) -> int:
-    """The framing tokens :func:`count_request` adds that :func:`serialize_request` lacks."""
-    return sum(MESSAGE_FRAME + message_parts(m)[1] for m in messages) + \
-        TOOL_FRAME * len(tools or ())
 
 
 def is_summary(msg: BaseMessage) -> bool:
