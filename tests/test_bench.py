@@ -222,9 +222,27 @@ def test_scorers_grade_a_synthetic_trace(tmp_path):
 
 
 def test_step_results_follow_call_ids_through_subagents():
-    events = [ev("tool_result", tool_call_id="call_2_0", content="inside"),
-              ev("tool_result", tool_call_id="call_1_0", content="the report")]
-    steps = [{"say": "x"}, {"tool": "task"}, {"tool": "read_file"}, {"final": "."}]
+    """The ids come from the scripted model itself, so a change of its id format that
+    the bench cannot read fails here (it once made every subagent workflow's numeric
+    scorers fail: results were matched to the wrong steps)."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    from simagent.agent.scripted import ScriptedChatModel
+
+    steps = [{"say": "x"}, {"tool": "task", "args": {}}, {"tool": "read_file", "args": {}},
+             {"final": "."}]
+    model = ScriptedChatModel.from_steps(steps)
+    history: list = [HumanMessage("go")]
+    ids = []
+    while (reply := model.invoke(history)).tool_calls or not ids:
+        history.append(reply)
+        for call in reply.tool_calls:
+            ids.append(call["id"])
+            history.append(ToolMessage("r", tool_call_id=call["id"]))
+    task_id, read_id = ids
+    # a subagent's inner result is traced before the task's own result
+    events = [ev("tool_result", tool_call_id=read_id, content="inside"),
+              ev("tool_result", tool_call_id=task_id, content="the report")]
     assert step_results(steps, events) == {2: ["inside"], 1: ["the report"]}
 
 

@@ -142,6 +142,16 @@ def call_id(tag: str, step: int, j: int | str) -> str:
     return f"call_{tag}_{step}_{j}"
 
 
+_CALL_ID = re.compile(r"^call_[0-9a-f]+_(\d+)_(?:\d+|bad)$")
+
+
+def call_step(call_id_: str) -> int | None:
+    """The flattened step index a scripted call id (:func:`call_id`) carries; None for
+    any other id (a live model's). The bench grades step results by it."""
+    m = _CALL_ID.match(call_id_)
+    return int(m.group(1)) if m else None
+
+
 def _tool_name(t: Any) -> str:
     if isinstance(t, dict):
         return str(t.get("name") or t.get("function", {}).get("name", "?"))

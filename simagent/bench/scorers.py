@@ -15,6 +15,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from simagent.agent.scripted import call_step
+
 if TYPE_CHECKING:
     from simagent.bench.support import SupportReport
 
@@ -44,21 +46,18 @@ class Verdict:
     detail: str
 
 
-_CALL_ID = re.compile(r"^call_(\d+)_(\d+)$")
-
-
 def step_results(steps: Sequence[dict[str, Any]], events: Sequence[Any]) -> dict[int, list[str]]:
     """Flattened step index -> the tool results it produced.
 
-    Scripted calls carry their step in the id (``call_<step>_<j>``), which survives
+    Scripted calls carry their step in the id (:func:`scripted.call_step`), which survives
     subagents (whose results are traced before their ``task`` result). Other ids (live
     runs) fall back to trace order.
     """
     results = [e.payload for e in events if e.kind == "tool_result"]
     out: dict[int, list[str]] = {}
-    if results and all(_CALL_ID.match(str(r.get("tool_call_id"))) for r in results):
-        for r in results:
-            step = int(_CALL_ID.match(str(r["tool_call_id"])).group(1))
+    steps_of = [call_step(str(r.get("tool_call_id"))) for r in results]
+    if results and None not in steps_of:
+        for r, step in zip(results, steps_of, strict=True):
             out.setdefault(step, []).append(r.get("content", ""))
         return out
     pos = 0
