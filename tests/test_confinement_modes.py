@@ -169,3 +169,24 @@ def test_headless_shows_the_whole_cell_that_waits():
     text = err.getvalue()
     assert "waiting for approval: run_python" in text
     assert all(f"    {line}" in text for line in code.splitlines())
+
+
+def test_a_subagents_approval_is_asked_once(opened, workspace, tmp_path):
+    """A subagent's interrupt surfaces in its own namespace and again at the root of the
+    stream; the person (and ``simagent run``'s stderr) must see one request, not two."""
+    outside = tmp_path / "outside.txt"
+    steps = [{"tool": "task", "args": {"description": "write it",
+                                        "subagent_type": "general-purpose"},
+              "steps": [{"tool": "write_file",
+                         "args": {"file_path": str(outside), "content": "hi"}},
+                        {"final": "wrote"}]},
+             {"final": "done"}]
+    _session, runner, _ = opened(steps, "workspace")
+    from simagent.agent.events import Interrupt
+
+    seen: list[Interrupt] = []
+    paused = runner.run("go", lambda e: seen.append(e) if isinstance(e, Interrupt) else None)
+    assert paused.status == "paused"
+    assert len(seen) == 1 and len(paused.interrupts) == 1
+    assert paused.interrupts[0].action_requests[0]["name"] == "write_file"
+    assert not outside.exists()

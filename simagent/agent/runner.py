@@ -482,10 +482,12 @@ class TurnRunner:
         if not isinstance(data, dict):
             return
         for node, update in data.items():
-            if node == "__interrupt__":
-                for intr in update or ():
-                    result.interrupts.append(self._interrupt(intr))
-                    emit(result.interrupts[-1])
+            if node == "__interrupt__":  # a subagent's reaches every namespace up to the
+                for intr in update or ():  # root: one approval, told once
+                    found = self._interrupt(intr)
+                    if all(i.interrupt_id != found.interrupt_id for i in result.interrupts):
+                        result.interrupts.append(found)
+                        emit(found)
                 continue
             if node != "model" or not isinstance(update, dict):
                 continue
