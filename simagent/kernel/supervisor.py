@@ -66,6 +66,9 @@ _POLL_S = 0.1
 #: How long a state probe waits for a busy kernel before giving up (a running cell).
 PROBE_WAIT_S = 2.0
 _STARTUP_TIMEOUT_S = 60.0
+_READY_STEP_S = 5.0
+#: Starts tried when the kernel's ports were taken between their pick and its bind.
+_PORT_CLASH_TRIES = 3
 _DEFAULT_SPEC = "simagent-python"
 #: Environment variables the kernel must not inherit: pytest's disables fd capture.
 _SCRUB_ENV = ("PYTEST_CURRENT_TEST",)
@@ -194,23 +197,59 @@ class Kernel:
             self._flow.reset()
             ksm = KernelSpecManager(kernel_dirs=[str(default_kernelspec())])
             km = KernelManager(kernel_name=_DEFAULT_SPEC, kernel_spec_manager=ksm)
-        try:
-            km.start_kernel(cwd=str(self.cwd), env=self._kernel_env(),
-                            stdout=self._log, stderr=self._log)
-            kc = km.client()
-            kc.start_channels()
-            kc.wait_for_ready(timeout=_STARTUP_TIMEOUT_S)
-        except Exception as exc:
-            self.state = "dead"
+        for attempt in range(_PORT_CLASH_TRIES):
+            log_at = self._log.tell()
             try:
-                km.shutdown_kernel(now=True)
-            except Exception:
-                pass
-            raise KernelStartError(
-                f"kernel {self.kernel_name or _DEFAULT_SPEC!r} could not start: {exc}; "
-                f"{self._log_hint()}") from exc
+                km.start_kernel(cwd=str(self.cwd), env=self._kernel_env(),
+                                stdout=self._log, stderr=self._log)
+                kc = km.client()
+                kc.start_channels()
+                self._wait_ready(kc, log_at)
+                break
+            except Exception as exc:
+                self.state = "dead"
+                try:
+                    km.shutdown_kernel(now=True)
+                except Exception:
+                    pass
+                if self._port_clash(log_at) and attempt + 1 < _PORT_CLASH_TRIES:
+                    km = KernelManager(kernel_name=km.kernel_name,
+                                       kernel_spec_manager=km.kernel_spec_manager)
+                    self.state = "starting"
+                    continue  # new ports: another process took one between pick and bind
+                raise KernelStartError(
+                    f"kernel {self.kernel_name or _DEFAULT_SPEC!r} could not start: {exc}; "
+                    f"{self._log_hint()}") from exc
         self._km, self._kc = km, kc
         self._ready()
+
+    def _port_clash(self, log_at: int) -> bool:
+        """Whether the kernel started at log offset ``log_at`` failed to bind a port.
+
+        jupyter_client picks free TCP ports and the kernel binds them a moment later, so
+        another process starting a kernel (a second test worker, a bench beside the
+        session) can take one in between; the cure is fresh ports, not a failure."""
+        try:
+            with open(self.paths.kernel_log, "rb") as fh:
+                fh.seek(log_at)
+                return b"Address already in use" in fh.read()
+        except OSError:
+            return False
+
+    def _wait_ready(self, kc: Any, log_at: int) -> None:
+        """``wait_for_ready`` in short steps, so a kernel that failed to bind its ports
+        (and lingers without answering) is retried at once instead of after the full
+        start-up timeout."""
+        deadline = time.monotonic() + _STARTUP_TIMEOUT_S
+        while True:
+            step = min(_READY_STEP_S, max(0.1, deadline - time.monotonic()))
+            try:
+                kc.wait_for_ready(timeout=step)
+                return
+            except RuntimeError as exc:  # died, or did not answer within the step
+                if ("didn't respond" not in str(exc) or self._port_clash(log_at)
+                        or time.monotonic() >= deadline):
+                    raise
 
     def _ready(self) -> None:
         """A new kernel process answers: one more generation, heartbeat watched afresh."""
