@@ -8,3 +8,12 @@ PROVIDER = 4  # model/provider error (provider package, HTTP, unreachable endpoi
 COST_CEILING = 5  # cost ceiling reached
 KERNEL = 6  # the kernel could not start
 CANCELLED = 130  # Ctrl+C
+
+
+class CliError(Exception):
+    """A one-line error for the person, with the exit code to leave with. It lives with the
+    codes so that every front end (cli, headless, tui) raises it without importing ``cli``."""
+
+    def __init__(self, message: str, code: int = USAGE) -> None:
+        super().__init__(message)
+        self.code = code

@@ -204,8 +204,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
     from simagent.agent.subagents import SubagentError
-    from simagent.cli import CliError
     from simagent.config import Config, ConfigError
+    from simagent.exit_codes import CliError
     from simagent.kernel import KernelStartError
     from simagent.models import ModelError, resolve_model
     from simagent.session import Session, SessionNotFound

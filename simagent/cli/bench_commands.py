@@ -1,0 +1,275 @@
+"""``simagent bench ...``: the benchmark commands (design.md §9). Each handler imports the
+bench only when it runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from simagent import exit_codes
+from simagent.cli.common import Parser, progress
+from simagent.exit_codes import CliError
+
+
+def cmd_bench_kernel(args: argparse.Namespace) -> int:
+    from simagent.bench.kernel_bench import format_table, run_kernel_bench
+    from simagent.kernel import KernelStartError
+
+    try:
+        results, detail = run_kernel_bench(progress=None if args.json else progress)
+    except KernelStartError as exc:
+        raise CliError(str(exc).splitlines()[0], exit_codes.KERNEL) from exc
+    if args.json:
+        import json
+
+        print(json.dumps(results, indent=2))
+    else:
+        print(format_table(results, detail))
+    return exit_codes.OK
+
+
+def cmd_bench_faults(args: argparse.Namespace) -> int:
+    from simagent.bench import fault_cases
+    from simagent.bench.fault_bench import as_json, format_table, run_faults
+
+    try:
+        cases = fault_cases.select(args.only.split(",") if args.only else None,
+                                   fast=args.fast)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    rows = run_faults(cases, fast=args.fast, progress=None if args.json else progress)
+    if args.json:
+        import json
+
+        print(json.dumps(as_json(rows), indent=2))
+    else:
+        print(format_table(rows))
+    return exit_codes.OK if all(r.survived for r in rows) else exit_codes.FAILED
+
+
+def cmd_bench_ensemble(args: argparse.Namespace) -> int:
+    from simagent.bench.ensemble_bench import format_table, run_ensemble_bench
+    from simagent.kernel import KernelStartError
+
+    if (args.cases is not None and args.cases < 1) or args.seconds <= 0 or \
+            (args.workers is not None and args.workers < 1) or args.rounds < 1:
+        raise CliError("--cases, --workers and --rounds must be at least 1 and --seconds "
+                       "positive")
+    try:
+        results = run_ensemble_bench(cases=args.cases, seconds=args.seconds,
+                                     workers=args.workers, rounds=args.rounds,
+                                     progress=None if args.json else progress)
+    except KernelStartError as exc:
+        raise CliError(str(exc).splitlines()[0], exit_codes.KERNEL) from exc
+    if args.json:
+        import json
+
+        print(json.dumps(results, indent=2))
+    else:
+        print(format_table(results))
+    return exit_codes.OK
+
+
+def cmd_bench_counting(args: argparse.Namespace) -> int:
+    from simagent.bench.counting_bench import format_table, run_counting_bench
+    from simagent.bench.workflow import WorkflowError
+
+    try:
+        result = run_counting_bench(args.workflow, args.policy,
+                                    progress=None if args.json else progress)
+    except (WorkflowError, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    if args.json:
+        import json
+
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_table(result))
+    return exit_codes.OK
+
+
+def cmd_bench_list(args: argparse.Namespace) -> int:
+    from simagent.bench.workflow import WorkflowError, resolve_workflows
+
+    try:
+        wfs = resolve_workflows(None)
+    except WorkflowError as exc:
+        raise CliError(str(exc)) from exc
+    rows = [{"id": w.id, "title": w.title, "simulator": w.simulator or "scipy", "long": w.long,
+             "tool_calls": w.tool_steps, "probes": len(w.probes), "scorers": len(w.scorers),
+             "path": str(w.path)} for w in wfs]
+    if args.json:
+        import json
+
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            print(f"{r['id']:<28} {r['simulator']:<8} {'long ' if r['long'] else '     '}"
+                  f"{r['tool_calls']:>3} calls  {r['title']}")
+    return exit_codes.OK
+
+
+def cmd_bench_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from simagent.bench.policies import resolve_policies
+    from simagent.bench.report import short_table, write_report
+    from simagent.bench.runner import BenchPlan, run_bench
+    from simagent.bench.workflow import WorkflowError, resolve_workflows
+
+    if args.mode == "live" and not args.model:
+        raise CliError("--mode live needs --model provider:model (replay needs no model)")
+    if args.epochs < 1:
+        raise CliError("--epochs must be at least 1")
+    try:
+        plan = BenchPlan(resolve_workflows(args.workflows), resolve_policies(args.policy),
+                         epochs=args.epochs, mode=args.mode, model=args.model,
+                         windows=parse_windows(args.window) if args.window else None)
+    except (WorkflowError, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    out = Path(args.out)
+    if args.fresh and (out / "records.jsonl").exists():
+        (out / "records.jsonl").unlink()
+    rows = run_bench(plan, out, progress=None if args.json else _bench_progress)
+    report = write_report(rows, out, mode=args.mode)
+    if args.json:
+        import json
+
+        from simagent.bench.runner import summarize
+
+        print(json.dumps({"out": str(out), "report": str(report),
+                          "records": str(out / "records.jsonl"),
+                          "policies": summarize(rows), "rows": len(rows)}, indent=2))
+    else:
+        print("\n" + short_table(rows))
+        print(f"\nreport: {report}")
+    # raw at an enforced window is meant to be refused; simagent must pass everywhere
+    failed = [r for r in rows if r["verdict"] != "pass" and (
+        r["policy"] == "simagent" or (r["policy"] == "raw" and not r.get("enforced")))]
+    return exit_codes.FAILED if failed else exit_codes.OK
+
+
+def parse_windows(spec: str) -> list[int]:
+    """``128k,32k,16000`` -> [128000, 32000, 16000]; a clear error for anything else."""
+    out = []
+    for part in (p.strip().lower() for p in spec.split(",") if p.strip()):
+        try:
+            value = float(part[:-1]) * 1000 if part.endswith("k") else float(part)
+        except ValueError:
+            raise ValueError(f"--window: {part!r} is not a number of tokens "
+                             "(e.g. 128k,32k,16000)") from None
+        if value <= 1000 or value != int(value):
+            raise ValueError(f"--window: {part!r} must be a whole number of tokens > 1000")
+        out.append(int(value))
+    if not out:
+        raise ValueError("--window needs at least one window, e.g. 128k,32k,16k")
+    return list(dict.fromkeys(out))
+
+
+def _bench_progress(message: str) -> None:
+    """One redrawn line on a terminal, plain lines otherwise (logs, CI)."""
+    if sys.stderr.isatty():
+        sys.stderr.write(f"\r\033[K{message[:150]}")
+    elif " step " not in message:  # per-step updates only redraw a terminal line
+        sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The ``bench`` command and its subcommands."""
+    bench = sub.add_parser("bench", help="measure simagent: workflows x context policies, "
+                           "kernel micro-benchmarks",
+                           description="Benchmarks, measured side by side in one run.")
+    bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCH", required=True,
+                                     parser_class=Parser)
+    kernel = bench_sub.add_parser(
+        "kernel", help="kernel round trip, capture throughput, interrupt and restart times",
+        description="Round trip of 1+1 through simagent's Kernel vs bare jupyter_client "
+                    "(ratio of p50s, interleaved), capture throughput and peak RSS growth "
+                    "for 10 MB and 100 MB of progress-bar/log output, interrupt latency, "
+                    "restart time.")
+    kernel.add_argument("--json", action="store_true", help="print one JSON object")
+    kernel.set_defaults(handler=cmd_bench_kernel)
+
+    faults = bench_sub.add_parser(
+        "faults", help="run every fault simagent survives; one row each",
+        description="Kernel deaths (os._exit, segfault, OOM kill, SIGINT ignored, frozen, "
+                    "forks, 1 GiB without a newline), provider faults over real HTTP "
+                    "(429, 5xx, resets, timeouts, cut streams, bad tool JSON, empty "
+                    "replies), the REPL watchdog and data faults (SIGKILL, full disk, "
+                    "secrets), each against the real graph and kernel. One row per fault: "
+                    "survived, state restored, seconds to recover, bytes lost. Exit 1 when "
+                    "a fault was not survived.")
+    faults.add_argument("--json", action="store_true", help="print JSON rows")
+    faults.add_argument("--fast", action="store_true",
+                        help="the quick subset (what make test runs), smaller sizes")
+    faults.add_argument("--only", metavar="IDS", help="comma-separated fault ids")
+    faults.set_defaults(handler=cmd_bench_faults)
+
+    bens = bench_sub.add_parser(
+        "ensemble", help="parameter sweeps on Dask: speed-up over a serial loop",
+        description="The same CPU-bound cases (~--seconds each) run as a serial loop and "
+                    "through ensemble() on the kernel's Dask LocalCluster, alternating "
+                    "for --rounds rounds in one run. "
+                    "Reports speedup (serial wall / ensemble wall), overhead_s per case "
+                    "((ensemble wall x workers - sum of case times) / cases) and the "
+                    "cluster start time (paid once per session, not in the ensemble wall).")
+    bens.add_argument("--json", action="store_true", help="print one JSON object")
+    bens.add_argument("--cases", type=int, metavar="N",
+                      help="number of cases (default: 4 per worker)")
+    bens.add_argument("--seconds", type=float, default=1.0, metavar="S",
+                      help="CPU time of one case (default: 1.0)")
+    bens.add_argument("--workers", type=int, metavar="W",
+                      help="local cluster workers (default: one per core)")
+    bens.add_argument("--rounds", type=int, default=2, metavar="R",
+                      help="serial/ensemble pairs, interleaved and summed (default: 2)")
+    bens.set_defaults(handler=cmd_bench_ensemble)
+
+    bcount = bench_sub.add_parser(
+        "counting", help="counting cost per model call: chars/4 vs the real tokenizer",
+        description="Replays one workflow (default: the one with the most raw tokens) "
+                    "through the real graph, keeps every request, and times one "
+                    "measurement per request with chars/4 (the old ruler) and with the "
+                    "o200k tokenizer, cold and warm cache, in one run (median ms); also "
+                    "reports the real/approx token ratio on those requests.")
+    bcount.add_argument("workflow", nargs="?", metavar="WF",
+                        help="a bundled workflow id (default: scipy-stiff-kinetics)")
+    bcount.add_argument("--policy", default="simagent", metavar="P",
+                        help="the policy the requests come from (default: simagent)")
+    bcount.add_argument("--json", action="store_true", help="print one JSON object")
+    bcount.set_defaults(handler=cmd_bench_counting)
+
+    blist = bench_sub.add_parser("list", help="list the bundled workflows",
+                                 description="The bundled bench workflows (bench/workflows).")
+    blist.add_argument("--json", action="store_true", help="print JSON")
+    blist.set_defaults(handler=cmd_bench_list)
+
+    brun = bench_sub.add_parser(
+        "run", help="run workflows under context policies and score tokens and recall",
+        description="Run bench workflows under each context policy. Replay mode executes a "
+                    "workflow's kernel steps once, then replays its scripted trajectory "
+                    "through the real graph per policy (no key needed); live mode runs a "
+                    "real model. Writes records.jsonl, report.md and PNG plots to --out; an "
+                    "interrupted run resumes without redoing finished rows. Exit 1 when a "
+                    "simagent run fails its scorers, or a raw run at a window that is not "
+                    "enforced.")
+    brun.add_argument("workflows", nargs="*", metavar="WF",
+                      help="bundled workflow ids or workflow files (default: all bundled)")
+    brun.add_argument("--mode", choices=("replay", "live"), default="replay")
+    brun.add_argument("--policy", default="all", metavar="P,...",
+                      help="policies: raw, simagent, stock, sliding-window, "
+                           "compress-tool-results, truncate, or all (default); a policy "
+                           "may change [context] settings, e.g. "
+                           "'simagent[clear_fraction=0.3;tool_cap_chars=4000]'")
+    brun.add_argument("--model", metavar="M", help="the model for --mode live")
+    brun.add_argument("--epochs", type=int, default=1, help="runs per workflow and policy")
+    brun.add_argument("--window", metavar="N,...",
+                      help="replay at each of these context windows (tokens; 128k, 32k, "
+                           "16000), the model refusing longer requests like a provider; "
+                           "default: a workflow's `windows`, else its declared window, "
+                           "not enforced")
+    brun.add_argument("--out", default="bench-out", help="output folder (default: bench-out)")
+    brun.add_argument("--fresh", action="store_true", help="ignore finished rows in --out")
+    brun.add_argument("--json", action="store_true", help="print one JSON summary")
+    brun.set_defaults(handler=cmd_bench_run)

@@ -1,0 +1,48 @@
+"""What every command module of the CLI shares: the parser class that fails in one line,
+the session options, progress lines and the workspace check. Standard library only, so that
+``simagent --help`` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from simagent import exit_codes
+from simagent.exit_codes import CliError
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one clear line, not a usage dump
+        self.exit(exit_codes.USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def progress(message: str) -> None:
+    print(f"  {message}", file=sys.stderr, flush=True)
+
+
+def session_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", metavar="M", help="provider:model, openai-compatible:MODEL@URL "
+                   "or scripted:PATH (default: $SIMAGENT_MODEL, then config)")
+    p.add_argument("--sim", metavar="S", help="simulator for a new session")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--resume", metavar="ID", help="continue session ID (a prefix is enough)")
+    group.add_argument("--continue", dest="continue_last", action="store_true",
+                       help="continue the last session of this workspace")
+    from simagent.config import APPROVAL_MODES, DEFAULT_APPROVAL  # light: stdlib + paths
+
+    p.add_argument("--approval", choices=APPROVAL_MODES,
+                   help=f"which tools wait for approval (default: config, else "
+                        f"{DEFAULT_APPROVAL}; README: Approval and confinement)")
+    p.add_argument("--workspace", default=".", help="workspace folder (default: .)")
+
+
+
+def existing_workspace(path: str):
+    from pathlib import Path
+
+    workspace = Path(path).expanduser().resolve()
+    if not workspace.is_dir():
+        raise CliError(f"workspace {workspace} is not a folder")
+    return workspace
+
+
