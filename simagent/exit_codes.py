@@ -7,6 +7,7 @@ APPROVAL = 3  # the turn paused for approval
 PROVIDER = 4  # model/provider error (provider package, HTTP, unreachable endpoint)
 COST_CEILING = 5  # cost ceiling reached
 KERNEL = 6  # the kernel could not start
+NOTEBOOK = 7  # --from-notebook: a cell of the notebook failed (or was stopped)
 CANCELLED = 130  # Ctrl+C
 
 
