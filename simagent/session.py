@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from simagent.agent.memory import ensure_memory
 from simagent.agent.tools import AttemptLog
 from simagent.agent.turns import TurnLedger
-from simagent.agent.usage import UsageLedger
 from simagent.config import Config, SessionOptions
 from simagent.context.thresholds import ContextSettings
 from simagent.paths import (
@@ -31,6 +30,7 @@ from simagent.paths import (
 )
 from simagent.simulators import Simulator, get_simulator
 from simagent.trace import TraceLog
+from simagent.trace.usage import UsageTotals
 
 if TYPE_CHECKING:
     from simagent.kernel import ExecResult, Kernel
@@ -98,7 +98,7 @@ class Session:
         self.trace = TraceLog(self.paths.trace)
         self.memory_dir = ensure_memory(workspace)
         self.attempts = AttemptLog(self.paths.root / "attempts.jsonl")
-        self.usage = UsageLedger.from_trace(self.trace.iter_events(["model_usage"]))
+        self.usage = UsageTotals.from_trace(self.trace.iter_events(["model_usage"]))
         self._kernel = kernel
         self._kernel_lock = threading.Lock()
         self._warmed = kernel is not None and kernel.is_alive()

@@ -371,8 +371,8 @@ def test_the_innermost_check_stops_a_call_after_a_slow_layer():
     import contextvars
 
     from simagent.agent.turns import TurnAbandoned, TurnLedger
-    from simagent.agent.usage import UsageLedger
     from simagent.trace.recorder import TraceRecorder
+    from simagent.trace.usage import UsageTotals
 
     ledger = TurnLedger()
     turn = ledger.begin()
@@ -382,7 +382,7 @@ def test_the_innermost_check_stops_a_call_after_a_slow_layer():
         def append(self, *a, **k):
             calls.append(("trace", a))
 
-    rec = TraceRecorder(Trace(), UsageLedger(), turns=ledger)
+    rec = TraceRecorder(Trace(), UsageTotals(), turns=ledger)
 
     def run() -> None:
         ledger.bind(turn)

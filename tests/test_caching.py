@@ -62,7 +62,7 @@ def test_cost_usd_bills_reported_writes_at_the_write_price():
 
 
 def test_anthropic_ttl_split_writes_are_counted():
-    from simagent.agent.usage import usage_record
+    from simagent.trace.usage import usage_record
 
     rec = usage_record({"input_tokens": 9_000, "output_tokens": 5, "input_token_details": {
         "cache_read": 1_000, "cache_creation": 0, "ephemeral_5m_input_tokens": 7_000}})

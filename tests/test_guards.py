@@ -16,7 +16,6 @@ from simagent.agent.builder import build_agent
 from simagent.agent.events import ContextEvent, Notice
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
-from simagent.agent.usage import Usage, UsageLedger
 from simagent.context.guards import (
     MARK,
     CostCeilingMiddleware,
@@ -27,10 +26,11 @@ from simagent.context.guards import (
     reset_ceiling,
     strip_pending_calls,
 )
-from simagent.context.prices import FREE, PRICES, cost_usd, ledger_cost, price_for
+from simagent.context.prices import FREE, PRICES, cost_usd, price_for, totals_cost
 from simagent.context.thresholds import ContextSettings
 from simagent.session import Session
 from simagent.trace.log import TraceLog
+from simagent.trace.usage import Usage, UsageTotals
 
 ONE_PLUS_ONE = {"tool": "run_python", "args": {"code": "1+1"}}
 
@@ -60,13 +60,13 @@ def test_cache_reads_are_billed_once_at_the_cache_rate():
     assert cost_usd("acme:x", usage) is None
 
 
-def test_ledger_cost_sums_known_models_and_names_unknown_ones():
-    ledger = UsageLedger()
+def test_totals_cost_sums_known_models_and_names_unknown_ones():
+    ledger = UsageTotals()
     ledger.record("main", "openai:gpt-4o", {"input_tokens": 1_000_000, "output_tokens": 0})
     ledger.record("helper", "openai:gpt-4o", {"input_tokens": 0, "output_tokens": 1_000_000})
     ledger.record("main", "scripted", {"input_tokens": 5000, "output_tokens": 10})
     ledger.record("main", "acme:mystery", {"input_tokens": 5000, "output_tokens": 10})
-    total, unknown = ledger_cost(ledger)
+    total, unknown = totals_cost(ledger)
     assert total == pytest.approx(12.5)
     assert unknown == ["acme:mystery"]
 
@@ -268,7 +268,7 @@ def test_session_usd_ceiling_uses_the_price_table(opened):
     assert not session.trace.events(["tool_result"])  # stopped before the call ran
     trip = ceiling_tripped(session.trace.events())
     assert (trip["scope"], trip["unit"], trip["limit"]) == ("session", "usd", 0.001)
-    assert trip["spent"] == pytest.approx(ledger_cost(session.usage)[0])
+    assert trip["spent"] == pytest.approx(totals_cost(session.usage)[0])
     assert trip["spent"] == pytest.approx(session.usage.total.input_tokens * 1e-6
                                           + session.usage.total.output_tokens * 5e-6)
 
@@ -282,6 +282,6 @@ def test_turn_spend_after_a_restart_is_read_from_the_trace(tmp_path: Path):
         trace.append("model_usage", old)
         trace.append("message_user", {"content": "two", "turn": 2})
         trace.append("model_usage", new)
-        ledger = UsageLedger.from_trace(trace.events(["model_usage"]))
+        ledger = UsageTotals.from_trace(trace.events(["model_usage"]))
         guard = CostCeilingMiddleware(trace, ledger, ContextSettings(max_turn_tokens=2000))
         assert guard.spend() == (0.0, 1919, 0.0, 1010, [])

@@ -46,8 +46,8 @@ from simagent.agent.events import (
     ToolStarted,
 )
 from simagent.agent.turns import ABANDON_AFTER_S
-from simagent.agent.usage import Usage
 from simagent.context.guards import ceiling_tripped, reset_ceiling
+from simagent.trace.usage import Usage
 
 if TYPE_CHECKING:
     from simagent.agent.builder import BuiltAgent

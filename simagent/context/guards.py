@@ -9,7 +9,7 @@
   written to the trace, so "refuse the next turn until the user resets it" holds across
   a restart of the process (see :func:`ceiling_tripped`).
 
-Both read what they need from the checkpointed messages, the usage ledger and the
+Both read what they need from the checkpointed messages, the usage totals and the
 trace rather than from instance memory, so a resumed session behaves the same. Pure
 cores first (testable without a graph), then the two middlewares. When a guard stops a
 turn it rewrites the reply with the same message id, so langgraph's ``add_messages``
@@ -28,11 +28,11 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import AIMessage, ToolMessage
 
-from simagent.agent.usage import Usage, UsageLedger
 from simagent.context.events import emit, write_stream
 from simagent.context.prices import usage_cost
 from simagent.context.thresholds import ContextSettings
 from simagent.trace.log import TraceLog
+from simagent.trace.usage import Usage, UsageTotals
 
 #: ``additional_kwargs`` key on a reply a guard rewrote.
 MARK = "simagent_guard"
@@ -231,11 +231,11 @@ def _tokens(usage: Usage) -> int:
 class CostCeilingMiddleware(AgentMiddleware):
     """Stops the turn once turn or session spend meets a ``[context]`` limit."""
 
-    def __init__(self, trace: TraceLog, ledger: UsageLedger,
+    def __init__(self, trace: TraceLog, usage: UsageTotals,
                  settings: ContextSettings | None = None, *, agent: str = "main") -> None:
         super().__init__()
         self.trace = trace
-        self.ledger = ledger
+        self.usage = usage
         self.settings = settings or ContextSettings()
         self.agent = agent
         self._start: tuple[Usage, dict[str, Usage]] | None = None
@@ -251,10 +251,10 @@ class CostCeilingMiddleware(AgentMiddleware):
                                            s.max_turn_tokens, s.max_session_tokens))
 
     def _take(self) -> tuple[Usage, dict[str, Usage]]:
-        """Totals and a per-model copy of the ledger, read under its lock."""
-        with getattr(self.ledger, "_lock", None) or nullcontext():
-            total = Usage(**self.ledger.total.as_dict())
-            models = {m: Usage(**u.as_dict()) for m, u in self.ledger.by_model.items()}
+        """Totals and a per-model copy of the usage, read under its lock."""
+        with getattr(self.usage, "_lock", None) or nullcontext():
+            total = Usage(**self.usage.total.as_dict())
+            models = {m: Usage(**u.as_dict()) for m, u in self.usage.by_model.items()}
         return total, models
 
     def _turn_from_trace(self) -> tuple[Usage, dict[str, Usage]]:
@@ -262,7 +262,7 @@ class CostCeilingMiddleware(AgentMiddleware):
         ``before_agent`` ran in this instance) still counts from the user's message."""
         users = self.trace.events(["message_user"])
         after = users[-1].id if users else 0
-        turn = UsageLedger.from_trace(self.trace.events(["model_usage"], after_id=after))
+        turn = UsageTotals.from_trace(self.trace.events(["model_usage"], after_id=after))
         return turn.total, turn.by_model
 
     def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
@@ -289,7 +289,7 @@ class CostCeilingMiddleware(AgentMiddleware):
     def after_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         if not self._limited():
             return None
-        # the recorder (innermost wrap_model_call) has already put this call in the ledger
+        # the recorder (innermost wrap_model_call) has already put this call in the usage
         session_usd, session_tokens, turn_usd, turn_tokens, unknown = self.spend()
         self._warn_unknown(unknown)
         trip = check_ceiling(self.settings, session_usd, session_tokens, turn_usd, turn_tokens)

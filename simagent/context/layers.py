@@ -160,7 +160,7 @@ def build_summarizer(settings: th.ContextSettings, chat_model: Any, model_id: st
 
 
 def _usage_recorder(session: Session) -> Any:
-    from simagent.agent.usage import usage_record
+    from simagent.trace.usage import usage_record
 
     def record(model: str, usage: dict[str, Any] | None) -> None:
         rec: dict[str, Any] = usage_record(usage)

@@ -208,6 +208,6 @@ def usage_cost(by_model: Mapping[str, Any]) -> tuple[float, list[str]]:
     return total, sorted(unknown)
 
 
-def ledger_cost(ledger: Any) -> tuple[float, list[str]]:
-    """(USD total, unknown models) over a ``UsageLedger``'s ``by_model``."""
-    return usage_cost(dict(ledger.by_model))
+def totals_cost(totals: Any) -> tuple[float, list[str]]:
+    """(USD total, unknown models) over a ``UsageTotals``'s ``by_model``."""
+    return usage_cost(dict(totals.by_model))

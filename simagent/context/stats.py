@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simagent.agent.usage import UsageLedger, token_count
 from simagent.context.counting import CATEGORIES, RequestSize
 from simagent.context.thresholds import ContextSettings, Thresholds, thresholds_for
+from simagent.trace.usage import UsageTotals, token_count
 
 #: Events that move the boundary of what the model sees, with their short names.
 BOUNDARY_KINDS = {"context_clear": "clear", "context_summary": "summary",
@@ -251,16 +251,16 @@ def _detail(kind: str, p: Mapping[str, Any]) -> str:
     return "; ".join(x for x in parts if x)
 
 
-def _costs(ledger: UsageLedger) -> tuple[dict[str, float | None], float | None, float,
+def _costs(totals: UsageTotals) -> tuple[dict[str, float | None], float | None, float,
                                          tuple[str, ...]]:
     """Per-model USD, total (None if any model is unpriced), priced part, unpriced models."""
-    models = sorted(ledger.by_model)
+    models = sorted(totals.by_model)
     try:
         from simagent.context import prices
     except ImportError:  # no price table: show tokens only
         return {m: None for m in models}, None, 0.0, tuple(models)
-    per_model = {m: prices.cost_usd(m, u) for m, u in ledger.by_model.items()}
-    usd, unknown = prices.ledger_cost(ledger)
+    per_model = {m: prices.cost_usd(m, u) for m, u in totals.by_model.items()}
+    usd, unknown = prices.totals_cost(totals)
     unknown = tuple(sorted(str(m) for m in unknown))
     return per_model, (None if unknown else float(usd)), float(usd or 0.0), unknown
 
@@ -348,14 +348,14 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
     th = thresholds_for(model_window, model_id, settings)
     if cats is not None:  # the summary trigger as the middleware computed it
         th = th.for_prompt(cats.fixed)
-    ledger = UsageLedger.from_trace(usage_events)
-    per_model, cost, priced, unpriced = _costs(ledger)
+    totals = UsageTotals.from_trace(usage_events)
+    per_model, cost, priced, unpriced = _costs(totals)
     rows = [TokenRow(m, u.calls, u.input_tokens, u.output_tokens, u.cache_read, per_model.get(m))
-            for m, u in ledger.by_model.items()]
+            for m, u in totals.by_model.items()]
     rows.sort(key=lambda r: (r.usd is None, -(r.usd or 0.0), -r.input_tokens, r.name))
     agent_usd = _agent_costs(usage_events)
     subagents = tuple(TokenRow(a, u.calls, u.input_tokens, u.output_tokens, u.cache_read,
-                               agent_usd.get(a)) for a, u in sorted(ledger.by_agent.items())
+                               agent_usd.get(a)) for a, u in sorted(totals.by_agent.items())
                       if a != "main")
     return ContextStats(
         model_id=model_id, window=th.window, window_known=bool(settings.window or model_window),
@@ -367,8 +367,8 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
         last_cache_read=token_count(last.get("cache_read")), last_call_at=last_ts,
         **{name: Tally(n, ts) for name, (n, ts) in tallies.items()},
         boundaries=tuple(boundaries), subagents=subagents, models=tuple(rows),
-        total_input_tokens=ledger.total.input_tokens,
-        total_output_tokens=ledger.total.output_tokens,
+        total_input_tokens=totals.total.input_tokens,
+        total_output_tokens=totals.total.output_tokens,
         cost_usd=cost, priced_usd=priced, unpriced_models=unpriced, ceiling=ceiling,
         limits={k: getattr(settings, k) for k in _LIMITS if getattr(settings, k) is not None},
         ruler=ruler, provider_ratio=provider_ratio, ledger=latest_ledger,

@@ -22,11 +22,11 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from simagent.agent.turns import TurnLedger
-from simagent.agent.usage import UsageLedger, usage_record
 from simagent.context.counting import RequestSize, count_text, measure
 from simagent.context.tokens import Ruler, resolve_ruler
 from simagent.outcomes import outcome_of
 from simagent.trace.log import TraceLog
+from simagent.trace.usage import UsageTotals, usage_record
 
 TASK_TOOL = "task"  # deepagents' subagent tool
 
@@ -79,14 +79,14 @@ def _report_of(content: str) -> dict[str, Any] | None:
 class TraceRecorder(AgentMiddleware):
     """Records one agent's model and tool calls (``agent`` = main or a subagent name)."""
 
-    def __init__(self, trace: TraceLog, ledger: UsageLedger, *, agent: str = "main",
+    def __init__(self, trace: TraceLog, usage: UsageTotals, *, agent: str = "main",
                  model_id: str = "?", window: int | None = None,
                  turns: TurnLedger | None = None, ruler: Ruler | None = None) -> None:
         super().__init__()
         # an abandoned turn's late reply is paid, not said; alone, nothing is abandoned
         self.turns = turns if turns is not None else TurnLedger()
         self.trace = trace
-        self.ledger = ledger
+        self.usage = usage
         self.agent = agent
         self.model_id = model_id
         self.window = window
@@ -124,7 +124,7 @@ class TraceRecorder(AgentMiddleware):
             record["total_tokens"] = record["input_tokens"] + record["output_tokens"]
             record["source"] = "estimated"
         model = (msg.response_metadata or {}).get("model_name") or self.model_id
-        self.ledger.record(self.agent, self.model_id, record)
+        self.usage.record(self.agent, self.model_id, record)
         self.trace.append("model_usage", {"agent": self.agent, "model": self.model_id,
                                           "provider_model": model, **record,
                                           "request": size.as_dict(), "window": self.window,

@@ -15,8 +15,8 @@ from datetime import datetime
 from pathlib import Path
 
 from simagent import paths
-from simagent.agent.usage import token_count
 from simagent.trace.log import Event, TraceLog
+from simagent.trace.usage import token_count
 
 TITLE_MAX = 60
 

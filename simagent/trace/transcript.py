@@ -19,12 +19,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from simagent.agent.usage import UsageLedger
 from simagent.context.events import CONTEXT_KINDS
 from simagent.kernel_api.outputs import size_text
 from simagent.outcomes import mark, outcome_of
 from simagent.trace.log import Event
 from simagent.trace.redact import redact
+from simagent.trace.usage import UsageTotals
 
 #: Tool output shown inline; the rest stays in the raw output file named in the note.
 DISPLAY_CAP = 4000
@@ -166,14 +166,14 @@ def _walk(events: Sequence[Event]) -> Iterator[tuple[str, str | None, dict[str, 
 
 def _usage(events: Sequence[Event]) -> tuple[str, list[tuple[list[str], list[list[str]]]]]:
     """Sums of ``model_usage``: a one-line total, then tables by agent and by model."""
-    ledger = UsageLedger.from_trace(e for e in events if e.kind == "model_usage")
-    t = ledger.total
+    totals = UsageTotals.from_trace(e for e in events if e.kind == "model_usage")
+    t = totals.total
     line = (f"{t.calls} model calls; input {t.input_tokens} tokens, output "
             f"{t.output_tokens} tokens, cache read {t.cache_read} tokens.")
     tables = [([group, "calls", "input", "output", "cache read"],
                [[k, *map(str, (u.calls, u.input_tokens, u.output_tokens, u.cache_read))]
                 for k, u in rows.items()])
-              for group, rows in (("agent", ledger.by_agent), ("model", ledger.by_model))
+              for group, rows in (("agent", totals.by_agent), ("model", totals.by_model))
               if rows]
     return line, tables
 

@@ -1,6 +1,6 @@
 """Token usage per model call, rolled up by agent and by model.
 
-One ledger per session, fed by the trace recorder for every call (main agent and
+One tally per session, fed by the trace recorder for every call (main agent and
 subagents alike) and rebuilt from ``model_usage`` trace events on resume, so totals in
 ``simagent run --json``, ``/context`` and the bench agree with the trace.
 """
@@ -57,7 +57,7 @@ def cache_write_tokens(details_in: Mapping[str, Any]) -> int:
 
 
 def usage_record(usage_metadata: Mapping[str, Any] | None) -> dict[str, int]:
-    """Flatten langchain ``usage_metadata`` (with its detail dicts) into ledger fields."""
+    """Flatten langchain ``usage_metadata`` (with its detail dicts) into usage fields."""
     um = dict(usage_metadata or {})
     details_in = um.get("input_token_details") or {}
     details_out = um.get("output_token_details") or {}
@@ -72,7 +72,7 @@ def usage_record(usage_metadata: Mapping[str, Any] | None) -> dict[str, int]:
 
 
 @dataclass
-class UsageLedger:
+class UsageTotals:
     total: Usage = field(default_factory=Usage)
     by_agent: dict[str, Usage] = field(default_factory=dict)
     by_model: dict[str, Usage] = field(default_factory=dict)
@@ -92,9 +92,9 @@ class UsageLedger:
             return Usage(**self.total.as_dict())
 
     @classmethod
-    def from_trace(cls, events: Iterable[Any]) -> UsageLedger:
-        ledger = cls()
+    def from_trace(cls, events: Iterable[Any]) -> UsageTotals:
+        totals = cls()
         for event in events:
             p = event.payload if isinstance(event.payload, dict) else {}
-            ledger.record(str(p.get("agent") or "main"), str(p.get("model") or "?"), p)
-        return ledger
+            totals.record(str(p.get("agent") or "main"), str(p.get("model") or "?"), p)
+        return totals
