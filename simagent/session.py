@@ -9,6 +9,7 @@ the system prompt says so, unless the caller hands over the still-running kernel
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from simagent.agent.memory import ensure_memory
 from simagent.agent.tools import AttemptLog
-from simagent.agent.turns import TurnLedger
 from simagent.config import Config, SessionOptions
 from simagent.context.thresholds import ContextSettings
 from simagent.paths import (
@@ -31,6 +31,7 @@ from simagent.paths import (
 from simagent.simulators import Simulator, get_simulator
 from simagent.trace import TraceLog
 from simagent.trace.usage import UsageTotals
+from simagent.turns import TurnRegistry
 
 if TYPE_CHECKING:
     from simagent.kernel import ExecResult, Kernel
@@ -103,10 +104,13 @@ class Session:
         self._kernel_lock = threading.Lock()
         self._warmed = kernel is not None and kernel.is_alive()
         self.cancel_requested = threading.Event()  # set by TurnRunner.cancel, per turn
-        self.turns = TurnLedger()  # graph runs, and those a cancel abandoned
+        self.turns = TurnRegistry()  # graph runs, and those a cancel abandoned
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._checkpointer: Any = None
         self._started_at: float | None = None  # epoch seconds, read from the trace once
+        #: Called at close, newest first, before the kernel stops (MCP servers the
+        #: session started: ``agent.mcp_tools.hub_for``); each one bounded and failsafe.
+        self.closers: list[Any] = []
         self.closed = False
 
     # ------------------------------------------------------------ lifecycle
@@ -114,15 +118,19 @@ class Session:
     def create(cls, workspace: str | os.PathLike[str], *, simulator: str | None = None,
                approval: str | None = None, model: str | None = None,
                config: Config | None = None, kernel: Kernel | None = None,
-               continued_from: str | None = None) -> Session:
+               continued_from: str | None = None, notebook: Path | None = None,
+               notebook_writable: bool = False) -> Session:
         """A new session; ``kernel`` hands over a running kernel (its state carries on,
-        as for the TUI's ``/clear``), ``continued_from`` names the session it replaces."""
+        as for the TUI's ``/clear``), ``continued_from`` names the session it replaces,
+        ``notebook`` the one it starts from (``--from-notebook``; the front end runs it)."""
         ws = Path(workspace).expanduser().resolve()
         config = config or Config.load(ws)
         sim = get_simulator(config.simulator(simulator))
         session = cls(ws, new_session_id(), config=config, simulator=sim,
                       approval=config.approval(approval), kernel=kernel)
-        extra = {"continued_from": continued_from} if continued_from else {}
+        extra: dict[str, Any] = {"continued_from": continued_from} if continued_from else {}
+        if notebook is not None:
+            extra |= {"from_notebook": str(notebook), "notebook_writable": notebook_writable}
         session.trace.append("session_start", {
             "session_id": session.id, "workspace": str(ws),
             "simulator": sim.name if sim else None, "model": model,
@@ -170,7 +178,19 @@ class Session:
             return cls.resume(opts.workspace, opts.resume, approval=opts.approval,
                               model=model, config=config)
         return cls.create(opts.workspace, simulator=opts.simulator or default_simulator,
-                          approval=opts.approval, model=model, config=config)
+                          approval=opts.approval, model=model, config=config,
+                          notebook=opts.from_notebook,
+                          notebook_writable=opts.notebook_writable)
+
+    @property
+    def notebook(self) -> tuple[Path | None, bool]:
+        """(the notebook this session started from, whether the agent may change it),
+        from its ``session_start`` event, so a resumed session keeps the same guard."""
+        start = self.trace.first("session_start")
+        payload = start.payload if start is not None and isinstance(start.payload, dict) \
+            else {}
+        path = payload.get("from_notebook")
+        return (Path(path) if path else None), bool(payload.get("notebook_writable"))
 
     def _mark_last(self) -> None:
         write_private(last_session_marker(self.workspace), self.id)
@@ -221,6 +241,9 @@ class Session:
         try:  # a trace that cannot be written (closed, disk full) must not keep the kernel
             self.trace.append("session_end", {"session_id": self.id, "reason": reason})
         finally:
+            for close in reversed(self.closers):
+                with contextlib.suppress(Exception):
+                    close()
             if self._kernel is not None and not keep_kernel:
                 self._kernel.shutdown()
             if self._checkpoint_conn is not None:

@@ -370,30 +370,30 @@ def test_the_innermost_check_stops_a_call_after_a_slow_layer():
     recorder checks again right before the model, so an abandoned run calls nothing."""
     import contextvars
 
-    from simagent.agent.turns import TurnAbandoned, TurnLedger
     from simagent.trace.recorder import TraceRecorder
     from simagent.trace.usage import UsageTotals
+    from simagent.turns import TurnAbandoned, TurnRegistry
 
-    ledger = TurnLedger()
-    turn = ledger.begin()
+    turns = TurnRegistry()
+    turn = turns.begin()
     calls = []
 
     class Trace:
         def append(self, *a, **k):
             calls.append(("trace", a))
 
-    rec = TraceRecorder(Trace(), UsageTotals(), turns=ledger)
+    rec = TraceRecorder(Trace(), UsageTotals(), turns=turns)
 
     def run() -> None:
-        ledger.bind(turn)
-        ledger.abandon(turn)
+        turns.bind(turn)
+        turns.abandon(turn)
         rec.wrap_model_call(object(), lambda _r: calls.append("model"))
 
     with pytest.raises(TurnAbandoned):
         contextvars.copy_context().run(run)
     assert calls == []
-    other = ledger.begin()
-    assert not ledger.is_abandoned(other) and not ledger.is_abandoned(None)
+    other = turns.begin()
+    assert not turns.is_abandoned(other) and not turns.is_abandoned(None)
 
 
 def test_reset_kernel_loses_state(opened):

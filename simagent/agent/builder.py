@@ -21,6 +21,8 @@ from deepagents.middleware.memory import MemoryMiddleware
 from deepagents.middleware.skills import SkillsMiddleware
 from langchain_core.runnables import RunnableConfig
 
+from simagent.agent import confine
+from simagent.agent.abandon_guard import AbandonGuard
 from simagent.agent.approval import interrupt_on_for_mode
 from simagent.agent.backend import WorkspacePathsMiddleware, build_backend
 from simagent.agent.memory import INDEX
@@ -34,7 +36,6 @@ from simagent.agent.provider_retry import ProviderRetryMiddleware
 from simagent.agent.recovery import RecoveryMiddleware
 from simagent.agent.secrets import ToolResultRedaction
 from simagent.agent.tools import make_view_figure, session_tools
-from simagent.agent.turns import AbandonGuard
 from simagent.paths import CONTENT_FOLDERS, content_dir
 from simagent.trace.recorder import TraceRecorder
 
@@ -214,8 +215,9 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     source_dirs = sim.package_dirs() if sim else []
     # every bundled content folder (memory/ included: it seeds each workspace's index)
     read_only = [content_dir(n).resolve() for n in CONTENT_FOLDERS]
+    notebook = confine.notebook_read_only(*session.notebook)  # --from-notebook's file
     backend = build_backend(session.workspace, session.paths.root,
-                            read_only=[*read_only, *source_dirs])
+                            read_only=[*read_only, *source_dirs, *notebook])
     prompt = build_system_prompt(sim, runtime_context(session, source_dirs))
     from simagent.models import image_support
 

@@ -7,7 +7,7 @@ output never leaks into prose), and turns provider failures into a clear error r
 instead of a traceback. ``cancel()`` may be called from another thread: it interrupts
 the kernel (state kept) and stops the turn at the next chunk. The graph runs on a pump
 thread, so a turn whose model call does not answer a cancel is abandoned after
-``ABANDON_AFTER_S`` instead of holding the prompt (``simagent.agent.turns``).
+``ABANDON_AFTER_S`` instead of holding the prompt (``simagent.turns``).
 
 The cost ceiling is enforced in two places: mid-turn by ``CostCeilingMiddleware`` (the
 turn ends as an error carrying the trip), and here before a turn starts: while a trip
@@ -45,9 +45,9 @@ from simagent.agent.events import (
     ToolRequested,
     ToolStarted,
 )
-from simagent.agent.turns import ABANDON_AFTER_S
 from simagent.context.guards import ceiling_tripped, reset_ceiling
 from simagent.trace.usage import Usage
+from simagent.turns import ABANDON_AFTER_S
 
 if TYPE_CHECKING:
     from simagent.agent.builder import BuiltAgent

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from simagent import __version__, exit_codes
-from simagent.cli import bench_commands, session_commands, workspace_commands
+from simagent.cli import bench_commands, mcp_command, session_commands, workspace_commands
 from simagent.cli.bench_commands import parse_windows
 from simagent.cli.common import Parser, session_options
 from simagent.exit_codes import CliError
@@ -19,7 +19,7 @@ from simagent.exit_codes import CliError
 __all__ = ["CliError", "build_parser", "entry", "main", "parse_windows"]
 
 # Each command module adds its own subparsers; a new command is a new module in this list.
-COMMAND_MODULES = (session_commands, workspace_commands, bench_commands)
+COMMAND_MODULES = (session_commands, workspace_commands, bench_commands, mcp_command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,10 +80,10 @@ def _internal(exc: Exception) -> int:
 
 def entry() -> None:
     """The ``simagent`` command: ``main``, then an exit that does not wait for a model
-    call the user abandoned with ctrl+C (``simagent.agent.turns.exit_process``)."""
+    call the user abandoned with ctrl+C (``simagent.turns.exit_process``)."""
     code = main()
-    if "simagent.agent.turns" in sys.modules:
-        from simagent.agent.turns import exit_process
+    if "simagent.turns" in sys.modules:
+        from simagent.turns import exit_process
 
         exit_process(code)
     sys.exit(code)

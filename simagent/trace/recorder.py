@@ -21,12 +21,12 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
-from simagent.agent.turns import TurnLedger
 from simagent.context.counting import RequestSize, count_text, measure
 from simagent.context.tokens import Ruler, resolve_ruler
 from simagent.outcomes import outcome_of
 from simagent.trace.log import TraceLog
 from simagent.trace.usage import UsageTotals, usage_record
+from simagent.turns import TurnRegistry
 
 TASK_TOOL = "task"  # deepagents' subagent tool
 
@@ -81,10 +81,10 @@ class TraceRecorder(AgentMiddleware):
 
     def __init__(self, trace: TraceLog, usage: UsageTotals, *, agent: str = "main",
                  model_id: str = "?", window: int | None = None,
-                 turns: TurnLedger | None = None, ruler: Ruler | None = None) -> None:
+                 turns: TurnRegistry | None = None, ruler: Ruler | None = None) -> None:
         super().__init__()
         # an abandoned turn's late reply is paid, not said; alone, nothing is abandoned
-        self.turns = turns if turns is not None else TurnLedger()
+        self.turns = turns if turns is not None else TurnRegistry()
         self.trace = trace
         self.usage = usage
         self.agent = agent

@@ -26,10 +26,7 @@ import contextvars
 import os
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
-
-from langchain.agents.middleware import AgentMiddleware
 
 #: How long a cancelled turn may take to stop before it is abandoned (seconds).
 ABANDON_AFTER_S = 1.5
@@ -70,7 +67,7 @@ def exit_process(code: int) -> None:
     sys.exit(code)
 
 
-class TurnLedger:
+class TurnRegistry:
     """Numbers graph runs and remembers the abandoned ones (thread-safe)."""
 
     def __init__(self) -> None:
@@ -107,35 +104,3 @@ class TurnLedger:
         turn = _CURRENT.get()
         if self.is_abandoned(turn):
             raise TurnAbandoned(f"turn {turn} was abandoned")
-
-
-class AbandonGuard(AgentMiddleware):
-    """Outermost middleware: an abandoned run neither calls on nor records anything."""
-
-    def __init__(self, ledger: TurnLedger) -> None:
-        super().__init__()
-        self.ledger = ledger
-
-    def _guarded(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        self.ledger.check()
-        result = handler(request)
-        self.ledger.check()
-        return result
-
-    async def _aguarded(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        self.ledger.check()
-        result = await handler(request)
-        self.ledger.check()
-        return result
-
-    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        return self._guarded(request, handler)
-
-    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        return await self._aguarded(request, handler)
-
-    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        return self._guarded(request, handler)
-
-    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        return await self._aguarded(request, handler)
