@@ -30,8 +30,7 @@ SCORER_FIELDS: dict[str, tuple[set[str], set[str]]] = {
     "supported_numbers": (set(), {"max"}),
 }
 _TOP = {"id", "title", "simulator", "prompt", "long", "window", "windows", "tags", "fixtures",
-        "budgets",
-        "steps", "probes", "scorers", "description"}
+        "budgets", "steps", "probes", "scorers", "description", "held_out"}
 _BUDGETS = {"model_calls", "tokens", "seconds"}
 
 
@@ -63,6 +62,11 @@ class Workflow:
     budgets: dict[str, float] = field(default_factory=dict)
     probes: tuple[Probe, ...] = ()
     scorers: tuple[dict[str, Any], ...] = ()
+    #: Written apart from the tuning (issue 31): no threshold is fitted on it, and the
+    #: report shows it as a group of its own.
+    held_out: bool = False
+    #: Flattened indices of the steps a subagent plays (the oracle's view skips them).
+    subagent_steps: frozenset[int] = frozenset()
 
     @property
     def tool_steps(self) -> int:
@@ -120,15 +124,9 @@ def _need(cond: bool, where: str, msg: str) -> None:
 
 
 def load_workflow(path: str | Path) -> Workflow:
-    from simagent.agent.scripted import ScriptError, flatten_steps
-
+    """A workflow file, checked field by field (each error names the file and field)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise WorkflowError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise WorkflowError(f"{path}: invalid TOML: {exc}") from exc
+    data = _read_toml(path)
     where = str(path)
     unknown = sorted(set(data) - _TOP)
     _need(not unknown, where, f"unknown field(s) {unknown}")
@@ -145,7 +143,39 @@ def load_workflow(path: str | Path) -> Workflow:
             get_simulator(sim)
         except SimulatorError as exc:
             raise WorkflowError(f"{where}: `simulator`: {exc}") from exc
-    steps_raw = data.get("steps")
+    steps = _steps(data.get("steps"), where)
+    window, windows = _windows(data, where)
+    fixtures = data.get("fixtures", {})
+    _check_fixtures(fixtures, path)
+    budgets = data.get("budgets", {})
+    _need(isinstance(budgets, dict) and set(budgets) <= _BUDGETS, where,
+          f"`budgets` keys must be among {sorted(_BUDGETS)}")
+    _need(isinstance(data.get("held_out", False), bool), where, "`held_out` must be true/false")
+    inside = _subagent_steps(data["steps"])
+    return Workflow(
+        id=data["id"], title=data["title"], prompt=data["prompt"], steps=steps, path=path,
+        simulator=sim, long=bool(data.get("long", False)), window=window,
+        windows=windows, tags=tuple(data.get("tags", ())),
+        fixtures=fixtures, budgets=budgets,
+        probes=_probes(data.get("probes", []), len(steps), inside, where),
+        scorers=_scorers(data.get("scorers", []), len(steps), where),
+        held_out=bool(data.get("held_out", False)), subagent_steps=frozenset(inside))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise WorkflowError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise WorkflowError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def _steps(steps_raw: Any, where: str) -> list[dict[str, Any]]:
+    """The flattened steps, ``{pkg:...}`` expanded, checked to end in a final answer and
+    never to template kernel code."""
+    from simagent.agent.scripted import ScriptError, flatten_steps
+
     _need(isinstance(steps_raw, list) and steps_raw, where, "`steps` must be a non-empty list")
     try:
         steps = flatten_steps(steps_raw, where=f"{where}: steps")
@@ -161,6 +191,10 @@ def load_workflow(path: str | Path) -> Workflow:
             c.get("tool") != "run_python" for c in calls), where,
             f"steps[{i}]: `fill` cannot template run_python code (replay records each "
             "kernel step once, before any model runs); write the values into the code")
+    return steps
+
+
+def _windows(data: dict[str, Any], where: str) -> tuple[int, tuple[int, ...]]:
     window = data.get("window", DEFAULT_WINDOW)
     _need(isinstance(window, int) and window > 1000, where, "`window` must be an integer "
                                                           "> 1000")
@@ -168,10 +202,13 @@ def load_workflow(path: str | Path) -> Workflow:
     _need(isinstance(windows, list) and all(isinstance(w, int) and not isinstance(w, bool)
                                             and w > 1000 for w in windows), where,
           "`windows` must be a list of integers > 1000 (tokens), e.g. [128000, 32000]")
-    fixtures = data.get("fixtures", {})
-    _need(isinstance(fixtures, dict), where, "`fixtures` must be a table")
+    return window, tuple(dict.fromkeys(windows))
+
+
+def _check_fixtures(fixtures: Any, path: Path) -> None:
+    _need(isinstance(fixtures, dict), str(path), "`fixtures` must be a table")
     for rel, spec in fixtures.items():
-        w = f"{where}: fixtures.{rel!r}"
+        w = f"{path}: fixtures.{rel!r}"
         _need(isinstance(spec, dict) and len(set(spec) & {"text", "path"}) == 1, w,
               "needs exactly one of `text` or `path`")
         _need(not Path(rel).is_absolute() and ".." not in Path(rel).parts, w,
@@ -179,23 +216,27 @@ def load_workflow(path: str | Path) -> Workflow:
         if "path" in spec:
             _need(fixture_path(spec["path"], path).is_file(), w,
                   f"fixture file {spec['path']!r} not found in bench/fixtures")
-    budgets = data.get("budgets", {})
-    _need(isinstance(budgets, dict) and set(budgets) <= _BUDGETS, where,
-          f"`budgets` keys must be among {sorted(_BUDGETS)}")
-    inside = _subagent_steps(steps_raw)
+
+
+def _probes(raw: list[Any], n_steps: int, inside: set[int], where: str
+            ) -> tuple[Probe, ...]:
     probes = []
-    for i, p in enumerate(data.get("probes", [])):
+    for i, p in enumerate(raw):
         w = f"{where}: probes[{i}]"
         _need(isinstance(p, dict) and isinstance(p.get("fact"), str) and p["fact"], w,
               "needs a non-empty `fact`")
-        _need(isinstance(p.get("from_step"), int) and 0 <= p["from_step"] < len(steps), w,
-              f"`from_step` must be a step index 0..{len(steps) - 1}")
+        _need(isinstance(p.get("from_step"), int) and 0 <= p["from_step"] < n_steps, w,
+              f"`from_step` must be a step index 0..{n_steps - 1}")
         _need(p["from_step"] not in inside, w,
               f"step {p['from_step']} runs inside a subagent, whose results never reach the "
               "main agent's request; probe the `task` step's report instead")
         probes.append(Probe(p["fact"], p["from_step"]))
+    return tuple(probes)
+
+
+def _scorers(raw: list[Any], n_steps: int, where: str) -> tuple[dict[str, Any], ...]:
     scorers = []
-    for i, sc in enumerate(data.get("scorers", [])):
+    for i, sc in enumerate(raw):
         w = f"{where}: scorers[{i}]"
         _need(isinstance(sc, dict) and sc.get("kind") in SCORER_FIELDS, w,
               f"`kind` must be one of {sorted(SCORER_FIELDS)}")
@@ -215,17 +256,11 @@ def load_workflow(path: str | Path) -> Workflow:
                   w, f"`field` must be one of {list(GRADED_FIELDS)} or 'key_values.<name>'")
             _need(not {"expected", "unit"} & set(sc) or f.startswith("key_values."), w,
                   "`expected` and `unit` grade a key value: field = 'key_values.<name>'")
-        for key in ("from_step",):
-            if key in sc:
-                _need(isinstance(sc[key], int) and 0 <= sc[key] < len(steps), w,
-                      f"`{key}` must be a step index")
+        if "from_step" in sc:
+            _need(isinstance(sc["from_step"], int) and 0 <= sc["from_step"] < n_steps, w,
+                  "`from_step` must be a step index")
         scorers.append(dict(sc))
-    return Workflow(
-        id=data["id"], title=data["title"], prompt=data["prompt"], steps=steps, path=path,
-        simulator=sim, long=bool(data.get("long", False)), window=window,
-        windows=tuple(dict.fromkeys(windows)), tags=tuple(data.get("tags", ())),
-        fixtures=fixtures, budgets=budgets,
-        probes=tuple(probes), scorers=tuple(scorers))
+    return tuple(scorers)
 
 
 def _subagent_steps(steps: list[dict[str, Any]]) -> set[int]:
