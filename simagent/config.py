@@ -39,6 +39,9 @@ class SessionOptions:
     resume: str | None = None
     continue_last: bool = False
     approval: str | None = None
+    #: ``--from-notebook``: run this notebook's cells first (a new session only).
+    from_notebook: Path | None = None
+    notebook_writable: bool = False
 
     @property
     def resuming(self) -> bool:

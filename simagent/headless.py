@@ -214,6 +214,7 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
     if opts.reset_cost_ceiling and not opts.resuming:
         raise CliError("--reset-cost-ceiling clears the ceiling of an existing session: add "
                        "--resume ID or --continue", exit_codes.USAGE)
+    notebook = read_start_notebook(opts)  # before anything exists: a bad file changes nothing
     try:
         config = Config.load(opts.workspace)
         spec, _where = config.model_spec(opts.model)
@@ -247,6 +248,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             session.start_kernel()
         except KernelStartError as exc:
             raise CliError(str(exc).splitlines()[0], exit_codes.KERNEL) from exc
+        account = run_start_notebook(session, notebook, err, agent.window) if notebook \
+            else None
         runner = TurnRunner(session, agent)
         printer = StreamPrinter(out, err, stream_text=not opts.json)
         if opts.reset_cost_ceiling and runner.reset_cost_ceiling():
@@ -262,7 +265,9 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             result = runner.resume(decisions, printer, pending=pending)
         else:
             started = True
-            result = runner.run(opts.prompt or "", printer)
+            from simagent.notebooks.load import first_prompt
+
+            result = runner.run(first_prompt(account, opts.prompt or ""), printer)
         if not opts.json and printer.wrote_text:
             out.write("\n")
         elif not opts.json and result.final and result.status != "error":
@@ -299,6 +304,42 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             session.close()
         else:
             session.discard()
+
+
+def read_start_notebook(opts: SessionOptions) -> Any:
+    """The validated ``--from-notebook`` file (None without one); a bad one is a
+    one-line usage error before any session or kernel exists."""
+    if opts.from_notebook is None:
+        return None
+    from simagent.exit_codes import CliError
+    from simagent.notebooks.load import NotebookError, read_notebook
+
+    try:
+        return read_notebook(opts.from_notebook)
+    except NotebookError as exc:
+        raise CliError(str(exc), exit_codes.USAGE) from exc
+
+
+def run_start_notebook(session: Any, notebook: Any, err: TextIO, window: int | None) -> str:
+    """Run the notebook's cells with progress on ``err``; the model's account of it.
+
+    A failing cell (exit 7) or ctrl+C (130) ends the run before any model call, and the
+    caller discards the new session: nothing half-made is left to ``--continue``.
+    """
+    from simagent.exit_codes import CliError
+    from simagent.notebooks import load
+
+    print(f"simagent: running {notebook.path.name} ({len(notebook.code_cells)} code cells; "
+          "ctrl+C stops)", file=err, flush=True)
+    with load.sigint_stops(session):
+        outcome = load.run_cells(session, notebook, lambda cell: print(
+            load.progress_line(cell), file=err, flush=True))
+    session.cancel_requested.clear()
+    if outcome.status == "interrupted":
+        raise CliError(outcome.summary() + "; no turn was run", exit_codes.CANCELLED)
+    if not outcome.ok:
+        raise CliError(outcome.summary() + "; no turn was run", exit_codes.NOTEBOOK)
+    return load.build_account(session, notebook, outcome, window)
 
 
 def note_model_switch(session: Any, model_id: str) -> None:

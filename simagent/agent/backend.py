@@ -58,6 +58,10 @@ class WorkspaceBackend(LocalShellBackend):
         return next((root for root in self.read_only if confine.within(target, root)), None)
 
     def _refusal(self, file_path: str, root: Path) -> str:
+        if not root.is_dir():  # a read-only file: the notebook the session started from
+            return (f"{file_path} is the notebook this session started from; it is "
+                    "read-only to the agent (the person can allow changes with "
+                    "--notebook-writable). Write a copy under another name instead.")
         return (f"{file_path} is inside {root}, which is read-only (installed package "
                 "source or bundled content). Copy the file into the workspace to change it.")
 

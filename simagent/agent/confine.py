@@ -20,6 +20,12 @@ What a spelling means (documented in the README's approval section):
 * Nothing else is normalised: Linux does not fold unicode lookalikes (full-width dots,
   a full-width solidus) or trailing dots, so they are ordinary names, where they stand.
 
+Some places may be read but never changed by the file tools, whatever the approval
+mode: installed simulator source, simagent's bundled content, and the notebook a session
+started from (``--from-notebook``) unless the person allowed writes
+(:func:`notebook_read_only`). Python in the kernel and the shell are not confined by a
+path check; the README says so.
+
 The one race left is a link swapped between the decision and the act; the act
 resolves again, and the decision is re-run on resume, but a process changing links
 concurrently is beyond what a path check can close.
@@ -42,6 +48,15 @@ READ_TOOLS: dict[str, str] = {"read_file": "file_path", "ls": "path", "glob": "p
                               "grep": "path"}
 #: Every file tool and its path argument (one home; the path rewrite reads it).
 PATH_ARGS: dict[str, str] = {**READ_TOOLS, **{k: v[0] for k, v in WRITE_TOOLS.items()}}
+
+
+def notebook_read_only(notebook: Path | None, writable: bool) -> tuple[Path, ...]:
+    """The starting notebook as a read-only path for the file tools, unless the person
+    allowed writes (``--notebook-writable``): the agent was handed the notebook's state,
+    not its authorship."""
+    if notebook is None or writable:
+        return ()
+    return (Path(os.path.realpath(notebook)),)
 
 
 class PathError(OSError):

@@ -28,6 +28,13 @@ def session_options(p: argparse.ArgumentParser) -> None:
     group.add_argument("--resume", metavar="ID", help="continue session ID (a prefix is enough)")
     group.add_argument("--continue", dest="continue_last", action="store_true",
                        help="continue the last session of this workspace")
+    group.add_argument("--from-notebook", metavar="PATH",
+                       help="start a new session from a notebook: its code cells run in the "
+                            "kernel first, the model gets a short account of what they left "
+                            "(README: Starting from a notebook)")
+    p.add_argument("--notebook-writable", action="store_true",
+                   help="let the agent's file tools change the --from-notebook file "
+                        "(read-only to them by default)")
     from simagent.config import APPROVAL_MODES, DEFAULT_APPROVAL  # light: stdlib + paths
 
     p.add_argument("--approval", choices=APPROVAL_MODES,

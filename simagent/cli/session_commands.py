@@ -35,7 +35,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                       simulator=args.sim, resume=args.resume,
                       continue_last=args.continue_last, approval=args.approval,
                       json=args.json, decision=decision,
-                      reset_cost_ceiling=args.reset_cost_ceiling)
+                      reset_cost_ceiling=args.reset_cost_ceiling,
+                      **notebook_options(args))
     return run_headless(opts)
 
 
@@ -50,7 +51,18 @@ def cmd_tui(args: argparse.Namespace) -> int:
 
     return run_tui(SessionOptions(workspace=Path(args.workspace).resolve(), model=args.model,
                                   simulator=args.sim, resume=args.resume,
-                                  continue_last=args.continue_last, approval=args.approval))
+                                  continue_last=args.continue_last, approval=args.approval,
+                                  **notebook_options(args)))
+
+
+def notebook_options(args: argparse.Namespace) -> dict:
+    """``--from-notebook`` / ``--notebook-writable`` as SessionOptions fields."""
+    from pathlib import Path
+
+    if args.notebook_writable and not args.from_notebook:
+        raise CliError("--notebook-writable goes with --from-notebook PATH")
+    path = Path(args.from_notebook).expanduser().absolute() if args.from_notebook else None
+    return {"from_notebook": path, "notebook_writable": args.notebook_writable}
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:

@@ -26,7 +26,8 @@ _LEDGER = ("; ledger (entry id), ledger_items, ledger_kinds, ledger_found, ledge
 #: Every kind the trace may hold, with the payload fields its writer sets.
 EVENT_KINDS: dict[str, str] = {
     "session_start": "session_id, workspace, simulator, model, approval, pid, continued_from "
-                     "(the session a /clear replaced, with its kernel)",
+                     "(the session a /clear replaced, with its kernel), from_notebook, "
+                     "notebook_writable (--from-notebook; absent otherwise)",
     "session_resume": "session_id, model, kernel_restarted, pid",
     "session_end": "session_id, reason",
     "message_user": "content, turn",
@@ -50,6 +51,9 @@ EVENT_KINDS: dict[str, str] = {
                        "why, effects}] of cells that defined state; kind 'effects': it acted "
                        "outside the kernel), failed, names, lineage, survived, "
                        "state_restored, files_not_restored (kernel/ladder.py Recovery)",
+    "notebook_load": "path, cells, code_cells, ran, skipped, status (ok|error|interrupted), "
+                     "failed_cell, error, elapsed_s, account_chars, card_tokens, names "
+                     "(--from-notebook: its cells ran; simagent.notebooks.load)",
     "kernel_replay_offered": "cells ([{n, line, status, error}]): cells a replay left out "
                              "for their effects, run after the user said yes to /restore",
     "artifact": "path, mime, tool_call_id",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from simagent.config import SessionOptions
-from simagent.tui.entries import ApprovalEntry, Conversation, PanelEntry
+from simagent.tui.entries import ApprovalEntry, Conversation, NoticeEntry, PanelEntry
 from simagent.tui.model_choice import NO_MODEL_HELP, model_error_line, resumed_model
 from simagent.tui.status import StatusSnapshot
 
@@ -45,6 +45,8 @@ class TuiController:
         self.stats: Any = None
         self.draft = ""  # text to pre-fill the input with (a replay demo's prompt)
         self.held = ""  # a message typed before any model was chosen (see submit)
+        self.notebook: Any = None  # --from-notebook, validated; its cells run at start
+        self.preface: str | None = None  # its account, sent with the first prompt
         self.width = 80  # the terminal's columns, kept current by the app (for panels)
         self.quit_requested = False
         self._threads: list[threading.Thread] = []
@@ -60,10 +62,13 @@ class TuiController:
     def open(self) -> bool:
         """Open the session (new or resumed); False when it cannot open at all."""
         from simagent.config import Config, ConfigError
+        from simagent.notebooks.load import NotebookError, read_notebook
         from simagent.session import Session, SessionNotFound
         from simagent.simulators import SimulatorError
 
-        try:
+        try:  # the notebook first: a bad file leaves no session behind
+            if self.opts.from_notebook is not None:
+                self.notebook = read_notebook(self.opts.from_notebook)
             self.config = Config.load(self.opts.workspace)
             spec, _where = self.config.model_spec(self.opts.model)
             if self.opts.resuming and not self.opts.model:  # the conversation's own model
@@ -72,7 +77,7 @@ class TuiController:
             self.session = Session.open(  # a replay workflow brings its simulator
                 self.opts, model=self.model_id, config=self.config,
                 default_simulator=self.resolved.default_simulator if self.resolved else None)
-        except (ConfigError, SimulatorError, SessionNotFound) as exc:
+        except (ConfigError, SimulatorError, SessionNotFound, NotebookError) as exc:
             self.conversation.note(f"cannot open the session: {exc}", "error")
             return False
         except Exception as exc:  # a broken state folder, an unreadable fixture...
@@ -158,6 +163,8 @@ class TuiController:
         def start() -> None:
             try:
                 session.start_kernel()
+                if run_notebook:
+                    self._run_notebook()
             except Exception as exc:  # KernelStartError, or a session closed under it
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 msg = first if isinstance(exc, KernelStartError) else \
@@ -168,7 +175,44 @@ class TuiController:
                 self._kernel_ready.set()
                 self.post(self.invalidate)
 
+        # the session that started from the notebook, once (not a /clear's successor)
+        run_notebook = self.notebook is not None and self.preface is None and \
+            session.notebook[0] is not None
+        if run_notebook:
+            self._active = True  # ctrl+C stops the cells; a prompt waits for them
         self.spawn(start)
+
+    def _run_notebook(self) -> None:
+        """Run the starting notebook's cells (on the kernel thread), progress in one
+        notice; the account waits in ``preface`` for the first prompt. A failing cell or
+        ctrl+C stops the run and keeps the kernel's state: the session goes on."""
+        from simagent.notebooks import load
+
+        entry = NoticeEntry(f"running {self.notebook.path.name} "
+                            f"({len(self.notebook.code_cells)} code cells; ctrl+C stops)")
+        self.post(lambda: self.conversation.add(entry))
+
+        def show(cell: Any) -> None:
+            text = load.status_line(cell)
+
+            def apply() -> None:
+                entry.text = text
+                self.conversation.version += 1
+
+            self.post(apply)
+            self.post(self.invalidate)
+
+        try:
+            outcome = load.run_cells(self.session, self.notebook, show)
+            self.session.cancel_requested.clear()
+            self._early_cancel.clear()
+            window = self.runner.agent.window if self.runner is not None else None
+            self.preface = load.build_account(self.session, self.notebook, outcome, window)
+            level = "info" if outcome.ok else "warning" if \
+                outcome.status == "interrupted" else "error"
+            self.post(lambda: self.note(outcome.summary(), level))
+        finally:
+            self.post(self._finish)
 
     def close(self) -> None:
         """Stop the turn, give workers a few seconds, close the session (idempotent)."""
@@ -363,10 +407,12 @@ class TuiController:
                       "provider:model and your message comes back to the input line "
                       "(/help lists commands)", "warning")
             return True
+        from simagent.notebooks.load import first_prompt
         from simagent.tui.entries import UserEntry
 
         self.conversation.add(UserEntry(text))
-        self._turn(lambda emit: self.runner.run(text, emit))
+        prompt, self.preface = first_prompt(self.preface, text), ""  # the account goes once
+        self._turn(lambda emit: self.runner.run(prompt, emit))
         return True
 
     def _on_event(self, event: Any) -> None:
