@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simagent.agent.memory import ensure_memory
-from simagent.agent.tools import AttemptLog
 from simagent.config import Config, SessionOptions
+from simagent.context.memory import ensure_memory
 from simagent.context.thresholds import ContextSettings
 from simagent.paths import (
     SessionPaths,
@@ -30,6 +29,7 @@ from simagent.paths import (
 )
 from simagent.simulators import Simulator, get_simulator
 from simagent.trace import TraceLog
+from simagent.trace.attempts import AttemptLog
 from simagent.trace.usage import UsageTotals
 from simagent.turns import TurnRegistry
 
@@ -209,7 +209,7 @@ class Session:
         the writer. ``tests/test_kill_property.py`` SIGKILLs sessions to prove it.
         """
         if self._checkpointer is None:
-            from simagent.agent.secrets import redacting_sqlite_saver
+            from simagent.trace.checkpoint_redaction import redacting_sqlite_saver
 
             conn = sqlite3.connect(private_file(self.paths.checkpoints),
                                    check_same_thread=False)

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from simagent.agent.tools import AttemptLog
 from simagent.bench.runner import append_record as append_bench_record
 from simagent.context.ledger import Ledger
 from simagent.context.task_records import append_record as append_task_record
 from simagent.jsonl import append_jsonl, read_jsonl
+from simagent.trace.attempts import AttemptLog
 
 TORN = b'{"index": 1, "torn": "the writer was kil'
 

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from simagent.agent import memory as mem
 from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
+from simagent.context import memory as mem
 from simagent.paths import content_dir
 from simagent.session import Session
 

@@ -21,9 +21,10 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from simagent.agent.secrets import RedactingSerializer, redact_tool_result
+from simagent.agent.secrets import redact_tool_result
 from simagent.headless import one_line
 from simagent.paths import private_dir, private_file
+from simagent.trace.checkpoint_redaction import RedactingSerializer
 from simagent.trace.redact import Redactor
 
 pytestmark = pytest.mark.timeout(600)

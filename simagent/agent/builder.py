@@ -25,7 +25,6 @@ from simagent.agent import confine
 from simagent.agent.abandon_guard import AbandonGuard
 from simagent.agent.approval import interrupt_on_for_mode
 from simagent.agent.backend import WorkspacePathsMiddleware, build_backend
-from simagent.agent.memory import INDEX
 from simagent.agent.prompts import (
     MEMORY_PROMPT,
     SKILLS_PROMPT,
@@ -36,6 +35,7 @@ from simagent.agent.provider_retry import ProviderRetryMiddleware
 from simagent.agent.recovery import RecoveryMiddleware
 from simagent.agent.secrets import ToolResultRedaction
 from simagent.agent.tools import make_view_figure, session_tools
+from simagent.context.memory import INDEX
 from simagent.paths import CONTENT_FOLDERS, content_dir
 from simagent.trace.recorder import TraceRecorder
 

@@ -10,34 +10,33 @@ from __future__ import annotations
 
 import base64
 import json
-import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from langchain.tools import ToolRuntime
 from langchain_core.tools import BaseTool, tool
 
-from simagent.agent import memory as memory_notes
 from simagent.agent.cancel_account import lost_line
+from simagent.context import memory as memory_notes
 from simagent.context.thresholds import ContextSettings, tool_cap
+from simagent.tool_names import (
+    RECALL,
+    RECORD_ATTEMPT,
+    REMEMBER,
+    RESET_KERNEL,
+    RUN_PYTHON,
+    VIEW_FIGURE,
+)
 
 if TYPE_CHECKING:
     from simagent.session import Session
 
 #: Seconds a single ``run_python`` call may run before it is interrupted (state kept).
 DEFAULT_RUN_TIMEOUT_S = 1800.0
-#: Tool names; the one home for them (labels, exclusions and gating read these).
-RUN_PYTHON = "run_python"
-RESET_KERNEL = "reset_kernel"
-REMEMBER = "remember"
-VIEW_FIGURE = "view_figure"
 #: Longest image edge sent to a model, in pixels; providers scale larger images down to
 #: about this anyway (Anthropic at 1568) and bill the pixels sent, so we shrink first.
 MAX_IMAGE_EDGE = 1568
 #: Image formats view_figure can send (those the providers all accept).
 _SENDABLE = {".png": "image/png", ".jpg": "image/jpeg"}
-RECORD_ATTEMPT = "record_attempt"
-RECALL = "recall"
 
 
 def _writer(runtime: ToolRuntime | None):
@@ -238,29 +237,6 @@ def make_recall(session: Session) -> BaseTool:
         return recall_text(session.paths, query)
 
     return recall
-
-
-class AttemptLog:
-    """The session's attempts, one JSON line each in ``attempts.jsonl`` (survives resume;
-    private, secrets redacted)."""
-
-    def __init__(self, path) -> None:
-        self.path = path
-
-    def all(self) -> list[dict[str, Any]]:
-        from simagent.jsonl import read_jsonl
-
-        return read_jsonl(self.path)
-
-    def add(self, **fields: Any) -> dict[str, Any]:
-        from simagent.jsonl import append_jsonl
-        from simagent.paths import private_opener
-        from simagent.trace.redact import redact_data
-
-        record = {"index": len(self.all()) + 1, "id": uuid.uuid4().hex[:12],
-                  "ts": time.strftime("%Y-%m-%dT%H:%M:%S"), **redact_data(fields)}
-        append_jsonl(self.path, json.dumps(record, default=str), opener=private_opener)
-        return record
 
 
 def session_tools(session: Session, settings: ContextSettings | None = None) -> list[BaseTool]:

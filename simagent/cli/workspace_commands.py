@@ -88,7 +88,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from simagent.agent.memory import ensure_memory, list_notes, read_note, render_notes
+    from simagent.context.memory import ensure_memory, list_notes, read_note, render_notes
 
     folder = ensure_memory(existing_workspace(args.workspace))
     if args.note:

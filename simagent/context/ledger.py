@@ -117,8 +117,8 @@ def _clip(text: str, limit: int = ITEM_CHARS) -> str:
 def _skipped(msg: BaseMessage) -> bool:
     """Boundaries, state cards and nudges are simagent's own words, not session content;
     an already-cleared placeholder holds nothing, and a ``recall`` answer only copies."""
-    from simagent.agent.tools import RECALL
     from simagent.context.clearing import is_cleared
+    from simagent.tool_names import RECALL
 
     return (bool(msg.additional_kwargs.get("lc_source")) or is_cleared(msg)
             or (isinstance(msg, ToolMessage) and msg.name == RECALL))
@@ -200,8 +200,8 @@ def extract(messages: Sequence[BaseMessage], *, history: str | Path | None = Non
     text starts on there (``summary.offload``); ``calls``: tool calls by id when the AI
     messages that made them are not among ``messages`` (a clearing epoch).
     """
-    from simagent.agent.tools import RECORD_ATTEMPT
     from simagent.context.summary import _PATH as FILE_PATH
+    from simagent.tool_names import RECORD_ATTEMPT
 
     calls = dict(calls) if calls is not None else calls_by_id(messages)
     found: list[tuple[int, int, Item]] = []  # (order, score, item)

@@ -37,11 +37,11 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from simagent.agent.tools import RUN_PYTHON
 from simagent.context.counting import is_user_message
 from simagent.context.events import emit
 from simagent.context.guards import MARK, notice, stop_turn
 from simagent.context.thresholds import ContextSettings, repl_watchdog_mode
+from simagent.tool_names import RUN_PYTHON
 from simagent.trace.log import TraceLog
 
 #: Kernel statuses of a failed cell (``interrupted`` is the user stepping in, not a failure).

@@ -10,7 +10,7 @@ Sinks and where they redact (``tests/test_data_safety.py`` and
 ``tests/test_secrets_at_rest.py`` grep all of them):
 
 * the trace (``TraceLog.append``: the serialized payload);
-* the conversation checkpoints (``agent/secrets.py``: the checkpointer's serializer, so
+* the conversation checkpoints (``trace/checkpoint_redaction.py``: the serializer, so
   every channel: the user's words, replies, tool arguments and results, subagents);
 * every tool result, before the model or any context layer sees it
   (``agent/secrets.py``: ``ToolResultRedaction``, innermost in every agent);
@@ -18,7 +18,7 @@ Sinks and where they redact (``tests/test_data_safety.py`` and
   :class:`StreamRedactor` (a key split across two output chunks is still caught), and the
   text the model gets; execution records ``outputs/NNNN.json``
   (``kernel_api/outputs.write_record``) and figure sidecars;
-* the attempt log (``agent/tools.AttemptLog``), memory notes, their file names and the
+* the attempt log (``trace/attempts.py``), memory notes, their file names and the
   ``MEMORY.md`` index (``agent/memory.py``);
 * the ledger, task records, history offloads and capped results (``context/``);
 * transcripts (``trace/transcript.py``: the rendered document);

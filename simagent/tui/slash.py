@@ -152,7 +152,7 @@ def cmd_interrupt(ctl: TuiController, arg: str) -> None:
 
 
 def cmd_memory(ctl: TuiController, arg: str) -> None:
-    from simagent.agent.memory import list_notes, read_note, render_notes
+    from simagent.context.memory import list_notes, read_note, render_notes
 
     folder = ctl.session.memory_dir
     if not arg:
@@ -281,7 +281,7 @@ def complete_models(ctl: TuiController) -> list[tuple[str, str]]:
 
 
 def complete_memory(ctl: TuiController) -> list[tuple[str, str]]:
-    from simagent.agent.memory import list_notes
+    from simagent.context.memory import list_notes
 
     if ctl.session is None:
         return []

@@ -1,0 +1,12 @@
+"""The names of simagent's own tools: the one home for them.
+
+Labels, exclusions, gating, the ledger's pointers and the REPL watchdog read these, from
+the context layers up to the front ends, so they live below all of them.
+"""
+
+RUN_PYTHON = "run_python"
+RESET_KERNEL = "reset_kernel"
+REMEMBER = "remember"
+VIEW_FIGURE = "view_figure"
+RECORD_ATTEMPT = "record_attempt"
+RECALL = "recall"
