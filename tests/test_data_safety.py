@@ -210,7 +210,7 @@ def test_secrets_reach_no_file_simagent_writes(workspace, tmp_path, monkeypatch)
         model.cursor.steps.append({"final": f"verbatim: {SECRET} and {CONFIG_SECRET}"})
         second = runner.run(f"repeat it: {SECRET}")
         assert "verbatim: [redacted:OPENAI_API_KEY]" in second.final  # as saved
-        from simagent.trace.transcript import render_html, render_markdown
+        from simagent.presentation.transcript import render_html, render_markdown
 
         events = session.trace.events()
         (tmp_path / "out").mkdir()

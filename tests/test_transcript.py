@@ -18,7 +18,7 @@ from simagent.trace.sessions import (
     format_sessions_table,
     list_sessions,
 )
-from simagent.trace.transcript import DISPLAY_CAP, render_html, render_markdown
+from simagent.presentation.transcript import DISPLAY_CAP, render_html, render_markdown
 
 CODE = "import numpy as np\nx = np.linspace(0, 1, 5)\nprint(x.sum())"
 XSS = "<script>alert(1)</script>"

@@ -167,7 +167,7 @@ def test_transcript_note_names_the_raw_output_size(tmp_path):
     """``simagent transcript`` counted the capped result's chars beside the raw path, so
     a 7 MB print read as a few KB more; the raw file's size is named beside it now."""
     from simagent.trace.log import TraceLog
-    from simagent.trace.transcript import render_markdown
+    from simagent.presentation.transcript import render_markdown
 
     content, raw = printed(tmp_path / "outputs", 300_000)
     with TraceLog(tmp_path / "trace.sqlite") as log:

@@ -557,7 +557,7 @@ def _disk_full(lab: Lab, fast: bool) -> Outcome:
 def _secrets(lab: Lab, fast: bool) -> Outcome:
     """A key in the environment, printed by a cell and quoted in the answer, must reach
     no file simagent writes: trace, checkpoints, raw outputs, transcripts, records."""
-    from simagent.trace.transcript import render_html, render_markdown
+    from simagent.presentation.transcript import render_html, render_markdown
 
     os.environ[SECRET_VAR] = SECRET
     try:

@@ -88,7 +88,7 @@ def cmd_transcript(args: argparse.Namespace) -> int:
 
     from simagent.trace import TraceLog
     from simagent.trace.sessions import find_session
-    from simagent.trace.transcript import render_html, render_markdown
+    from simagent.presentation.transcript import render_html, render_markdown
 
     try:
         session_dir = find_session(args.workspace, args.session_id)

@@ -21,7 +21,7 @@ Sinks and where they redact (``tests/test_data_safety.py`` and
 * the attempt log (``trace/attempts.py``), memory notes, their file names and the
   ``MEMORY.md`` index (``agent/memory.py``);
 * the ledger, task records, history offloads and capped results (``context/``);
-* transcripts (``trace/transcript.py``: the rendered document);
+* transcripts (``presentation/transcript.py``: the rendered document);
 * the TUI's input history (``tui/history.py``: :class:`RedactingFileHistory`);
 * ``simagent run``'s stderr activity lines (``headless.py``: :class:`RedactingWriter`,
   and ``one_line`` redacts before it cuts);

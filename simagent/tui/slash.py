@@ -210,7 +210,7 @@ def cmd_sessions(ctl: TuiController, arg: str) -> None:
 
 
 def cmd_transcript(ctl: TuiController, arg: str) -> None:
-    from simagent.trace.transcript import render_html, render_markdown
+    from simagent.presentation.transcript import render_html, render_markdown
 
     fmt = (arg or "md").lower()
     if fmt not in ("md", "html"):
