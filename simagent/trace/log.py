@@ -88,6 +88,8 @@ EVENT_KINDS: dict[str, str] = {
                     "unit (usd|tokens)",
     "subagent_start": "name, description, tool_call_id",
     "subagent_end": "name, tool_call_id, status",
+    "notebook_written": "path, cells (code cells a re-run runs), concerns (lines naming the "
+                        "cells that may not re-run by themselves; simagent.notebooks)",
     "hitl_request": "interrupt_id, action_requests",
     "hitl_response": "interrupt_id, decisions",
     "error": "message, where",
