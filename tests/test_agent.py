@@ -370,7 +370,7 @@ def test_the_innermost_check_stops_a_call_after_a_slow_layer():
     recorder checks again right before the model, so an abandoned run calls nothing."""
     import contextvars
 
-    from simagent.trace.recorder import TraceRecorder
+    from simagent.agent.recorder import TraceRecorder
     from simagent.trace.usage import UsageTotals
     from simagent.turns import TurnAbandoned, TurnRegistry
 

@@ -32,12 +32,12 @@ from simagent.agent.prompts import (
     build_system_prompt,
 )
 from simagent.agent.provider_retry import ProviderRetryMiddleware
+from simagent.agent.recorder import TraceRecorder
 from simagent.agent.recovery import RecoveryMiddleware
 from simagent.agent.secrets import ToolResultRedaction
 from simagent.agent.tools import make_view_figure, session_tools
 from simagent.context.memory import INDEX
 from simagent.paths import CONTENT_FOLDERS, content_dir
-from simagent.trace.recorder import TraceRecorder
 
 if TYPE_CHECKING:
     from simagent.context.middleware import ContextMiddleware

@@ -12,12 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from simagent.context.counting import MEMORY_MARKER, SKILLS_MARKER
 from simagent.simulators import Simulator
-
-#: Openings of the two indexes the middleware appends to the system prompt; the context
-#: layer splits a request's system message at these to count each index.
-SKILLS_MARKER = "## Skills\n"
-MEMORY_MARKER = "<workspace_memory>"
 
 MEMORY_PROMPT = MEMORY_MARKER + """
 {agent_memory}

@@ -16,8 +16,8 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import AIMessage, HumanMessage
 
+from simagent.agent.recorder import reasoning_text
 from simagent.trace.log import TraceLog
-from simagent.trace.recorder import reasoning_text
 
 MAX_CONSECUTIVE = 2
 #: ``additional_kwargs`` key on nudges and on cleaned replies.

@@ -26,9 +26,12 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from simagent.agent.prompts import MEMORY_MARKER, SKILLS_MARKER
 from simagent.context.tokens import Ruler, active_ruler
 
+#: Openings of the two indexes the middleware appends to the system prompt (the prompts
+#: start with them); counting splits a request's system message at these to count each.
+SKILLS_MARKER = "## Skills\n"
+MEMORY_MARKER = "<workspace_memory>"
 #: ``additional_kwargs["lc_source"]`` of messages the context layers write.
 SUMMARY_SOURCES = frozenset({"summarization", "simagent_summary", "simagent_checkpoint",
                              "simagent_emergency"})
@@ -288,3 +291,14 @@ def calibrate(estimate: int, previous_estimate: int | None, previous_reported: i
     if not previous_estimate or not previous_reported:
         return estimate
     return int(estimate * calibration_ratio(previous_estimate, previous_reported))
+
+
+def ai_message_of(response: Any) -> AIMessage | None:
+    """The AIMessage inside whatever a model handler returned."""
+    if isinstance(response, AIMessage):
+        return response
+    inner = getattr(response, "model_response", response)
+    for msg in reversed(getattr(inner, "result", []) or []):
+        if isinstance(msg, AIMessage):
+            return msg
+    return None

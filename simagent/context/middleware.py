@@ -51,7 +51,7 @@ from simagent.context.compaction import (
     cutoff_of,
     visible,
 )
-from simagent.context.counting import RequestSize, calibrate, measure
+from simagent.context.counting import RequestSize, ai_message_of, calibrate, measure
 from simagent.context.events import emit
 from simagent.context.overflow import is_context_overflow
 from simagent.context.prefix import pin_index, rewrite_tokens, with_cache_pin
@@ -317,8 +317,6 @@ class ContextMiddleware(AgentMiddleware):
 
     # --------------------------------------------------------------- model call
     def _finish(self, prep: Prepared, response: Any) -> Any:
-        from simagent.trace.recorder import ai_message_of
-
         msg = ai_message_of(response)
         reported = (msg.usage_metadata or {}).get("input_tokens") if msg is not None else None
         self._last_sent, self._last_reported = prep.size.total, reported or None

@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
-from simagent.context.counting import RequestSize, count_text, measure
+from simagent.context.counting import RequestSize, ai_message_of, count_text, measure
 from simagent.context.tokens import Ruler, resolve_ruler
 from simagent.outcomes import outcome_of
 from simagent.trace.log import TraceLog
@@ -29,17 +29,6 @@ from simagent.trace.usage import UsageTotals, usage_record
 from simagent.turns import TurnRegistry
 
 TASK_TOOL = "task"  # deepagents' subagent tool
-
-
-def ai_message_of(response: Any) -> AIMessage | None:
-    """The AIMessage inside whatever a model handler returned."""
-    if isinstance(response, AIMessage):
-        return response
-    inner = getattr(response, "model_response", response)
-    for msg in reversed(getattr(inner, "result", []) or []):
-        if isinstance(msg, AIMessage):
-            return msg
-    return None
 
 
 def reasoning_text(msg: AIMessage) -> str:
