@@ -270,8 +270,13 @@ def account(notebook: Notebook, outcome: LoadOutcome, card_text: str) -> str:
     lines = [f'<{TAG} path="{notebook.path}" cells="{len(notebook.cells)}" code_cells="{code}">',
              "This session started from the notebook above: simagent ran its code cells in "
              "this kernel before the conversation. Their code is not shown here; read the "
-             "file for a cell's code, and use _out[n] for its output.",
+             "file for a cell's code.",
              "run: " + outcome.summary()]
+    counts = [c.result.execution_count for c in outcome.cells
+              if c.result is not None and c.result.execution_count]
+    if counts:
+        lines.append(f"their outputs: _out[{counts[0]}] to _out[{counts[-1]}], in order"
+                     if len(counts) > 1 else f"its output: _out[{counts[0]}]")
     if heads:
         more = f" (+{len(heads) - MAX_HEADINGS} more)" if len(heads) > MAX_HEADINGS else ""
         lines.append(f"headings{more}:")
