@@ -356,7 +356,7 @@ def test_a_rebuilt_agent_sees_the_same_view(opened, workspace):
 
 
 def test_summary_model_is_configurable(workspace, tmp_path):
-    from simagent.context.layers import build_summarizer
+    from simagent.agent.context_layers import build_summarizer
     from simagent.context.summary import ExtractiveSummarizer, ModelSummarizer
 
     script = tmp_path / "summ.json"

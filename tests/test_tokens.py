@@ -169,7 +169,7 @@ def test_eviction_counts_real_tokens(tmp_path):
     with the approx ruler (what deepagents does) the same result stays."""
     from deepagents.backends import FilesystemBackend
 
-    from simagent.context.layers import TracedFilesystemMiddleware
+    from simagent.agent.context_layers import TracedFilesystemMiddleware
 
     limit = int(Ruler("approx").count(NUMERIC) * 1.2)
     assert Ruler("o200k_base").count(NUMERIC) > limit

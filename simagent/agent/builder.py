@@ -25,6 +25,7 @@ from simagent.agent import confine
 from simagent.agent.abandon_guard import AbandonGuard
 from simagent.agent.approval import interrupt_on_for_mode
 from simagent.agent.backend import WorkspacePathsMiddleware, build_backend
+from simagent.agent.context_layers import context_layers
 from simagent.agent.prompts import (
     MEMORY_PROMPT,
     SKILLS_PROMPT,
@@ -137,7 +138,6 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
         model_spec_for,
         runtime_note,
     )
-    from simagent.context.layers import context_layers
     from simagent.models import ModelError, resolve_model
 
     resolved: dict[str, tuple[Any, str, int | None, int | None, Any]] = {}
@@ -206,8 +206,6 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     ``front_end`` (``tui`` | ``headless``) picks the REPL watchdog's mode when
     ``[context] repl_watchdog`` is unset (``thresholds.REPL_WATCHDOG_BY_FRONT_END``).
     """
-    from simagent.context.layers import context_layers
-
     chat_model, model_id, window = _as_resolved(model)
     retry = getattr(model, "retry", None)  # [model] retry keys (a ResolvedModel's)
     max_out = getattr(model, "max_output", None)

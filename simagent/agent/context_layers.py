@@ -22,15 +22,21 @@ from deepagents.middleware.filesystem import FilesystemMiddleware
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, ToolMessage
 
+from simagent.agent.scripted import ScriptedChatModel
+from simagent.agent.tool_text import SlimToolsMiddleware
 from simagent.context import thresholds as th
 from simagent.context.compaction import Compactor
 from simagent.context.counting import count_messages
 from simagent.context.events import emit
+from simagent.context.guards import CostCeilingMiddleware, WatchdogMiddleware
 from simagent.context.ledger import Ledger
 from simagent.context.manual import make_mark_task_done
 from simagent.context.middleware import ContextMiddleware
+from simagent.context.repl_watch import ReplWatchMiddleware
 from simagent.context.summary import ExtractiveSummarizer, ModelSummarizer, Summarizer
 from simagent.context.tokens import Ruler, resolve_ruler
+from simagent.models import resolve_model
+from simagent.trace.usage import usage_record
 
 if TYPE_CHECKING:
     from simagent.session import Session
@@ -149,19 +155,13 @@ def build_summarizer(settings: th.ContextSettings, chat_model: Any, model_id: st
         return ExtractiveSummarizer()
     on_usage = _usage_recorder(session) if session is not None else None
     if choice == "auto":
-        from simagent.agent.scripted import ScriptedChatModel
-
         if isinstance(chat_model, ScriptedChatModel):
             return ExtractiveSummarizer()
         return ModelSummarizer(chat_model, name=model_id, on_usage=on_usage)
-    from simagent.models import resolve_model
-
     return ModelSummarizer(resolve_model(choice).chat_model, name=choice, on_usage=on_usage)
 
 
 def _usage_recorder(session: Session) -> Any:
-    from simagent.trace.usage import usage_record
-
     def record(model: str, usage: dict[str, Any] | None) -> None:
         rec: dict[str, Any] = usage_record(usage)
         rec["source"] = "provider" if usage else "estimated"
@@ -210,13 +210,8 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
                                     tools=fs_tools)
     middleware: list[Any] = [fs, SummarizationOff(), context]
     if settings.slim_tools:  # outside the context layers: they measure what is sent
-        from simagent.agent.tool_text import SlimToolsMiddleware
-
         middleware.insert(2, SlimToolsMiddleware())
     if agent == "main":
-        from simagent.context.guards import CostCeilingMiddleware, WatchdogMiddleware
-        from simagent.context.repl_watch import ReplWatchMiddleware
-
         middleware += [WatchdogMiddleware(session.trace, settings, agent=agent),
                        CostCeilingMiddleware(session.trace, session.usage, settings),
                        ReplWatchMiddleware(session.trace, settings, front_end=front_end)]
