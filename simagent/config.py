@@ -132,17 +132,6 @@ class Config:
         kernel = self.data.get("kernel")
         return kernel.get("name") if isinstance(kernel, dict) else None
 
-    def kernel_replay(self) -> Any:
-        """The replay budget after a kernel restart (``[kernel] replay``, ``replay_cell_s``,
-        ``replay_total_s``), a ``simagent.kernel.replay.ReplayBudget``; the defaults live
-        in that module."""
-        from simagent.kernel.replay import budget_from
-
-        try:
-            return budget_from(self.section("kernel"))
-        except ValueError as exc:
-            raise ConfigError(f"config: {exc}") from exc
-
     def ensemble_scheduler(self, environ: Mapping[str, str] | None = None
                            ) -> tuple[str | None, str]:
         """The Dask scheduler address for ensembles and where it came from.

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from simagent.config import Config, SessionOptions
 from simagent.context.memory import ensure_memory
 from simagent.context.thresholds import ContextSettings
+from simagent.kernel.replay import budget_of as replay_budget_of
 from simagent.paths import (
     SessionPaths,
     last_session_marker,
@@ -91,7 +92,7 @@ class Session:
         #: Kernel environment from config ([ensembles]); read now so bad values fail early.
         self.config_kernel_env = config.ensemble_kernel_env()
         #: How much a kernel restart may replay ([kernel] replay*); read now, same reason.
-        self.replay_budget = config.kernel_replay()
+        self.replay_budget = replay_budget_of(config)
         self.simulator = simulator
         self.approval = approval
         self.resume_info = resume

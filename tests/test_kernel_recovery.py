@@ -83,11 +83,11 @@ def test_only_the_current_lineage_replays() -> None:
 
 def test_config_kernel_table_sets_the_budget(workspace: Path) -> None:
     cfg = Config({"kernel": {"replay_cell_s": 5, "replay_total_s": 20.5}})
-    assert cfg.kernel_replay() == ReplayBudget(cell_s=5.0, total_s=20.5)
-    assert Config().kernel_replay() == ReplayBudget()
-    assert Config({"kernel": {"replay": False}}).kernel_replay().enabled is False
+    assert budget_of(cfg) == ReplayBudget(cell_s=5.0, total_s=20.5)
+    assert budget_of(Config()) == ReplayBudget()
+    assert budget_of(Config({"kernel": {"replay": False}})).enabled is False
     with pytest.raises(ConfigError, match="replay_cell_s"):
-        Config({"kernel": {"replay_cell_s": "long"}}).kernel_replay()
+        budget_of(Config({"kernel": {"replay_cell_s": "long"}}))
 
 
 def test_the_message_names_what_came_back_and_what_did_not() -> None:

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simagent.config import Config, ConfigError
 from simagent.kernel_api import effects as fx
 from simagent.paths import write_private
 
@@ -360,3 +361,12 @@ def budget_from(section: Mapping[str, Any]) -> ReplayBudget:
             raise ValueError("[kernel] replay must be true or false")
         values["enabled"] = section["replay"]
     return ReplayBudget(**values)
+
+
+def budget_of(config: Config) -> ReplayBudget:
+    """The replay budget a config sets (its ``[kernel]`` table; see :func:`budget_from`),
+    a bad value raised as the ``ConfigError`` every front end reports."""
+    try:
+        return budget_from(config.section("kernel"))
+    except ValueError as exc:
+        raise ConfigError(f"config: {exc}") from exc
