@@ -28,6 +28,7 @@ from simagent.tool_names import (
 )
 
 if TYPE_CHECKING:
+    from simagent.kernel import ExecResult
     from simagent.session import Session
 
 #: Seconds a single ``run_python`` call may run before it is interrupted (state kept).
@@ -69,22 +70,35 @@ def make_run_python(session: Session, settings: ContextSettings | None = None) -
             write({"type": "tool_output", "tool_call_id": call_id, "kind": event.kind,
                    "text": event.text, "path": str(event.path) if event.path else None})
 
-        result = session.execute(code, on_output=on_output,
-                                 timeout=timeout_s or DEFAULT_RUN_TIMEOUT_S,
-                                 tool_call_id=call_id)
+        text, result = run_python_text(session, code, cap=cap, on_output=on_output,
+                                       timeout_s=timeout_s, tool_call_id=call_id)
         raw = str(result.raw_path) if result.raw_path else None
-        if lost := lost_line(code, result.status, result.recovery):  # restarted under it
-            result.notice = f"{result.notice}; {lost}" if result.notice else lost
-        # over the cap, the simulator's digest of the raw output joins head and tail; only
-        # under simagent's own cap (the raw and stock bench baselines keep plain head/tail)
-        from simagent.kernel.digesters import output_digester
-
-        digest = output_digester(session.simulator, result.raw_path, session.trace) \
-            if cap else None
-        return result.model_text(cap, digest=digest), {"raw_path": raw, "status": result.status,
-                                                       "recovery": result.recovery}
+        return text, {"raw_path": raw, "status": result.status, "recovery": result.recovery}
 
     return run_python
+
+
+def run_python_text(session: Session, code: str, *, cap: int | None, on_output: Any = None,
+                    timeout_s: float | None = None,
+                    tool_call_id: str | None = None) -> tuple[str, ExecResult]:
+    """Run ``code`` and make the text a caller sees of it: capped at ``cap`` chars,
+    progress bars collapsed, the digest, the ``_out[n]`` pointer and the raw file's path.
+
+    One home for that text: the agent's ``run_python`` and ``simagent mcp``'s both call it,
+    so an MCP host gets exactly what simagent's own model gets.
+    """
+    result = session.execute(code, on_output=on_output,
+                             timeout=timeout_s or DEFAULT_RUN_TIMEOUT_S,
+                             tool_call_id=tool_call_id)
+    if lost := lost_line(code, result.status, result.recovery):  # restarted under it
+        result.notice = f"{result.notice}; {lost}" if result.notice else lost
+    # over the cap, the simulator's digest of the raw output joins head and tail; only
+    # under simagent's own cap (the raw and stock bench baselines keep plain head/tail)
+    from simagent.kernel.digesters import output_digester
+
+    digest = output_digester(session.simulator, result.raw_path, session.trace) \
+        if cap else None
+    return result.model_text(cap, digest=digest), result
 
 
 def make_view_figure(session: Session, images: bool, why: str = "") -> BaseTool:
@@ -101,7 +115,7 @@ def make_view_figure(session: Session, images: bool, why: str = "") -> BaseTool:
         """
         from simagent.kernel_api.figures import render_caption
 
-        found = _find_figure(session, figure_id)
+        found = find_figure(session, figure_id)
         if isinstance(found, str):
             return found
         path, meta = found
@@ -123,7 +137,7 @@ def make_view_figure(session: Session, images: bool, why: str = "") -> BaseTool:
     return view_figure
 
 
-def _find_figure(session: Session, figure_id: str) -> tuple[Any, dict[str, Any]] | str:
+def find_figure(session: Session, figure_id: str) -> tuple[Any, dict[str, Any]] | str:
     """The figure's file and sidecar record, or a message naming the known ids."""
     from pathlib import Path
 

@@ -203,6 +203,21 @@ class OutputRecord:
         start = self.line_count() - len(rows) + 1  # numbering streams the file once
         return Lines(Line(start + i, r) for i, r in enumerate(rows))
 
+    def slice(self, start: int, end: int) -> Lines:
+        """Lines ``start`` to ``end`` (1-based, both included), numbered; streams the file
+        up to ``end`` only."""
+        out = Lines()
+        try:
+            with self._open() as fh:
+                for i, line in enumerate(fh, 1):
+                    if i > end:
+                        break
+                    if i >= start:
+                        out.append(Line(i, _shown(line)))
+        except OSError:
+            pass
+        return out
+
     def line_count(self) -> int:
         """Lines in the output (streams the file once)."""
         n, last = 0, b"\n"
