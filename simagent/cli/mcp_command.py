@@ -1,0 +1,78 @@
+"""``simagent mcp``: serve the workspace's kernel to an MCP host (stdio, or ``--http``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from simagent import exit_codes
+from simagent.cli.common import existing_workspace
+from simagent.exit_codes import CliError
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    import os
+    import secrets
+
+    from simagent.config import Config, ConfigError
+    from simagent.mcp_server import ops
+    from simagent.simulators import SimulatorError, get_simulator
+
+    workspace = existing_workspace(args.workspace)
+    try:
+        config = Config.load(workspace)
+        approval = config.approval(args.approval)
+        get_simulator(config.simulator(args.sim))  # a bad name fails now, not per client
+        address = ops.host_port(args.http) if args.http else None
+    except (ConfigError, SimulatorError, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    # the SDK and the kernel stack load only now: `simagent --help` stays fast
+    from simagent.mcp_server.server import build_server, serve_http, serve_stdio
+    from simagent.session import Session
+    from simagent.trace.redact import register
+
+    def open_session() -> Session:
+        return Session.create(workspace, simulator=args.sim, approval=approval,
+                              model=None, config=config)
+
+    if approval == "ask":
+        print(f"simagent mcp: --approval ask: {ops.refusal('ask', 'run_python', workspace)}",
+              file=sys.stderr, flush=True)
+    if address is None:
+        serve_stdio(build_server(open_session))
+        return exit_codes.OK
+    host, port = address
+    token = os.environ.get(ops.TOKEN_ENV) or secrets.token_urlsafe(24)
+    register({token: ops.TOKEN_ENV})  # never written to a trace or output
+    shown = f"[{host}]" if ":" in host else host
+    print(f"simagent mcp: streamable HTTP at http://{shown}:{port}/mcp\n"
+          f"simagent mcp: send the header  Authorization: Bearer "
+          f"{token if not os.environ.get(ops.TOKEN_ENV) else '$' + ops.TOKEN_ENV}",
+          file=sys.stderr, flush=True)
+    try:
+        serve_http(build_server(open_session, host=host, port=port), host, port, token)
+    except KeyboardInterrupt:
+        pass
+    return exit_codes.OK
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """``mcp``."""
+    from simagent.config import APPROVAL_MODES, DEFAULT_APPROVAL
+
+    p = sub.add_parser(
+        "mcp", help="serve the kernel to an MCP host (Claude Code, Codex, Cursor...)",
+        description="Serve a simagent kernel as an MCP server: tools run_python, output, "
+                    "state, figure, interrupt, restore, reset. stdio by default (one kernel "
+                    "for the process); --http serves streamable HTTP (one kernel per MCP "
+                    "session) behind a bearer token. README: simagent as an MCP server.")
+    p.add_argument("--workspace", default=".", help="workspace folder, the kernel's working "
+                   "directory (default: .)")
+    p.add_argument("--sim", metavar="S", help="simulator (default: the workspace's)")
+    p.add_argument("--approval", choices=APPROVAL_MODES,
+                   help=f"default: config, else {DEFAULT_APPROVAL}; 'ask' refuses "
+                        "run_python, restore and reset (no one to ask over MCP)")
+    p.add_argument("--http", metavar="[HOST:]PORT",
+                   help="serve streamable HTTP on HOST (default 127.0.0.1) at /mcp; the "
+                        "token is $SIMAGENT_MCP_TOKEN, else generated and printed once")
+    p.set_defaults(handler=cmd_mcp)

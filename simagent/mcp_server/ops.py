@@ -1,0 +1,184 @@
+"""The pure parts of ``simagent mcp``: names, argument checks, the ``output`` tool's text,
+progress lines, approval over MCP, resource URIs and the ``--http`` address.
+
+Nothing here imports the MCP SDK or starts a kernel, so each rule is tested directly
+(``tests/test_mcp_server_ops.py``); ``server.py`` is the thin shell around them.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from pathlib import Path
+
+from simagent.agent import confine
+from simagent.agent.approval import waits
+from simagent.agent.tools import RESET_KERNEL, RUN_PYTHON
+from simagent.kernel.result import strip_ansi
+from simagent.kernel_api.outputs import GREP_MAX, Outputs, handle, size_text
+
+#: The server's name, as hosts show it.
+SERVER_NAME = "simagent"
+#: The server's tools (one home: registration, gating and the README read these).
+TOOLS = ("run_python", "output", "state", "figure", "interrupt", "restore", "reset")
+#: ``output`` operations and their default argument.
+OUTPUT_OPS = {"head": 20, "tail": 20, "grep": None, "slice": None}
+#: Each MCP tool that runs code, as the agent's approval policy knows it: ``restore``
+#: replays recorded cells and ``reset`` restarts, which is kernel code like
+#: ``reset_kernel``. The others only read or stop (never gated).
+GATED_AS = {"run_python": RUN_PYTHON, "restore": RESET_KERNEL, "reset": RESET_KERNEL}
+#: Environment variable holding the ``--http`` bearer token (else one is generated).
+TOKEN_ENV = "SIMAGENT_MCP_TOKEN"
+#: Where ``--http`` listens when only a port is given: this machine alone.
+DEFAULT_HOST = "127.0.0.1"
+#: Resource URI scheme and templates.
+OUTPUT_URI = "simagent://outputs/{n}"
+FIGURE_URI = "simagent://figures/{figure_id}"
+#: Longest progress message sent to the host.
+PROGRESS_CHARS = 160
+
+
+class McpToolError(Exception):
+    """A call that cannot be done; the message is what the host's model reads."""
+
+
+def refusal(mode: str, tool: str, workspace: Path) -> str | None:
+    """Why ``tool`` is refused under approval ``mode``, or None when it may run.
+
+    MCP has no person on simagent's side to ask: in ``ask`` mode every call the agent
+    would hold for approval is refused instead, naming the flag that allows it (the host
+    asks its own user before each tool call if it is set up to).
+    """
+    name = GATED_AS.get(tool)
+    if name is None or not waits(mode, name, {}, workspace):
+        return None
+    return (f"{tool} refused: this server runs with --approval {mode}, which holds kernel "
+            f"code for a person's approval, and no one can approve over MCP. Restart the "
+            f"server with `simagent mcp --approval workspace` (kernel code runs unasked; "
+            f"your MCP host may still ask you before each call) or `--approval auto`.")
+
+
+def _count(arg: str | int | None, default: int, op: str) -> int:
+    if arg is None or arg == "":
+        return default
+    try:
+        k = int(arg)
+    except (TypeError, ValueError):
+        raise McpToolError(f"output: {op} takes a number of lines, not {arg!r}") from None
+    if k < 0:
+        raise McpToolError(f"output: {op} takes a positive number of lines, not {k}")
+    return k
+
+
+def _span(arg: str | int | None) -> tuple[int, int]:
+    m = re.fullmatch(r"\s*(\d+)\s*[:,-]\s*(\d+)\s*", str(arg or ""))
+    if not m or int(m[1]) < 1 or int(m[2]) < int(m[1]):
+        raise McpToolError(f"output: slice takes 'START:END' (1-based line numbers, END "
+                           f"included, START <= END), not {arg!r}")
+    return int(m[1]), int(m[2])
+
+
+def output_text(folder: Path, n: int, op: str, arg: str | int | None, cap: int | None) -> str:
+    """``_out[n]``'s head / tail / grep / slice as text (what the ``output`` tool returns).
+
+    Reads the raw file on disk, never the kernel, so it works while a cell runs and
+    after the kernel died. Numbered lines; capped at ``cap`` chars like any result.
+    """
+    if op not in OUTPUT_OPS:
+        raise McpToolError(f"output: op must be one of {', '.join(OUTPUT_OPS)}, not {op!r}")
+    try:
+        record = Outputs(folder)[int(n)]
+    except (KeyError, IndexError) as exc:
+        raise McpToolError(str(exc.args[0]) if exc.args else str(exc)) from None
+    if op == "grep":
+        if not arg:
+            raise McpToolError("output: grep needs a pattern (a Python regular expression)")
+        try:
+            lines = record.grep(str(arg))
+        except re.error as exc:
+            raise McpToolError(f"output: bad pattern {arg!r}: {exc}") from None
+        what = f"grep {str(arg)!r}: {len(lines)} line(s)" + \
+            (f" (stops at {GREP_MAX} matches)" if len(lines) >= GREP_MAX else "")
+    elif op == "slice":
+        start, end = _span(arg)
+        lines = record.slice(start, end)
+        what = f"lines {start}-{end}"
+    else:
+        k = _count(arg, OUTPUT_OPS[op], op)  # type: ignore[arg-type]
+        lines = record.head(k) if op == "head" else record.tail(k)
+        what = f"{op} {k}"
+    head = (f"{handle(record.n)} {what} of {record.line_count():,} lines "
+            f"({size_text(record.size)}, {record.status}; raw: {record.path})")
+    body = "\n".join(str(x) for x in lines) or "(no lines)"
+    return cap_text(f"{head}\n{body}", cap, str(record.path))
+
+
+def cap_text(text: str, cap: int | None, where: str) -> str:
+    """``text`` cut to ``cap`` chars at a line end, saying how much went and where it all is."""
+    if not cap or len(text) <= cap:
+        return text
+    kept = text[:cap]
+    nl = kept.rfind("\n")
+    kept = kept[:nl] if nl > cap // 2 else kept
+    return (f"{kept}\n[cut: {len(kept):,} of {len(text):,} chars shown; narrow the request "
+            f"(fewer lines, a stricter pattern) or read {where}]")
+
+
+def progress_line(text: str) -> str:
+    """The line a terminal would show last for a chunk of streamed output: the final
+    ``\\r`` redraw of the last non-empty line, colours stripped, cut short."""
+    for line in reversed(strip_ansi(text).split("\n")):
+        seg = next((s for s in reversed(line.split("\r")) if s.strip()), "")
+        if seg.strip():
+            seg = seg.strip()
+            return seg if len(seg) <= PROGRESS_CHARS else seg[: PROGRESS_CHARS - 1] + "…"
+    return ""
+
+
+def figure_key(n: str | int) -> str | int:
+    """``figure``'s argument: a ``fig-<hash>`` id, or a number (1 = the session's first
+    figure, -1 the newest)."""
+    if isinstance(n, int):
+        key: str | int = n
+    else:
+        text = str(n).strip()
+        key = int(text) if re.fullmatch(r"[+-]?\d+", text) else text
+    if key == 0:
+        raise McpToolError("figure: numbers start at 1 (the first figure); -1 is the newest")
+    return key
+
+
+def pick_figure(figures: list[dict], key: int) -> dict:
+    """The ``key``-th figure (1-based; negative counts back) of the session's list."""
+    if not figures:
+        raise McpToolError("figure: no figure in this session yet")
+    if not -len(figures) <= key <= len(figures):
+        raise McpToolError(f"figure: {key} is out of range; this session has "
+                           f"{len(figures)} figure(s): 1..{len(figures)} or -1..-{len(figures)}")
+    return figures[key - 1 if key > 0 else key]
+
+
+def resource_file(folder: Path, name: str) -> Path:
+    """The file ``name`` in the session's ``folder`` (outputs or artifacts), refusing any
+    name that resolves elsewhere (``..``, a link out): resources read nothing else."""
+    root = Path(confine.resolve(str(folder), folder))
+    try:
+        path = confine.resolve(name, root)
+    except OSError as exc:
+        raise McpToolError(f"no resource {name!r}: {exc}") from None
+    if not confine.within(path, root) or path == root or not path.is_file():
+        raise McpToolError(f"no resource {name!r} in this session")
+    return path
+
+
+def host_port(text: str) -> tuple[str, int]:
+    """``--http``'s ``[HOST:]PORT`` (``8765``, ``0.0.0.0:8765``, ``[::1]:8765``)."""
+    m = re.fullmatch(r"(?:\[([^\]]+)\]:|([^:\[\]]+):)?(\d{1,5})", text.strip())
+    if not m or not 0 < int(m[3]) < 65536:
+        raise ValueError(f"--http takes [HOST:]PORT (e.g. 8765 or 127.0.0.1:8765), not {text!r}")
+    return (m[1] or m[2] or DEFAULT_HOST), int(m[3])
+
+
+def bearer_ok(header: bytes | None, token: str) -> bool:
+    """Whether an ``Authorization`` header carries ``Bearer <token>`` (constant time)."""
+    return bool(token) and hmac.compare_digest(header or b"", b"Bearer " + token.encode())

@@ -1,0 +1,252 @@
+"""``simagent mcp``: the kernel as an MCP server (FastMCP, ``mcp<2``), over stdio or HTTP.
+
+The shell around :class:`~simagent.mcp_server.service.KernelService`:
+
+* **One kernel per client session.** The server's lifespan opens one simagent session
+  (trace, state folder, kernel started at the first cell) and closes it when the client
+  goes. The SDK enters the lifespan once per ``Server.run``: once for stdio (the
+  process is the session) and once per MCP session over streamable HTTP, so two HTTP
+  clients get two kernels, and a client that ends its MCP session stops its kernel.
+* **Nothing blocks the event loop.** Every tool body runs in a worker thread
+  (``anyio.to_thread``); progress and cancellation stay live while a cell runs.
+* **Progress.** The kernel's streamed output, reduced to the line a terminal shows last
+  (``ops.progress_line``), goes out as MCP progress notifications when the host asked
+  for them (a ``progressToken``), the newest line only when several queue up.
+* **Cancellation.** A cancelled ``run_python`` interrupts its cell (SIGINT; state kept,
+  the recovery ladder escalates for a cell that ignores it); the cell's end is still
+  traced by the worker thread, which finishes on its own.
+* **stdout is the protocol** on stdio: :func:`serve_stdio` moves file descriptor 1 to
+  stderr before anything runs, so a stray ``print`` (or a C library's write) in this
+  process cannot corrupt a response; the protocol writes to a private duplicate.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from io import TextIOWrapper
+from typing import Any
+
+import anyio
+from mcp.server.fastmcp import Context, FastMCP, Image
+from mcp.server.fastmcp.exceptions import ToolError
+
+from simagent.mcp_server import ops
+from simagent.mcp_server.ops import McpToolError
+from simagent.mcp_server.service import KernelService
+from simagent.session import Session
+from simagent.trace.redact import redact
+
+INSTRUCTIONS = (
+    "A persistent IPython kernel managed by simagent (working directory: the workspace). "
+    "run_python returns capped output with a pointer to the full raw output; query that "
+    "with output(n, op) instead of printing it again. state() lists what the kernel holds."
+)
+
+
+def _service(ctx: Context) -> KernelService:
+    return ctx.request_context.lifespan_context
+
+
+def _call_id(ctx: Context) -> str:
+    return f"mcp-{ctx.request_id}"
+
+
+async def _in_thread(fn: Callable[[], Any]) -> Any:
+    """``fn()`` in a worker thread; a :class:`McpToolError` becomes the tool's error."""
+    try:
+        return await anyio.to_thread.run_sync(fn)
+    except McpToolError as exc:
+        raise ToolError(str(exc)) from None
+
+
+class _Server(FastMCP):
+    """FastMCP that also traces the calls it refuses before a tool body runs."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        try:
+            return await super().call_tool(name, arguments)
+        except Exception as exc:  # unknown tool, bad arguments (or a body's own error)
+            ctx = self.get_context()
+            await anyio.to_thread.run_sync(_service(ctx).note_rejected, _call_id(ctx), name,
+                                           arguments, str(exc))
+            raise
+
+
+def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT_HOST,
+                 port: int = 8765) -> FastMCP:
+    """The FastMCP server; ``open_session`` makes each client's session (in a thread)."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastMCP) -> AsyncIterator[KernelService]:
+        service = KernelService(await anyio.to_thread.run_sync(open_session))
+        try:
+            yield service
+        finally:
+            with anyio.CancelScope(shield=True):  # stop the kernel even when cancelled
+                await anyio.to_thread.run_sync(service.close)
+
+    mcp = _Server(ops.SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan,
+                  log_level="WARNING", host=host, port=port)
+
+    @mcp.tool(structured_output=False)
+    async def run_python(code: str, ctx: Context, timeout_s: float | None = None) -> str:
+        """Run Python in the session's persistent kernel (cwd: the workspace); variables
+        persist. Returns stdout/stderr as a terminal shows them (progress bars collapsed),
+        `Out[n]`, figures with data summaries and errors; long output is capped to head,
+        digest and tail with the raw file's path and its `_out[n]` number. Past
+        `timeout_s` (default 1800) the cell is interrupted; state is kept."""
+        service, call_id = _service(ctx), _call_id(ctx)
+        send, receive = anyio.create_memory_object_stream[str](max_buffer_size=64)
+
+        def on_output(event: Any) -> None:  # the kernel's thread
+            line = ops.progress_line(getattr(event, "text", None) or "")
+            if line:
+                try:
+                    anyio.from_thread.run_sync(send.send_nowait, redact(line))
+                except Exception:  # full (dropped: a newer line follows) or closed
+                    pass
+
+        async def pump() -> None:
+            count = 0
+            async with receive:
+                async for line in receive:
+                    count += 1
+                    while True:  # only the newest of the lines that queued up
+                        try:
+                            line = receive.receive_nowait()
+                            count += 1
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                    await ctx.report_progress(count, None, message=line)
+
+        def work() -> str:
+            return service.run_python(call_id, code, timeout_s, on_output)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            try:
+                text = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            except anyio.get_cancelled_exc_class():
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(service.cancel, call_id)
+                raise
+            except McpToolError as exc:
+                raise ToolError(str(exc)) from None
+            finally:
+                send.close()
+        return text
+
+    @mcp.tool(structured_output=False)
+    async def output(n: int, op: str, ctx: Context, arg: str | None = None) -> str:
+        """Read execution n's full raw output without running code: op `head`/`tail`
+        (arg: lines, default 20), `grep` (arg: regex), `slice` (arg: `START:END`, 1-based).
+        n is the `_out[n]` number; -1 is the latest, -2 the one before."""
+        service, call_id = _service(ctx), _call_id(ctx)
+        return await _in_thread(lambda: service.output(call_id, n, op, arg))
+
+    @mcp.tool(structured_output=False)
+    async def state(ctx: Context) -> str:
+        """The kernel state card: names with type and shape, imports, functions, figures,
+        files written, read from the live kernel now."""
+        service, call_id = _service(ctx), _call_id(ctx)
+        return await _in_thread(lambda: service.state(call_id))
+
+    @mcp.tool(structured_output=False)
+    async def figure(n: str, ctx: Context) -> list[Any]:
+        """A figure as an image with its data summary: n is a `fig-<hash>` id from a
+        run_python result, or a number (1 = first, -1 = newest). Use the summary in the
+        run_python text first; images cost many tokens."""
+        service, call_id = _service(ctx), _call_id(ctx)
+        text, blob, mime = await _in_thread(lambda: service.figure(call_id, n))
+        if blob is None or mime is None:
+            return [text]
+        return [text, Image(data=blob, format=mime.split("/", 1)[1])]
+
+    @mcp.tool(structured_output=False)
+    async def interrupt(ctx: Context) -> str:
+        """Interrupt the running cell (KeyboardInterrupt); variables are kept."""
+        service, call_id = _service(ctx), _call_id(ctx)
+        return await _in_thread(lambda: service.interrupt(call_id))
+
+    @mcp.tool(structured_output=False)
+    async def restore(ctx: Context) -> str:
+        """Restart the kernel and replay the cells that defined its state (since the
+        last reset); says what was replayed and what was not."""
+        service, call_id = _service(ctx), _call_id(ctx)
+        return await _in_thread(lambda: service.restore(call_id))
+
+    @mcp.tool(structured_output=False)
+    async def reset(ctx: Context) -> str:
+        """Restart the kernel with nothing in it (every variable and import is lost)."""
+        service, call_id = _service(ctx), _call_id(ctx)
+        return await _in_thread(lambda: service.reset(call_id))
+
+    @mcp.resource(ops.OUTPUT_URI, mime_type="text/plain",
+                  description="Execution n's whole raw output, uncapped")
+    async def raw_output(n: str, ctx: Context) -> str:
+        service = _service(ctx)
+        return await _in_thread(lambda: service.raw_output(int(n)))
+
+    @mcp.resource(ops.FIGURE_URI, mime_type="image/png",
+                  description="A saved figure's image file")
+    async def figure_file(figure_id: str, ctx: Context) -> bytes:
+        service = _service(ctx)
+        return await _in_thread(lambda: service.figure_file(figure_id))
+
+    return mcp
+
+
+def serve_stdio(mcp: FastMCP) -> None:
+    """Serve one client on stdin/stdout, with fd 1 moved to stderr first (module doc)."""
+    from mcp.server.stdio import stdio_server
+
+    sys.stdout.flush()
+    protocol = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything else written to fd 1 now lands in stderr
+    sys.stdout = sys.stderr
+    out = anyio.wrap_file(TextIOWrapper(protocol, encoding="utf-8"))
+
+    async def run() -> None:
+        async with stdio_server(stdout=out) as (read, write):
+            server = mcp._mcp_server  # FastMCP.run_stdio_async, but with our stdout (mcp<2)
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(run)
+
+
+def require_bearer(app: Any, token: str) -> Any:
+    """ASGI wrapper: an HTTP request without ``Authorization: Bearer <token>`` gets 401
+    and never reaches the server (the lifespan scope passes through)."""
+    async def wrapped(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not ops.bearer_ok(
+                dict(scope.get("headers") or []).get(b"authorization"), token):
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"www-authenticate", b"Bearer"),
+                                    (b"content-type", b"application/json")]})
+            await send({"type": "http.response.body",
+                        "body": b'{"error": "unauthorized: send Authorization: Bearer <token>"}'})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def serve_http(mcp: FastMCP, host: str, port: int, token: str) -> None:
+    """Serve streamable HTTP at ``http://HOST:PORT/mcp`` behind the bearer token."""
+    import logging
+
+    import uvicorn
+
+    logging.getLogger("mcp.server.streamable_http").addFilter(_closed_stream_noise)
+    app = require_bearer(mcp.streamable_http_app(), token)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+
+
+def _closed_stream_noise(record: Any) -> bool:
+    """Drop the SDK's ``Error in standalone SSE writer`` traceback that every client
+    leaving logs (a stream closed under it, not an error); keep every other record."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, anyio.ClosedResourceError)
