@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
+from simagent.kernel_api.case_runner import STAMP, run_case
 from simagent.kernel_api.cases import case_key, same_case
 from simagent.kernel_api.identity import Uncacheable, function_key, identify
-from simagent.kernel_api.runner import STAMP, run_case
 
 
 def scaled(x):

@@ -21,6 +21,7 @@ from simagent.headless import StreamPrinter
 from simagent.kernel import HUMAN_MIME
 from simagent.kernel.capture import Capture
 from simagent.kernel_api.cache import CaseCache
+from simagent.kernel_api.case_runner import portable_runner, run_case
 from simagent.kernel_api.cases import (
     case_key,
     normalize_cases,
@@ -29,8 +30,7 @@ from simagent.kernel_api.cases import (
     table_rows,
 )
 from simagent.kernel_api.identity import Uncacheable, function_key, identify
-from simagent.kernel_api.runner import portable_runner, run_case
-from simagent.kernel_api.summary import detail_lines, stats_of, summary_line
+from simagent.kernel_api.sweep_summary import detail_lines, stats_of, summary_line
 from simagent.paths import SESSION_DIR_ENV, SessionPaths
 
 # ------------------------------------------------------------------------ cache keys

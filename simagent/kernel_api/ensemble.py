@@ -61,7 +61,7 @@ from simagent.kernel_api.cases import (
     table_rows,
 )
 from simagent.kernel_api.identity import Uncacheable, sha
-from simagent.kernel_api.summary import detail_lines, stats_of, summary_line
+from simagent.kernel_api.sweep_summary import detail_lines, stats_of, summary_line
 from simagent.paths import (
     SESSION_DIR_ENV,
     SessionPaths,
@@ -335,8 +335,8 @@ def _run(eng: Any, blob: bytes, fresh: dict[str, str], retries: int,
     from distributed import as_completed
     from tqdm import tqdm
 
+    from simagent.kernel_api.case_runner import portable_runner
     from simagent.kernel_api.cluster import bounded, running_on
-    from simagent.kernel_api.runner import portable_runner
 
     client = eng.client
     runner = portable_runner()
