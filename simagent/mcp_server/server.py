@@ -125,6 +125,7 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
         def work() -> str:
             return service.run_python(call_id, code, timeout_s, on_output)
 
+        text, error = "", None
         async with anyio.create_task_group() as tg:
             tg.start_soon(pump)
             try:
@@ -134,9 +135,11 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
                     await anyio.to_thread.run_sync(service.cancel, call_id)
                 raise
             except McpToolError as exc:
-                raise ToolError(str(exc)) from None
+                error = str(exc)  # raised outside the group: not wrapped in an ExceptionGroup
             finally:
                 send.close()
+        if error is not None:
+            raise ToolError(error)
         return text
 
     @mcp.tool(structured_output=False)

@@ -1,0 +1,282 @@
+"""``simagent mcp`` end to end: the real CLI as a subprocess, driven by the MCP SDK's own
+clients (stdio and streamable HTTP), a real kernel behind it, the trace read after.
+
+Every request is bounded (the client session's read timeout and ``anyio.fail_after``);
+the servers stop when their client leaves, which the worker's leak check holds them to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from simagent.context.thresholds import TOOL_CAP_CHARS
+from simagent.mcp_server import ops
+
+SIMAGENT = str(Path(sys.executable).parent / "simagent")
+#: Bound on any one request (a kernel start and the scipy warm-up included).
+CALL_S = 240
+
+
+def _text(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+@asynccontextmanager
+async def _stdio(workspace: Path, errlog: Path, *args: str) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(command=SIMAGENT, env=dict(os.environ),
+                                   args=["mcp", "--workspace", str(workspace), *args])
+    with open(errlog, "w") as err:
+        async with stdio_client(params, errlog=err) as (read, write), \
+                ClientSession(read, write, read_timeout_seconds=timedelta(seconds=CALL_S)) as s:
+            with anyio.fail_after(CALL_S):
+                await s.initialize()
+            yield s
+
+
+def _events(workspace: Path) -> list[tuple[str, dict[str, Any]]]:
+    from simagent.trace.sessions import find_session
+
+    db = sqlite3.connect(find_session(workspace, None) / "trace.sqlite")
+    try:
+        return [(k, json.loads(p)) for k, p in db.execute("SELECT kind, payload FROM events "
+                                                          "ORDER BY id")]
+    finally:
+        db.close()
+
+
+async def _cancel_when(s: ClientSession, code: str, started: str) -> None:
+    """Call run_python, and once its streamed output shows ``started``, cancel the
+    request as a host does: drop the wait and send ``notifications/cancelled``
+    (mcp 1.30's client sends none by itself)."""
+    seen = anyio.Event()
+
+    async def progress(_p: float, _t: float | None, message: str | None) -> None:
+        if message and started in message:
+            seen.set()
+
+    request_id = s._request_id  # the id the next request gets
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: s.call_tool("run_python", {"code": code},
+                                          progress_callback=progress))
+        with anyio.fail_after(CALL_S):
+            await seen.wait()
+        tg.cancel_scope.cancel()
+    await s.send_notification(types.ClientNotification(types.CancelledNotification(
+        params=types.CancelledNotificationParams(requestId=request_id, reason="test"))))
+
+
+def test_stdio_runs_cells_caps_greps_reports_progress_and_cancels(workspace: Path,
+                                                                  tmp_path: Path) -> None:
+    async def main() -> dict[str, Any]:
+        got: dict[str, Any] = {}
+        async with _stdio(workspace, tmp_path / "server.err") as s:
+            tools = (await s.list_tools()).tools
+            got["tools"] = {t.name: t.description or "" for t in tools}
+            got["first"] = _text(await s.call_tool("run_python", {"code": "x = 41\nprint(x + 1)"}))
+            messages: list[str] = []
+
+            async def progress(_p: float, _t: float | None, message: str | None) -> None:
+                messages.append(message or "")
+
+            got["tqdm"] = _text(await s.call_tool("run_python", {
+                "code": "from tqdm import tqdm\nimport time\n"
+                        "for i in tqdm(range(12)): time.sleep(0.05)"},
+                progress_callback=progress))
+            got["progress"] = messages
+            got["big"] = _text(await s.call_tool("run_python", {
+                "code": "import sys\nfor i in range(0, 500_000, 1000):\n"
+                        "    sys.stdout.write(''.join(f'row {j} ' + 'x' * 90 + '\\n' "
+                        "for j in range(i, i + 1000)))"}))
+            n = int(re.search(r"_out\[(\d+)\]", got["big"])[1])
+            got["grep"] = _text(await s.call_tool("output", {"n": n, "op": "grep",
+                                                             "arg": "^row 250000 "}))
+            got["tail"] = _text(await s.call_tool("output", {"n": -1, "op": "tail", "arg": "1"}))
+            await _cancel_when(s, "y = 5\nprint('spinning', flush=True)\nwhile True: pass",
+                               "spinning")
+            got["after"] = _text(await s.call_tool("run_python", {"code": "print(x, y)"}))
+            got["state"] = _text(await s.call_tool("state", {}))
+        return got
+
+    got = anyio.run(main)
+    assert set(got["tools"]) == set(ops.TOOLS)
+    assert all(0 < len(d) < 500 for d in got["tools"].values())  # short descriptions
+    assert got["first"] == "42"
+    # progress: the tqdm bar's redraws arrived while it ran; the result is its final state
+    assert len(got["progress"]) >= 2 and any("it/s" in m for m in got["progress"])
+    assert "12/12" in got["tqdm"] and got["tqdm"].count("it/s") == 1
+    # 50 MB printed: the answer is within the agent's cap and names the raw file
+    raw = re.search(r"full output: (\S+\.txt)", got["big"])[1]
+    assert Path(raw).stat().st_size > 48_000_000
+    assert len(got["big"]) <= TOOL_CAP_CHARS + 600, len(got["big"])
+    assert "row 499999 " in got["big"] and "row 250000 " not in got["big"]
+    assert got["grep"].splitlines()[1].startswith(" 250001: row 250000 xxx")
+    assert got["tail"].splitlines()[1].startswith(" 500000: row 499999 ")
+    # the cancelled busy loop was interrupted and its variable kept
+    assert got["after"] == "41 5"
+    assert "- y = 5 (int)" in got["state"] and "- x = 41 (int)" in got["state"]
+
+    events = _events(workspace)
+    calls = [p for k, p in events if k == "tool_call"]
+    results = {p["tool_call_id"]: p for k, p in events if k == "tool_result"}
+    assert [c["name"] for c in calls] == ["run_python"] * 3 + ["output"] * 2 + \
+        ["run_python"] * 2 + ["state"]
+    assert all(c["id"] in results for c in calls)  # each call has its result
+    spin = next(c["id"] for c in calls if "spinning" in c["args"].get("code", ""))
+    assert results[spin]["outcome"] == "interrupted"
+    execs = {p["tool_call_id"]: p for k, p in events if k == "kernel_exec"}
+    assert execs[spin]["status"] == "interrupted"
+    assert events[-1][0] == "session_end"  # the kernel stopped when the client left
+    md = subprocess.run([SIMAGENT, "transcript", "--workspace", str(workspace), "-o", "-"],
+                        capture_output=True, text=True, timeout=120)
+    assert md.returncode == 0, md.stderr
+    assert "print(x, y)" in md.stdout and "41 5" in md.stdout
+
+
+def test_stdio_bad_input_gives_one_clear_error_and_the_session_goes_on(
+        workspace: Path, tmp_path: Path) -> None:
+    async def main() -> list[tuple[bool, str]]:
+        out = []
+        async with _stdio(workspace, tmp_path / "server.err") as s:
+            for name, args in [
+                    ("run_python", {"code": "x = 41"}),
+                    ("no_such_tool", {}),
+                    ("output", {"n": "first", "op": "head"}),
+                    ("run_python", {}),
+                    ("output", {"n": 1, "op": "sed"}),
+                    ("run_python", {"code": "name = input('name? ')"}),
+                    ("run_python", {"code": "import os\nos._exit(3)"}),
+                    ("run_python", {"code": "print(x + 1)"})]:
+                r = await s.call_tool(name, args)
+                out.append((r.isError, _text(r)))
+        return out
+
+    (ok, first), unknown, bad_n, no_code, bad_op, stdin, died, after = anyio.run(main)
+    assert not ok and first == "(no output)"
+    assert unknown == (True, "Unknown tool: no_such_tool")
+    assert bad_n[0] and "validation error" in bad_n[1] and "n\n" in bad_n[1]
+    assert no_code[0] and "code\n  Field required" in no_code[1]
+    assert bad_op[0] and "op must be one of head, tail, grep, slice, not 'sed'" in bad_op[1]
+    assert "input() and getpass() are unavailable" in stdin[1]
+    assert "kernel process exited with code 3" in died[1]
+    # the next request restarts the kernel and replays the cell that defined x
+    assert after[1].startswith("42\n") and "restarted" in after[1] and not after[0]
+
+    events = _events(workspace)
+    calls = [p for k, p in events if k == "tool_call"]
+    results = {p["tool_call_id"]: p for k, p in events if k == "tool_result"}
+    assert len(calls) == 8 and all(c["id"] in results for c in calls)
+    assert [results[c["id"]]["status"] for c in calls] == \
+        ["success", "error", "error", "error", "error", "success", "success", "success"]
+    assert any(k == "kernel_recovery" for k, _ in events)
+
+
+def test_ask_mode_refuses_code_and_says_which_flag(workspace: Path, tmp_path: Path) -> None:
+    async def main() -> types.CallToolResult:
+        async with _stdio(workspace, tmp_path / "server.err", "--approval", "ask") as s:
+            return await s.call_tool("run_python", {"code": "open('ran.txt', 'w').write('x')"})
+
+    result = anyio.run(main)
+    assert result.isError and "--approval workspace" in _text(result)
+    assert not (workspace / "ran.txt").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_http_needs_the_token_and_runs_nothing_without_it(workspace: Path,
+                                                           tmp_path: Path) -> None:
+    token = "t0ken-for-the-test-1234"
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    env = {**os.environ, ops.TOKEN_ENV: token}
+    err = open(tmp_path / "server.err", "w")  # noqa: SIM115 - closed below
+    server = subprocess.Popen([SIMAGENT, "mcp", "--workspace", str(workspace), "--http",
+                               str(port)], env=env, stdout=subprocess.DEVNULL, stderr=err)
+    write_file = "open('ran.txt', 'w').write('ran')"
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "run_python", "arguments": {"code": write_file}}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    try:
+        async def main() -> dict[str, Any]:
+            got: dict[str, Any] = {}
+            with anyio.fail_after(CALL_S):  # the server is up when it answers at all
+                while True:
+                    try:
+                        got["no token"] = httpx.post(url, json=call, headers=accept, timeout=10)
+                        break
+                    except httpx.ConnectError:
+                        assert server.poll() is None, (tmp_path / "server.err").read_text()
+                        await anyio.sleep(0.2)
+            got["wrong token"] = httpx.post(url, json=call, timeout=10, headers={
+                **accept, "Authorization": f"Bearer {token}x"})
+            got["file after refusals"] = (workspace / "ran.txt").exists()
+            messages: list[str] = []
+
+            async def progress(_p: float, _t: float | None, message: str | None) -> None:
+                messages.append(message or "")
+
+            headers = {"Authorization": f"Bearer {token}"}
+            async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=CALL_S)
+                                         ) as http, \
+                    streamable_http_client(url, http_client=http) as (read, write, _), \
+                    ClientSession(read, write,
+                                  read_timeout_seconds=timedelta(seconds=CALL_S)) as s:
+                with anyio.fail_after(CALL_S):
+                    await s.initialize()
+                got["tools"] = [t.name for t in (await s.list_tools()).tools]
+                got["tqdm"] = _text(await s.call_tool("run_python", {
+                    "code": "from tqdm import tqdm\nimport time\n"
+                            "for i in tqdm(range(12)): time.sleep(0.05)\n" + write_file},
+                    progress_callback=progress))
+                got["progress"] = messages
+                await _cancel_when(s, "z = 7\nprint('spinning', flush=True)\nwhile True: pass",
+                                   "spinning")
+                got["after"] = _text(await s.call_tool("run_python", {"code": "print(z)"}))
+            return got
+
+        got = anyio.run(main)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=30)
+        err.close()
+    assert got["no token"].status_code == 401 and got["wrong token"].status_code == 401
+    assert got["file after refusals"] is False  # refused requests ran nothing
+    assert token not in (tmp_path / "server.err").read_text()  # from the env: not printed
+    assert set(got["tools"]) == set(ops.TOOLS)
+    assert "12/12" in got["tqdm"] and any("it/s" in m for m in got["progress"])
+    assert (workspace / "ran.txt").read_text() == "ran"  # the authorised call ran
+    assert got["after"] == "7"
+    assert _events(workspace)[-1][0] == "session_end"  # its MCP session's kernel stopped
+
+
+@pytest.mark.parametrize("args", [["--http", "nope"], ["--sim", "no-such-simulator"]])
+def test_bad_command_lines_fail_in_one_line(workspace: Path, args: list[str]) -> None:
+    done = subprocess.run([SIMAGENT, "mcp", "--workspace", str(workspace), *args],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("simagent: error: ") and done.stderr.count("\n") == 1
