@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from openai_stub import OpenAIStub, Reply, error_reply  # tests/ is on sys.path (rootdir conftest)
 
+import simagent.model_kinds  # noqa: F401  (registers scripted:, replay:, local:)
 from simagent.models import (
     ModelError,
     ModelSpec,
@@ -225,7 +226,7 @@ def test_compatible_invoke_text_and_window() -> None:
     usage = msg.usage_metadata
     assert usage["input_tokens"] == 40 and usage["output_tokens"] == 2
     assert usage["input_token_details"]["cache_read"] == 16
-    (req,) = stub.requests
+    (req,) = stub.chat_requests
     assert req.path == "/v1/chat/completions"  # Chat Completions, not the Responses API
     assert req.body["model"] == "local-model"
     assert req.headers["authorization"] == "Bearer not-needed"
@@ -247,7 +248,7 @@ def test_compatible_api_key_env() -> None:
             resolve_model(url, model_config=cfg, environ={})
         assert info.value.env_var == "MY_KEY" and info.value.code == 2
         resolve_model(url, model_config=cfg, environ={"MY_KEY": "k2"})
-    assert stub.requests[0].headers["authorization"] == "Bearer k1"
+    assert stub.chat_requests[0].headers["authorization"] == "Bearer k1"
 
 
 def test_compatible_stream_with_usage() -> None:
@@ -262,7 +263,7 @@ def test_compatible_stream_with_usage() -> None:
     assert full.usage_metadata["input_tokens"] == 120
     assert full.usage_metadata["output_tokens"] == 9
     assert full.usage_metadata["input_token_details"]["cache_read"] == 64
-    body = stub.requests[0].body
+    body = stub.chat_requests[0].body
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
 
 
@@ -287,10 +288,10 @@ def test_compatible_tool_call_round_trip() -> None:
         result = ToolMessage(str(add.invoke(call["args"])), tool_call_id=call["id"])
         final = model.invoke([HumanMessage("add 2 and 3"), first, result])
     assert final.content == "The sum is 5."
-    assert all(r.path == "/v1/chat/completions" for r in stub.requests)
-    sent = stub.requests[0].body
+    assert all(r.path == "/v1/chat/completions" for r in stub.requests if r.method == "POST")
+    sent = stub.chat_requests[0].body
     assert [t["function"]["name"] for t in sent["tools"]] == ["add"]
-    follow_up = stub.requests[1].body["messages"]
+    follow_up = stub.chat_requests[1].body["messages"]
     assert follow_up[-1] == {"role": "tool", "tool_call_id": "call_0", "content": "5"}
 
 

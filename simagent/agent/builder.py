@@ -21,7 +21,10 @@ from deepagents.middleware.memory import MemoryMiddleware
 from deepagents.middleware.skills import SkillsMiddleware
 from langchain_core.runnables import RunnableConfig
 
-from simagent.agent import confine
+from simagent.agent import (
+    confine,
+    scripted_kind,  # noqa: F401  (registers scripted:, which subagents may name)
+)
 from simagent.agent.abandon_guard import AbandonGuard
 from simagent.agent.approval import interrupt_on_for_mode
 from simagent.agent.backend import WorkspacePathsMiddleware, build_backend

@@ -22,9 +22,10 @@ a context overflow belongs to the emergency compaction above (``ContextMiddlewar
 
 The SDKs' own retries are switched off in ``simagent.models`` (``max_retries=0``) so the
 two layers do not multiply; a ``max_retries`` in the model config turns them back on
-inside each of our attempts. The bound's constants live here: :data:`MAX_RETRIES`,
-:data:`BASE_S`, :data:`CAP_S`, :data:`RETRY_AFTER_CAP_S`, :data:`JITTER`; the model config
-(``[model]`` table) may override them (``RetryPolicy.from_settings``).
+inside each of our attempts. The bound (``RetryPolicy`` and its defaults :data:`MAX_RETRIES`,
+:data:`BASE_S`, :data:`CAP_S`, :data:`RETRY_AFTER_CAP_S`, :data:`JITTER`) lives beside the
+models in :mod:`simagent.provider_errors`, so resolving a model's config needs no agent
+layer; the model config (``[model]`` table) may override it (``RetryPolicy.from_settings``).
 """
 
 from __future__ import annotations
@@ -35,38 +36,49 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage
 
-from simagent.context.events import write_stream
 from simagent.context.overflow import is_context_overflow
-from simagent.models import (
+from simagent.context.events import write_stream
+from simagent.models import finish_reason_key
+from simagent.provider_errors import (  # the policy's bound is re-exported for callers here
+    BASE_S,
+    CAP_S,
     CONNECTION_ERRORS,
+    JITTER,
+    MAX_RETRIES,
     RETRIES_ATTR,
+    RETRY_AFTER_CAP_S,
     TIMEOUT_ERRORS,
+    EmptyReplyStream,
+    RetryPolicy,
     TruncatedReply,
     describe_provider_error,
     exception_chain,
-    finish_reason_key,
     refused_locally,
 )
 from simagent.trace.log import TraceLog
 
-#: Retries after the first attempt (so at most MAX_RETRIES + 1 requests per model call).
-MAX_RETRIES = 5
-#: The first backoff (seconds); each further retry doubles it, up to CAP_S.
-BASE_S = 1.0
-CAP_S = 30.0
-#: The longest ``Retry-After`` honoured; a longer ask is waited for this long.
-RETRY_AFTER_CAP_S = 60.0
-#: Backoff jitter: the wait is drawn from [(1 - JITTER) x backoff, backoff], so clients
-#: that failed together do not come back together.
-JITTER = 0.5
+__all__ = [
+    "BASE_S",
+    "CAP_S",
+    "JITTER",
+    "MAX_RETRIES",
+    "RETRY_AFTER_CAP_S",
+    "ProviderRetryMiddleware",
+    "RetryPolicy",
+    "backoff_delay",
+    "classify",
+    "parse_retry_after",
+]
+
+DEFAULT_POLICY = RetryPolicy()
 #: How often an async wait looks at the cancel flag (seconds).
 CANCEL_POLL_S = 0.05
 
@@ -77,47 +89,8 @@ _TIMEOUT_NAMES = TIMEOUT_ERRORS | {"TimeoutError", "ReadTimeout", "ConnectTimeou
 _CONNECTION_NAMES = CONNECTION_ERRORS | {"WriteError", "ConnectionError"}
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """The bound: how often and how long to retry (defaults: the module constants)."""
-
-    retries: int = MAX_RETRIES
-    retry_base_s: float = BASE_S
-    retry_cap_s: float = CAP_S
-    retry_after_cap_s: float = RETRY_AFTER_CAP_S
-    retry_jitter: float = JITTER
-    #: Treat a reply without its provider's finish reason as cut off (and retry it).
-    check_finish_reason: bool = True
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> RetryPolicy:
-        """From model-config keys (the field names); ``ValueError`` names a bad one."""
-        known = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for key, value in settings.items():
-            if key not in known:
-                raise ValueError(f"unknown retry setting {key!r}")
-            if key == "check_finish_reason":
-                if not isinstance(value, bool):
-                    raise ValueError(f"{key} must be true or false, got {value!r}")
-            elif key == "retries":
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise ValueError(f"retries must be a whole number >= 0, got {value!r}")
-            elif key == "retry_jitter":
-                if not _number(value) or not 0 <= value <= 1:
-                    raise ValueError(f"retry_jitter must be in [0, 1], got {value!r}")
-            elif not _number(value) or value < 0:
-                raise ValueError(f"{key} must be seconds >= 0, got {value!r}")
-            values[key] = value
-        return cls(**values)
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-
-
 # ------------------------------------------------------------------ pure parts
-def backoff_delay(retry: int, policy: RetryPolicy = RetryPolicy(), *,
+def backoff_delay(retry: int, policy: RetryPolicy = DEFAULT_POLICY, *,
                   retry_after: float | None = None,
                   rand: Callable[[], float] = random.random) -> float:
     """Seconds to wait before retry number ``retry`` (1-based).
@@ -204,6 +177,8 @@ def classify(exc: BaseException) -> Fault | None:
     chain = exception_chain(exc)
     if any(isinstance(e, TruncatedReply) for e in chain):
         return Fault("reply cut off")
+    if any(isinstance(e, EmptyReplyStream) for e in chain):
+        return Fault("empty reply")
     status = _status(chain)
     if status is not None:
         return Fault(str(status), retry_after_of(exc)) if status in RETRY_STATUSES else None

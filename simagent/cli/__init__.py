@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from simagent import __version__, exit_codes
+from simagent import __version__, exit_codes, model_kinds  # noqa: F401  (kinds register)
 from simagent.cli import bench_commands, mcp_command, session_commands, workspace_commands
 from simagent.cli.bench_commands import parse_windows
 from simagent.cli.common import Parser, session_options

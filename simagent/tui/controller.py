@@ -114,6 +114,7 @@ class TuiController:
 
     def _resolve(self, spec: str) -> str | None:
         """Resolve ``spec`` into ``self.resolved``; a one-line error, or None when fine."""
+        import simagent.model_kinds  # noqa: F401  (every --model kind registers on import)
         from simagent.models import ModelError, resolve_model
 
         try:
