@@ -62,10 +62,10 @@ def _events(workspace: Path) -> list[tuple[str, dict[str, Any]]]:
         db.close()
 
 
-async def _cancel_when(s: ClientSession, code: str, started: str) -> None:
+async def _cancel_when(s: ClientSession, code: str, started: str, notify: bool = True) -> None:
     """Call run_python, and once its streamed output shows ``started``, cancel the
     request as a host does: drop the wait and send ``notifications/cancelled``
-    (mcp 1.30's client sends none by itself)."""
+    (mcp 1.30's client sends none by itself); ``notify=False`` only drops the wait."""
     seen = anyio.Event()
 
     async def progress(_p: float, _t: float | None, message: str | None) -> None:
@@ -79,6 +79,8 @@ async def _cancel_when(s: ClientSession, code: str, started: str) -> None:
         with anyio.fail_after(CALL_S):
             await seen.wait()
         tg.cancel_scope.cancel()
+    if not notify:
+        return
     await s.send_notification(types.ClientNotification(types.CancelledNotification(
         params=types.CancelledNotificationParams(requestId=request_id, reason="test"))))
 
@@ -113,6 +115,10 @@ def test_stdio_runs_cells_caps_greps_reports_progress_and_cancels(workspace: Pat
                                "spinning")
             got["after"] = _text(await s.call_tool("run_python", {"code": "print(x, y)"}))
             got["state"] = _text(await s.call_tool("state", {}))
+            # the client leaves while a cell runs: the cell is interrupted and traced
+            # before the session closes and its kernel stops
+            await _cancel_when(s, "print('leaving', flush=True)\nwhile True: pass", "leaving",
+                               notify=False)
         return got
 
     got = anyio.run(main)
@@ -137,12 +143,13 @@ def test_stdio_runs_cells_caps_greps_reports_progress_and_cancels(workspace: Pat
     calls = [p for k, p in events if k == "tool_call"]
     results = {p["tool_call_id"]: p for k, p in events if k == "tool_result"}
     assert [c["name"] for c in calls] == ["run_python"] * 3 + ["output"] * 2 + \
-        ["run_python"] * 2 + ["state"]
+        ["run_python"] * 2 + ["state", "run_python"]
     assert all(c["id"] in results for c in calls)  # each call has its result
     spin = next(c["id"] for c in calls if "spinning" in c["args"].get("code", ""))
     assert results[spin]["outcome"] == "interrupted"
     execs = {p["tool_call_id"]: p for k, p in events if k == "kernel_exec"}
     assert execs[spin]["status"] == "interrupted"
+    assert results[calls[-1]["id"]]["outcome"] == "interrupted"  # the one running at exit
     assert events[-1][0] == "session_end"  # the kernel stopped when the client left
     md = subprocess.run([SIMAGENT, "transcript", "--workspace", str(workspace), "-o", "-"],
                         capture_output=True, text=True, timeout=120)
