@@ -123,7 +123,8 @@ def test_stdio_runs_cells_caps_greps_reports_progress_and_cancels(workspace: Pat
 
     got = anyio.run(main)
     assert set(got["tools"]) == set(ops.TOOLS)
-    assert all(0 < len(d) < 500 for d in got["tools"].values())  # short descriptions
+    assert all(0 < len(d) < 500 and "\n" not in d and "  " not in d  # short, one line
+               for d in got["tools"].values())
     assert got["first"] == "42"
     # progress: the tqdm bar's redraws arrived while it ran; the result is its final state
     assert len(got["progress"]) >= 2 and any("it/s" in m for m in got["progress"])
@@ -287,3 +288,27 @@ def test_bad_command_lines_fail_in_one_line(workspace: Path, args: list[str]) ->
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("simagent: error: ") and done.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_client_no_one_here_wrote_runs_a_cell(workspace: Path) -> None:
+    """The MCP Inspector's CLI (npm, pinned: later releases need node 22) as the host."""
+    import shutil
+
+    npx = shutil.which("npx")
+    if npx is None:
+        pytest.skip("npx is not installed")
+    bin_dir = str(Path(SIMAGENT).parent)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run([npx, "-y", "@modelcontextprotocol/inspector@0.15.0", "--cli",
+                           "simagent", "mcp", "--workspace", str(workspace), "--method",
+                           "tools/call", "--tool-name", "run_python", "--tool-arg",
+                           "code=print(6 * 7)"],
+                          capture_output=True, text=True, timeout=600, env=env,
+                          stdin=subprocess.DEVNULL)
+    if done.returncode != 0 and re.search(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT",
+                                          done.stderr):
+        pytest.skip("npm's registry is not reachable for npx")
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout[done.stdout.index("{"):])
+    assert answer == {"content": [{"type": "text", "text": "42"}], "isError": False}

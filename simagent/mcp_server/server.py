@@ -91,7 +91,13 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
     mcp = _Server(ops.SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan,
                   log_level="WARNING", host=host, port=port)
 
-    @mcp.tool(structured_output=False)
+    def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Register ``fn``: its docstring on one line is the description (indentation
+        would cost the host's model tokens on every request), plain text results."""
+        return mcp.tool(description=" ".join((fn.__doc__ or "").split()),
+                        structured_output=False)(fn)
+
+    @tool
     async def run_python(code: str, ctx: Context, timeout_s: float | None = None) -> str:
         """Run Python in the session's persistent kernel (cwd: the workspace); variables
         persist. Returns stdout/stderr as a terminal shows them (progress bars collapsed),
@@ -142,7 +148,7 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
             raise ToolError(error)
         return text
 
-    @mcp.tool(structured_output=False)
+    @tool
     async def output(n: int, op: str, ctx: Context, arg: str | None = None) -> str:
         """Read execution n's full raw output without running code: op `head`/`tail`
         (arg: lines, default 20), `grep` (arg: regex), `slice` (arg: `START:END`, 1-based).
@@ -150,14 +156,14 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
         service, call_id = _service(ctx), _call_id(ctx)
         return await _in_thread(lambda: service.output(call_id, n, op, arg))
 
-    @mcp.tool(structured_output=False)
+    @tool
     async def state(ctx: Context) -> str:
         """The kernel state card: names with type and shape, imports, functions, figures,
         files written, read from the live kernel now."""
         service, call_id = _service(ctx), _call_id(ctx)
         return await _in_thread(lambda: service.state(call_id))
 
-    @mcp.tool(structured_output=False)
+    @tool
     async def figure(n: str, ctx: Context) -> list[Any]:
         """A figure as an image with its data summary: n is a `fig-<hash>` id from a
         run_python result, or a number (1 = first, -1 = newest). Use the summary in the
@@ -168,20 +174,20 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
             return [text]
         return [text, Image(data=blob, format=mime.split("/", 1)[1])]
 
-    @mcp.tool(structured_output=False)
+    @tool
     async def interrupt(ctx: Context) -> str:
         """Interrupt the running cell (KeyboardInterrupt); variables are kept."""
         service, call_id = _service(ctx), _call_id(ctx)
         return await _in_thread(lambda: service.interrupt(call_id))
 
-    @mcp.tool(structured_output=False)
+    @tool
     async def restore(ctx: Context) -> str:
         """Restart the kernel and replay the cells that defined its state (since the
         last reset); says what was replayed and what was not."""
         service, call_id = _service(ctx), _call_id(ctx)
         return await _in_thread(lambda: service.restore(call_id))
 
-    @mcp.tool(structured_output=False)
+    @tool
     async def reset(ctx: Context) -> str:
         """Restart the kernel with nothing in it (every variable and import is lost)."""
         service, call_id = _service(ctx), _call_id(ctx)
