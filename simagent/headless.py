@@ -1,10 +1,10 @@
 """``simagent run``: one headless turn, streamed to the terminal or reported as JSON.
 
-A thin shell over Session + build_agent + TurnRunner: it resolves the model and the
-session, prints assistant text to stdout as it streams (tool activity goes to stderr as
-one-line notes, so stdout stays the answer), and maps how the turn ended to the exit
+A thin shell over a Session and its turn runner (``agent.turn_setup``): it resolves the
+model and the session, prints assistant text to stdout as it streams (tool activity goes
+to stderr as one-line notes, so stdout stays the answer), and maps how the turn ended to the exit
 codes of design.md §3 (a cost-ceiling trip or refusal is 5, with the command that resets
-it). ``context_line`` formats context-management events for any interface.
+it). Display text shared with the TUI is ``simagent.presentation.notices``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from simagent.agent.events import (
 )
 from simagent.config import SessionOptions
 from simagent.outcomes import mark, outcome_of
-from simagent.trace.redact import RedactingWriter, redact
+from simagent.presentation.notices import GUARD_NOTICES, context_line, one_line
+from simagent.trace.redact import RedactingWriter
 
 
 @dataclass
@@ -37,115 +38,6 @@ class RunOptions(SessionOptions):
     json: bool = False
     decision: str | None = None  # approve | reject, for a paused turn
     reset_cost_ceiling: bool = False  # clear a tripped ceiling before the turn
-
-
-def one_line(args: dict[str, Any], width: int = 70) -> str:
-    """A short summary of tool arguments (first line of code, or key=value pairs)."""
-    if "code" in args:
-        first = next((ln for ln in str(args["code"]).splitlines() if ln.strip()), "")
-        text = first.strip()
-    elif "command" in args:
-        text = str(args["command"]).splitlines()[0] if args["command"] else ""
-    else:
-        text = ", ".join(f"{k}={v!r}" for k, v in args.items())
-    text = redact(text)  # before cutting: a cut secret would escape the redaction
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _n(value: Any) -> str:
-    """A token or char count with thousands separators ("?" when missing)."""
-    try:
-        return f"{int(value):,}"
-    except (TypeError, ValueError):
-        return "?"
-
-
-def _tokens(detail: dict[str, Any]) -> str:
-    return f"{_n(detail.get('tokens_before'))} → {_n(detail.get('tokens_after'))} tokens"
-
-
-def _amount(value: Any, unit: Any) -> str:
-    try:
-        return f"${float(value):,.4f}" if unit == "usd" else f"{int(value):,} tokens"
-    except (TypeError, ValueError):
-        return "?"
-
-
-def _history(detail: dict[str, Any]) -> str:
-    return f"; history in {detail['path']}" if detail.get("path") else ""
-
-
-def context_line(event: Any) -> str | None:
-    """One short line for a ``ContextEvent`` (None for any other event).
-
-    Pure, so the terminal printer and the TUI show the same words. ``~`` marks routine
-    context management, ``!`` a guard (watchdog, cost ceiling) the user should notice.
-    Payload fields are those of ``simagent.trace.log.EVENT_KINDS``.
-    """
-    if not isinstance(event, ContextEvent):
-        return None
-    d, kind = event.detail, event.kind
-    agent = d.get("agent")
-    who = f"[{agent}] " if agent and agent != "main" else ""
-    if kind == "context_summary":
-        reason = d.get("reason")
-        why = f"{reason}; " if reason and reason != "threshold" else ""
-        return f"~ context: {who}summary ({why}{_tokens(d)}{_history(d)})"
-    if kind == "context_clear":
-        n = d.get("cleared")
-        what = "1 old tool result" if n == 1 else f"{_n(n)} old tool results"
-        return f"~ context: {who}cleared {what} ({_tokens(d)})"
-    if kind == "context_eviction" and d.get("source") == "user":
-        return (f"~ context: {who}your message ({_n(d.get('chars'))} chars) is saved to "
-                f"{d.get('path')}; the model sees its first and last lines and reads the "
-                "rest from that file")
-    if kind == "context_eviction":
-        where = f" to {d['path']}" if d.get("path") else ""
-        return (f"~ context: {who}evicted a {_n(d.get('chars'))}-char result of "
-                f"{d.get('tool') or 'a tool'}{where}")
-    if kind == "context_checkpoint":
-        note = str(d.get("note") or "").strip().splitlines()
-        label = f" \"{note[0][:60]}\"" if note else ""
-        return f"~ context: {who}checkpoint{label} ({_tokens(d)}{_history(d)})"
-    if kind == "context_emergency":
-        return (f"~ context: {who}emergency compaction after a context-length error: kept "
-                f"{_n(d.get('kept'))}, dropped {_n(d.get('dropped'))} messages "
-                f"({_tokens(d)}{_history(d)})")
-    if kind == "context_state_card":
-        if d.get("restarted"):
-            lost = ", ".join(str(n) for n in (d.get("lost") or [])[:8]) or "none listed"
-            return (f"! context: {who}kernel state card: the kernel was restarted since the "
-                    f"last card; lost: {lost}")
-        return (f"~ context: {who}kernel state card after the {d.get('reason') or 'compaction'}"
-                f" ({_n(d.get('names'))} names, {_n(d.get('tokens'))} tokens)")
-    if kind == "watchdog_alert":
-        stopped = "; turn stopped" if d.get("mode") == "enforce" else ""
-        return (f"! watchdog: {who}{d.get('tool') or 'a tool'} called {_n(d.get('repeats'))} "
-                f"times in a row with the same arguments{stopped}")
-    if kind == "repl_watchdog":
-        stopped = "; turn stopped" if d.get("stopped") else ""
-        what = {"same_error": f"same error {_n(d.get('count'))} times in a row",
-                "failed_run": f"{_n(d.get('count'))} failing cells in a row",
-                "whitespace_rerun": "failed cell re-run with only whitespace changes"}.get(
-                    str(d.get("signal")), str(d.get("signal")))
-        sig = f": {d['signature']}" if d.get("signature") else ""
-        return f"! repl watchdog: {who}{what}{sig}{stopped}"
-    if kind == "cost_ceiling":
-        action = d.get("action")
-        if action == "reset":
-            return "~ context: cost ceiling reset"
-        what = "this turn" if d.get("scope") == "turn" else "this session"
-        spend = (f"{what} used {_amount(d.get('spent'), d.get('unit'))} "
-                 f"(limit {_amount(d.get('limit'), d.get('unit'))})")
-        if action == "refused":
-            return f"! cost ceiling: turn refused, {spend}; reset it to go on"
-        return f"! cost ceiling reached: {spend}; turn stopped"
-    return f"~ context: {who}{kind.removeprefix('context_')}"
-
-
-#: Guard notices that repeat what a guard's context line already said.
-GUARD_NOTICES = {"watchdog_alert": "watchdog:", "repl_watchdog": "repl watchdog:",
-                 "cost_ceiling": "cost ceiling reached"}
 
 
 class StreamPrinter:
@@ -201,9 +93,8 @@ class StreamPrinter:
 
 
 def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    from simagent.agent.builder import build_agent
-    from simagent.agent.runner import TurnRunner
     from simagent.agent.subagents import SubagentError
+    from simagent.agent.turn_setup import turn_runner_for
     from simagent.config import Config, ConfigError
     from simagent.exit_codes import CliError
     from simagent.kernel import KernelStartError
@@ -235,22 +126,16 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
 
     started = False  # a new session whose turn never started is discarded, not kept
     try:
-        note_model_switch(session, resolved.id)
         try:  # before the kernel starts: a bad subagent file or model fails fast
-            agent = build_agent(session, resolved, front_end="headless")
+            runner = turn_runner_for(session, resolved, front_end="headless")
         except SubagentError as exc:
             raise CliError(str(exc), exc.code) from exc
-        if session.resume_info is not None:  # a killed run may have left calls open
-            from simagent.agent.resume_repair import repair
-
-            repair(session, agent.graph)
         try:
             session.start_kernel()
         except KernelStartError as exc:
             raise CliError(str(exc).splitlines()[0], exit_codes.KERNEL) from exc
-        account = run_start_notebook(session, notebook, err, agent.window) if notebook \
-            else None
-        runner = TurnRunner(session, agent)
+        account = run_start_notebook(session, notebook, err, runner.agent.window) \
+            if notebook else None
         printer = StreamPrinter(out, err, stream_text=not opts.json)
         if opts.reset_cost_ceiling and runner.reset_cost_ceiling():
             print("simagent: cost ceiling reset; the configured limits still apply", file=err)
@@ -340,15 +225,3 @@ def run_start_notebook(session: Any, notebook: Any, err: TextIO, window: int | N
     if not outcome.ok:
         raise CliError(outcome.summary() + "; no turn was run", exit_codes.NOTEBOOK)
     return load.build_account(session, notebook, outcome, window)
-
-
-def note_model_switch(session: Any, model_id: str) -> None:
-    """Trace a switch when a resumed session continues with another model."""
-    from simagent.trace.sessions import MODEL_EVENTS, latest_model
-
-    if session.resume_info is None:
-        return
-    # the last event is this process's own session_resume; the model before it counts
-    before = latest_model(session.trace.events(MODEL_EVENTS)[:-1])
-    if before and before != model_id:
-        session.trace.append("model_switch", {"from_model": before, "to_model": model_id})

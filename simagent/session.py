@@ -31,6 +31,7 @@ from simagent.paths import (
 from simagent.simulators import Simulator, get_simulator
 from simagent.trace import TraceLog
 from simagent.trace.attempts import AttemptLog
+from simagent.trace.sessions import MODEL_EVENTS, latest_model
 from simagent.trace.usage import UsageTotals
 from simagent.turns import TurnRegistry
 
@@ -283,6 +284,16 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close("error" if exc[0] else "exit")
+
+    def note_model_switch(self, model_id: str) -> None:
+        """Trace a ``model_switch`` when a resumed session goes on with another model
+        (``/context`` and the bench price each model's calls apart)."""
+        if self.resume_info is None:
+            return
+        # the last event is this process's own session_resume; the model before it counts
+        before = latest_model(self.trace.events(MODEL_EVENTS)[:-1])
+        if before and before != model_id:
+            self.trace.append("model_switch", {"from_model": before, "to_model": model_id})
 
     # --------------------------------------------------------------- kernel
     @property

@@ -26,7 +26,6 @@ import contextvars
 import os
 import sys
 import threading
-from typing import Any
 
 #: How long a cancelled turn may take to stop before it is abandoned (seconds).
 ABANDON_AFTER_S = 1.5

@@ -21,7 +21,8 @@ from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.context.guards import ceiling_tripped
 from simagent.context.thresholds import ContextSettings
-from simagent.headless import StreamPrinter, context_line
+from simagent.headless import StreamPrinter
+from simagent.presentation.notices import context_line
 from simagent.session import Session
 
 SIMAGENT = [sys.executable, "-m", "simagent"]

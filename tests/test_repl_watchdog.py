@@ -38,7 +38,7 @@ from simagent.context.repl_watch import (
 )
 from simagent.context.stats import stats_from_trace
 from simagent.context.thresholds import ContextConfigError, ContextSettings, repl_watchdog_mode
-from simagent.headless import context_line
+from simagent.presentation.notices import context_line
 from simagent.session import Session
 
 VALUE_ERROR = """ValueError                                Traceback (most recent call last)

@@ -22,8 +22,8 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from simagent.agent.secrets import redact_tool_result
-from simagent.headless import one_line
 from simagent.paths import private_dir, private_file
+from simagent.presentation.notices import one_line
 from simagent.trace.checkpoint_redaction import RedactingSerializer
 from simagent.trace.redact import Redactor
 

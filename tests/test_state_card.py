@@ -332,7 +332,7 @@ def test_no_card_when_switched_off(workspace):
 
 def test_the_card_event_is_one_line_and_a_restart_stands_out():
     from simagent.agent.events import ContextEvent
-    from simagent.headless import context_line
+    from simagent.presentation.notices import context_line
 
     calm = context_line(ContextEvent("context_state_card", {
         "reason": "summary", "names": 12, "tokens": 340, "restarted": False, "lost": []}))

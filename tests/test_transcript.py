@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from simagent.paths import SessionPaths, workspace_state_dir
+from simagent.presentation.transcript import DISPLAY_CAP, render_html, render_markdown
 from simagent.trace.log import Event, TraceLog
 from simagent.trace.sessions import (
     SessionInfo,
@@ -18,7 +19,6 @@ from simagent.trace.sessions import (
     format_sessions_table,
     list_sessions,
 )
-from simagent.presentation.transcript import DISPLAY_CAP, render_html, render_markdown
 
 CODE = "import numpy as np\nx = np.linspace(0, 1, 5)\nprint(x.sum())"
 XSS = "<script>alert(1)</script>"

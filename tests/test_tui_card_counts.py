@@ -166,8 +166,8 @@ def test_tmux_expanded_card_of_a_big_print_states_the_real_count(workspace, tmp_
 def test_transcript_note_names_the_raw_output_size(tmp_path):
     """``simagent transcript`` counted the capped result's chars beside the raw path, so
     a 7 MB print read as a few KB more; the raw file's size is named beside it now."""
-    from simagent.trace.log import TraceLog
     from simagent.presentation.transcript import render_markdown
+    from simagent.trace.log import TraceLog
 
     content, raw = printed(tmp_path / "outputs", 300_000)
     with TraceLog(tmp_path / "trace.sqlite") as log:

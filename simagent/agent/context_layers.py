@@ -27,12 +27,12 @@ from simagent.agent.tool_text import SlimToolsMiddleware
 from simagent.context import thresholds as th
 from simagent.context.compaction import Compactor
 from simagent.context.counting import count_messages
-from simagent.context.events import emit
 from simagent.context.guards import CostCeilingMiddleware, WatchdogMiddleware
 from simagent.context.ledger import Ledger
 from simagent.context.manual import make_mark_task_done
 from simagent.context.middleware import ContextMiddleware
 from simagent.context.repl_watch import ReplWatchMiddleware
+from simagent.context.reporting import emit
 from simagent.context.summary import ExtractiveSummarizer, ModelSummarizer, Summarizer
 from simagent.context.tokens import Ruler, resolve_ruler
 from simagent.models import resolve_model

@@ -45,7 +45,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage
 
 from simagent.context.overflow import is_context_overflow
-from simagent.context.events import write_stream
+from simagent.context.reporting import write_stream
 from simagent.models import finish_reason_key
 from simagent.provider_errors import (  # the policy's bound is re-exported for callers here
     BASE_S,

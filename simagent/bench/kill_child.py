@@ -37,7 +37,7 @@ from typing import Any
 
 #: Imported once by the fork server; every child starts with them loaded.
 HEAVY_MODULES = [
-    "simagent.agent.builder", "simagent.agent.runner", "simagent.agent.scripted",
+    "simagent.agent.turn_setup", "simagent.agent.scripted",
     "simagent.agent.resume_repair", "simagent.session", "simagent.kernel",
     "langgraph.checkpoint.sqlite", "jupyter_client.manager", "jupyter_client.kernelspec",
 ]
@@ -323,10 +323,9 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
 
 
 def _play(spec: ChildSpec) -> None:
-    from simagent.agent.builder import build_agent
     from simagent.agent.resume_repair import repair
-    from simagent.agent.runner import TurnRunner
     from simagent.agent.scripted import ScriptedChatModel
+    from simagent.agent.turn_setup import turn_runner_for
     from simagent.kernel import Kernel
     from simagent.session import Session
     from simagent.trace.log import TraceLog
@@ -363,18 +362,20 @@ def _play(spec: ChildSpec) -> None:
     else:
         session = Session.resume(spec.workspace, spec.session_id, approval="auto")
     _say(session=session.id)
-    agent = build_agent(session, model)
-    if spec.session_id is not None:
-        before = agent.graph.get_state(session.thread_config).values.get("messages") or []
-        repaired = repair(session, agent.graph)
-        after = agent.graph.get_state(session.thread_config).values.get("messages") or []
+
+    def reported_repair(session: Any, graph: Any) -> list[str]:
+        before = graph.get_state(session.thread_config).values.get("messages") or []
+        repaired = repair(session, graph)
+        after = graph.get_state(session.thread_config).values.get("messages") or []
         _say(state=shape(before), after=shape(after), repaired=repaired)
+        return repaired
+
+    runner = turn_runner_for(session, model, repair=reported_repair)
     if not spec.warm_up:
         session._warmed = True
     if spec.start_kernel:
         session.start_kernel()
     _say(ready=round(time.monotonic() - _T0, 3))
-    runner = TurnRunner(session, agent)
     for n in range(len(spec.turns)):
         result = runner.run(f"turn {n}: go on")
         _say(turn=n, status=result.status)

@@ -86,9 +86,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 def cmd_transcript(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from simagent.presentation.transcript import render_html, render_markdown
     from simagent.trace import TraceLog
     from simagent.trace.sessions import find_session
-    from simagent.presentation.transcript import render_html, render_markdown
 
     try:
         session_dir = find_session(args.workspace, args.session_id)

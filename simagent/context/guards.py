@@ -28,8 +28,8 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import AIMessage, ToolMessage
 
-from simagent.context.events import emit, write_stream
 from simagent.context.prices import usage_cost
+from simagent.context.reporting import emit, write_stream
 from simagent.context.thresholds import ContextSettings
 from simagent.trace.log import TraceLog
 from simagent.trace.usage import Usage, UsageTotals

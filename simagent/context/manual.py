@@ -30,7 +30,7 @@ from simagent.context.compaction import (
     cutoff_of,
 )
 from simagent.context.counting import count_messages
-from simagent.context.events import emit
+from simagent.context.reporting import emit
 from simagent.context.state_card import STATE_CARD_KEY, card_event
 from simagent.context.task_records import (
     FROM_COMMAND,

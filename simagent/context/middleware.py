@@ -52,10 +52,10 @@ from simagent.context.compaction import (
     visible,
 )
 from simagent.context.counting import RequestSize, ai_message_of, calibrate, measure
-from simagent.context.events import emit
 from simagent.context.overflow import is_context_overflow
 from simagent.context.prefix import pin_index, rewrite_tokens, with_cache_pin
 from simagent.context.prices import cache_rules
+from simagent.context.reporting import emit
 from simagent.context.state_card import STATE_CARD_KEY, card_event, render_card, with_card
 from simagent.context.task_records import FROM_TOOL, close_task, pending_record
 from simagent.context.tokens import resolve_ruler, using

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from simagent.context.events import CONTEXT_KINDS
+from simagent.context.reporting import CONTEXT_KINDS
 from simagent.kernel_api.outputs import size_text
 from simagent.outcomes import mark, outcome_of
 from simagent.trace.log import Event

@@ -128,26 +128,18 @@ class TuiController:
         return None
 
     def _build_runner(self) -> str | None:
-        from simagent.agent.builder import build_agent
-        from simagent.agent.runner import TurnRunner
         from simagent.agent.subagents import SubagentError
-        from simagent.headless import note_model_switch
+        from simagent.agent.turn_setup import agent_for, turn_runner_for
 
         try:
-            note_model_switch(self.session, self.resolved.id)
-            agent = build_agent(self.session, self.resolved)
+            if self.runner is not None:  # /model: the same runner drives the new graph
+                self.runner.switch_agent(agent_for(self.session, self.resolved))
+                return None
+            self.runner = turn_runner_for(self.session, self.resolved)
         except (SubagentError, ValueError) as exc:
             self.conversation.note(f"cannot build the agent: {exc}", "error")
             return str(exc)
-        if self.runner is None:
-            if self.session.resume_info is not None:  # a killed run may have left calls open
-                from simagent.agent.resume_repair import repair
-
-                repair(self.session, agent.graph)
-            self.runner = TurnRunner(self.session, agent)
-            self._load_pending()
-        else:
-            self.runner.switch_agent(agent)
+        self._load_pending()
         return None
 
     def _load_pending(self) -> None:

@@ -23,9 +23,9 @@ from simagent.agent.events import (
     ToolRequested,
     ToolStarted,
 )
-from simagent.headless import GUARD_NOTICES, context_line
 from simagent.kernel.terminal import TerminalBuffer
 from simagent.outcomes import outcome_of
+from simagent.presentation.notices import GUARD_NOTICES, context_line
 
 #: A tool card keeps at most this much live output (the full output is on disk).
 CARD_MAX_CHARS = 64 * 1024

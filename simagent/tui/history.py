@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from simagent.agent.events import ContextEvent
-from simagent.context.events import CONTEXT_KINDS
-from simagent.headless import context_line
+from simagent.context.reporting import CONTEXT_KINDS
 from simagent.outcomes import outcome_of
+from simagent.presentation.notices import context_line
 from simagent.trace.redact import redact
 from simagent.tui.entries import AssistantEntry, Entry, NoticeEntry, ToolCard, UserEntry
 

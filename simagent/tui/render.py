@@ -13,9 +13,9 @@ import difflib
 import time
 from typing import Any
 
-from simagent.headless import one_line
 from simagent.kernel_api.figures import parse_captions
 from simagent.outcomes import mark as outcome_mark
+from simagent.presentation.notices import one_line
 from simagent.tui.entries import (
     NOTES_MAX_CHARS,
     TASK_TOOL,

@@ -12,7 +12,7 @@ from typing import Any
 from simagent.trace.log import TraceLog
 
 #: Trace kinds shown as notices in transcripts and a resumed TUI (one line each, by
-#: ``simagent.headless.context_line``).
+#: ``simagent.presentation.notices.context_line``).
 CONTEXT_KINDS = ("context_eviction", "context_clear", "context_summary", "context_checkpoint",
                  "context_emergency", "context_state_card", "watchdog_alert", "repl_watchdog",
                  "cost_ceiling")
