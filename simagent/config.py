@@ -9,6 +9,7 @@ them. The model is resolved in the order design.md §3 fixes: ``--model``,
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -174,3 +175,75 @@ class Config:
         if workers is not None and not env.get(WORKERS_ENV, "").strip():
             out[WORKERS_ENV] = str(workers)
         return out
+
+    def mcp_servers(self) -> dict[str, McpServer]:
+        """The ``[mcp.servers.NAME]`` tables, checked (see :func:`parse_mcp_servers`)."""
+        mcp = self.section("mcp")
+        return parse_mcp_servers(mcp.get("servers") or {})
+
+
+#: A server's name becomes the prefix of its tools' names (``NAME__tool``), so it must
+#: be a valid part of a provider's tool name and hold no ``__`` (the separator).
+MCP_SERVER_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*"
+#: Seconds one MCP tool call may take before the server counts as hung (and is restarted).
+MCP_CALL_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """One ``[mcp.servers.NAME]`` entry: a stdio command or a streamable-HTTP URL."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = MCP_CALL_TIMEOUT_S
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command else "streamable_http"
+
+
+def parse_mcp_servers(tables: Any) -> dict[str, McpServer]:
+    """``[mcp.servers]`` -> servers by name; a bad entry is a ``ConfigError`` naming it."""
+    if not isinstance(tables, Mapping):
+        raise ConfigError("config: [mcp.servers] must be a table of [mcp.servers.NAME] tables")
+    out: dict[str, McpServer] = {}
+    for name, t in tables.items():
+        where = f"config: [mcp.servers.{name}]"
+        if not re.fullmatch(MCP_SERVER_NAME, name) or len(name) > 32:
+            raise ConfigError(f"{where}: the name may hold letters, digits, '-' and single "
+                              "'_' (at most 32), since it prefixes the tool names")
+        if not isinstance(t, Mapping):
+            raise ConfigError(f"{where} must be a table")
+        unknown = sorted(set(t) - {"command", "args", "env", "url", "headers", "timeout_s"})
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: command, "
+                              "args, env (stdio) or url, headers (HTTP), and timeout_s")
+        command, url = t.get("command"), t.get("url")
+        if bool(command) == bool(url):
+            raise ConfigError(f"{where}: give either command (a stdio server) or url "
+                              "(streamable HTTP), not both or neither")
+        if command is not None and not isinstance(command, str):
+            raise ConfigError(f"{where}: command must be a string (the program to run)")
+        if url is not None and (not isinstance(url, str) or
+                                not url.startswith(("http://", "https://"))):
+            raise ConfigError(f"{where}: url must be an http:// or https:// address")
+        args = t.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ConfigError(f"{where}: args must be a list of strings")
+        for key in ("env", "headers"):
+            value = t.get(key, {})
+            if not isinstance(value, Mapping) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                raise ConfigError(f"{where}: {key} must be a table of strings")
+        if (command and t.get("headers")) or (url and (t.get("env") or t.get("args"))):
+            raise ConfigError(f"{where}: env and args go with command, headers with url")
+        timeout = t.get("timeout_s", MCP_CALL_TIMEOUT_S)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ConfigError(f"{where}: timeout_s must be a positive number of seconds")
+        out[name] = McpServer(name, command, tuple(args), dict(t.get("env", {})), url,
+                              dict(t.get("headers", {})), float(timeout))
+    return out

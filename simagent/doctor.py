@@ -163,6 +163,25 @@ def check_tmux() -> Check:
                  "need it)", "" if path else "apt install tmux", level="warn")
 
 
+def check_mcp(workspace: Path) -> list[Check]:
+    """Each ``[mcp.servers.NAME]``: reachable, and how many tools it offers."""
+    from simagent.agent.mcp_tools import probe_servers  # the MCP SDK: only when asked
+    from simagent.config import Config, ConfigError
+
+    try:
+        servers = Config.load(workspace).mcp_servers()
+    except ConfigError as exc:
+        return [Check("mcp", False, str(exc), "fix the entry in .simagent/config.toml "
+                      "(README: Using MCP servers)")]
+    def fix(name: str) -> str:
+        how = ("check that the server listens at its url" if servers[name].url else
+               "run its command by hand to see it start")
+        return f"check [mcp.servers.{name}] in .simagent/config.toml; {how}"
+
+    return [Check(f"mcp {name}", ok, detail, "" if ok else fix(name))
+            for name, (ok, detail) in probe_servers(servers, workspace).items()]
+
+
 def run_checks(workspace: Path, *, in_kernel: bool = True,
                progress: Callable[[str], None] | None = None) -> list[Check]:
     checks: list[Check] = []
@@ -174,6 +193,7 @@ def run_checks(workspace: Path, *, in_kernel: bool = True,
         ("model", lambda: [check_model(workspace)]),
         ("simulators", lambda: check_simulators(workspace, in_kernel=in_kernel)),
         ("tmux", lambda: [check_tmux()]),
+        ("mcp servers", lambda: check_mcp(workspace)),
     ]
     for name, step in steps:
         if progress:

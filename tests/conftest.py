@@ -29,7 +29,7 @@ SLOW_TIMEOUT_S = 900
 RUN_TAG_ENV = "SIMAGENT_TEST_RUN"
 #: Command-line parts of the processes a test may start and must stop.
 LEAK_PATTERNS = ("simagent.kernel.launcher", "ipykernel", "-m simagent", "bin/simagent",
-                 "openai_stub", "dask", "distributed")
+                 "openai_stub", "dask", "distributed", "mcp_servers/")
 #: Helpers multiprocessing keeps for the life of the process: not a test's leak.
 _KEPT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 #: How long a process being torn down may take to go before it counts as left behind.

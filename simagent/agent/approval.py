@@ -9,9 +9,10 @@
 * ``auto``: nothing waits.
 
 Reading (``read_file``, ``ls``, ``glob``, ``grep``, ``view_figure``, ``recall``),
-saving notes (``remember``, ``record_attempt``, ``mark_task_done``) and delegating (``task``: the
-subagent's own calls wait by the same rules) never wait. Any other tool, such as one
-added later or from an MCP server, waits in ``ask`` and ``workspace`` until it is
+saving notes (``remember``, ``record_attempt``, ``mark_task_done``), ``find_tools`` (it
+only loads schemas) and delegating (``task``: the subagent's own calls wait by the same
+rules) never wait. Any other tool, such as one added later or from an MCP server (an
+external action, like the shell), waits in ``ask`` and ``workspace`` until it is
 classified here: a tool cannot slip past approval by being new.
 
 Where a file change lands is decided by ``confine.resolve``, the function the file
@@ -26,13 +27,14 @@ from typing import Any
 
 from simagent.agent import confine
 from simagent.config import APPROVAL_MODES
+from simagent.context.tool_deferral import FIND_TOOLS
 
 SHELL_TOOLS = ("execute",)
 KERNEL_TOOLS = ("run_python", "reset_kernel")
 FILE_WRITE_TOOLS = tuple(confine.WRITE_TOOLS)
 #: Tools that never wait: they read, keep notes, or delegate (see the module doc).
 NEVER_WAIT = (*confine.READ_TOOLS, "view_figure", "recall", "remember", "record_attempt",
-              "mark_task_done", "task", "write_todos")
+              "mark_task_done", "task", "write_todos", FIND_TOOLS)
 #: deepagents' own tools, present in every graph beside the ones we pass.
 BUILTIN_TOOLS = (*confine.PATH_ARGS, "execute", "task")
 DECISIONS = ["approve", "edit", "reject", "respond"]

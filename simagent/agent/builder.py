@@ -39,6 +39,7 @@ from simagent.agent.provider_retry import ProviderRetryMiddleware
 from simagent.agent.recorder import TraceRecorder
 from simagent.agent.recovery import RecoveryMiddleware
 from simagent.agent.secrets import ToolResultRedaction
+from simagent.agent.tool_deferral import mcp_tooling
 from simagent.agent.tools import make_view_figure, session_tools
 from simagent.context.memory import INDEX
 from simagent.paths import CONTENT_FOLDERS, content_dir
@@ -225,6 +226,8 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     # view_figure knows whether this model can be sent images (a switch rebuilds the graph)
     tools = [*session_tools(session, context_settings),
              make_view_figure(session, *image_support(chat_model)), *extra_tools]
+    mcp = mcp_tooling(session)  # [mcp.servers.*]: their tools, servers held by the session
+    tools += mcp.tools if mcp else []
     memory_path = str((session.memory_dir / INDEX).resolve())
     layers = context_layers(session, chat_model=chat_model, model_id=model_id, window=window,
                             max_output=max_out, backend=backend, settings=context_settings,
@@ -232,8 +235,14 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     sub_layers = context_layers(session, chat_model=chat_model, model_id=model_id,
                                 window=window, max_output=max_out, backend=backend,
                                 agent=GENERAL_PURPOSE, settings=context_settings)
+    def deferral(agent: str, lay: Any) -> list[Any]:  # MCP schemas behind find_tools
+        return mcp.middleware(agent=agent, window=lay.context.thresholds.window,
+                              ruler=lay.context.ruler, settings=lay.context.settings
+                              ) if mcp else []
+
     own = [
         AbandonGuard(session.turns),  # outermost: an abandoned run neither calls nor records
+        *deferral("main", layers),
         IndexedSkillsMiddleware(backend=backend, sources=skill_sources(session),
                          system_prompt=SKILLS_PROMPT),
         WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
@@ -256,7 +265,8 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                        "it returns a short digest.",
         "system_prompt": GENERAL_PURPOSE_PROMPT,
         "tools": tools,
-        "middleware": [AbandonGuard(session.turns), *sub_layers.middleware,
+        "middleware": [AbandonGuard(session.turns), *deferral(GENERAL_PURPOSE, sub_layers),
+                       *sub_layers.middleware,
                        RecoveryMiddleware(session.trace, agent=GENERAL_PURPOSE),
                        WorkspacePathsMiddleware(session.workspace),
                        TraceRecorder(session.trace, session.usage, agent=GENERAL_PURPOSE,

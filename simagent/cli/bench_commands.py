@@ -88,6 +88,22 @@ def cmd_bench_counting(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+def cmd_bench_tool_schemas(args: argparse.Namespace) -> int:
+    from simagent.bench.tool_schema_bench import format_table, run_tool_schema_bench
+
+    try:
+        result = run_tool_schema_bench(args.server)
+    except FileNotFoundError as exc:
+        raise CliError(str(exc)) from exc
+    if args.json:
+        import json
+
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_table(result))
+    return exit_codes.OK if result["verdict_unchanged"] else exit_codes.FAILED
+
+
 def cmd_bench_list(args: argparse.Namespace) -> int:
     from simagent.bench.workflow import WorkflowError, resolve_workflows
 
@@ -239,6 +255,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         help="the policy the requests come from (default: simagent)")
     bcount.add_argument("--json", action="store_true", help="print one JSON object")
     bcount.set_defaults(handler=cmd_bench_counting)
+
+    btools = bench_sub.add_parser(
+        "tool-schemas", help="MCP tool schemas: input tokens with deferral vs all loaded",
+        description="One workflow played twice through the real graph against a real MCP "
+                    "server (default: the test suite's 40-tool server): every schema sent, "
+                    "then deferred behind find_tools. Reports input tokens per request and "
+                    "in total, and whether the verdict is unchanged (exit 1 if not).")
+    btools.add_argument("--server", metavar="PATH", help="a stdio MCP server script "
+                        "(default: tests/mcp_servers/forty_tools.py of a checkout)")
+    btools.add_argument("--json", action="store_true", help="print one JSON object")
+    btools.set_defaults(handler=cmd_bench_tool_schemas)
 
     blist = bench_sub.add_parser("list", help="list the bundled workflows",
                                  description="The bundled bench workflows (bench/workflows).")

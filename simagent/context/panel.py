@@ -13,6 +13,7 @@ from datetime import datetime
 
 from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
 from simagent.context.stats import ContextStats, TokenRow
+from simagent.context.tool_deferral import tools_lines
 
 BAR_CELLS = 24
 #: Status-bar levels: dim below 70 % of the window, warning from 70 %, alert from 90 %.
@@ -297,7 +298,10 @@ def render_context(stats: ContextStats, width: int = 60) -> str:
                        f"{s.main_calls} main-agent call{'s' if s.main_calls != 1 else ''}",
                        width)
         lines += _wrap(ruler_line(s), width) if s.ruler else []
-    lines += ["", *_thresholds(s), "", *_history(s, width)]
+    lines += ["", *_thresholds(s)]
+    if s.tools is not None:
+        lines += ["", *(w for line in tools_lines(s.tools) for w in _wrap(line, width))]
+    lines += ["", *_history(s, width)]
     lines += _tasks(s, width)
     rest = _models_and_cost(s, width)
     if rest:

@@ -15,7 +15,7 @@ from simagent.trace.log import TraceLog
 #: ``simagent.presentation.notices.context_line``).
 CONTEXT_KINDS = ("context_eviction", "context_clear", "context_summary", "context_checkpoint",
                  "context_emergency", "context_state_card", "watchdog_alert", "repl_watchdog",
-                 "cost_ceiling")
+                 "cost_ceiling", "mcp_server")
 
 
 def write_stream(item: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from simagent.context.counting import CATEGORIES, RequestSize
 from simagent.context.thresholds import ContextSettings, Thresholds, thresholds_for
+from simagent.context.tool_deferral import ToolsView, tools_view_from_events
 from simagent.trace.usage import UsageTotals, token_count
 
 #: Events that move the boundary of what the model sees, with their short names.
@@ -147,6 +148,8 @@ class ContextStats:
     ledger: LedgerView | None = None  # the latest dropped-items ledger entry
     ledger_entries: int = 0
     task_records: tuple[TaskRow, ...] = ()  # oldest first
+    #: MCP tool schemas per server, loaded vs deferred (None: no MCP server)
+    tools: ToolsView | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data (``simagent context --json``)."""
@@ -372,7 +375,8 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
         cost_usd=cost, priced_usd=priced, unpriced_models=unpriced, ceiling=ceiling,
         limits={k: getattr(settings, k) for k in _LIMITS if getattr(settings, k) is not None},
         ruler=ruler, provider_ratio=provider_ratio, ledger=latest_ledger,
-        ledger_entries=ledger_entries, task_records=_task_rows(events))
+        ledger_entries=ledger_entries, task_records=_task_rows(events),
+        tools=tools_view_from_events(events))
 
 
 def _task_rows(events: list[Any]) -> tuple[TaskRow, ...]:

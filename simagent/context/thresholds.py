@@ -83,6 +83,12 @@ TIER_PATTERNS = {
 #: 4k saves 5 % more in replay but shows the model a third less of every output, which
 #: a live model pays back in re-reads the replay cannot see.
 TOOL_CAP_CHARS = 6_000
+#: MCP tool schemas are deferred (sent only after ``find_tools`` loads them) when all of
+#: them together would take more than this share of the window: 2.6k tokens at 128k,
+#: about 15-20 typical tool schemas. Below that, the extra ``find_tools`` round trip costs
+#: more than sending them on every request saves (a provider measured 77k -> 8.7k
+#: tokens with deferral at tool-heavy scale; simagent's own tools are ~17 % of a request).
+DEFER_TOOLS_FRACTION = 0.02
 #: Per-tool exceptions (0 = uncapped): ``read_file`` returns the lines the model asked
 #: for (a skill, a page of source), bounded by its own limit and by eviction.
 DEFAULT_TOOL_CAPS = {"read_file": 0}
@@ -165,6 +171,10 @@ class ContextSettings:
     #: (Anthropic; ``simagent.context.prefix.pin_index``)
     cache_pin: bool = True
     ledger: bool = True  # the dropped-items ledger and the recall tool (context/ledger.py)
+    #: defer MCP tool schemas behind ``find_tools``: None = when they exceed
+    #: ``defer_tools_fraction`` of the window (:func:`defer_tools`)
+    defer_tools: bool | None = None
+    defer_tools_fraction: float = DEFER_TOOLS_FRACTION
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> ContextSettings:
@@ -179,7 +189,7 @@ class ContextSettings:
         tiers = dict(SUMMARY_TIERS)
         tiers.update(_fractions("summary_tiers", data.pop("summary_tiers", {}) or {}))
         for key in ("clear_fraction", "summary_fraction", "clear_min_freed_fraction",
-                    "summary_keep_fraction", "clear_keep_fraction"):
+                    "summary_keep_fraction", "clear_keep_fraction", "defer_tools_fraction"):
             if data.get(key) is not None:
                 _fractions(key, {key: data[key]})
         if data.get("watchdog", "warn") not in WATCHDOG_MODES:
@@ -255,6 +265,19 @@ def tool_cap(tool_name: str, settings: ContextSettings) -> int | None:
     """Chars of one tool result that reach the model (None: uncapped)."""
     cap = settings.tool_caps.get(tool_name, settings.tool_cap_chars)
     return cap or None
+
+
+def defer_tools_limit(window: int, settings: ContextSettings) -> int:
+    """Tokens of deferrable (MCP) tool schemas above which they are deferred."""
+    return int(window * settings.defer_tools_fraction)
+
+
+def defer_tools(deferrable_tokens: int, window: int, settings: ContextSettings) -> bool:
+    """Whether MCP tool schemas wait behind ``find_tools``: the ``[context] defer_tools``
+    setting when given, else whether they exceed :func:`defer_tools_limit`."""
+    if settings.defer_tools is not None:
+        return settings.defer_tools
+    return deferrable_tokens > defer_tools_limit(window, settings)
 
 
 def evict_tokens(settings: ContextSettings, window: int | None = None) -> int | None:

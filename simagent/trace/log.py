@@ -93,6 +93,11 @@ EVENT_KINDS: dict[str, str] = {
     "hitl_request": "interrupt_id, action_requests",
     "hitl_response": "interrupt_id, decisions",
     "error": "message, where",
+    "mcp_server": "server, what (started|failed|died|timeout|malformed|stopped), notice (the "
+                  "line shown to the person), tools, detail",
+    "tool_schemas": "servers ({name: {tools, tokens, status}}), deferred (bool), limit (tokens "
+                    "above which MCP schemas are deferred), loaded (tool names whose schemas "
+                    "find_tools loaded), deferred_tokens, agent",
 }
 
 _SCHEMA = """
