@@ -141,6 +141,7 @@ def test_stdio_runs_cells_caps_greps_reports_progress_and_cancels(workspace: Pat
     assert "- y = 5 (int)" in got["state"] and "- x = 41 (int)" in got["state"]
 
     events = _events(workspace)
+    assert events[0][0] == "session_start" and events[0][1]["model"] == ops.SESSION_MODEL
     calls = [p for k, p in events if k == "tool_call"]
     results = {p["tool_call_id"]: p for k, p in events if k == "tool_result"}
     assert [c["name"] for c in calls] == ["run_python"] * 3 + ["output"] * 2 + \

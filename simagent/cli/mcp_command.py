@@ -32,11 +32,13 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from simagent.trace.redact import register
 
     def open_session() -> Session:
+        # "model": whatever the host runs, unknown here; "mcp" marks the session's origin
         return Session.create(workspace, simulator=args.sim, approval=approval,
-                              model=None, config=config)
+                              model=ops.SESSION_MODEL, config=config)
 
     if approval == "ask":
-        print(f"simagent mcp: --approval ask: {ops.refusal('ask', 'run_python', workspace)}",
+        print("simagent mcp: --approval ask: run_python, restore and reset will be refused "
+              "(no one can approve over MCP); --approval workspace or auto lets them run",
               file=sys.stderr, flush=True)
     if address is None:
         serve_stdio(build_server(open_session))

@@ -19,6 +19,9 @@ from simagent.kernel_api.outputs import GREP_MAX, Outputs, handle, size_text
 
 #: The server's name, as hosts show it.
 SERVER_NAME = "simagent"
+#: The ``model`` an MCP session's trace names (``simagent sessions``, transcripts): the
+#: host's model is unknown to the server.
+SESSION_MODEL = "mcp"
 #: The server's tools (one home: registration, gating and the README read these).
 TOOLS = ("run_python", "output", "state", "figure", "interrupt", "restore", "reset")
 #: ``output`` operations and their default argument.
