@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test bench-kernel bench-faults mutate clean
+.PHONY: install run test lint bench-kernel bench-faults mutate clean
 
 install: $(STAMP)
 
@@ -24,6 +24,10 @@ run: $(STAMP)
 # the suite takes ~9 min instead of ~15.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
+
+# Imports run one way (the layers in pyproject.toml's [tool.importlinter]; ARCHITECTURE.md).
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports --no-logo
 
 bench-kernel: $(STAMP)
 	$(VENV)/bin/simagent bench kernel
