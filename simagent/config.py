@@ -32,7 +32,7 @@ WORKERS_ENV = "SIMAGENT_DASK_WORKERS"
 @dataclass
 class SessionOptions:
     """The session flags every interface takes (``--model --sim --resume --continue
-    --approval --workspace``), in one place for ``simagent run`` and the TUI."""
+    --approval --workspace --kernel``), in one place for ``simagent run`` and the TUI."""
 
     workspace: Path
     model: str | None = None
@@ -43,6 +43,8 @@ class SessionOptions:
     #: ``--from-notebook``: run this notebook's cells first (a new session only).
     from_notebook: Path | None = None
     notebook_writable: bool = False
+    #: ``--kernel``: a running kernel to attach to (connection file, kernel id, ``latest``)
+    kernel: str | None = None
 
     @property
     def resuming(self) -> bool:
@@ -132,6 +134,17 @@ class Config:
     def kernel_name(self) -> str | None:
         kernel = self.data.get("kernel")
         return kernel.get("name") if isinstance(kernel, dict) else None
+
+    def kernel_existing(self, cli_value: str | None = None) -> str | None:
+        """The running kernel to attach to: ``--kernel``, else ``[kernel] existing``
+        (a connection file, a kernel id or ``latest``); None: simagent starts its own."""
+        if cli_value:
+            return cli_value
+        value = self.section("kernel").get("existing")
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError('config: [kernel] existing must be a connection file, a kernel '
+                              'id or "latest"')
+        return value or None
 
     def ensemble_scheduler(self, environ: Mapping[str, str] | None = None
                            ) -> tuple[str | None, str]:

@@ -111,6 +111,23 @@ def check_kernel(workspace: Path) -> tuple[Check, float | None]:
                  "" if ok else "reinstall ipykernel"), seconds
 
 
+def check_attachable() -> list[Check]:
+    """The running Jupyter kernels ``--kernel`` can attach to (one line each, newest
+    first), from the connection files in the Jupyter runtime directory."""
+    from simagent.kernel.attach import running_kernels, runtime_dir
+
+    folder = runtime_dir()
+    kernels = running_kernels(folder)
+    live = [k for k in kernels if k.running]
+    stale = len(kernels) - len(live)
+    note = f"; {stale} stale connection file(s) (their kernels stopped)" if stale else ""
+    if not live:
+        return [Check("attach", True, f"no running kernel in {folder}{note}", level="warn")]
+    return [Check("attach", True, f"--kernel {k.kernel_id}  ({k.path}"
+                  f"{', the newest: --kernel latest' if i == 0 else ''})")
+            for i, k in enumerate(live)] + ([Check("attach", True, note[2:])] if note else [])
+
+
 def check_simulators(workspace: Path, *, in_kernel: bool = True) -> list[Check]:
     """One check per discovered simulator: packages import (in a real kernel)."""
     from simagent.config import Config
@@ -190,6 +207,7 @@ def run_checks(workspace: Path, *, in_kernel: bool = True,
         ("state home", lambda: [check_state_home()]),
         ("tokenizer", lambda: [check_tokenizer()]),
         ("kernel", lambda: [check_kernel(workspace)[0]]),
+        ("attach", check_attachable),
         ("model", lambda: [check_model(workspace)]),
         ("simulators", lambda: check_simulators(workspace, in_kernel=in_kernel)),
         ("tmux", lambda: [check_tmux()]),

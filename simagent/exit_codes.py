@@ -6,8 +6,9 @@ USAGE = 2  # usage or configuration error (missing API key, read-only state fold
 APPROVAL = 3  # the turn paused for approval
 PROVIDER = 4  # model/provider error (provider package, HTTP, unreachable endpoint)
 COST_CEILING = 5  # cost ceiling reached
-KERNEL = 6  # the kernel could not start
+KERNEL = 6  # the kernel could not start, or --kernel names no running kernel
 NOTEBOOK = 7  # --from-notebook: a cell of the notebook failed (or was stopped)
+KERNEL_CONSENT = 8  # an attached kernel needs a restart that only its owner may allow
 CANCELLED = 130  # Ctrl+C
 
 

@@ -169,6 +169,13 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                 "recovery": result.recovery}), file=out)
         else:
             print(f"[session {session.id}]", file=err)
+        if session.kernel_consent_needed is not None:  # the ladder stopped and asks
+            why = session.kernel_consent_needed.get("reason") or "it stopped answering"
+            print(f"simagent: {session.kernel.where} needs a restart that only its owner may "
+                  f"allow ({why}); simagent left it running, variables untouched: interrupt "
+                  f"or restart it where it runs, then continue with 'simagent run --resume "
+                  f"{session.id} --kernel ...'", file=err)
+            return exit_codes.KERNEL_CONSENT
         if result.status == "paused":
             print(f"simagent: turn paused for approval; continue with 'simagent run --resume "
                   f"{session.id} --approve' (or --reject)", file=err)

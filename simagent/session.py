@@ -82,7 +82,8 @@ class Session:
 
     def __init__(self, workspace: Path, session_id: str, *, config: Config,
                  simulator: Simulator | None, approval: str,
-                 kernel: Kernel | None = None, resume: ResumeInfo | None = None) -> None:
+                 kernel: Kernel | None = None, resume: ResumeInfo | None = None,
+                 kernel_existing: str | None = None) -> None:
         from simagent.trace.redact import register_config
 
         register_config(config)  # its secrets are redacted from everything any front end writes
@@ -96,6 +97,13 @@ class Session:
         self.replay_budget = replay_budget_of(config)
         self.simulator = simulator
         self.approval = approval
+        #: The person's running kernel to attach to (``--kernel``); None: simagent's own.
+        self.kernel_existing = kernel_existing
+        #: Called (from the executing thread) when an attached kernel needs a restart the
+        #: person must allow (the recovery's dict); the TUI asks, headless exits.
+        self.on_kernel_consent: Any = None
+        #: The latest such recovery, for a front end that reports it after the turn.
+        self.kernel_consent_needed: dict[str, Any] | None = None
         self.resume_info = resume
         self.paths = SessionPaths.for_session(workspace, session_id).ensure()
         self.trace = TraceLog(self.paths.trace)
@@ -121,7 +129,8 @@ class Session:
                approval: str | None = None, model: str | None = None,
                config: Config | None = None, kernel: Kernel | None = None,
                continued_from: str | None = None, notebook: Path | None = None,
-               notebook_writable: bool = False) -> Session:
+               notebook_writable: bool = False,
+               kernel_existing: str | None = None) -> Session:
         """A new session; ``kernel`` hands over a running kernel (its state carries on,
         as for the TUI's ``/clear``), ``continued_from`` names the session it replaces,
         ``notebook`` the one it starts from (``--from-notebook``; the front end runs it)."""
@@ -129,8 +138,11 @@ class Session:
         config = config or Config.load(ws)
         sim = get_simulator(config.simulator(simulator))
         session = cls(ws, new_session_id(), config=config, simulator=sim,
-                      approval=config.approval(approval), kernel=kernel)
+                      approval=config.approval(approval), kernel=kernel,
+                      kernel_existing=kernel_existing)
         extra: dict[str, Any] = {"continued_from": continued_from} if continued_from else {}
+        if kernel_existing:
+            extra["kernel_existing"] = kernel_existing
         if notebook is not None:
             extra |= {"from_notebook": str(notebook), "notebook_writable": notebook_writable}
         session.trace.append("session_start", {
@@ -143,7 +155,8 @@ class Session:
     @classmethod
     def resume(cls, workspace: str | os.PathLike[str], session_id: str | None = None, *,
                approval: str | None = None, model: str | None = None,
-               config: Config | None = None, kernel: Kernel | None = None) -> Session:
+               config: Config | None = None, kernel: Kernel | None = None,
+               kernel_existing: str | None = None) -> Session:
         """Reopen a session (``session_id`` may be a prefix; None = the last one)."""
         ws = Path(workspace).expanduser().resolve()
         config = config or Config.load(ws)
@@ -160,11 +173,11 @@ class Session:
         from datetime import datetime
 
         info = ResumeInfo(resumed_at=datetime.now().strftime("%Y-%m-%d %H:%M"),
-                          kernel_restarted=not keep_kernel)
+                          kernel_restarted=not keep_kernel and not kernel_existing)
         mode = approval or (first.payload.get("approval") if first else None)
         session = cls(ws, full_id, config=config, simulator=sim,
                       approval=config.approval(mode), kernel=kernel if keep_kernel else None,
-                      resume=info)
+                      resume=info, kernel_existing=kernel_existing)
         session.trace.append("session_resume", {"session_id": full_id, "model": model,
                                                 "kernel_restarted": info.kernel_restarted,
                                                 "pid": os.getpid()})
@@ -176,12 +189,13 @@ class Session:
              default_simulator: str | None = None) -> Session:
         """The session ``opts`` asks for: resumed (``--resume``/``--continue``) or new,
         with ``opts.simulator``, else ``default_simulator`` (a replay workflow's)."""
+        existing = config.kernel_existing(opts.kernel)
         if opts.resuming:
             return cls.resume(opts.workspace, opts.resume, approval=opts.approval,
-                              model=model, config=config)
+                              model=model, config=config, kernel_existing=existing)
         return cls.create(opts.workspace, simulator=opts.simulator or default_simulator,
                           approval=opts.approval, model=model, config=config,
-                          notebook=opts.from_notebook,
+                          kernel_existing=existing, notebook=opts.from_notebook,
                           notebook_writable=opts.notebook_writable)
 
     @property
@@ -306,7 +320,8 @@ class Session:
                 env.update(self.config_kernel_env)
                 self._kernel = Kernel(self.paths, cwd=self.workspace,
                                       kernel_name=self.config.kernel_name(), env=env,
-                                      replay=self.replay_budget)
+                                      replay=self.replay_budget,
+                                      existing=self.kernel_existing)
             return self._kernel
 
     @property
@@ -324,7 +339,8 @@ class Session:
         if self._warmed:
             return
         self._warmed = True
-        if self.simulator and self.simulator.warmup:
+        # not in an attached kernel: its names are the person's (README: Attaching to a kernel)
+        if self.simulator and self.simulator.warmup and not self.kernel_existing:
             result = self._traced_execute(self.simulator.warmup, None, 600.0, None,
                                           warmup=True)
             if result.status == "interrupted" and self.cancel_requested.is_set():
@@ -351,6 +367,13 @@ class Session:
         result = self.kernel.execute(code, on_output=on_output, timeout=timeout)
         if result.recovery is not None:  # the recovery ladder ran (kernel/ladder.py)
             self.trace.append("kernel_recovery", result.recovery)
+        if (result.recovery or {}).get("needs_consent"):  # an attached kernel: ask, or report
+            first = self.kernel_consent_needed is None
+            self.kernel_consent_needed = result.recovery
+            if first and self.on_kernel_consent is not None:
+                self.on_kernel_consent(result.recovery)
+        else:  # it answers again
+            self.kernel_consent_needed = None
         self.trace_execution(code, result, tool_call_id, warmup=warmup)
         return result
 
@@ -417,6 +440,20 @@ class Session:
         done = ladder.run_offered(self.kernel, ns)
         self.trace.append("kernel_replay_offered", {"cells": done})
         return done
+
+    def restart_attached_kernel(self) -> Recovery:
+        """Restart the attached kernel now that the person agreed (its manager restarts
+        it; nothing is replayed into it)."""
+        kernel = self.kernel
+        kernel.consent = lambda _reason: True
+        try:
+            recovery = kernel.restore()
+        finally:
+            kernel.consent = None
+        self.kernel_consent_needed = None
+        self.trace.append("kernel_recovery", recovery.to_dict())
+        self._warmed = False
+        return recovery
 
     def interrupt_kernel(self) -> None:
         if self._kernel is not None:

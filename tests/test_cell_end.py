@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from simagent.kernel import Kernel, ladder
-from simagent.kernel.cell_end import IDLE_LOST_NOTICE
-from simagent.kernel.ladder import IDLE_LOST_GRACE_S
+from simagent.kernel.cell_end import IDLE_LOST_GRACE_S, IDLE_LOST_NOTICE
 from simagent.paths import SessionPaths
 
 #: Drops the kernel's next idle status (this cell's), then puts the real method back.

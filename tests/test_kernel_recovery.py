@@ -286,7 +286,7 @@ def test_an_interrupt_stops_a_long_replay(session_paths: SessionPaths,
         th = threading.Thread(target=lambda: box.setdefault("rep", k.restore()))
         th.start()
         deadline = time.monotonic() + 10
-        while not k._replaying and time.monotonic() < deadline:
+        while not k.replaying and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.3)
         pid, generation = k.pid, k.generation  # the kernel the restore started

@@ -132,7 +132,7 @@ def test_ctrl_c_during_a_replay_stops_it_and_keeps_the_kernel(workspace, tmp_pat
         (workspace / "delay.txt").write_text("60")  # replayed, the cell takes 60 s
         await d.type("/restore")
         await d.enter()
-        await d.expect(lambda: kernel._replaying, 60)
+        await d.expect(lambda: kernel.replaying, 60)
         seen["during"] = (kernel.pid, kernel.generation)
         await d.keys(CTRL_C)
         await d.until(lambda: not d.ctl.busy, 60)

@@ -24,6 +24,9 @@ def session_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="M", help="provider:model, openai-compatible:MODEL@URL "
                    "or scripted:PATH (default: $SIMAGENT_MODEL, then config)")
     p.add_argument("--sim", metavar="S", help="simulator for a new session")
+    p.add_argument("--kernel", metavar="EXISTING", help="attach to a running Jupyter kernel: "
+                   "a connection file, a kernel id or 'latest' (default: config [kernel] "
+                   "existing, else simagent starts its own; README: Attaching to a kernel)")
     group = p.add_mutually_exclusive_group()
     group.add_argument("--resume", metavar="ID", help="continue session ID (a prefix is enough)")
     group.add_argument("--continue", dest="continue_last", action="store_true",

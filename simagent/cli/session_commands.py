@@ -34,6 +34,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       workspace=Path(args.workspace).resolve(), model=args.model,
                       simulator=args.sim, resume=args.resume,
                       continue_last=args.continue_last, approval=args.approval,
+                      kernel=args.kernel,
                       json=args.json, decision=decision,
                       reset_cost_ceiling=args.reset_cost_ceiling,
                       **notebook_options(args))
@@ -52,7 +53,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     return run_tui(SessionOptions(workspace=Path(args.workspace).resolve(), model=args.model,
                                   simulator=args.sim, resume=args.resume,
                                   continue_last=args.continue_last, approval=args.approval,
-                                  **notebook_options(args)))
+                                  kernel=args.kernel, **notebook_options(args)))
 
 
 def notebook_options(args: argparse.Namespace) -> dict:
@@ -153,7 +154,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "run", help="one headless turn (streams the answer to stdout)",
         description="Run one turn headless. The answer streams to stdout, tool activity to "
                     "stderr. Exit codes: 0 ok, 2 usage/config, 3 paused for approval, "
-                    "4 model/provider error, 5 cost ceiling, 6 kernel could not start.")
+                    "4 model/provider error, 5 cost ceiling, 6 kernel could not start (or "
+                    "--kernel names none running), 8 an attached kernel needs a restart "
+                    "only its owner may allow.")
     run.add_argument("prompt", nargs="*", metavar="PROMPT", help="what to do")
     session_options(run)
     run.add_argument("--json", action="store_true",

@@ -4,8 +4,8 @@ A cell ends with its iopub ``status: idle``. That message can be lost (a PUB soc
 drops what a slow subscriber cannot take, a kernel can fail to send it), and a loop that
 waits only for it waits forever on a kernel that finished long ago. So the shell
 channel's ``execute_reply`` is read as well, without waiting: once the reply is in and
-iopub has been quiet for the cell for :data:`~simagent.kernel.ladder.IDLE_LOST_GRACE_S`
-(or :data:`~simagent.kernel.ladder.IDLE_LOST_MAX_S` passed since the reply), the cell is
+iopub has been quiet for the cell for :data:`IDLE_LOST_GRACE_S`
+(or :data:`IDLE_LOST_MAX_S` passed since the reply), the cell is
 over and ``idle_lost`` says its end was inferred: output sent at its very end, which would
 have arrived before the idle status, may be missing.
 """
@@ -15,7 +15,12 @@ from __future__ import annotations
 import queue
 from typing import Any
 
-from simagent.kernel.ladder import IDLE_LOST_GRACE_S, IDLE_LOST_MAX_S
+#: A cell's iopub ``status: idle`` can be lost (PUB/SUB drops under load, a kernel bug):
+#: once its ``execute_reply`` is in and iopub has been quiet for it this long, the cell
+#: is over anyway ...
+IDLE_LOST_GRACE_S = 2.0
+#: ... and at the latest this long after the reply, however chatty its threads are.
+IDLE_LOST_MAX_S = 30.0
 
 #: What the result says when the idle status never came (model and person read it).
 IDLE_LOST_NOTICE = ("the kernel's end-of-cell message never arrived; the cell finished "

@@ -39,14 +39,14 @@ import queue
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simagent.kernel import backup
+from simagent.kernel.cell_end import CellEnd
+from simagent.kernel.process import signal_descendants
+from simagent.kernel.recoverable import Recoverable
 from simagent.kernel.replay import Skip, first_line, load_records, select
 from simagent.kernel_api import effects as fx
-
-if TYPE_CHECKING:
-    from simagent.kernel.supervisor import Kernel
 
 #: Seconds an interrupted cell may take to stop before the kernel is restarted.
 INTERRUPT_GRACE_S = 10.0
@@ -66,12 +66,6 @@ HEARTBEAT_GRACE_S = 5.0
 HEARTBEAT_START_S = 2.0
 #: How long a control-channel request waits for its reply while a cell runs.
 CONTROL_REPLY_S = 0.5
-#: A cell's iopub ``status: idle`` can be lost (PUB/SUB drops under load, a kernel bug):
-#: once its ``execute_reply`` is in and iopub has been quiet for it this long, the cell
-#: is over anyway (:mod:`simagent.kernel.cell_end`) ...
-IDLE_LOST_GRACE_S = 2.0
-#: ... and at the latest this long after the reply, however chatty its threads are.
-IDLE_LOST_MAX_S = 30.0
 #: A replayed cell may take this multiple of its recorded seconds (at least
 #: :data:`REPLAY_TIMEOUT_MIN_S`), and the replay as a whole this multiple of its budget.
 REPLAY_TIMEOUT_FACTOR = 2.0
@@ -109,6 +103,10 @@ class Recovery:
     survived: bool = True
     #: Files a replay rewrote and could not put back (path and reason): said loudly.
     files_not_restored: list[str] = field(default_factory=list)
+    #: The kernel is the person's (attached): it is never replayed into, and ...
+    attached: bool = False
+    #: ... it was not restarted, for want of their consent.
+    declined: bool = False
 
     @property
     def listed(self) -> list[Skip]:
@@ -123,24 +121,33 @@ class Recovery:
     @property
     def state_restored(self) -> bool:
         """Kernel state is as it was: kept (no restart) or fully replayed."""
-        return self.survived and (not self.restarted
-                                  or (not self.listed and not self.failed))
+        return self.survived and (not self.restarted or (
+            not self.attached and not self.listed and not self.failed))
 
     def message(self) -> str:
         """The one notice for the model and the user."""
         parts = [self.reason] if self.reason else []
         tried = list(dict.fromkeys(s["step"] for s in self.steps))
+        if self.declined:
+            if tried:
+                parts.append("tried: " + ", ".join(_STEP_WORDS.get(s, s) for s in tried))
+            return "; ".join([*parts, DECLINED])
         if not self.restarted:
             return f"the cell stopped only after {_STEP_WORDS.get(tried[-1], tried[-1])}" \
                 if tried else "kernel state is kept"
         if tried:
             parts.append("tried first: " + ", ".join(_STEP_WORDS.get(s, s) for s in tried))
         parts.append(f"the kernel was restarted ({self.restart_s:.1f} s)")
+        if self.attached:
+            parts.append("nothing was replayed into it (it is the person's kernel): its "
+                         "earlier state, theirs and simagent's, is lost")
         if self.replayed:
             refs = ", ".join(f"_out[{n}]" for n in self.replayed)
             parts.append(f"{len(self.replayed)} earlier cell(s) that defined state were "
                          f"replayed in {self.replay_s:.1f} s ({refs})")
-        if self.state_restored:
+        if self.attached:
+            pass
+        elif self.state_restored:
             parts.append("earlier state is restored" if self.replayed
                          else "no earlier cell defined state, so nothing was lost")
         else:
@@ -179,7 +186,20 @@ class Recovery:
                 "failed": list(self.failed), "names": list(self.names),
                 "lineage": self.lineage, "survived": self.survived,
                 "files_not_restored": list(self.files_not_restored),
-                "state_restored": self.state_restored}
+                "state_restored": self.state_restored,
+                **({"attached": True, "needs_consent": self.declined}
+                   if self.attached else {})}
+
+
+#: What a declined recovery says: the kernel is the person's, so the ladder stops and asks.
+DECLINED = ("simagent did not restart it: the kernel is the person's (attached), and "
+            "simagent restarts it only when they agree; its variables are untouched (a cell "
+            "may still be running there). Stop or restart it where it runs (JupyterLab: "
+            "Kernel > Interrupt or Restart); simagent goes on when it answers again")
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 _STEP_WORDS = {
@@ -191,10 +211,11 @@ _STEP_WORDS = {
 
 
 # -------------------------------------------------------------------- steps
-def control_request(kc: Any, msg_type: str, timeout: float = CONTROL_REPLY_S
-                    ) -> dict[str, Any] | None:
-    """Send ``msg_type`` on the control channel; its reply content, or None on silence."""
-    msg = kc.session.msg(msg_type, {})
+def control_request(kc: Any, msg_type: str, timeout: float = CONTROL_REPLY_S,
+                    content: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Send ``msg_type`` on the control channel; its reply content, or None on silence
+    (at once for ``timeout`` 0: sent, not awaited)."""
+    msg = kc.session.msg(msg_type, content or {})
     kc.control_channel.send(msg)
     deadline = time.monotonic() + timeout
     while (left := deadline - time.monotonic()) > 0:
@@ -207,35 +228,11 @@ def control_request(kc: Any, msg_type: str, timeout: float = CONTROL_REPLY_S
     return None
 
 
-def descendants(pid: int | None) -> list[Any]:
-    """The kernel's child processes, recursively, in any process group (psutil)."""
-    if pid is None:
-        return []
-    try:
-        import psutil
-
-        return psutil.Process(pid).children(recursive=True)
-    except Exception:  # gone, or psutil unavailable: nothing to signal
-        return []
-
-
-def signal_descendants(pid: int | None, sig: int) -> int:
-    """Send ``sig`` to every descendant of ``pid``; how many were signalled."""
-    sent = 0
-    for proc in descendants(pid):
-        try:
-            proc.send_signal(sig)
-            sent += 1
-        except Exception:
-            pass
-    return sent
-
-
-def escalate(kernel: Kernel, step: str, at_s: float) -> dict[str, Any]:
+def escalate(kernel: Recoverable, step: str, at_s: float) -> dict[str, Any]:
     """Run one interrupt step (see the module docstring); its record for ``steps``."""
     out: dict[str, Any] = {"step": step, "at_s": round(at_s, 3)}
     if step == "control_interrupt":
-        reply = control_request(kernel._kc, "interrupt_request")
+        reply = control_request(kernel.client, "interrupt_request")
         out["reply"] = None if reply is None else reply.get("status")
     elif step in ("term_children", "kill_children"):
         sig = signal.SIGTERM if step == "term_children" else signal.SIGKILL
@@ -243,57 +240,54 @@ def escalate(kernel: Kernel, step: str, at_s: float) -> dict[str, Any]:
     return out
 
 
-def diagnose(kernel: Kernel) -> tuple[str, str] | None:
+def diagnose(kernel: Recoverable) -> tuple[str, str] | None:
     """(trigger, reason) when the idle kernel is dead or frozen, else None.
 
     A frozen process still exists, so the heartbeat tells; a failing heartbeat is
     confirmed on the control channel (a live idle kernel answers at once; the heartbeat
-    is stale for a second after a restart) before the process is killed.
+    is stale for a second after a restart) before the process is killed (an owned one:
+    an attached kernel is left as it is).
     """
-    from simagent.kernel.supervisor import _death_reason
-
     if kernel.state == "dead":  # found while a cell ran
-        return kernel._death_trigger, kernel.death_reason
+        return kernel.death_trigger, kernel.death_reason
     if not kernel.is_alive():  # died while idle
-        return "died", _death_reason(kernel._exit_code())
+        return "died", kernel.exit_reason()
     if kernel.heartbeat_ok():
         return None
-    if control_request(kernel._kc, "kernel_info_request", kernel.heartbeat_grace_s):
+    if control_request(kernel.client, "kernel_info_request", kernel.heartbeat_grace_s):
         return None
     kill_frozen(kernel)
     return "frozen", (f"the kernel stopped answering (no heartbeat, no reply on its control "
                       f"channel for {kernel.heartbeat_grace_s:g} s: a stopped or wedged "
-                      f"process) and was killed")
+                      f"process)" + (" and was killed" if kernel.owned else ""))
 
 
-def kill_frozen(kernel: Kernel, wait_s: float = 3.0) -> None:
-    """SIGKILL a frozen kernel's process group (works on a stopped process) and wait."""
-    try:
-        kernel._km.signal_kernel(signal.SIGKILL)
-    except Exception:
-        pass
+def kill_frozen(kernel: Recoverable, wait_s: float = 3.0) -> None:
+    """SIGKILL a frozen kernel's process group (works on a stopped process) and wait;
+    never a kernel simagent does not own."""
+    if not kernel.owned:
+        return
+    kernel.kill_process()
     deadline = time.monotonic() + wait_s
-    while kernel._km.is_alive() and time.monotonic() < deadline:
+    while kernel.is_alive() and time.monotonic() < deadline:
         time.sleep(0.02)
 
 
 # ------------------------------------------------------------------- replay
-def run_quiet(kernel: Kernel, code: str, timeout: float) -> tuple[str, str]:
+def run_quiet(kernel: Recoverable, code: str, timeout: float) -> tuple[str, str]:
     """Run ``code`` with its output discarded and no history entry or ``_out`` number.
 
     Returns (status, error): ``ok``, ``error``, ``stopped`` (ran over or the user
     interrupted it, and it stopped), ``wedged`` (it did not stop) or ``died``.
     """
-    from simagent.kernel.cell_end import CellEnd  # it reads this module's timings
-
-    kc, km = kernel._kc, kernel._km
+    kc = kernel.client
     msg_id = kc.execute(code, silent=False, store_history=False, allow_stdin=False)
     deadline = time.monotonic() + timeout
     stop_at: float | None = None
     error = ""
     end = CellEnd(kc, msg_id)
     while True:
-        arrived, msg = kernel._poll(msg_id)
+        arrived, msg = kernel.poll(msg_id)
         now = time.monotonic()
         if msg is not None:
             if end.saw(msg, now):
@@ -303,25 +297,25 @@ def run_quiet(kernel: Kernel, code: str, timeout: float) -> tuple[str, str]:
                 error = f"{c.get('ename', 'Error')}: {c.get('evalue', '')}"[:300]
         if end.over_without_idle(now):
             break
-        if not arrived and not km.is_alive():
+        if not arrived and not kernel.is_alive():
             return "died", "the kernel died while replaying it"
         if end.reply is not None:  # the cell is over; only its idle status is awaited
             continue
-        if stop_at is None and (now > deadline or kernel._replay_abort.is_set()):
+        if stop_at is None and (now > deadline or kernel.replay_abort.is_set()):
             stop_at = now
-            km.interrupt_kernel()
+            kernel.interrupt_process()
         elif stop_at is not None and now - stop_at > REPLAY_STOP_S:
             return "wedged", f"did not stop within {REPLAY_STOP_S:g} s of an interrupt"
-    reply = end.reply if end.reply is not None else kernel._reply(msg_id)
+    reply = end.reply if end.reply is not None else kernel.reply(msg_id)
     if stop_at is not None:
-        return "stopped", ("the user interrupted the replay" if kernel._replay_abort.is_set()
+        return "stopped", ("the user interrupted the replay" if kernel.replay_abort.is_set()
                            else f"ran past its {timeout:g} s replay limit")
     if error or reply.get("status", "ok") != "ok":
         return "error", error or str(reply.get("status"))
     return "ok", ""
 
 
-def replay(kernel: Kernel, rec: Recovery) -> None:
+def replay(kernel: Recoverable, rec: Recovery) -> None:
     """Re-run the lineage's state-defining cells into ``rec`` (kernel freshly started)."""
     budget = kernel.replay_budget
     records = load_records(kernel.paths.outputs)
@@ -343,12 +337,12 @@ def replay(kernel: Kernel, rec: Recovery) -> None:
             backup.put_back(spare)
     rec.skipped = list(plan.skipped)
     t0 = time.monotonic()
-    kernel._replay_abort.clear()
-    kernel._replaying = True
+    kernel.replay_abort.clear()
+    kernel.replaying = True
     try:
         for i, cell in enumerate(plan.run):
             over = time.monotonic() - t0 > REPLAY_TIMEOUT_FACTOR * budget.total_s
-            if over or kernel._replay_abort.is_set():
+            if over or kernel.replay_abort.is_set():
                 why = ("the user interrupted the replay" if not over else
                        f"replay ran past {REPLAY_TIMEOUT_FACTOR:g}x its {budget.total_s:g} s "
                        f"budget")
@@ -362,7 +356,7 @@ def replay(kernel: Kernel, rec: Recovery) -> None:
                 continue
             rec.failed.append({"n": cell.n, "line": cell.first_line, "error": error})
             if status in ("died", "wedged"):  # start clean; what was replayed is gone
-                kernel._respawn()
+                kernel.respawn()
                 rec.failed += [{"n": c.n, "line": c.first_line, "error": "lost when the "
                                 "kernel was restarted again"}
                                for c in plan.run[:i] if c.n in rec.replayed]
@@ -372,7 +366,7 @@ def replay(kernel: Kernel, rec: Recovery) -> None:
                                 for c in plan.run[i + 1:]]
                 break
     finally:
-        kernel._replaying = False
+        kernel.replaying = False
         if not leftover:
             rec.files_not_restored += backup.put_back(spare)
         rec.replay_s = time.monotonic() - t0
@@ -389,12 +383,12 @@ def offer_text(rec: Recovery, base: Any = None) -> str:
     return "\n".join(lines)
 
 
-def run_offered(kernel: Kernel, ns: list[int]) -> list[dict[str, Any]]:
+def run_offered(kernel: Recoverable, ns: list[int]) -> list[dict[str, Any]]:
     """Run the cells ``ns`` (left out of a replay for their effects) after the user
     agreed, in order, output discarded; one ``{n, line, status, error}`` per cell."""
     by_n = {r["n"]: r for r in load_records(kernel.paths.outputs)}
     done: list[dict[str, Any]] = []
-    with kernel._lock:
+    with kernel.lock:
         for n in ns:
             code = str((by_n.get(n) or {}).get("code") or "")
             seconds = float((by_n.get(n) or {}).get("elapsed_s") or 0.0)
@@ -422,27 +416,46 @@ def names_back(probe: dict[str, Any] | None) -> list[str]:
     return list(dict.fromkeys(n for n in names if n))
 
 
-def recover(kernel: Kernel, trigger: str, reason: str, *,
+def recover(kernel: Recoverable, trigger: str, reason: str, *,
             steps: list[dict[str, Any]] | None = None,
             started: float | None = None) -> Recovery:
     """Restart (or start) the kernel, replay its lineage, read back its names.
 
     The caller holds the kernel's lock. ``started`` is when the trouble was first seen
-    (the first interrupt), for :attr:`Recovery.seconds`.
+    (the first interrupt), for :attr:`Recovery.seconds`. A kernel simagent does not own
+    is restarted only if the person agrees (:meth:`Recoverable.may_restart`), and never
+    replayed into; without consent the climb stops here: ``declined``, kernel untouched
+    and ``awaiting_consent`` set until it answers again.
     """
     t0 = started if started is not None else time.monotonic()
-    rec = Recovery(trigger, reason, steps=list(steps or []), lineage=kernel.lineage)
+    rec = Recovery(trigger, reason, steps=list(steps or []), lineage=kernel.lineage,
+                   attached=not kernel.owned)
+    if not kernel.owned and not kernel.may_restart(reason or trigger):
+        rec.declined = True
+        rec.survived = trigger not in ("died", "frozen")  # a live kernel keeps its state
+        rec.seconds = time.monotonic() - t0
+        kernel.awaiting_consent = kernel.last_recovery = rec
+        return rec
     t = time.monotonic()
-    kernel._respawn()  # starts the kernel if there is none
     rec.restarted = True
+    try:
+        kernel.respawn()  # starts the kernel if there is none
+    except Exception as exc:  # an attached kernel whose manager did not bring it back
+        if kernel.owned:
+            raise
+        rec.reason, rec.survived = _join(rec.reason, str(exc)), False
+        rec.seconds = time.monotonic() - t0
+        kernel.last_recovery = rec
+        return rec
     rec.restart_s = time.monotonic() - t
     kernel.state = "restarting"
     try:
-        replay(kernel, rec)
+        if kernel.owned:
+            replay(kernel, rec)
     finally:
         kernel.state = "idle" if kernel.is_alive() else "dead"
     rec.survived = kernel.state == "idle"
-    rec.names = names_back(kernel._probe(None)) if rec.survived else []
+    rec.names = names_back(kernel.probe(None)) if rec.survived else []
     rec.seconds = time.monotonic() - t0
     kernel.last_recovery = rec
     return rec

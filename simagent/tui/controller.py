@@ -93,8 +93,11 @@ class TuiController:
 
             for entry in history_entries(self.session.trace.events()):
                 self.conversation.add(entry)
-            self.conversation.note(f"resumed session {self.session.id}; the kernel started "
-                                   "fresh, so earlier variables are gone", "warning")
+            self.conversation.note(
+                f"resumed session {self.session.id}; " + (
+                    f"attached to the running kernel {self.session.kernel_existing}, "
+                    "variables as they are there" if self.session.kernel_existing else
+                    "the kernel started fresh, so earlier variables are gone"), "warning")
         if model_error:
             self.conversation.note(model_error, "error")
         if self.resolved is None:
@@ -104,6 +107,18 @@ class TuiController:
         self._start_kernel()
         self.refresh_stats(background=False)
         return True
+
+    def _ask_kernel_restart(self, recovery: dict) -> None:
+        """An attached kernel (the person's) stopped answering and the recovery ladder
+        stopped after its interrupt steps: ask before restarting it (turn's thread)."""
+        def restart() -> None:
+            if self.background("restart", lambda: self.session.restart_attached_kernel()
+                               .message()):
+                self.note("restarting the attached kernel…", "warning")
+
+        why = recovery.get("reason") or "it stopped answering"
+        self.post(lambda: self.ask(f"{self.session.kernel.where}: {why}. Restart it? Its "
+                                   "variables will be lost", restart))
 
     def _welcome(self) -> None:
         sim = self.session.simulator
@@ -152,6 +167,7 @@ class TuiController:
 
         session = self.session
         self._kernel_ready.clear()
+        session.on_kernel_consent = self._ask_kernel_restart
 
         def start() -> None:
             try:
