@@ -95,6 +95,8 @@ class Session:
         self.config_kernel_env = config.ensemble_kernel_env()
         #: How much a kernel restart may replay ([kernel] replay*); read now, same reason.
         self.replay_budget = replay_budget_of(config)
+        #: MCP servers ([mcp.servers.*]); read now, same reason (``agent.mcp_tools`` starts them).
+        self.mcp_servers = config.mcp_servers()
         self.simulator = simulator
         self.approval = approval
         #: The person's running kernel to attach to (``--kernel``); None: simagent's own.

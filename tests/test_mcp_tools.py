@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -90,6 +91,23 @@ def test_bad_server_entries_are_config_errors_naming_them(entry, says):
     with pytest.raises(ConfigError) as err:
         parse_mcp_servers(entry)
     assert says in str(err.value) and f"[mcp.servers.{next(iter(entry))}]" in str(err.value)
+
+
+def test_a_bad_entry_stops_the_cli_with_one_line_and_exit_2(workspace, tmp_path):
+    """Checked when the session opens (exit 2, like every configuration error), not when
+    the agent is built (an internal error)."""
+    (workspace / ".simagent").mkdir()
+    (workspace / ".simagent" / "config.toml").write_text(
+        '[mcp.servers.lab]\ncommand = "python"\nurl = "http://127.0.0.1:1/mcp"\n')
+    steps = tmp_path / "steps.json"
+    steps.write_text('[{"final": "hi"}]')
+    run = subprocess.run([sys.executable, "-m", "simagent", "run", "--model",
+                          f"scripted:{steps}", "hi"], cwd=workspace, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2, run.stderr
+    err = [ln for ln in run.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and "[mcp.servers.lab]" in err[0] and "not both" in err[0], err
+    assert "internal error" not in run.stderr
 
 
 def test_good_entries_parse():

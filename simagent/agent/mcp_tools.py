@@ -392,7 +392,7 @@ _HUBS_LOCK = threading.Lock()
 def hub_for(session: Session) -> McpHub | None:
     """The session's hub, started on first use (its servers listed); None when the
     config names no server. The session closes it (``Session.closers``)."""
-    servers = session.config.mcp_servers()
+    servers = session.mcp_servers
     if not servers:
         return None
     with _HUBS_LOCK:
