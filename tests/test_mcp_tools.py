@@ -142,6 +142,46 @@ def test_find_tools_never_waits_and_mcp_tools_wait_like_the_shell(workspace):
     assert not waits("auto", "lab__molar_mass", {}, workspace)
 
 
+def test_loaded_schemas_unload_when_their_find_tools_result_is_cleared(workspace):
+    """The middleware sends a deferred schema only while the ``find_tools`` result that
+    loaded it is in the model's view: once clearing has that result, it is gone again."""
+    from langchain.agents.middleware import ModelRequest
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
+    from simagent.agent.mcp_tools import McpHub, RemoteTool
+    from simagent.agent.tool_deferral import ToolDeferral
+    from simagent.context.compaction import CLEARED_KEY
+
+    hub = McpHub({}, cwd=workspace, log_dir=workspace)
+    try:
+        for n in ("lab__a", "lab__b"):
+            hub.catalog[n] = RemoteTool("lab", n[5:], n, f"tool {n}", {"type": "object"})
+        deferral = ToolDeferral(hub, deferred=True, payload={}, agent="main", trace=None)
+
+        @tool
+        def core(x: str) -> str:
+            """A built-in tool."""
+            return x
+
+        lab = [t for t in hub.tools()]
+        call = AIMessage("", tool_calls=[{"name": FIND_TOOLS, "args": {"query": "a"},
+                                          "id": "f1"}])
+        found = ToolMessage(f"...\n{LOADED_PREFIX}lab__a", tool_call_id="f1",
+                            name=FIND_TOOLS)
+        msgs = [HumanMessage("go"), call, found]
+
+        def sent(cleared: list[str]) -> list[str]:
+            req = ModelRequest(model=None, messages=msgs, tools=[core, *lab],
+                               state={"messages": msgs, CLEARED_KEY: cleared})
+            return [t.name for t in deferral._filter(req).tools]
+
+        assert sent([]) == ["core", "lab__a"]
+        assert sent(["f1"]) == ["core"]
+    finally:
+        hub.close()
+
+
 def test_deferral_share_is_one_pure_function():
     s = th.ContextSettings()
     limit = th.defer_tools_limit(128_000, s)
@@ -287,6 +327,25 @@ def test_ask_waits_for_the_person_before_an_mcp_call(opened, workspace):
     assert tool_messages(built, session) == []  # nothing ran while it waits
     done = runner.resume([{"type": "approve"}])
     assert done.status == "done" and "molar_mass(N2" in done.final
+
+
+def test_doctor_says_which_servers_answer_and_how_many_tools(workspace, tmp_path):
+    from simagent.doctor import check_mcp, render
+
+    env = json.dumps(os.environ.get(TAG_ENV, ""))
+    (workspace / ".simagent").mkdir()
+    (workspace / ".simagent" / "config.toml").write_text(
+        f"[mcp.servers.lab]\ncommand = {json.dumps(sys.executable)}\n"
+        f"args = {json.dumps([str(SERVER)])}\nenv = {{ {TAG_ENV} = {env} }}\n"
+        f"[mcp.servers.down]\ncommand = {json.dumps(sys.executable)}\n"
+        f"args = {json.dumps([str(SERVER), '--fail-start'])}\nenv = {{ {TAG_ENV} = {env} }}\n")
+    checks = {c.name: c for c in check_mcp(workspace)}
+    assert checks["mcp lab"].ok and "reachable (stdio" in checks["mcp lab"].detail
+    assert "40 tools" in checks["mcp lab"].detail
+    down = checks["mcp down"]
+    assert not down.ok and "refusing to start (--fail-start)" in down.detail
+    assert "[mcp.servers.down]" in down.fix and "mcp down" in render(list(checks.values()))
+    assert server_pids() == set()
 
 
 def test_closing_the_session_stops_its_servers(workspace):
