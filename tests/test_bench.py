@@ -171,7 +171,7 @@ def test_truncate_acts_only_under_pressure_and_recaps():
 def test_policies_differ_only_in_context_handling():
     names = [p.name for p in resolve_policies("all")]
     assert names == ["raw", "simagent", "stock", "sliding-window", "compress-tool-results",
-                     "truncate"]
+                     "truncate", "oracle", "oracle-cached"]
     raw = POLICIES["raw"].context_settings(128_000)
     assert not raw.summarize and raw.clear_fraction is None and raw.evict_tokens is None
     assert POLICIES["simagent"].context_settings(64_000).window == 64_000

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from simagent.bench.figures import color_of
 from simagent.bench.runner import run_label, sweep_order
 
 FAMILIES = ("anthropic", "openai")
@@ -119,8 +120,7 @@ def pareto_plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> str | None:
               if s["anthropic"]["per_solved_usd"] is not None]
     edge = max(solved) * 1.25 if solved else 1.0
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    policies = list(dict.fromkeys(s["policy"] for _, s in points))
-    colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(policies)}
+    colors = {s["policy"]: color_of(s["policy"]) for _, s in points}  # as in every figure
     markers = {None: "o", 128_000: "o", 32_000: "s", 16_000: "^"}
     for label, s in points:
         per = s["anthropic"]["per_solved_usd"]

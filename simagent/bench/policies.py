@@ -58,6 +58,11 @@ class Policy:
     view: View | None = None
     #: Extra stock middleware (built per run, for the window).
     extra: Callable[[int], list[Any]] | None = None
+    #: Middleware that knows the run's workflow: (workflow, recall roots) -> middleware
+    #: (the oracle reads the script's future).
+    scripted: Callable[[Any, Callable[[], list[Any]]], list[Any]] | None = None
+    #: (record, finished run) -> the record: a bound priced from the run's own requests
+    reprice: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None
 
     @property
     def slug(self) -> str:
@@ -68,8 +73,14 @@ class Policy:
     def context_settings(self, window: int) -> ContextSettings:
         return replace(self.settings, window=window)
 
-    def middleware(self, window: int) -> list[Any]:
+    def middleware(self, window: int, workflow: Any = None,
+                   roots: Callable[[], list[Any]] = list) -> list[Any]:
         out = list(self.extra(window)) if self.extra else []
+        if self.scripted is not None:
+            if workflow is None:
+                raise ValueError(f"policy {self.name} replays a workflow's script; it has "
+                                 "no live mode")
+            out += self.scripted(workflow, roots)
         if self.view is not None:
             out.append(ViewMiddleware(self.name, self.view, window))
         return out
@@ -152,6 +163,25 @@ def _stock_clearing(window: int) -> list[Any]:
         trigger=int(STOCK_CLEAR_FRACTION * window), keep=STOCK_CLEAR_KEEP)])]
 
 
+def _oracle(workflow: Any, roots: Callable[[], list[Any]]) -> list[Any]:
+    from simagent.bench.oracle import oracle_middleware
+
+    return [oracle_middleware(workflow, roots)[0]]
+
+
+def _reprice(row: dict[str, Any], run: Any) -> dict[str, Any]:
+    from simagent.bench.oracle_cached import reprice
+
+    return reprice(row, run)
+
+
+#: simagent's prompt, tools, caps and eviction; its own clearing, summaries, checkpoints,
+#: state card, cache pin and emergency off (checkpoints stay on: they add the
+#: ``mark_task_done`` tool, and no script calls it): the oracle decides what is in view.
+ORACLE_SETTINGS = replace(ContextSettings(repl_watchdog=BENCH_REPL_WATCHDOG),
+                          clear_fraction=None, summarize=False, emergency=False,
+                          budget_check=False, state_card_tokens=0, cache_pin=False)
+
 POLICIES: dict[str, Policy] = {p.name: p for p in (
     Policy("raw", "no context management (the kernel's own 256 KB output cap only)",
            UNMANAGED),
@@ -170,6 +200,13 @@ POLICIES: dict[str, Policy] = {p.name: p for p in (
            UNMANAGED, view=compress_tool_results),
     Policy("truncate", f"over {TRUNCATE_PRESSURE:.0%} of the window keep the last "
                        f"{TRUNCATE_KEEP} messages plus a recap", UNMANAGED, view=truncate),
+    Policy("oracle", "knows the script's future: keeps in view exactly what later steps and "
+                     "probes use, everything else a pointer at once (the lower bound on "
+                     "tokens; bench/oracle.py)", ORACLE_SETTINGS, scripted=_oracle),
+    Policy("oracle-cached", "the oracle's clearing, rescheduled into the epochs that cost "
+                            "least under each provider family's cache (the bound on "
+                            "dollars; bench/oracle_cached.py)", ORACLE_SETTINGS,
+           scripted=_oracle, reprice=_reprice),
 )}
 
 

@@ -120,10 +120,7 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
             layers[cat] = layers.get(cat, 0) + int(n)
     last = model.requests[-1] if getattr(model, "requests", None) else []
     text = request_text(last)
-    # paths the model can follow: its session, workspace, and the simulator's installed source
-    sim_dirs = session.simulator.package_dirs() if session.simulator else []
-    roots = [session.paths.root, session.workspace, *getattr(session, "extra_roots", []),
-             *sim_dirs]
+    roots = recall_roots(session)
     # in view / by pointer / lost, and what reading the pointer back would cost (recall.py)
     where = [locate(p.fact, text, roots) for p in wf.probes]
     kept = [w.status != "lost" for w in where]
@@ -155,6 +152,7 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
                                                      if enforced else ""),
         "workflow": wf.id, "policy": policy.name,
         "model": model_id, "mode": mode, "epoch": epoch, "long": wf.long,
+        "held_out": wf.held_out,
         "window": wf.window, "enforced": enforced,
         "provider_error": bool(getattr(result, "provider_error", False)),
         "error": (getattr(result, "error", None) or "")[:300] or None,
@@ -196,6 +194,13 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
     }
 
 
+def recall_roots(session: Any) -> list[Path]:
+    """Paths the model can follow: its session, workspace, and the simulator's source."""
+    sim_dirs = session.simulator.package_dirs() if session.simulator else []
+    return [session.paths.root, session.workspace, *getattr(session, "extra_roots", []),
+            *sim_dirs]
+
+
 def _step_counter(wf: Workflow, label: str,
                   progress: Callable[[str], None] | None) -> Callable[[Any], None]:
     """A TurnRunner event callback that reports ``label step k/N`` as tool calls finish."""
@@ -232,12 +237,13 @@ def replayed(wf: Workflow, policy: Policy, recording: Any, run_dir: Path,
         # the bench stands for a frontier model (its prices), which takes images in tool
         # results: view_figure sends the picture and it counts in the images layer
         model.profile = {**(model.profile or {}), "image_inputs": True}
-        agent = build_agent(session, model, middleware=policy.middleware(wf.window),
+        middleware = policy.middleware(wf.window, wf, lambda: recall_roots(session))
+        agent = build_agent(session, model, middleware=middleware,
                             context_settings=policy.context_settings(wf.window))
         started = time.monotonic()
         result = TurnRunner(session, agent).run(wf.prompt, on_event)
         yield SimpleNamespace(session=session, model=model, result=result,
-                              wall=time.monotonic() - started)
+                              wall=time.monotonic() - started, middleware=middleware)
     finally:
         session.close()
 
@@ -252,9 +258,10 @@ def run_replay(wf: Workflow, policy: Policy, epoch: int, recording: Any,
                                   + (f"--{window_tag(wf.window)}" if enforced else ""))
     with replayed(wf, policy, recording, run_dir, _step_counter(wf, label, progress),
                   enforce=enforced) as run:
-        return measure_run(wf, policy, epoch, session=run.session, model=run.model,
-                           result=run.result, wall=run.wall, mode="replay",
-                           model_id=f"replay:{wf.id}", commit=commit, enforced=enforced)
+        row = measure_run(wf, policy, epoch, session=run.session, model=run.model,
+                          result=run.result, wall=run.wall, mode="replay",
+                          model_id=f"replay:{wf.id}", commit=commit, enforced=enforced)
+        return policy.reprice(row, run) if policy.reprice else row
 
 
 def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,

@@ -1,0 +1,283 @@
+"""The ``oracle`` policy: the lower bound on tokens (issue 31 §1, design.md §10).
+
+A replayed workflow's future is written down: the script says what every later step
+sends and the final answer quotes, so the bench can build a policy no real harness can
+beat. Before each main-agent request the oracle keeps in view exactly what is needed:
+
+* the results of the last model reply (the model has to read a result once);
+* an earlier result that a later step *uses*: one its final answer or ``fill`` argument
+  quotes through ``{out[i]}``, or the latest one holding a value (a number of 3+
+  significant digits with a decimal point or exponent, an integer of 4+ digits, a file
+  name) that a later step writes and that neither the prompt nor any earlier step wrote
+  first (so the model took it from that result);
+* the code of a call that defines a function or class a later step calls;
+* at the last request, whatever a probe fact would otherwise be lost without.
+
+Everything else becomes simagent's own pointer (``context.clearing``: the placeholder
+naming the raw output file, the code as ``_out[n].code``) at the earliest moment, where
+the pointer is shorter than what it replaces. It runs
+with simagent's system prompt, tools, caps and eviction; its own clearing, summaries,
+checkpoints, state card and cache pin are off (the oracle needs no memory aid). Being a
+view, it never changes what the graph stores. It records what it decided per request, so
+``oracle_cached`` can price other clearing schedules of the same run.
+
+Known limits (a bound by construction, not a model of a real agent): a value is matched
+as a token, not by meaning; a later result that repeats a value does not release an
+earlier one ahead of time; subagents run without the oracle (their requests are small).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+from simagent.agent.scripted import _OUT_REF, call_step
+from simagent.context.clearing import INPUT_ARGS, apply_cleared, execution_of
+from simagent.context.counting import count_message
+
+#: What counts as a value a later step can only have taken from a result.
+_VALUE = re.compile(r"(?<![\w.])-?(?:\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d{4,})(?![\w])"
+                    r"|[\w./-]+\.(?:csv|txt|log|json|npz|npy|png|dat|h5|out|yaml|toml|md)\b")
+_DEFINES = re.compile(r"^\s*(?:def|class)\s+([A-Za-z_]\w*)", re.M)
+
+
+def values(text: str) -> set[str]:
+    """The distinctive values in ``text``: file names, and numbers of 3+ significant
+    digits (``0.04`` or ``1e-6`` recur by chance; ``3.217`` rarely does)."""
+    return {v for v in _VALUE.findall(text)
+            if not v[-1].isdigit() or len(re.sub(r"[eE].*", "", v).strip("-0.")
+                                          .replace(".", "")) >= 3}
+
+
+def _calls(step: dict[str, Any]) -> list[dict[str, Any]]:
+    return step.get("tools") or ([step] if "tool" in step else [])
+
+
+def step_text(step: dict[str, Any]) -> str:
+    """Everything a step sends: its words, its answer and its calls' arguments."""
+    parts = [str(step.get("say", "")), str(step.get("final", ""))]
+    parts += [json.dumps(c.get("args", {}), ensure_ascii=False) for c in _calls(step)]
+    return "\n".join(p for p in parts if p)
+
+
+@dataclass
+class Script:
+    """What the oracle knows of a workflow's main conversation, computed once."""
+
+    main: list[int]  # flattened indices of the main agent's steps
+    novel: dict[int, set[str]]  # step -> values it writes first
+    refs: dict[int, list[tuple[int, int]]]  # step -> (step, call) its {out[i]} resolve to
+    callers: dict[tuple[int, int], int]  # (step, call) whose code defines -> last caller
+
+    @classmethod
+    def of(cls, prompt: str, steps: Sequence[dict[str, Any]],
+           inside: Iterable[int] = ()) -> Script:
+        skip = set(inside)
+        main = [i for i in range(len(steps)) if i not in skip]
+        known = values(prompt)
+        novel: dict[int, set[str]] = {}
+        refs: dict[int, list[tuple[int, int]]] = {}
+        outs: list[tuple[int, int]] = []  # main tool results so far, in order
+        defined: dict[str, tuple[int, int]] = {}
+        callers: dict[tuple[int, int], int] = {}
+        for i in main:
+            step = steps[i]
+            text = step_text(step)
+            mine = values(text)
+            novel[i] = mine - known
+            known |= mine
+            templated = [str(step.get("final", ""))] + [
+                json.dumps(c.get("args", {})) for c in _calls(step)
+                if step.get("fill") or c.get("fill")]
+            got = []
+            for t in templated:
+                for m in _OUT_REF.finditer(t):
+                    k = int(m.group(1))
+                    if -len(outs) <= k < len(outs):
+                        got.append(outs[k])
+            refs[i] = got
+            for name, where in defined.items():
+                if re.search(rf"\b{re.escape(name)}\s*\(", text):
+                    callers[where] = i
+            for j, c in enumerate(_calls(step)):
+                code = (c.get("args") or {}).get(INPUT_ARGS.get(c.get("tool", ""), ""), "")
+                for name in _DEFINES.findall(code if isinstance(code, str) else ""):
+                    defined[name] = (i, j)
+                outs.append((i, j))
+        return cls(main, novel, refs, callers)
+
+
+def call_key(call_id: str) -> tuple[int, int] | None:
+    """(step, call) of a scripted call id ``call_<tag>_<step>_<j>``."""
+    step = call_step(call_id)
+    if step is None:
+        return None
+    tail = call_id.rsplit("_", 1)[-1]
+    return (step, int(tail)) if tail.isdigit() else None
+
+
+@dataclass
+class Decision:
+    """What the oracle cleared in one request, and what it saw."""
+
+    messages: list[BaseMessage]
+    results: frozenset[str]
+    inputs: frozenset[str]
+    restored: frozenset[str] = frozenset()
+
+
+@dataclass
+class OraclePlan:
+    script: Script
+    probes: tuple[str, ...]
+    #: (request text) -> probe facts lost in it; given by the run (needs its folders)
+    lost: Callable[[str, Sequence[str]], list[str]] | None = None
+    decisions: list[Decision] = field(default_factory=list)
+    _values: dict[str, set[str]] = field(default_factory=dict)
+    _saving: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+    def _vals(self, msg: ToolMessage) -> set[str]:
+        got = self._values.get(msg.tool_call_id)
+        if got is None:
+            got = self._values[msg.tool_call_id] = values(msg.text)
+        return got
+
+    def _saves(self, messages: Sequence[BaseMessage], kind: str, cid: str) -> bool:
+        got = self._saving.get((kind, cid))
+        if got is None:
+            result = next(m for m in messages if isinstance(m, ToolMessage)
+                          and m.tool_call_id == cid)
+            call = next(m for m in messages if isinstance(m, AIMessage)
+                        and any(c.get("id") == cid for c in m.tool_calls))
+            if kind == "result":
+                got = count_message(apply_cleared([result], {cid})[0]) < count_message(result)
+            else:
+                got = count_message(apply_cleared([call, result], (), {cid})[0]) < \
+                    count_message(call)
+            self._saving[(kind, cid)] = got
+        return got
+
+    def needed(self, messages: Sequence[BaseMessage]) -> tuple[set[str], set[str]]:
+        """(result ids, input ids) the requests from here on need in view."""
+        keys = {m.tool_call_id: call_key(m.tool_call_id) for m in messages
+                if isinstance(m, ToolMessage)}
+        last_ai = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+        fresh = {c.get("id") for c in (last_ai.tool_calls if last_ai else [])}
+        seen = [k[0] for k in keys.values() if k is not None]
+        nxt = max(seen, default=-1) + 1
+        future = [i for i in self.script.main if i >= nxt]
+        results = {cid for cid, k in keys.items() if k is None or cid in fresh}
+        by_key = {k: cid for cid, k in keys.items() if k is not None}
+        for i in future:
+            results |= {by_key[r] for r in self.script.refs.get(i, ()) if r in by_key}
+        wanted = set().union(*(self.script.novel.get(i, set()) for i in future)) \
+            if future else set()
+        order = [m for m in messages if isinstance(m, ToolMessage)]
+        for v in wanted:
+            holder = next((m for m in reversed(order) if v in self._vals(m)), None)
+            if holder is not None:
+                results.add(holder.tool_call_id)
+        inputs = {by_key[k] for k, last in self.script.callers.items()
+                  if k in by_key and last >= nxt}
+        return results, inputs | results
+
+    def view(self, messages: list[BaseMessage], final: bool) -> list[BaseMessage]:
+        ids = [m.tool_call_id for m in messages if isinstance(m, ToolMessage)]
+        keep_results, keep_inputs = self.needed(messages)
+        results = frozenset(i for i in ids if i not in keep_results)
+        inputs = frozenset(i for i in ids if i not in keep_inputs and i in results)
+        inputs = frozenset(i for i in inputs if _has_execution(messages, i))
+        # a pointer longer than what it replaces (a short result, a one-line cell) stays out
+        results = frozenset(i for i in results if self._saves(messages, "result", i))
+        inputs = frozenset(i for i in inputs if self._saves(messages, "input", i))
+        out = apply_cleared(messages, results, inputs)
+        restored: set[str] = set()
+        if final and self.lost is not None and self.probes:
+            out, results, inputs, restored = self._keep_probes(messages, out, results, inputs)
+        self.decisions.append(Decision(list(messages), results, inputs, frozenset(restored)))
+        return out
+
+    def _keep_probes(self, messages: list[BaseMessage], out: list[BaseMessage],
+                     results: frozenset[str], inputs: frozenset[str]) -> tuple[Any, ...]:
+        """Un-clear the latest result (or code) holding each probe fact the pointers lose."""
+        from simagent.context.recall import request_text
+
+        assert self.lost is not None
+        restored: set[str] = set()
+        for fact in self.lost(request_text(out), self.probes):
+            holder = next((m for m in reversed(messages) if _holds(m, fact)
+                           and _id_of(m) in results | inputs), None)
+            if holder is None:
+                continue
+            cid = _id_of(holder)
+            restored.add(cid)
+            results, inputs = results - {cid}, inputs - {cid}
+            out = apply_cleared(messages, results, inputs)
+        return out, results, inputs, restored
+
+
+def _id_of(m: BaseMessage) -> str:
+    if isinstance(m, ToolMessage):
+        return m.tool_call_id
+    return next((c.get("id") or "" for c in getattr(m, "tool_calls", [])), "")
+
+
+def _holds(m: BaseMessage, fact: str) -> bool:
+    if isinstance(m, ToolMessage):
+        return fact in m.text
+    return isinstance(m, AIMessage) and any(fact in json.dumps(c.get("args", {}),
+                                                              ensure_ascii=False)
+                                            for c in m.tool_calls)
+
+
+def _has_execution(messages: Sequence[BaseMessage], cid: str) -> bool:
+    return any(isinstance(m, ToolMessage) and m.tool_call_id == cid
+               and execution_of(m) is not None for m in messages)
+
+
+class OracleMiddleware(AgentMiddleware):
+    """Applies :class:`OraclePlan` to every main-agent request (state untouched)."""
+
+    def __init__(self, plan: OraclePlan, steps: Sequence[dict[str, Any]]) -> None:
+        super().__init__()
+        self.plan = plan
+        self.tool_steps = [i for i in plan.script.main if _calls(steps[i])]
+
+    @property
+    def name(self) -> str:
+        return "PolicyView[oracle]"
+
+    def _rewrite(self, request: Any) -> Any:
+        messages = list(request.messages)
+        seen = [k for m in messages if isinstance(m, ToolMessage)
+                and (k := call_step(m.tool_call_id)) is not None]
+        nxt = max(seen, default=-1) + 1
+        final = not any(i >= nxt for i in self.tool_steps)  # only words and the answer left
+        return request.override(messages=self.plan.view(messages, final))
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(self._rewrite(request))
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await handler(self._rewrite(request))
+
+
+def oracle_middleware(wf: Any, roots: Callable[[], list[Path]]) -> tuple[OracleMiddleware,
+                                                                         OraclePlan]:
+    """The oracle for workflow ``wf``; ``roots`` gives the folders recall follows paths in."""
+    from simagent.context.recall import locate
+
+    def lost(text: str, facts: Sequence[str]) -> list[str]:
+        where = roots()
+        return [f for f in facts if locate(f, text, where).status == "lost"]
+
+    plan = OraclePlan(Script.of(wf.prompt, wf.steps, wf.subagent_steps),
+                      tuple(p.fact for p in wf.probes), lost)
+    return OracleMiddleware(plan, wf.steps), plan

@@ -1,0 +1,193 @@
+"""The bench's bounds (issue 31): the oracle's view, the lower-bound check on a real replay,
+the cache-aware schedule, and the report that sets every policy against them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from simagent.bench.bounds_report import group_lines, lower_bound_violations, opening_summary
+from simagent.bench.figures import color_of, line_style, panels, policy_order
+from simagent.bench.oracle import OraclePlan, Script
+from simagent.bench.policies import resolve_policies
+from simagent.bench.report import short_table
+from simagent.bench.runner import BenchPlan, run_bench
+from simagent.bench.workflow import load_workflow
+from simagent.context.clearing import is_cleared
+
+TAG = "abc123"
+STEPS = [
+    {"tool": "run_python", "args": {"code": "print('alpha', a)"}},
+    {"tool": "run_python", "args": {"code": "print('beta', b)"}},
+    {"tool": "run_python", "args": {"code": "print('gamma')"}},
+    {"tool": "run_python", "args": {"code": "x = 9.87654 * 2"}},  # takes beta's value
+    {"final": "alpha was {out[-4]|alpha ([\\d.]+)}"},  # quotes the first result
+]
+#: long enough that a pointer is shorter than each (a short result stays in view)
+OUTPUTS = [head + "\n" + "a line of output\n" * 200
+           for head in ("alpha 1.2345", "beta 9.87654", "gamma", "ok")]
+
+
+def history(upto: int) -> list:
+    """The main conversation after steps 0..upto-1, with the scripted model's call ids."""
+    msgs: list = [HumanMessage("task")]
+    for i in range(upto):
+        cid = f"call_{TAG}_{i}_0"
+        msgs.append(AIMessage("", tool_calls=[{"name": "run_python", "id": cid,
+                                               "args": STEPS[i]["args"]}]))
+        msgs.append(ToolMessage(OUTPUTS[i], tool_call_id=cid, name="run_python"))
+    return msgs
+
+
+def kept(view: list) -> list[str]:
+    return [m.text.splitlines()[0] for m in view
+            if isinstance(m, ToolMessage) and not is_cleared(m)]
+
+
+def test_oracle_keeps_what_later_steps_use_and_clears_the_rest_at_once():
+    plan = OraclePlan(Script.of("task", STEPS), probes=())
+    # before step 3: beta's value is written by step 3, alpha is quoted by the final,
+    # gamma is the fresh result; nothing is cleared yet that anything needs
+    assert kept(plan.view(history(3), final=False)) == ["alpha 1.2345", "beta 9.87654",
+                                                        "gamma"]
+    # before the final: beta and gamma are used by nothing left; alpha is quoted
+    assert kept(plan.view(history(4), final=True)) == ["alpha 1.2345", "ok"]
+    last = plan.decisions[-1]
+    assert {f"call_{TAG}_1_0", f"call_{TAG}_2_0"} <= last.results
+
+
+def test_the_template_index_is_resolved_against_the_main_conversation_only():
+    steps = [STEPS[0], {"tool": "task", "args": {"description": "d"}},
+             {"tool": "run_python", "args": {"code": "print('inside')"}},  # the subagent's
+             {"final": "{out[-2]}"}]
+    script = Script.of("task", steps, inside={2})
+    assert script.main == [0, 1, 3]
+    assert script.refs[3] == [(0, 0)]  # out[-2] of the main results (step 0, task)
+
+
+def rows_for(wf: str, **by_policy) -> list[dict]:
+    out = []
+    for policy, (tokens, recall, verdict, usd) in by_policy.items():
+        out.append({"workflow": wf, "policy": policy.replace("_", "-"), "window": 128_000,
+                    "enforced": True, "long": True, "tokens_in": tokens, "recall": recall,
+                    "verdict": verdict, "epoch": 0,
+                    "cache": {"anthropic": {"cost_usd": usd}, "openai": {"cost_usd": usd}}})
+    return out
+
+
+def test_a_cheaper_run_at_equal_recall_is_reported_as_an_oracle_bug():
+    ok = rows_for("w", oracle=(100, 1.0, "pass", 2.0), simagent=(150, 1.0, "pass", 1.0),
+                  truncate=(50, 0.5, "pass", 0.5), stock=(90, 1.0, "fail", 1.0))
+    assert lower_bound_violations(ok) == []  # lossy or failing runs may be cheaper
+    bad = rows_for("w", oracle=(100, 1.0, "pass", 2.0), simagent=(99, 1.0, "pass", 1.0))
+    assert lower_bound_violations(bad) == ["w @128k: simagent 99 < oracle 100"]
+
+
+def test_group_lines_set_tokens_against_the_oracle_and_dollars_against_oracle_cached():
+    rows = rows_for("w", oracle=(100, 1.0, "pass", 3.0), oracle_cached=(110, 1.0, "pass", 1.0),
+                    simagent=(150, 1.0, "pass", 1.2), stock=(300, 1.0, "pass", 2.4))
+    held = [{**r, "workflow": "h", "held_out": True} for r in rows]
+    lines = {(s["group"], s["policy"]): s for s in group_lines(rows + held)}
+    sim = lines[("tuned long", "simagent")]
+    assert sim["tokens_x_oracle"] == 1.5 and sim["tokens_x_stock"] == 0.5
+    assert sim["usd_anthropic_x_bound"] == 1.2 and sim["usd_openai_x_stock"] == 0.5
+    assert ("held-out", "simagent") in lines
+    summary = opening_summary(rows + held)
+    assert "| tuned long | 128k | 1/1 | 1.00 | 0.50x | 1.50x | 0.50x / 0.50x " \
+           "| 1.20x / 1.20x |" in summary
+    assert summary.index("tuned long") < summary.index("held-out")
+
+
+def test_each_policy_has_one_colour_everywhere_and_windows_are_panels():
+    assert color_of("simagent[clear_fraction=0.3]") == color_of("simagent") != color_of("stock")
+    assert line_style("oracle")["ls"] == "--"
+    assert policy_order(["truncate", "oracle", "raw", "simagent"]) == [
+        "raw", "simagent", "truncate", "oracle"]
+    runs = [{"workflow": "w", "policy": "raw", "window": 128_000, "enforced": False},
+            {"workflow": "w", "policy": "raw", "window": 128_000, "enforced": True},
+            {"workflow": "w", "policy": "raw", "window": 16_000, "enforced": True}]
+    assert [t for t, _ in panels(runs)] == ["128k window (declared, not enforced)",
+                                            "16k window"]
+    assert [r["enforced"] for _, runs_ in panels(runs) for r in runs_] == [False, True]
+
+
+def test_the_printed_table_is_ordered_by_window_then_policy():
+    rows = []
+    for window, enforced in ((128_000, False), (128_000, True), (16_000, True)):
+        for policy in ("stock", "raw", "simagent"):
+            rows.append({"workflow": "w", "policy": policy, "window": window,
+                         "enforced": enforced, "long": False, "tokens_in": 10, "recall": 1.0,
+                         "verdict": "pass", "epoch": 0})
+    names = [line.split()[0] + (line.split()[1] if "@" in line else "")
+             for line in short_table(rows).splitlines()[1:]]
+    assert names == ["simagent", "raw", "stock", "simagent@128k", "raw@128k", "stock@128k",
+                     "simagent@16k", "raw@16k", "stock@16k"]
+
+
+LONGISH = r"""
+id = "oracle-demo"
+title = "values, a wide table and a quoted result"
+prompt = "Tabulate and report."
+long = true
+[[steps]]
+tool = "run_python"
+[steps.args]
+code = '''
+import math
+for i in range(300):
+    print(f"row {i:4d} " + " ".join(f"{math.sin(i * k):.6f}" for k in range(1, 9)))
+print("peak_value=" + str(round(math.e + 2, 5)))'''
+[[steps]]
+tool = "run_python"
+args = { code = "print('unused ' * 400)" }
+[[steps]]
+tool = "run_python"
+[steps.args]
+code = '''
+scale = 4.71828 / 2
+print("scaled", round(scale, 5))'''
+[[steps]]
+tool = "run_python"
+[steps.args]
+code = '''
+print("\n".join(f"log line {i}" for i in range(200)))
+print("RESULT answer=" + str(round(math.pi * 10, 4)))'''
+[[steps]]
+tool = "run_python"
+args = { code = "print('filler ' * 300)" }
+[[steps]]
+final = 'The answer is {out[-2]|answer=([\d.]+)}.'
+[[probes]]
+fact = "peak_value=4.71828"
+from_step = 0
+[[probes]]
+fact = "RESULT answer=31.4159"
+from_step = 3
+[[scorers]]
+kind = "numeric"
+answer_regex = 'answer is ([\d.]+)'
+expected = 31.4159
+"""
+
+
+def test_no_policy_beats_the_oracle_on_a_real_replay_and_oracle_cached_pays_less(tmp_path):
+    path = tmp_path / "workflows" / "oracle-demo.toml"
+    path.parent.mkdir()
+    path.write_text(LONGISH)
+    wf = load_workflow(path)
+    plan = BenchPlan([wf], resolve_policies("all"))
+    rows = run_bench(plan, tmp_path / "out")
+    by = {r["policy"]: r for r in rows}
+    assert set(by) >= {"oracle", "oracle-cached", "simagent", "stock", "raw"}
+    oracle, cached = by["oracle"], by["oracle-cached"]
+    assert oracle["verdict"] == "pass" and oracle["recall"] == 1.0, oracle
+    assert lower_bound_violations(rows) == []
+    # against the oracle of its own run (another run's folder names differ in a few tokens)
+    assert cached["tokens_in"] >= cached["oracle_tokens_in"]  # keeps more, rewrites less
+    for family in ("anthropic", "openai"):
+        assert cached["cache"][family]["cost_usd"] <= \
+            cached["oracle_cache"][family]["cost_usd"]
+        assert cached["cache"][family]["source"] == "scheduled"
+    assert oracle["tokens_in"] < by["simagent"]["tokens_in"] < by["raw"]["tokens_in"]
+    assert Path(tmp_path / "out" / "records.jsonl").is_file()
