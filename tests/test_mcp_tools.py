@@ -348,6 +348,59 @@ def test_doctor_says_which_servers_answer_and_how_many_tools(workspace, tmp_path
     assert server_pids() == set()
 
 
+@pytest.fixture
+def http_server(tmp_path):
+    """The 40-tool server over streamable HTTP on a free loopback port (token 's3cret');
+    ready once its port accepts a connection (bounded), stopped after the test."""
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--http", str(port), "--token",
+                             "s3cret"], stdout=subprocess.DEVNULL,
+                            stderr=open(tmp_path / "http.log", "w"))  # noqa: SIM115
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((tmp_path / "http.log").read_text()) from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_a_streamable_http_server_with_headers(opened, workspace, http_server):
+    """``url`` + ``headers``: the bearer header reaches the server and its tools work; a
+    wrong token is one failed server at start, with the 401 in the notice."""
+    (workspace / ".simagent").mkdir()
+    (workspace / ".simagent" / "config.toml").write_text(
+        f'[mcp.servers.web]\nurl = "{http_server}"\n'
+        'headers = { Authorization = "Bearer s3cret" }\n'
+        f'[mcp.servers.denied]\nurl = "{http_server}"\n'
+        'headers = { Authorization = "Bearer wrong" }\n')
+    session, runner, built = opened([{"tool": "web__band_gap", "args": {"subject": "Si"}},
+                                     {"final": "{out[-1]}"}],
+                                    context_settings=th.ContextSettings(defer_tools=False))
+    assert len([t for t in built.tools if t.name.startswith("web__")]) == 40
+    assert not [t for t in built.tools if t.name.startswith("denied__")]
+    assert "band_gap(Si" in runner.run("go").final
+    failed = [e.payload for e in session.trace.events(["mcp_server"])
+              if e.payload["what"] == "failed"]
+    assert [f["server"] for f in failed] == ["denied"] and "401" in failed[0]["notice"]
+
+
 def test_closing_the_session_stops_its_servers(workspace):
     write_config(workspace)
     session = Session.create(workspace, approval="auto")

@@ -2,7 +2,8 @@
 schemas of the size real servers send (typed arguments with descriptions, enums, a nested
 options object: ~560 tokens each, near the GitHub MCP server's ~500), and four that
 misbehave on purpose (crash, hang, a malformed result, a 10 MB result). ``--fail-start``
-exits before speaking the protocol; ``--fail-start-if PATH`` does so while PATH exists.
+exits before speaking the protocol; ``--fail-start-if PATH`` does so while PATH exists;
+``--http PORT --token T`` serves streamable HTTP on 127.0.0.1 to requests bearing T.
 
 Run by the tests as ``python tests/mcp_servers/forty_tools.py``; stdout is the protocol,
 so nothing here prints.
@@ -157,4 +158,22 @@ if __name__ == "__main__":
     if "--fail-start" in sys.argv or (marker and os.path.exists(marker)):
         print("forty_tools: refusing to start (--fail-start)", file=sys.stderr)
         sys.exit(2)
-    mcp.run(transport="stdio")
+    if "--http" in sys.argv:  # streamable HTTP on 127.0.0.1:PORT, bearer token required
+        import hmac
+
+        import uvicorn
+
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        token = ("Bearer " + sys.argv[sys.argv.index("--token") + 1]).encode()
+        app = mcp.streamable_http_app()
+
+        async def guarded(scope, receive, send):  # type: ignore[no-untyped-def]
+            auth = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if scope["type"] == "http" and not hmac.compare_digest(auth, token):
+                await send({"type": "http.response.start", "status": 401, "headers": []})
+                return await send({"type": "http.response.body", "body": b"unauthorized"})
+            await app(scope, receive, send)
+
+        uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning")
+    else:
+        mcp.run(transport="stdio")
