@@ -38,6 +38,7 @@ class RunOptions(SessionOptions):
     json: bool = False
     decision: str | None = None  # approve | reject, for a paused turn
     reset_cost_ceiling: bool = False  # clear a tripped ceiling before the turn
+    notebook: str | None = None  # --notebook PATH: the session's notebook, after the turn
 
 
 class StreamPrinter:
@@ -106,6 +107,7 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
         raise CliError("--reset-cost-ceiling clears the ceiling of an existing session: add "
                        "--resume ID or --continue", exit_codes.USAGE)
     notebook = read_start_notebook(opts)  # before anything exists: a bad file changes nothing
+    export_to = notebook_target(opts)  # likewise an unwritable --notebook PATH
     try:
         config = Config.load(opts.workspace)
         spec, _where = config.model_spec(opts.model)
@@ -169,6 +171,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                 "recovery": result.recovery}), file=out)
         else:
             print(f"[session {session.id}]", file=err)
+        if export_to is not None:
+            write_notebook(session, export_to, err)
         if session.kernel_consent_needed is not None:  # the ladder stopped and asks
             why = session.kernel_consent_needed.get("reason") or "it stopped answering"
             print(f"simagent: {session.kernel.where} needs a restart that only its owner may "
@@ -196,6 +200,32 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             session.close()
         else:
             session.discard()
+
+
+def notebook_target(opts: RunOptions) -> Any:
+    """Where ``--notebook`` writes (None without it); a path that cannot be written is a
+    one-line usage error before any session exists."""
+    if not opts.notebook:
+        return None
+    from simagent.exit_codes import CliError
+    from simagent.notebooks.export import ExportError, target
+
+    try:
+        return target(opts.notebook, opts.workspace, "session")
+    except ExportError as exc:
+        raise CliError(str(exc), exit_codes.USAGE) from exc
+
+
+def write_notebook(session: Any, path: Any, err: TextIO) -> None:
+    """Write the session's notebook after the turn; a session with nothing to export
+    says so on stderr and keeps the turn's exit code."""
+    from simagent.notebooks.export import ExportError, export
+
+    try:
+        _, _, message = export(session.paths.root, path, session.workspace)
+    except ExportError as exc:
+        message = f"simagent: notebook not written: {exc}"
+    print(message, file=err)
 
 
 def read_start_notebook(opts: SessionOptions) -> Any:

@@ -11,7 +11,13 @@ import sys
 from collections.abc import Callable, Sequence
 
 from simagent import __version__, exit_codes, model_kinds  # noqa: F401  (kinds register)
-from simagent.cli import bench_commands, mcp_command, session_commands, workspace_commands
+from simagent.cli import (
+    bench_commands,
+    mcp_command,
+    notebook_command,
+    session_commands,
+    workspace_commands,
+)
 from simagent.cli.bench_commands import parse_windows
 from simagent.cli.common import Parser, session_options
 from simagent.exit_codes import CliError
@@ -19,7 +25,8 @@ from simagent.exit_codes import CliError
 __all__ = ["CliError", "build_parser", "entry", "main", "parse_windows"]
 
 # Each command module adds its own subparsers; a new command is a new module in this list.
-COMMAND_MODULES = (session_commands, workspace_commands, bench_commands, mcp_command)
+COMMAND_MODULES = (session_commands, workspace_commands, bench_commands, mcp_command,
+                   notebook_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

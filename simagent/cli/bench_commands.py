@@ -147,6 +147,12 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
     if args.fresh and (out / "records.jsonl").exists():
         (out / "records.jsonl").unlink()
     rows = run_bench(plan, out, progress=None if args.json else _bench_progress)
+    if args.mode == "replay":  # do the workflows' sessions export to notebooks that re-run?
+        from simagent.bench import notebook_rerun
+        from simagent.bench.runner import git_commit
+
+        notebook_rerun.run(plan.workflows, out, git_commit(),
+                           None if args.json else _bench_progress)
     report = write_report(rows, out, mode=args.mode)
     if args.json:
         import json

@@ -36,7 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       continue_last=args.continue_last, approval=args.approval,
                       kernel=args.kernel,
                       json=args.json, decision=decision,
-                      reset_cost_ceiling=args.reset_cost_ceiling,
+                      reset_cost_ceiling=args.reset_cost_ceiling, notebook=args.notebook,
                       **notebook_options(args))
     return run_headless(opts)
 
@@ -162,6 +162,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--json", action="store_true",
                      help="print one JSON object {session_id, final, tool_calls, usage, "
                           "trace_path, state_dir, error, cost_ceiling}")
+    run.add_argument("--notebook", metavar="PATH",
+                     help="after the turn, write the session as a Jupyter notebook to PATH "
+                          "(as 'simagent notebook -o PATH' does)")
     run.add_argument("--reset-cost-ceiling", action="store_true",
                      help="clear a tripped cost ceiling of the resumed session, then run the "
                           "turn (the configured limits still apply)")

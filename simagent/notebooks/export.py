@@ -26,7 +26,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from simagent import __version__
 from simagent.kernel import replay
-from simagent.kernel_api.outputs import number_of
+from simagent.kernel_api.outputs import HANDLE, number_of
 from simagent.notebooks.plan import Code, Plan, Text, plan
 from simagent.records import format_value
 from simagent.trace.redact import redact_data
@@ -36,6 +36,8 @@ STREAM_CAP = 20_000
 #: The kernelspec a notebook names: the Python kernel of the interpreter simagent runs
 #: on (ipykernel's own spec), so Jupyter and nbclient start the session's interpreter.
 KERNEL_NAME = "python3"
+#: The default file name of a session's notebook, in its workspace.
+DEFAULT_NAME = "{session_id}.ipynb"
 #: Where a figure line of the model's text starts (``Display.text`` of an image).
 _FIGURE = re.compile(r"^\[figure ", re.M)
 
@@ -64,7 +66,8 @@ def load(session_dir: Path) -> tuple[list[Any], list[dict[str, Any]]]:
 def build(session_dir: Path, *, all_cells: bool = False, earlier: bool = True
           ) -> tuple[nbformat.NotebookNode, Plan]:
     """The notebook of the session in ``session_dir`` and the plan it was made from.
-    Raises :class:`ExportError` when the session ran no code to export."""
+    Raises :class:`ExportError` when the session ran no code to export (beyond the
+    simulator's warm-up)."""
     events, records = load(session_dir)
     raw = {}
     for ev in events:  # cells no model ran (the warm-up): their raw output
@@ -76,7 +79,8 @@ def build(session_dir: Path, *, all_cells: bool = False, earlier: bool = True
                       if ev.kind == "session_start"), None)
     pl = plan(events, records, session_dir.name, all_cells=all_cells, earlier=earlier,
               raw=raw, base=workspace)
-    if not pl.kept and not (all_cells and pl.code):
+    mine = [c for c in (pl.code if all_cells else pl.kept) if not c.warmup]
+    if not mine:  # the simulator's warm-up alone is not a notebook
         raise ExportError(f"session {session_dir.name} ran no code that defines state: "
                           f"there is no notebook to write"
                           + ("" if all_cells else " (--all writes failed and display-only "
@@ -97,12 +101,20 @@ def notebook(pl: Plan) -> nbformat.NotebookNode:
                        "language": "python"},
         "language_info": {"name": "python", "version": platform.python_version()},
         "simagent": {"session_id": pl.session_id, "version": __version__,
-                     "interpreter": sys.executable, **{k: v for k, v in pl.meta.items() if v}}})
+                     "interpreter": sys.executable,
+                     **{k: v for k, v in pl.meta.items() if v and k != "outputs"}}})
     nb.cells.append(new_markdown_cell(_title(pl)))
     if pl.concerns:
         nb.cells.append(new_markdown_cell(
             "## Cells that may not re-run by themselves\n\n"
             + "\n".join(f"- {c}" for c in pl.concerns)))
+    if folder := pl.meta.get("outputs"):
+        nb.cells.append(new_code_cell(
+            f"# simagent: later cells read {HANDLE}[n], what execution n printed; here it "
+            f"reads the session's saved outputs\n"
+            f"from simagent.kernel_api.outputs import Outputs\n\n"
+            f"{HANDLE} = Outputs({str(folder)!r})",
+            metadata={"simagent": {"setup": True}, "tags": ["simagent-setup"]}))
     for item in pl.items:
         if isinstance(item, str):
             nb.cells.append(new_markdown_cell(f"## {item}"))
@@ -280,13 +292,32 @@ def summary(path: Path, pl: Plan) -> str:
     return line
 
 
-def export(session_dir: Path, path: Path, *, all_cells: bool = False,
-           earlier: bool = True) -> tuple[Plan, str]:
-    """Build, write and record the notebook of a session: (plan, the message to show)."""
+def target(output: str | os.PathLike[str] | None, workspace: str | os.PathLike[str],
+           session_id: str) -> Path:
+    """Where the notebook goes (``output``, else :data:`DEFAULT_NAME` in ``workspace``);
+    :class:`ExportError` when it cannot be written, before anything is built."""
+    path = Path(output or Path(workspace) / DEFAULT_NAME.format(session_id=session_id))
+    path = path.expanduser().resolve()
+    if path.is_dir():
+        raise ExportError(f"{path} is a folder: give the notebook's file name, "
+                          f"e.g. {path / DEFAULT_NAME.format(session_id=session_id)}")
+    if not path.parent.is_dir():
+        raise ExportError(f"cannot write {path}: folder {path.parent} does not exist")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ExportError(f"cannot write {path}: permission denied")
+    return path
+
+
+def export(session_dir: Path, output: str | os.PathLike[str] | None = None,
+           workspace: str | os.PathLike[str] = ".", *, all_cells: bool = False,
+           earlier: bool = True) -> tuple[Path, Plan, str]:
+    """Build, write and record the notebook of a session: (its path, the plan, the
+    message to show). The CLI, ``/notebook`` and ``simagent run --notebook`` call this."""
+    path = target(output, workspace, session_dir.name)
     nb, pl = build(session_dir, all_cells=all_cells, earlier=earlier)
     write(nb, path)
     record(session_dir, path, pl)
-    return pl, summary(path, pl)
+    return path, pl, summary(path, pl)
 
 
 def stream_text(cells: Sequence[Any]) -> list[str]:

@@ -122,6 +122,7 @@ def plan(events: Sequence[Any], records: Iterable[Mapping[str, Any]], session_id
                for p in (_payload(e) for e in events if e.kind == "tool_result")}
     out = Plan(session_id)
     answer: str | None = None
+    last = 0  # the execution number of the last cell placed
     for ev in events:
         p = _payload(ev)
         if ev.kind == "session_start":
@@ -145,10 +146,11 @@ def plan(events: Sequence[Any], records: Iterable[Mapping[str, Any]], session_id
                                   str(rec.get("answer") or ""),
                                   tuple(_kvs(rec.get("key_values")))))
         elif ev.kind == "kernel_exec":
-            n = number_of(p.get("raw_path"))
+            n = number_of(p.get("raw_path")) or _record_of(p, recs, last)
             rec = recs.get(n) if n is not None else None
             if rec is None:
                 continue
+            last = n
             kind, why, words = chosen.get(n, ("earlier", "it ran before a /reset", ()))
             tid = p.get("tool_call_id")
             text = results.get(tid) if tid else None
@@ -166,6 +168,10 @@ def plan(events: Sequence[Any], records: Iterable[Mapping[str, Any]], session_id
     out.items = [replace(i, kind="needed") if isinstance(i, Code) and i.n in needed else i
                  for i in out.items]
     out.concerns = lines + concerns(out.code, recs, base)
+    if any(HANDLE in names(c.code)[1] for c in out.kept) and \
+            (raw_dir := next((os.path.dirname(c.raw_path) for c in out.code if c.raw_path),
+                             None)):
+        out.meta["outputs"] = raw_dir  # where `_out` reads (the setup cell)
     out.items = _shown(out.items, all_cells, earlier)
     return out
 
@@ -218,6 +224,14 @@ def _needed(cells: Sequence[Code]) -> tuple[set[int], list[str]]:
                              f"too (tagged raises-exception) and expects its error")
         have |= defined
     return needed, lines
+
+
+def _record_of(p: Mapping[str, Any], recs: Mapping[int, Mapping[str, Any]], after: int
+               ) -> int | None:
+    """The record of an execution that left no raw output file (it printed nothing): the
+    next one after ``after`` with its code and kernel execution count."""
+    return next((n for n in sorted(recs) if n > after and recs[n].get("code") == p.get("code")
+                 and recs[n].get("execution_count") in (None, p.get("execution_count"))), None)
 
 
 def _kvs(values: Any) -> Iterable[Mapping[str, Any]]:
@@ -298,8 +312,11 @@ def concerns(cells: Sequence[Code], records: Mapping[int, Mapping[str, Any]],
             out.append(f"{_label(c)} calls input(): it waits for a person, and the "
                        f"session's kernel had no input")
         if HANDLE in used:
-            out.append(f"{_label(c)} reads `{HANDLE}`, simagent's handle to earlier "
-                       f"outputs, which a plain Jupyter kernel does not have")
+            out.append(f"{_label(c)} reads `{HANDLE}`, simagent's handle to what earlier "
+                       f"cells printed: the notebook's first code cell points it at the "
+                       f"session's saved outputs (simagent and that folder are needed)"
+                       + (f"; `{HANDLE}[-k]` counts back from the session's last cell, "
+                          f"not this one" if re.search(rf"{HANDLE}\[\s*-", c.code) else ""))
         effects = fx.of(records.get(c.n, {}))
         for path, n in deleted.items():
             shown = fx.shown_path(path, base)

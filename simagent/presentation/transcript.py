@@ -498,6 +498,11 @@ def render_html(events: Sequence[Event], *, session_dir: Path | None = None,
     events = _redacted(events)
     sid = html.escape(_session_id(events, session_dir))
     body = [f"<h1>Session {sid}</h1>"]
+    if nb := next((_s(e.payload.get("path")) for e in reversed(events)
+                   if e.kind == "notebook_written" and isinstance(e.payload, dict)), None):
+        href = Path(nb).resolve().as_uri() if Path(nb).is_absolute() else nb
+        body.append(f'<p class="meta">Notebook: <a href="{html.escape(href)}">'
+                    f"{html.escape(nb)}</a> (simagent notebook)</p>")
     for item, agent, data in _walk(events):
         block = _html_item(item, data, session_dir, embed_images)
         if block and agent:

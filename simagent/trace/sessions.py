@@ -36,6 +36,8 @@ class SessionInfo:
     tool_calls: int
     input_tokens: int
     output_tokens: int
+    #: The latest notebook written of the session (``simagent notebook``), if any.
+    notebook: str | None = None
 
 
 def sessions_dir(workspace: str | os.PathLike[str]) -> Path:
@@ -82,6 +84,7 @@ def _read(session: Path) -> SessionInfo:
                            None, None, 0, 0, 0, 0)
     started = simulator = title = None
     turns = tools = tok_in = tok_out = 0
+    notebook = None
     for ev in events:
         p = ev.payload if isinstance(ev.payload, dict) else {}
         if ev.kind == "session_start":
@@ -93,6 +96,8 @@ def _read(session: Path) -> SessionInfo:
                 title = _title(p.get("content"))
         elif ev.kind == "tool_call":
             tools += 1
+        elif ev.kind == "notebook_written":
+            notebook = p.get("path") or notebook
         elif ev.kind == "model_usage":
             tok_in += token_count(p.get("input_tokens"))
             tok_out += token_count(p.get("output_tokens"))
@@ -102,7 +107,8 @@ def _read(session: Path) -> SessionInfo:
         last_activity=events[-1].ts if events else None,
         title=title if title is not None else "(no messages)",
         model=latest_model(events), simulator=str(simulator) if simulator else None,
-        turns=turns, tool_calls=tools, input_tokens=tok_in, output_tokens=tok_out)
+        turns=turns, tool_calls=tools, input_tokens=tok_in, output_tokens=tok_out,
+        notebook=str(notebook) if notebook else None)
 
 
 def list_sessions(workspace: str | os.PathLike[str]) -> list[SessionInfo]:
@@ -169,13 +175,14 @@ def _tokens(n: int) -> str:
 
 
 def format_sessions_table(infos: Sequence[SessionInfo]) -> str:
-    """Plain-text table for the terminal: id, started, turns, tools, tokens, model, title."""
+    """Plain-text table for the terminal: id, started, turns, tools, tokens, whether a
+    notebook was written, model, title."""
     if not infos:
         return "(no sessions)"
-    head = ("id", "started", "turns", "tools", "tokens in/out", "model", "title")
+    head = ("id", "started", "turns", "tools", "tokens in/out", "notebook", "model", "title")
     rows = [head] + [(i.id, _when(i.started), str(i.turns), str(i.tool_calls),
                       f"{_tokens(i.input_tokens)}/{_tokens(i.output_tokens)}",
-                      i.model or "-", i.title) for i in infos]
+                      "yes" if i.notebook else "-", i.model or "-", i.title) for i in infos]
     widths = [max(len(r[c]) for r in rows) for c in range(len(head) - 1)]
     lines = ["  ".join([*(r[c].ljust(widths[c]) for c in range(len(widths))), r[-1]]).rstrip()
              for r in rows]

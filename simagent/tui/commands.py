@@ -45,6 +45,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 while_busy=True),
     CommandSpec("/transcript", "[md|html]", "write this session's transcript to a file",
                 "cmd_transcript", source="complete_transcript", while_busy=True),
+    CommandSpec("/notebook", "[path]", "write this session as a Jupyter notebook that "
+                "re-runs (default: <session id>.ipynb in the workspace)", "cmd_notebook"),
     CommandSpec("/approval", "[ask|workspace|auto]", "show or set which tools wait for "
                 "approval (shift+Tab cycles)", "cmd_approval", source="complete_approval"),
     CommandSpec("/resume-after-cost-ceiling", "", "clear a tripped cost ceiling so turns run "

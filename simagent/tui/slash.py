@@ -225,6 +225,18 @@ def cmd_transcript(ctl: TuiController, arg: str) -> None:
     ctl.note(f"transcript written: {out}", "info")
 
 
+def cmd_notebook(ctl: TuiController, arg: str) -> None:
+    from simagent.notebooks.export import ExportError, export
+
+    s = ctl.session
+    try:
+        _, _, message = export(s.paths.root, arg.strip() or None, s.workspace)
+    except ExportError as exc:
+        ctl.note(f"/notebook: {exc}", "warning")
+        return
+    ctl.note(message, "info")
+
+
 def cmd_approval(ctl: TuiController, arg: str) -> None:
     from simagent.config import APPROVAL_MODES
 

@@ -1,0 +1,104 @@
+"""Bench: do the bundled workflows' sessions export to notebooks that re-run?
+
+After a replay bench run, each workflow's session under the ``simagent`` policy (epoch 0)
+is exported (:mod:`simagent.notebooks.export`) and the notebook executed with
+``nbclient`` in a fresh kernel, in a fresh folder holding only the workflow's inputs;
+it counts as re-run when no cell fails and every number its reports gave comes out the
+same to the digits shown (:mod:`simagent.notebooks.rerun`). Results are kept in
+``notebooks.jsonl`` per workflow and commit, so a resumed run does not redo them, and
+the report states how many re-ran (:func:`report_section`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from simagent.jsonl import append_jsonl, read_jsonl
+
+RESULTS = "notebooks.jsonl"
+#: The policy whose session is exported (the one simagent users get).
+POLICY = "simagent"
+#: Seconds a re-run cell may take before the workflow counts as not re-run.
+CELL_TIMEOUT_S = 600
+
+
+def policy_session(out_dir: Path, workflow: str) -> Path | None:
+    """The session folder of ``workflow``'s ``simagent`` run (epoch 0), if it ran."""
+    from simagent.trace.sessions import find_session
+
+    workspace = out_dir / "runs" / f"{workflow}--{POLICY}--0" / "workspace"
+    if not workspace.is_dir():
+        return None
+    try:
+        return find_session(workspace, None)
+    except LookupError:
+        return None
+
+
+def rerun_workflow(wf: Any, session_dir: Path, scratch: Path) -> dict[str, Any]:
+    """Export and re-run one workflow's session; a row for ``notebooks.jsonl``."""
+    from simagent.notebooks.export import ExportError
+    from simagent.notebooks.rerun import rerun_session
+
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
+    wf.write_fixtures(scratch)
+    row: dict[str, Any] = {"workflow": wf.id, "session": session_dir.name}
+    try:
+        result, export_s = rerun_session(session_dir, scratch, timeout_s=CELL_TIMEOUT_S)
+    except ExportError as exc:
+        return row | {"ok": False, "error": str(exc)}
+    row |= {"ok": result.ok, "error": result.error, "export_s": round(export_s, 2),
+            "rerun_s": round(result.seconds, 1), "values": len(result.checks),
+            "mismatched": [f"{c.name}: {c.shown} -> {c.got}" for c in result.mismatched]}
+    shutil.rmtree(scratch, ignore_errors=True)
+    return row
+
+
+def run(workflows: Iterable[Any], out_dir: Path, commit: str | None,
+        progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """Re-run each workflow's notebook not yet done at ``commit``; every row for them."""
+    path = out_dir / RESULTS
+    done = {(r.get("workflow"), r.get("commit")): r for r in read_jsonl(path)}
+    rows = []
+    for wf in workflows:
+        if (wf.id, commit) in done:
+            rows.append(done[(wf.id, commit)])
+            continue
+        session = policy_session(out_dir, wf.id)
+        if session is None:
+            continue
+        if progress:
+            progress(f"notebook of {wf.id}: export and re-run")
+        row = rerun_workflow(wf, session, out_dir / "notebook-runs" / wf.id) | {
+            "commit": commit}
+        append_jsonl(path, json.dumps(row, default=str))
+        rows.append(row)
+    return rows
+
+
+def report_section(out_dir: Path, workflows: Sequence[str] | None = None) -> str:
+    """The report's lines: how many workflows' notebooks re-ran, and which did not."""
+    rows = {r.get("workflow"): r for r in read_jsonl(out_dir / RESULTS)}  # latest wins
+    if workflows is not None:
+        rows = {k: v for k, v in rows.items() if k in workflows}
+    if not rows:
+        return ""
+    good = sorted(k for k, r in rows.items() if r.get("ok"))
+    seconds = sum(float(r.get("rerun_s") or 0) for r in rows.values())
+    lines = ["## Notebooks", "",
+             f"{len(good)} of {len(rows)} bundled workflows' sessions exported to notebooks "
+             f"that re-ran top to bottom in a fresh kernel (nbclient, inputs only) with the "
+             f"reported key values the same to the digits shown "
+             f"({sum(int(r.get('values') or 0) for r in rows.values())} values checked, "
+             f"{seconds:.0f} s of re-runs)."]
+    for name in sorted(set(rows) - set(good)):
+        r = rows[name]
+        why = r.get("error") or "; ".join(r.get("mismatched") or []) or "?"
+        lines.append(f"- {name}: {why}")
+    return "\n".join(lines) + "\n"
