@@ -411,3 +411,30 @@ def test_with_the_persons_consent_its_server_restarts_it(server_kernel, workspac
         session.close()
     kernels = _http(server_kernel.base + "kernels", server_kernel.token)
     assert [k["id"] for k in kernels] == [server_kernel.id]
+
+
+def test_ctrl_c_stops_the_agents_cell_and_leaves_the_kernel_running(jupyter_kernel,
+                                                                   workspace, tmp_path):
+    """ctrl+C (SIGINT) in ``simagent run``: the agent's cell is interrupted through the
+    control channel, simagent exits 130, the kernel runs on with every variable."""
+    kc = jupyter_kernel.kc
+    run(kc, "x = 41")
+    flag = tmp_path / "cell-started"
+    model = scripted(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": f"z = x * 2\nopen({str(flag)!r}, 'w')"
+                                                f".close()\nimport time\ntime.sleep(300)"}},
+        {"final": "done"}])
+    env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
+    agent = subprocess.Popen([*SIMAGENT, "run", "--kernel", jupyter_kernel.id, "--model",
+                              model, "go"], cwd=workspace, env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        until(flag.exists, 180, "the agent's cell running")
+        agent.send_signal(signal.SIGINT)
+        _out, err = agent.communicate(timeout=120)
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait(30)
+    assert agent.returncode == exit_codes.CANCELLED, err
+    assert run(kc, "import os\nprint(x, z, os.getpid())") == f"41 82 {jupyter_kernel.pid}\n"
