@@ -313,3 +313,39 @@ def test_a_client_no_one_here_wrote_runs_a_cell(workspace: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     answer = json.loads(done.stdout[done.stdout.index("{"):])
     assert answer == {"content": [{"type": "text", "text": "42"}], "isError": False}
+
+
+_NOISY_SERVER = """
+import os, sys
+from simagent.mcp_server.server import build_server, serve_stdio
+from simagent.session import Session
+mcp = build_server(lambda: Session.create(sys.argv[1], approval="workspace"))
+@mcp.tool()
+def noisy() -> str:
+    "Writes to stdout the ways stray debug output does."
+    print("stray print", flush=True)
+    os.write(1, b"raw write to fd 1\\n")
+    print("glued to the next line", end="", flush=True)
+    return "the answer"
+serve_stdio(mcp)
+"""
+
+
+def test_stray_stdout_in_the_server_cannot_corrupt_the_protocol(workspace: Path,
+                                                                 tmp_path: Path) -> None:
+    """On stdio, stdout is the protocol: a print (even one without a newline, which would
+    glue onto the next response) or a raw write to fd 1 lands in stderr instead."""
+    params = StdioServerParameters(command=sys.executable, env=dict(os.environ),
+                                   args=["-c", _NOISY_SERVER, str(workspace)])
+
+    async def main() -> list[str]:
+        with open(tmp_path / "server.err", "w") as err:
+            async with stdio_client(params, errlog=err) as (read, write), \
+                    ClientSession(read, write, read_timeout_seconds=timedelta(seconds=60)) as s:
+                with anyio.fail_after(CALL_S):
+                    await s.initialize()
+                return [_text(await s.call_tool("noisy", {})) for _ in range(2)]
+
+    assert anyio.run(main) == ["the answer", "the answer"]
+    err = (tmp_path / "server.err").read_text()
+    assert "stray print" in err and "raw write to fd 1" in err
