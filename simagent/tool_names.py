@@ -10,3 +10,7 @@ REMEMBER = "remember"
 VIEW_FIGURE = "view_figure"
 RECORD_ATTEMPT = "record_attempt"
 RECALL = "recall"
+
+#: Tools whose results arrive already capped by the tool (``run_python``'s text names its
+#: raw output and ``_out[n]``): the context layer's per-tool cap leaves them as they are.
+SELF_CAPPING = frozenset({RUN_PYTHON})

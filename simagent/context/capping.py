@@ -4,8 +4,8 @@ The cheapest layer: a result longer than its tool's cap reaches the model as hea
 around a marker, and the whole text is written to ``large_tool_results/<call_id>.full.txt`` so it
 stays one ``read_file`` away. Error results are never cut: the end of an error is what
 the model needs, and errors are short after the kernel's own traceback compaction.
-``run_python`` caps itself (it knows where its raw output already is), so its results
-arrive under the cap and pass through untouched.
+Tools that cap themselves (``tool_names.SELF_CAPPING``: ``run_python`` knows where its raw
+output already is) pass through untouched. Both cut with ``simagent.head_tail``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from langchain_core.messages import ToolMessage
 
+from simagent.head_tail import head_and_tail
 from simagent.paths import private_dir, write_private
+from simagent.tool_names import SELF_CAPPING
 from simagent.trace.redact import redact
 
-#: Share of the cap given to the head; the tail (results, errors) gets the rest.
-HEAD_SHARE = 0.3
 #: Slack for markers a self-capping tool adds on top of its cap.
 MARKER_SLACK = 1_000
 
@@ -32,13 +32,7 @@ def cap_text(text: str, cap: int, where: str) -> str:
     """Head + tail of ``text`` in at most about ``cap`` chars, with a marker naming ``where``."""
     if len(text) <= cap:
         return text
-    head_n = int(cap * HEAD_SHARE)
-    head = text[:head_n]
-    nl = head.rfind("\n")
-    head = head[: nl + 1] if nl > head_n // 2 else head
-    tail = text[-(cap - len(head)):]
-    nl = tail.find("\n")
-    tail = tail[nl + 1:] if 0 <= nl < 200 else tail
+    head, tail = head_and_tail(text, cap)
     omitted = len(text) - len(head) - len(tail)
     return (f"{head}\n[... {omitted:,} of {len(text):,} chars not shown; full result: {where} "
             f"(read_file with offset/limit) ...]\n{tail}")
@@ -47,8 +41,7 @@ def cap_text(text: str, cap: int, where: str) -> str:
 def cap_tool_message(msg: ToolMessage, cap: int, folder: Path | str | None) -> ToolMessage:
     """``msg`` with its text capped (full text saved first); errors and small results as is."""
     text = msg.text
-    artifact = msg.artifact if isinstance(msg.artifact, dict) else {}
-    if (msg.status == "error" or "raw_path" in artifact  # errors; tools that cap themselves
+    if (msg.status == "error" or msg.name in SELF_CAPPING
             or len(text) <= cap + MARKER_SLACK or not isinstance(msg.content, str)):
         return msg
     where = "(not saved)"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from simagent.head_tail import head_and_tail
 from simagent.kernel.terminal import ESC_SEQ_RE
 
 Status = Literal["ok", "error", "interrupted", "died", "timeout"]
@@ -140,14 +141,15 @@ class ExecResult:
     def ok(self) -> bool:
         return self.status == "ok"
 
-    def model_text(self, cap: int | None = None, head_share: float = 0.25,
+    def model_text(self, cap: int | None = None,
                    digest: Callable[[int], tuple[str, str, int] | None] | None = None) -> str:
         """The text a model sees: streams, value, displays, error, notice; capped.
 
         Value, displays, error and notice are always kept whole (errors teach). Streams
         over the budget keep their head (setup, parameters) and their longer tail
-        (results) around a marker naming the raw output file; when capture already
-        dropped the head of a huge output, only the tail is left to show. ``digest``
+        (results) around a marker naming the raw output file (the cut is
+        ``simagent.head_tail``'s); when capture already dropped the head of a huge output,
+        only the tail is left to show. ``digest``
         (``simagent.kernel.digesters.output_digester``) is asked, only then, for a digest of
         the whole raw output in at most half the budget: (digester, text, lines read) or
         None; it goes after the marker, head and tail share what is left.
@@ -178,16 +180,7 @@ class ExecResult:
                          f"to statistics, warnings, errors and final lines verbatim]\n{text}\n"
                          f"[end of digest; the output's end follows]\n")
                 budget = max(budget - len(block), cap // 8)
-            head = ""
-            if self.rows_dropped == 0:
-                head = streams[: int(budget * head_share)]
-                nl = head.rfind("\n")
-                head = head[: nl + 1] if nl > len(head) // 2 else head
-            rest = streams[len(head):]
-            kept = rest[-(budget - len(head)):] if len(rest) > budget - len(head) else rest
-            nl = kept.find("\n")
-            if 0 <= nl < 200 and len(kept) < len(rest):  # start on a whole line
-                kept = kept[nl + 1 :]
+            head, kept = head_and_tail(streams, budget, with_head=self.rows_dropped == 0)
             marker = self.truncation_marker(len(head) + len(kept))
             streams = f"{head}{marker}\n{block}{kept}" if head else f"{marker}\n{block}{kept}"
         text = "\n".join(p for p in (streams, tail) if p)
