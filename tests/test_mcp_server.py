@@ -262,6 +262,16 @@ def test_http_needs_the_token_and_runs_nothing_without_it(workspace: Path,
                 await _cancel_when(s, "z = 7\nprint('spinning', flush=True)\nwhile True: pass",
                                    "spinning")
                 got["after"] = _text(await s.call_tool("run_python", {"code": "print(z)"}))
+            # a second MCP session gets its own simagent session and kernel
+            async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=CALL_S)
+                                         ) as http, \
+                    streamable_http_client(url, http_client=http) as (read, write, _), \
+                    ClientSession(read, write,
+                                  read_timeout_seconds=timedelta(seconds=CALL_S)) as s:
+                with anyio.fail_after(CALL_S):
+                    await s.initialize()
+                got["second"] = _text(await s.call_tool("run_python",
+                                                        {"code": "print('z' in dir())"}))
             return got
 
         got = anyio.run(main)
@@ -280,7 +290,18 @@ def test_http_needs_the_token_and_runs_nothing_without_it(workspace: Path,
     assert "12/12" in got["tqdm"] and any("it/s" in m for m in got["progress"])
     assert (workspace / "ran.txt").read_text() == "ran"  # the authorised call ran
     assert got["after"] == "7"
-    assert _events(workspace)[-1][0] == "session_end"  # its MCP session's kernel stopped
+    assert got["second"] == "False"
+    from simagent.trace.sessions import sessions_dir
+
+    sessions = [p for p in sessions_dir(workspace).iterdir() if p.is_dir()]
+    assert len(sessions) == 2
+    for folder in sessions:  # each MCP session's kernel stopped when its client left
+        db = sqlite3.connect(folder / "trace.sqlite")
+        try:
+            assert db.execute("SELECT kind FROM events ORDER BY id DESC").fetchone()[0] == \
+                "session_end"
+        finally:
+            db.close()
 
 
 @pytest.mark.parametrize("args", [["--http", "nope"], ["--sim", "no-such-simulator"]])
