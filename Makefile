@@ -3,8 +3,15 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# llama.cpp's server for local: models (the `local` extra) is built from source with
+# portable flags (a native build dies with SIGILL on some CPUs). The wheel is cached outside
+# the tree, keyed by version and flags, so a later install or CI run on the machine reuses it.
+LLAMA_VERSION := 0.3.36
+LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
+WHEEL_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/simagent/wheels
+LLAMA_WHEELS  := $(WHEEL_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_CMAKE)' | sha256sum | cut -c1-12)
 
-.PHONY: install run test lint bench-kernel bench-faults mutate clean
+.PHONY: install run test lint bench-kernel bench-faults mutate clean llama-wheel
 
 install: $(STAMP)
 
@@ -12,8 +19,20 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "simagent needs Python >= 3.11; set PYTHON=python3.11 (or newer)")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev,simulators]"
+	$(MAKE) llama-wheel
+	$(PY) -m pip install -q --find-links $(LLAMA_WHEELS) -e ".[dev,simulators,local,local-model]"
 	@touch $(STAMP)
+
+# About 3 min on 2 idle cores (11 min on a loaded one); then a cached wheel, in seconds.
+llama-wheel:
+	@if ls $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1; then \
+	  echo "llama-cpp-python $(LLAMA_VERSION): cached wheel in $(LLAMA_WHEELS)"; \
+	else \
+	  rm -rf $(LLAMA_WHEELS).tmp && mkdir -p $(LLAMA_WHEELS).tmp && \
+	  CMAKE_ARGS="$(LLAMA_CMAKE)" $(PY) -m pip wheel -q --no-deps --no-cache-dir \
+	    -w $(LLAMA_WHEELS).tmp "llama-cpp-python==$(LLAMA_VERSION)" && \
+	  rm -rf $(LLAMA_WHEELS) && mv $(LLAMA_WHEELS).tmp $(LLAMA_WHEELS); \
+	fi
 
 # The main job on embedded defaults: no key, no server. The whole bundled bench in replay
 # mode under every context policy (real kernel, real simulators, real graph; scripted model).

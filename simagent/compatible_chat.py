@@ -15,6 +15,11 @@ server in ``tests/test_local_server.py``):
   connection.
 - ``max_completion_tokens`` (what langchain sends for ``max_tokens``) is ignored there:
   the classic ``max_tokens`` is sent beside it.
+- A system message whose content is a list of text blocks (simagent's prompt is built
+  of blocks) fails validation there with an HTTP 500: text-only content goes as a string.
+- Each streamed tool-call delta repeats the call's name and id, which langchain would
+  concatenate (``set_unitset_unit…``): only the first delta keeps them; arguments cut
+  off at the output limit are flagged (:class:`StreamedCalls`).
 - Streamed chunks never carry ``usage``; the trace then records simagent's own count
   (``source: estimated``), as for any provider that reports none.
 
@@ -32,7 +37,7 @@ from typing import Any
 import httpx
 from langchain_openai import ChatOpenAI
 
-from simagent.provider_errors import EmptyReplyStream
+from simagent.provider_errors import INCOMPLETE_CALLS_KEY, EmptyReplyStream
 
 #: How long resolving a model may wait for a server to say its window (seconds).
 PROBE_TIMEOUT_S = 2.0
@@ -46,25 +51,29 @@ class CompatibleChatOpenAI(ChatOpenAI):
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
         if "max_completion_tokens" in payload:
             payload.setdefault("max_tokens", payload["max_completion_tokens"])
+        for message in payload.get("messages") or ():
+            message["content"] = flat_text(message.get("content"))
         return payload
 
     def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None,
                 **kwargs: Any) -> Iterator[Any]:
-        empty = True
+        calls = StreamedCalls()
         for chunk in super()._stream(messages, stop, run_manager, **kwargs):
-            empty = False
-            yield chunk
-        if empty:
+            yield calls.see(chunk)
+        if calls.empty:
             self._explain_empty(messages, stop, kwargs)
+        if (flag := calls.incomplete()) is not None:
+            yield flag
 
     async def _astream(self, messages: Any, stop: Any = None, run_manager: Any = None,
                        **kwargs: Any) -> AsyncIterator[Any]:
-        empty = True
+        calls = StreamedCalls()
         async for chunk in super()._astream(messages, stop, run_manager, **kwargs):
-            empty = False
-            yield chunk
-        if empty:
+            yield calls.see(chunk)
+        if calls.empty:
             self._explain_empty(messages, stop, kwargs)
+        if (flag := calls.incomplete()) is not None:
+            yield flag
 
     def _explain_empty(self, messages: Any, stop: Any, kwargs: dict[str, Any]) -> None:
         """Raise what the server would have said: ask again, not streamed, one token."""
@@ -77,6 +86,64 @@ class CompatibleChatOpenAI(ChatOpenAI):
             self.root_client.copy(http_client=http, max_retries=0).chat.completions.create(
                 **payload)
         raise EmptyReplyStream(str(self.openai_api_base or ""))
+
+
+class StreamedCalls:
+    """What one reply stream said about its tool calls, fixing two things on the way.
+
+    llama.cpp repeats a call's name and id (and a legacy ``function_call``) in every
+    argument delta, and langchain joins deltas by concatenating strings (the call would
+    be named ``set_unitset_unit…``): only the first delta keeps them. And langchain parses
+    streamed arguments leniently, so arguments cut off at the output limit still make a
+    "valid" call (``{"unit": "kel`` runs as ``{"unit": "kel"}``; llama.cpp even reports
+    ``finish_reason: tool_calls`` then): calls whose arguments are not complete JSON are
+    named in a last chunk's ``response_metadata[INCOMPLETE_CALLS_KEY]``, for the
+    recovery nudge."""
+
+    def __init__(self) -> None:
+        self.empty = True
+        self.names: dict[int, str] = {}
+        self.args: dict[int, str] = {}
+
+    def see(self, chunk: Any) -> Any:
+        self.empty = False
+        message = chunk.message
+        calls = getattr(message, "tool_call_chunks", None) or []
+        for call in calls:
+            index = call.get("index") or 0
+            if index in self.names:
+                call["name"] = call["id"] = None
+            elif call.get("name"):
+                self.names[index] = call["name"]
+            self.args[index] = self.args.get(index, "") + (call.get("args") or "")
+        if calls:
+            message.additional_kwargs.pop("function_call", None)
+        return chunk
+
+    def incomplete(self) -> Any:
+        """A last chunk naming the calls whose arguments are not complete JSON, or None."""
+        bad = []
+        for index, name in self.names.items():
+            try:
+                json.loads(self.args.get(index) or "{}")
+            except ValueError:
+                bad.append({"index": index, "name": name})
+        if not bad:
+            return None
+        from langchain_core.messages import AIMessageChunk
+        from langchain_core.outputs import ChatGenerationChunk
+
+        return ChatGenerationChunk(message=AIMessageChunk(
+            content="", response_metadata={INCOMPLETE_CALLS_KEY: bad}))
+
+
+def flat_text(content: Any) -> Any:
+    """Content made only of text blocks as one string (llama.cpp's server takes a system
+    message's content only as a string: a list gets an HTTP 500); anything else as is."""
+    if isinstance(content, list) and content and all(
+            isinstance(b, dict) and b.get("type") == "text" for b in content):
+        return "".join(str(b.get("text") or "") for b in content)
+    return content
 
 
 def server_window(base_url: str, model: str, timeout: float = PROBE_TIMEOUT_S) -> int | None:

@@ -12,5 +12,6 @@ from __future__ import annotations
 
 from simagent.agent import scripted_kind
 from simagent.bench import replay_kind
+from simagent.local_model import kind as local_kind
 
-KIND_MODULES = (scripted_kind, replay_kind)
+KIND_MODULES = (scripted_kind, replay_kind, local_kind)

@@ -19,6 +19,9 @@ COMPATIBLE_KEY_VAR = "OPENAI_COMPATIBLE_API_KEY"
 # Model-config keys of the provider retry policy (``[model]`` table; see RetryPolicy).
 RETRY_KEYS = ("retries", "retry_base_s", "retry_cap_s", "retry_after_cap_s",
               "retry_jitter", "check_finish_reason")
+#: ``response_metadata`` key naming streamed tool calls whose arguments did not end as
+#: complete JSON (set by ``compatible_chat``, read by the recovery nudge).
+INCOMPLETE_CALLS_KEY = "simagent_incomplete_tool_calls"
 #: Attribute set on a provider error the retry layer gave up on: how many retries it made.
 RETRIES_ATTR = "simagent_retries"
 

@@ -17,6 +17,7 @@ from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import AIMessage, HumanMessage
 
 from simagent.agent.recorder import reasoning_text
+from simagent.provider_errors import INCOMPLETE_CALLS_KEY
 from simagent.trace.log import TraceLog
 
 MAX_CONSECUTIVE = 2
@@ -29,8 +30,25 @@ def is_nudge(msg: Any) -> bool:
     return isinstance(msg, HumanMessage) and msg.additional_kwargs.get("lc_source") == NUDGE_SOURCE
 
 
+def cut_off(msg: AIMessage) -> bool:
+    """The reply's tool-call arguments did not end as complete JSON: it stopped at the
+    output token limit (``finish_reason`` "length", Anthropic's ``stop_reason``
+    "max_tokens"), or the stream said so (``INCOMPLETE_CALLS_KEY``, set by
+    ``simagent.compatible_chat``: llama.cpp reports "tool_calls" even then)."""
+    meta = msg.response_metadata or {}
+    return bool(meta.get("finish_reason") == "length" or meta.get("stop_reason") ==
+                "max_tokens" or meta.get(INCOMPLETE_CALLS_KEY))
+
+
 def diagnose(msg: AIMessage) -> str | None:
-    """Why this reply cannot be used, or None when it is fine."""
+    """Why this reply cannot be used, or None when it is fine.
+
+    A tool call in a reply cut off at the output limit has arguments that stop midway;
+    langchain's lenient parse of streamed JSON still makes it a "valid" call (``{"unit":
+    "kel`` becomes ``{"unit": "kel"}``), so it would run with wrong arguments (seen with
+    llama.cpp's server): it is not run, and the model is told."""
+    if msg.tool_calls and cut_off(msg):
+        return "cut_tool_call"
     if msg.invalid_tool_calls and not msg.tool_calls:
         return "invalid_tool_call"
     if not msg.tool_calls and not msg.invalid_tool_calls and not msg.text.strip():
@@ -57,6 +75,11 @@ def nudge_text(reason: str, msg: AIMessage) -> str:
         return (f"[harness] Your call to `{bad.get('name')}` could not be run: its arguments "
                 f"were not a valid JSON object ({bad.get('error') or 'parse error'}). Call the "
                 "tool again with valid JSON arguments, one call at a time if needed.")
+    if reason == "cut_tool_call":
+        return (f"[harness] Your call to `{msg.tool_calls[-1].get('name')}` was not run: its "
+                "arguments were not complete JSON (cut off at the output token limit, or "
+                "malformed). Call the tool again with complete, shorter arguments (split "
+                "long code into steps).")
     if reason == "reasoning_only":
         return ("[harness] Your last reply contained only reasoning, with no answer and no "
                 "tool call. Continue: call a tool, or write your answer to the user.")
@@ -88,14 +111,17 @@ class RecoveryMiddleware(AgentMiddleware):
         if reason is None:
             return None
         attempt = recent_nudges(messages[:-1]) + 1
+        cut = reason == "cut_tool_call"  # its calls are dropped, kept in the mark
+        bad = [dict(c) for c in (msg.tool_calls if cut else msg.invalid_tool_calls)]
+        extra = {k: v for k, v in msg.additional_kwargs.items()
+                 if not (cut and k in ("tool_calls", "function_call"))}
         cleaned = AIMessage(
-            content=msg.content, id=msg.id, tool_calls=list(msg.tool_calls),
+            content=msg.content, id=msg.id, tool_calls=[] if cut else list(msg.tool_calls),
             invalid_tool_calls=[], usage_metadata=msg.usage_metadata,
             response_metadata=dict(msg.response_metadata),
-            additional_kwargs={**msg.additional_kwargs,
+            additional_kwargs={**extra,
                                MARK: {"reason": reason, "attempt": attempt,
-                                      "invalid_tool_calls": [dict(c) for c in
-                                                             msg.invalid_tool_calls]}})
+                                      "invalid_tool_calls": bad}})
         if attempt > self.max_consecutive:
             self._trace(reason, attempt, gave_up=True)
             return {"messages": [cleaned]}

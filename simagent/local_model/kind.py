@@ -1,0 +1,89 @@
+"""The ``local:`` model kind: ``local:PATH.gguf`` or ``local:PACKAGE`` (a packaged model).
+
+Resolving one checks the file (or assembles and verifies the packaged one), starts
+llama.cpp's server for it with ``n_ctx`` = the configured window (``window`` in the
+``[model]`` config, else :data:`DEFAULT_WINDOW` or the model's trained window if that is
+smaller), and reads back the window the server really loaded: that is the window (and so
+the tier) simagent budgets against. ``ResolvedModel.close`` stops the server. Optional
+``[model]`` keys: ``port`` (else a free one), ``chat_format`` (else the model's own
+template). Imports only the standard library at load; registers itself on import.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from simagent.exit_codes import PROVIDER, USAGE
+from simagent.models import KindModel, ModelError, ModelKind, ModelSpec, register_kind
+from simagent.paths import state_home
+
+#: The window a local model gets when none is configured: small models live at 8-16k,
+#: and llama.cpp allocates the whole KV cache for it up front.
+DEFAULT_WINDOW = 8192
+LOCAL_KEYS = ("port", "chat_format")
+
+
+def model_file(name: str) -> Path:
+    """``name`` as a GGUF path (``*.gguf`` or anything with a slash) or a packaged model."""
+    if name.lower().endswith(".gguf") or "/" in name or os.sep in name:
+        return Path(name).expanduser().resolve()
+    from simagent.local_model.packaged import assembled_path
+
+    return assembled_path(name, state_home())
+
+
+def server_log_path(alias: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return state_home() / "logs" / f"llama-server-{alias}-{stamp}-{os.getpid()}.log"
+
+
+def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> KindModel:
+    from simagent.local_model.gguf_file import inspect_gguf
+
+    info = inspect_gguf(model_file(spec.name))
+    window = cfg.get("window") or min(DEFAULT_WINDOW, info.trained_window or DEFAULT_WINDOW)
+    if info.trained_window and window > info.trained_window:
+        raise ModelError(f"window {window} is larger than {info.path.name} supports "
+                         f"({info.trained_window} tokens); set window <= "
+                         f"{info.trained_window} in the [model] config", code=USAGE)
+    port = cfg.get("port")
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool)
+                             or not 0 < port < 65536):
+        raise ModelError(f"model config 'port' must be a TCP port number, got {port!r}",
+                         code=USAGE)
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ModelError("local: models need llama.cpp's server: pip install "
+                         "'simagent[local]' (make install builds it)", code=PROVIDER)
+    from simagent.local_model.server import start_server
+
+    alias = re.sub(r"[^A-Za-z0-9._-]+", "-", info.path.stem)[:60] or "local"
+    server = start_server(info.path, alias=alias, n_ctx=window, port=port,
+                          log_path=server_log_path(alias),
+                          chat_format=cfg.get("chat_format"))
+    try:
+        from simagent.models import compatible_chat
+
+        loaded = int(server.props.get("n_ctx") or window)
+        chat_cfg = {k: v for k, v in cfg.items() if k not in LOCAL_KEYS}
+        chat = compatible_chat(alias, server.url, "not-needed", {**chat_cfg, "window": loaded})
+    except BaseException:
+        server.stop()
+        raise
+    return KindModel(chat, close=server.stop, window=loaded,
+                     info={"url": server.url, "log": str(server.log_path), "pid": server.pid,
+                           "model_file": str(info.path), "n_ctx": loaded,
+                           "trained_window": info.trained_window})
+
+
+def _split_local(rest: str) -> tuple[str, str | None]:
+    return rest, None
+
+
+KIND = register_kind(ModelKind("local", build_local, "local:PATH.gguf or local:PACKAGE",
+                               _split_local))

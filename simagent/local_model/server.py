@@ -1,0 +1,185 @@
+"""The supervised llama.cpp server behind a ``local:`` model.
+
+One child process per resolved model, on a free loopback port. It never outlives
+simagent: :meth:`LlamaServer.stop` ends it (``ResolvedModel.close`` and an ``atexit``
+hook call it), and the child itself exits when its stdin, whose write end only simagent
+holds, reaches end-of-file, which the OS does when simagent dies in any way. Its output
+goes to a log file kept with the state home's logs; a start that fails shows that log's
+last lines.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simagent.exit_codes import PROVIDER, USAGE
+from simagent.models import ModelError
+
+HOST = "127.0.0.1"
+#: How long a server may take to load its model and answer (seconds); a 1.5B model
+#: loads in a few seconds on 2 cores, a busy machine takes longer.
+READY_TIMEOUT_S = 180.0
+#: How long a stopped server may take to exit before it is killed (seconds).
+STOP_TIMEOUT_S = 10.0
+#: Starts retried when another process took the chosen free port first.
+PORT_TRIES = 3
+#: Lines of the server's log shown when it fails to start.
+LOG_TAIL = 4
+POLL_S = 0.2
+_ERROR_LINE = re.compile(r"^\w*(Error|Exception)\b|error|failed", re.IGNORECASE)
+
+_LIVE: set[LlamaServer] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@dataclass(eq=False)
+class LlamaServer:
+    proc: subprocess.Popen[bytes]
+    port: int
+    alias: str
+    log_path: Path
+    props: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/v1"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        """End the server (idempotent): terminate, then kill after STOP_TIMEOUT_S."""
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT_S)
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
+
+
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for server in live:
+        server.stop()
+
+
+atexit.register(_stop_all)
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    kept = [line.strip() for line in text if line.strip()]
+    # llama.cpp logs hundreds of loading lines: the errors say why it stopped
+    errors = [line for line in kept if _ERROR_LINE.search(line)]
+    return " | ".join((errors or kept)[-lines:]) or "(empty log)"
+
+
+def get_props(port: int, timeout: float = 2.0) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/props", timeout=timeout) as r:
+            found = json.loads(r.read(100_000))
+            return found if isinstance(found, dict) else None
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+def start_server(model: Path, *, alias: str, n_ctx: int, log_path: Path,
+                 port: int | None = None, chat_format: str | None = None,
+                 ready_timeout: float = READY_TIMEOUT_S) -> LlamaServer:
+    """Start and wait for a server; ``ModelError`` (no process left) when it cannot."""
+    if port is not None and port_in_use(port):
+        raise ModelError(f"port {port} on {HOST} is in use: stop what listens there or "
+                         "leave 'port' out of the [model] config to use a free one",
+                         code=USAGE)
+    for attempt in range(PORT_TRIES):
+        chosen = port or free_port()
+        server = _spawn(model, alias, n_ctx, chosen, log_path, chat_format)
+        try:
+            _wait_ready(server, ready_timeout)
+            return server
+        except _PortTaken:
+            server.stop()
+            if port is not None or attempt == PORT_TRIES - 1:
+                raise ModelError(f"the llama.cpp server could not bind port {chosen}: "
+                                 f"{log_tail(log_path)}") from None
+        except BaseException:
+            server.stop()
+            raise
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _spawn(model: Path, alias: str, n_ctx: int, port: int, log_path: Path,
+           chat_format: str | None) -> LlamaServer:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "simagent.local_model.serve", "--model", str(model),
+           "--alias", alias, "--n-ctx", str(n_ctx), "--port", str(port)]
+    if chat_format:
+        cmd += ["--chat-format", chat_format]
+    with log_path.open("ab") as log:
+        log.write(f"--- simagent: {' '.join(cmd)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    server = LlamaServer(proc, port, alias, log_path)
+    with _LIVE_LOCK:
+        _LIVE.add(server)
+    return server
+
+
+def _wait_ready(server: LlamaServer, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = server.proc.poll()
+        if code is not None:
+            tail = log_tail(server.log_path)
+            if "address already in use" in tail.lower():
+                raise _PortTaken()
+            raise ModelError(f"the llama.cpp server exited (code {code}) before it was "
+                             f"ready; its log {server.log_path} ends: {tail}", code=PROVIDER)
+        if (props := get_props(server.port, timeout=1.0)) is not None:
+            server.props = props
+            return
+        time.sleep(POLL_S)
+    raise ModelError(f"the llama.cpp server did not answer within {timeout:.0f} s; its log "
+                     f"{server.log_path} ends: {log_tail(server.log_path)}", code=PROVIDER)

@@ -1,0 +1,329 @@
+"""``local:`` models against the real llama.cpp server (llama-cpp-python, the ``local``
+extra that ``make`` builds), started and supervised by simagent itself.
+
+The model is a tiny random GGUF written by the test (``tiny_gguf.py``): the server, its
+chat template handling, its streaming, its errors and its grammar-constrained tool calls
+are all real; what the model says is noise. Tool calls are forced (``tool_choice`` naming
+the function), which makes llama.cpp decode the arguments under a grammar built from the
+tool's JSON schema: that, not the random model, is why they are valid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("llama_cpp", reason="needs the local extra: pip install 'simagent[local]'")
+
+from langchain_core.messages import HumanMessage
+from langchain_core.messages.utils import message_chunk_to_message
+from tiny_gguf import write_tiny_gguf
+
+import simagent.model_kinds  # noqa: F401  (registers local:)
+from simagent.agent.provider_retry import classify
+from simagent.agent.recovery import RecoveryMiddleware, is_nudge
+from simagent.context.overflow import is_context_overflow
+from simagent.context.thresholds import model_tier
+from simagent.models import describe_provider_error, resolve_model
+from simagent.provider_errors import INCOMPLETE_CALLS_KEY
+
+SIMAGENT = [sys.executable, "-m", "simagent"]
+UNIT_TOOL = {"type": "function", "function": {
+    "name": "set_unit", "description": "Set the unit of the result.",
+    "parameters": {"type": "object", "properties": {
+        "unit": {"type": "string", "enum": ["kelvin", "celsius", "fahrenheit"]}},
+        "required": ["unit"]}}}
+FORCE_UNIT = {"type": "function", "function": {"name": "set_unit"}}
+
+
+def servers_of(model: Path) -> list[int]:
+    """Live ``simagent.local_model.serve`` processes serving ``model``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"simagent.local_model.serve" in argv and str(model).encode() in argv \
+                and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def own_copy(model: Path, folder: Path) -> Path:
+    copy = folder / "own.gguf"
+    copy.write_bytes(model.read_bytes())
+    return copy
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_gguf(tmp_path_factory.mktemp("model") / "tiny.gguf")
+
+
+@pytest.fixture(scope="module")
+def served(tiny: Path, tmp_path_factory: pytest.TempPathFactory):
+    with pytest.MonkeyPatch.context() as mp:  # the server's log goes under this state home
+        mp.setenv("SIMAGENT_HOME", str(tmp_path_factory.mktemp("home")))
+        resolved = resolve_model(f"local:{tiny}", model_config={"window": 1000}, environ={})
+    yield resolved
+    resolved.close()
+    assert servers_of(tiny) == []
+
+
+def test_window_and_tier_come_from_the_server(served, tiny: Path) -> None:
+    # 1000 asked; llama.cpp rounds n_ctx up to a multiple of 256 and says so in /props
+    assert served.window == 1024 and served.info["n_ctx"] == 1024
+    assert model_tier(served.id, served.window) == "small"
+    assert Path(served.info["log"]).is_file() and servers_of(tiny) == [served.info["pid"]]
+
+
+def test_streamed_text_honours_max_tokens(served) -> None:
+    chunks = list(served.chat_model.stream([HumanMessage("hello")], max_tokens=6))
+    text_chunks = [c for c in chunks if c.text]
+    reply = sum(chunks[1:], chunks[0])
+    # one token per chunk; without max_tokens beside max_completion_tokens the server
+    # would write until n_ctx
+    assert 1 <= len(text_chunks) <= 6
+    assert reply.response_metadata.get("finish_reason") in ("length", "stop")
+    assert reply.usage_metadata is None  # the server never reports usage when streaming
+
+
+def test_tool_call_arguments_arrive_in_deltas(served) -> None:
+    model = served.chat_model.bind_tools([UNIT_TOOL], tool_choice=FORCE_UNIT)
+    chunks = list(model.stream([HumanMessage("which unit?")]))
+    pieces = [c.tool_call_chunks[0]["args"] for c in chunks
+              if c.tool_call_chunks and c.tool_call_chunks[0].get("args")]
+    assert len(pieces) > 1  # the arguments came in several deltas
+    reply = sum(chunks[1:], chunks[0])
+    (call,) = reply.tool_calls
+    assert call["name"] == "set_unit" and call["args"]["unit"] in (
+        "kelvin", "celsius", "fahrenheit")
+    assert json.loads("".join(pieces)) == call["args"]
+
+
+def test_a_streamed_request_past_n_ctx_raises_the_servers_own_overflow_error(served) -> None:
+    with pytest.raises(Exception) as info:
+        list(served.chat_model.stream([HumanMessage("x" * 3000)]))
+    # llama.cpp answers a streamed overflow with HTTP 200 and no data; the client asks
+    # again unstreamed and gets the real 400, which the emergency compaction recognises
+    assert "context_length_exceeded" in str(info.value) or "maximum context length" in str(
+        info.value).lower()
+    assert is_context_overflow(info.value) and classify(info.value) is None
+    assert describe_provider_error(info.value).startswith("provider error: context overflow")
+    # and the server serves the next request
+    assert list(served.chat_model.stream([HumanMessage("hi")], max_tokens=2))
+
+
+def test_a_cut_off_tool_call_from_the_server_gets_the_recovery_nudge(served) -> None:
+    model = served.chat_model.bind_tools([UNIT_TOOL], tool_choice=FORCE_UNIT)
+    chunks = list(model.stream([HumanMessage("which unit?")], max_tokens=4))
+    msg = message_chunk_to_message(sum(chunks[1:], chunks[0]))  # as the agent gets it
+    # 4 tokens of '{"unit": ...}': langchain's lenient parse still makes it a call, and
+    # llama.cpp reports finish_reason "tool_calls"; the stream flags the cut arguments
+    assert msg.response_metadata["finish_reason"] == "tool_calls"
+    assert msg.tool_calls and msg.tool_calls[0]["args"] != {"unit": "kelvin"}
+    assert msg.response_metadata[INCOMPLETE_CALLS_KEY] == [{"index": 0, "name": "set_unit"}]
+    update = RecoveryMiddleware().after_model({"messages": [HumanMessage("go"), msg]}, None)
+    assert update is not None and update["jump_to"] == "model"
+    cleaned, nudge = update["messages"]
+    assert cleaned.tool_calls == [] and not cleaned.additional_kwargs.get("tool_calls")
+    assert is_nudge(nudge) and "`set_unit` was not run" in nudge.content
+
+
+def test_a_server_killed_mid_stream_is_a_provider_fault_and_leaves_nothing(
+        tiny: Path, tmp_path: Path) -> None:
+    tiny = own_copy(tiny, tmp_path)  # the module's server serves the shared file
+    resolved = resolve_model(f"local:{tiny}", model_config={"window": 2048}, environ={})
+    try:
+        stream = resolved.chat_model.stream([HumanMessage("write")], max_tokens=1500)
+        next(stream)
+        os.kill(resolved.info["pid"], signal.SIGKILL)
+        with pytest.raises(Exception) as info:
+            for _ in stream:
+                pass
+    finally:
+        resolved.close()
+    fault = classify(info.value)
+    assert fault is not None and fault.cause.startswith("connection")  # retried, bounded
+    line = describe_provider_error(info.value)
+    assert line.startswith("provider error: connection to http://127.0.0.1:")
+    assert servers_of(tiny) == []
+
+
+# ---- the whole product: simagent run -------------------------------------------------------
+
+def run(workspace: Path, *args: str, timeout: float = 420) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
+    return subprocess.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def configure(workspace: Path, model: str, **model_cfg: object) -> None:
+    (workspace / ".simagent").mkdir(exist_ok=True)
+    lines = ["[model]", f"id = {json.dumps(model)}"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in model_cfg.items()]
+    lines += ["[context]", "summarize = false"]  # the emergency path alone, no summary call
+    (workspace / ".simagent" / "config.toml").write_text("\n".join(lines) + "\n")
+
+
+def trace(state_dir: str, kind: str) -> list[dict]:
+    db = sqlite3.connect(Path(state_dir) / "trace.sqlite")
+    try:
+        return [json.loads(p) for (p,) in db.execute(
+            "SELECT payload FROM events WHERE kind = ? ORDER BY id", (kind,))]
+    finally:
+        db.close()
+
+
+def prompt_tokens(log: Path) -> list[int]:
+    """The prompt tokens llama.cpp evaluated per request, from the server's own log."""
+    return [int(m) for m in re.findall(r"prompt eval time =.*?/\s*(\d+) tokens", log.read_text())]
+
+
+@pytest.mark.slow
+def test_simagent_run_counts_usage_and_compacts_on_the_servers_overflow(
+        tiny: Path, tmp_path: Path) -> None:
+    """Three turns through the real CLI, a new server per run. The byte-level model
+    spends about twice the tokens simagent's ruler counts, so the third run, on a window
+    just under what the second run's request took, passes simagent's own budget check
+    and overflows on the server: the server's error (behind an empty stream) triggers
+    the emergency compaction and one retry, which fits once the large first turn is
+    dropped."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    tiny = own_copy(tiny, tmp_path)
+    model = f"local:{tiny}"
+    logs = Path(os.environ["SIMAGENT_HOME"]) / "logs"
+    configure(workspace, model, window=16384, max_output=8)
+    first = run(workspace, "run", "--json", "--approval", "auto", "notes: " + "abcd " * 500)
+    assert first.returncode == 0, first.stderr
+    out = json.loads(first.stdout)
+    assert out["status"] == "done" and out["usage"]["input_tokens"] > 1000
+    (usage,) = trace(out["state_dir"], "model_usage")
+    # streamed chunks carry no usage: simagent's own count, marked as such
+    assert usage["source"] == "estimated" and usage["input_tokens"] == out["usage"][
+        "input_tokens"]
+    assert servers_of(tiny) == []
+    second = run(workspace, "run", "--json", "--resume", out["session_id"], "ok")
+    assert second.returncode == 0, second.stderr
+    (log,) = [p for p in logs.glob("llama-server-own-*.log") if p.stat().st_size and
+              prompt_tokens(p) and p.stat().st_mtime >= max(
+                  q.stat().st_mtime for q in logs.glob("llama-server-own-*.log"))]
+    took = prompt_tokens(log)[0]  # a fresh server: the whole prompt was evaluated
+    window = (took // 256 - 1) * 256  # under what the next request needs
+    configure(workspace, model, window=window, max_output=8)
+    third = run(workspace, "run", "--json", "--resume", out["session_id"], "and now?")
+    assert third.returncode == 0, third.stderr
+    assert json.loads(third.stdout)["status"] == "done"
+    (emergency,) = trace(out["state_dir"], "context_emergency")
+    assert "maximum context length" in emergency["error"].lower() and emergency["dropped"]
+    assert servers_of(tiny) == []
+    assert len(list(logs.glob("llama-server-own-*.log"))) == 3
+
+
+def test_a_killed_simagent_leaves_no_server(tiny: Path, tmp_path: Path) -> None:
+    """SIGKILL gives simagent no chance to stop anything: the server notices its stdin
+    close and exits by itself."""
+    tiny = own_copy(tiny, tmp_path)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    configure(workspace, f"local:{tiny}", window=16384, max_output=8)
+    env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
+    proc = subprocess.Popen([*SIMAGENT, "run", "hello"], cwd=workspace, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while not servers_of(tiny) and time.monotonic() < deadline:
+            assert proc.poll() is None, "simagent ended before its server started"
+            time.sleep(0.2)
+        assert len(servers_of(tiny)) == 1
+    finally:
+        proc.kill()
+        proc.wait(30)
+    deadline = time.monotonic() + 60
+    while servers_of(tiny) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert servers_of(tiny) == []
+
+
+# ---- bad input: one line, a documented exit code, no process left -------------------------
+
+def bad_run(tmp_path: Path, model: str, **cfg: object) -> tuple[int, list[str]]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    configure(workspace, model, **cfg)
+    proc = run(workspace, "run", "hello", timeout=300)
+    return proc.returncode, [ln for ln in proc.stderr.splitlines() if ln.strip()]
+
+
+def test_a_missing_gguf_is_one_usage_line(tmp_path: Path) -> None:
+    code, lines = bad_run(tmp_path, f"local:{tmp_path / 'nope.gguf'}")
+    assert code == 2 and lines == [f"simagent: error: local model file not found: "
+                                   f"{tmp_path / 'nope.gguf'}"]
+
+
+def test_a_file_that_is_not_gguf_or_is_cut_short_is_one_usage_line(
+        tiny: Path, tmp_path: Path) -> None:
+    text = tmp_path / "notes.gguf"
+    text.write_text("hello")
+    code, lines = bad_run(tmp_path, f"local:{text}")
+    assert code == 2 and len(lines) == 1 and "is not a GGUF model file" in lines[0]
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(tiny.read_bytes()[:5000])
+    code, lines = bad_run(tmp_path, f"local:{cut}")
+    assert code == 2 and len(lines) == 1 and "is a damaged GGUF model file" in lines[0]
+    assert servers_of(cut) == []
+
+
+def test_a_window_beyond_the_trained_one_is_refused_before_any_server(tmp_path: Path) -> None:
+    small = write_tiny_gguf(tmp_path / "small.gguf", trained_window=2048)
+    code, lines = bad_run(tmp_path, f"local:{small}", window=4096)
+    assert code == 2 and lines == [
+        "simagent: error: window 4096 is larger than small.gguf supports (2048 tokens); "
+        "set window <= 2048 in the [model] config"]
+    assert servers_of(small) == []
+
+
+def test_a_port_in_use_is_one_line(tiny: Path, tmp_path: Path) -> None:
+    tiny = own_copy(tiny, tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, lines = bad_run(tmp_path, f"local:{tiny}", port=port)
+    assert code == 2 and len(lines) == 1 and f"port {port} on 127.0.0.1 is in use" in lines[0]
+    assert servers_of(tiny) == []
+
+
+def test_a_server_that_fails_to_start_shows_its_logs_last_lines(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    # a valid header whose tensors do not match the architecture: llama.cpp refuses it
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(broken), "llama")
+    w.add_context_length(4096)
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    code, lines = bad_run(tmp_path, f"local:{broken}")
+    assert code == 4 and len(lines) == 1
+    assert "the llama.cpp server exited (code 1) before it was ready; its log" in lines[0]
+    assert "ends: " in lines[0] and "rror" in lines[0].split("ends: ", 1)[1]
+    assert servers_of(broken) == []
