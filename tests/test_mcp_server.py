@@ -7,6 +7,7 @@ the servers stop when their client leaves, which the worker's leak check holds t
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -175,9 +176,21 @@ def test_stdio_bad_input_gives_one_clear_error_and_the_session_goes_on(
                     ("run_python", {"code": "print(x + 1)"})]:
                 r = await s.call_tool(name, args)
                 out.append((r.isError, _text(r)))
+            # figures and raw outputs by tool and by resource URI
+            plot = _text(await s.call_tool("run_python", {"code": (
+                "import matplotlib.pyplot as plt\nplt.plot([0, 1, 2], [3, 5, 4])\n"
+                "plt.xlabel('t [s]'); plt.show()\nprint('plotted')")}))
+            fig = await s.call_tool("figure", {"n": "-1"})
+            fid = re.search(r"\[figure (fig-\w+)", plot)[1]
+            n = int(re.search(r"_out\[(\d+)\]", (await s.call_tool(
+                "output", {"n": -1, "op": "head"})).content[0].text)[1])
+            raw = await s.read_resource(f"simagent://outputs/{n}")
+            image = await s.read_resource(f"simagent://figures/{fid}")
+            outside = await s.call_tool("figure", {"n": "../../trace.sqlite"})
+            out.append((plot, fig, raw, image, outside))
         return out
 
-    (ok, first), unknown, bad_n, no_code, bad_op, stdin, died, after = anyio.run(main)
+    (ok, first), unknown, bad_n, no_code, bad_op, stdin, died, after, figs = anyio.run(main)
     assert not ok and first == "(no output)"
     assert unknown == (True, "Unknown tool: no_such_tool")
     assert bad_n[0] and "validation error" in bad_n[1] and "n\n" in bad_n[1]
@@ -188,12 +201,23 @@ def test_stdio_bad_input_gives_one_clear_error_and_the_session_goes_on(
     # the next request restarts the kernel and replays the cell that defined x
     assert after[1].startswith("42\n") and "restarted" in after[1] and not after[0]
 
+    plot, fig, raw, image, outside = figs
+    assert plot.startswith("plotted\n[figure fig-") and "axes: x \"t [s]\"" in plot
+    assert [c.type for c in fig.content] == ["text", "image"] and not fig.isError
+    assert fig.content[0].text.startswith("[figure fig-") and "t [s]" in fig.content[0].text
+    assert base64.b64decode(fig.content[1].data).startswith(b"\x89PNG")
+    assert raw.contents[0].text.startswith("[figure fig-")  # the raw file, uncapped
+    assert raw.contents[0].text.endswith("\nplotted\n")
+    assert base64.b64decode(image.contents[0].blob).startswith(b"\x89PNG")
+    assert outside.isError and "no figure '../../trace.sqlite'" in _text(outside)
+
     events = _events(workspace)
     calls = [p for k, p in events if k == "tool_call"]
     results = {p["tool_call_id"]: p for k, p in events if k == "tool_result"}
-    assert len(calls) == 8 and all(c["id"] in results for c in calls)
+    assert len(calls) == 12 and all(c["id"] in results for c in calls)
     assert [results[c["id"]]["status"] for c in calls] == \
-        ["success", "error", "error", "error", "error", "success", "success", "success"]
+        ["success", "error", "error", "error", "error", "success", "success", "success",
+         "success", "success", "success", "error"]
     assert any(k == "kernel_recovery" for k, _ in events)
 
 
