@@ -262,7 +262,7 @@ BENCH = {"pybamm": "pybamm-rate-capability", "cantera": "cantera-ignition-map",
 def test_longest_bench_output_digests_to_a_tenth_keeping_every_notable_line(tmp_path, sim):
     """Replays the simulator's long bench workflow in a real kernel (as ``simagent bench``
     records it) and digests its longest output."""
-    from simagent.bench.replay import record
+    from simagent.bench.kernel_recording import record
     from simagent.bench.workflow import bundled_workflows, load_workflow
 
     wf = load_workflow(bundled_workflows()[BENCH[sim]])

@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
-from simagent.bench.replay import Recording, ReplaySession
+from simagent.bench.kernel_recording import Recording, ReplaySession
 from simagent.bench.workflow import resolve_workflows
 from simagent.context import thresholds as th
 from simagent.context.counting import count_message, is_state_card, measure

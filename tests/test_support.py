@@ -273,8 +273,8 @@ kind = "supported_numbers"
 
 @pytest.mark.slow
 def test_a_replayed_run_flags_only_the_fabricated_number(tmp_path):
+    from simagent.bench.kernel_recording import record
     from simagent.bench.policies import resolve_policies
-    from simagent.bench.replay import record
     from simagent.bench.runner import measure_run, replayed
 
     folder = tmp_path / "workflows"

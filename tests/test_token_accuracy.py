@@ -54,8 +54,8 @@ def test_counted_total_matches_the_tokenizer_on_a_long_replayed_workflow(tmp_pat
     under the simagent policy, counted per message (cached), is within 1.5 % of the wire
     payload langchain-openai builds for it, counted by tiktoken (``payload_reference``:
     no simagent serializer or counter in the reference)."""
+    from simagent.bench.kernel_recording import record
     from simagent.bench.policies import resolve_policies
-    from simagent.bench.replay import record
     from simagent.bench.runner import replayed
     from simagent.bench.workflow import resolve_workflows
 

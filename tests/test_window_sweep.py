@@ -127,7 +127,7 @@ def test_a_policy_run_starts_without_an_earlier_runs_memory(tmp_path, monkeypatc
     under the folder's path) must not carry over into the next run's memory index."""
     from types import SimpleNamespace
 
-    from simagent.bench.replay import policy_workspace
+    from simagent.bench.kernel_recording import policy_workspace
     from simagent.paths import workspace_state_dir
 
     monkeypatch.setenv("SIMAGENT_HOME", str(tmp_path / "home"))

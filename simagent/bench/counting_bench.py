@@ -33,7 +33,7 @@ def replay_requests(wf: Any, policy: Any, out_dir: Path,
                     progress: Callable[[str], None] | None = None
                     ) -> list[tuple[list[Any], list[Any]]]:
     """Every (messages, tools) request the model received in one replayed run."""
-    from simagent.bench.replay import record
+    from simagent.bench.kernel_recording import record
     from simagent.bench.runner import replayed
 
     recording = record(wf, out_dir / "recordings" / wf.id, progress=progress or (lambda _m: None))

@@ -227,7 +227,7 @@ def replayed(wf: Workflow, policy: Policy, recording: Any, run_dir: Path,
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
     from simagent.agent.scripted import ScriptedChatModel
-    from simagent.bench.replay import ReplaySession, policy_workspace
+    from simagent.bench.kernel_recording import ReplaySession, policy_workspace
 
     session = ReplaySession(policy_workspace(recording, run_dir / "workspace"), recording, wf)
     session.extra_roots = [recording.session_dir, recording.workspace]
@@ -333,7 +333,7 @@ def enforced_twin(row: dict[str, Any]) -> dict[str, Any]:
 def run_bench(plan: BenchPlan, out_dir: Path,
               progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run every missing row of ``plan``; returns all rows for the plan (old and new)."""
-    from simagent.bench.replay import record
+    from simagent.bench.kernel_recording import record
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "records.jsonl"

@@ -1,4 +1,5 @@
-"""Replay: run a workflow's kernel steps once for real, then serve the results to every policy.
+"""Kernel recording: run a workflow's kernel steps once for real, then serve the results
+to every policy's replay.
 
 Kernel results do not depend on the context policy, so recording them once and handing
 them back in order keeps a policy's cost to graph time and keeps every policy's tool
