@@ -281,7 +281,7 @@ def test_live_mode_runs_a_real_model_over_http_and_records_provider_usage(tmp_pa
     sys.path.insert(0, str(Path(__file__).parent))
     from openai_stub import OpenAIStub, Reply
 
-    from simagent.bench.runner import BenchPlan, run_bench
+    from simagent.bench.workflow_runs import BenchPlan, run_bench
 
     canary = resolve_workflows(["canary"])[0]
     codes = [s["args"]["code"] for s in canary.steps if s.get("tool") == "run_python"]

@@ -12,8 +12,8 @@ from simagent.bench.figures import color_of, line_style, panels, policy_order
 from simagent.bench.oracle import OraclePlan, Script
 from simagent.bench.policies import resolve_policies
 from simagent.bench.report import short_table
-from simagent.bench.runner import BenchPlan, run_bench
 from simagent.bench.workflow import load_workflow
+from simagent.bench.workflow_runs import BenchPlan, run_bench
 from simagent.context.clearing import is_cleared
 
 TAG = "abc123"

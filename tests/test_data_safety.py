@@ -220,7 +220,7 @@ def test_secrets_reach_no_file_simagent_writes(workspace, tmp_path, monkeypatch)
 
         history = redacting_file_history(str(home / "input_history"))
         history.store_string(f"repeat it: {SECRET}")
-        from simagent.bench import runner as bench_runner
+        from simagent.bench import workflow_runs as bench_runner
 
         bench_runner.append_record(tmp_path / "out" / "records.jsonl", {"final": second.final})
     finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
-from simagent.bench.runner import append_record as append_bench_record
+from simagent.bench.workflow_runs import append_record as append_bench_record
 from simagent.context.ledger import Ledger
 from simagent.context.task_records import append_record as append_task_record
 from simagent.jsonl import append_jsonl, read_jsonl

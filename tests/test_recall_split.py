@@ -25,8 +25,8 @@ from simagent.bench.report import (
     short_table,
     write_report,
 )
-from simagent.bench.runner import measure_run, summarize
 from simagent.bench.workflow import Probe, Workflow
+from simagent.bench.workflow_runs import measure_run, summarize
 from simagent.context.counting import count_text
 from simagent.context.recall import (
     CALL_OVERHEAD_TOKENS,

@@ -275,7 +275,7 @@ kind = "supported_numbers"
 def test_a_replayed_run_flags_only_the_fabricated_number(tmp_path):
     from simagent.bench.kernel_recording import record
     from simagent.bench.policies import resolve_policies
-    from simagent.bench.runner import measure_run, replayed
+    from simagent.bench.workflow_runs import measure_run, replayed
 
     folder = tmp_path / "workflows"
     folder.mkdir()

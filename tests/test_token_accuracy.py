@@ -56,8 +56,8 @@ def test_counted_total_matches_the_tokenizer_on_a_long_replayed_workflow(tmp_pat
     no simagent serializer or counter in the reference)."""
     from simagent.bench.kernel_recording import record
     from simagent.bench.policies import resolve_policies
-    from simagent.bench.runner import replayed
     from simagent.bench.workflow import resolve_workflows
+    from simagent.bench.workflow_runs import replayed
 
     (wf,) = resolve_workflows([LONG_WORKFLOW])
     assert wf.long

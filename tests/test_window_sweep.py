@@ -7,8 +7,8 @@ import json
 import pytest
 
 from simagent.bench.policies import resolve_policies
-from simagent.bench.runner import BenchPlan, run_bench, run_label, summarize
 from simagent.bench.workflow import WorkflowError, load_workflow, resolve_workflows
+from simagent.bench.workflow_runs import BenchPlan, run_bench, run_label, summarize
 from simagent.cli import parse_windows
 
 # A short workflow whose second step prints ~80k characters: unmanaged, the request that

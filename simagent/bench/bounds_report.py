@@ -16,7 +16,7 @@ from typing import Any
 
 from simagent.bench.cost_report import FAMILIES
 from simagent.bench.figures import policy_order
-from simagent.bench.runner import provider_refused, window_tag
+from simagent.bench.workflow_runs import provider_refused, window_tag
 from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
 
 GROUPS = ("tuned long", "held-out", "short")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from simagent.bench.figures import color_of
-from simagent.bench.runner import run_label, sweep_order
+from simagent.bench.workflow_runs import run_label, sweep_order
 
 FAMILIES = ("anthropic", "openai")
 

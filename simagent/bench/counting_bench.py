@@ -34,7 +34,7 @@ def replay_requests(wf: Any, policy: Any, out_dir: Path,
                     ) -> list[tuple[list[Any], list[Any]]]:
     """Every (messages, tools) request the model received in one replayed run."""
     from simagent.bench.kernel_recording import record
-    from simagent.bench.runner import replayed
+    from simagent.bench.workflow_runs import replayed
 
     recording = record(wf, out_dir / "recordings" / wf.id, progress=progress or (lambda _m: None))
     with replayed(wf, policy, recording, out_dir / "runs" / f"{wf.id}--counting") as run:

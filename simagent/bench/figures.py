@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simagent.bench.runner import window_tag
+from simagent.bench.workflow_runs import window_tag
 
 #: One home for policy colours (matplotlib's tab10 names); unknown policies get grey.
 POLICY_COLORS = {"raw": "tab:gray", "simagent": "tab:blue", "stock": "tab:orange",

@@ -14,7 +14,7 @@ from typing import Any
 from simagent.bench.bounds_report import dollars, excess_table, group_table, opening_summary
 from simagent.bench.cost_report import cache_table, pareto_plot
 from simagent.bench.figures import request_size_plot
-from simagent.bench.runner import provider_refused, run_label, summarize, sweep_order
+from simagent.bench.workflow_runs import provider_refused, run_label, summarize, sweep_order
 from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
 from simagent.context.recall import CALL_OVERHEAD_TOKENS, PAGE_LINES
 from simagent.context.recall import STATUSES as SPLIT

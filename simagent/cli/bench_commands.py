@@ -130,8 +130,8 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
 
     from simagent.bench.policies import resolve_policies
     from simagent.bench.report import short_table, write_report
-    from simagent.bench.runner import BenchPlan, run_bench
     from simagent.bench.workflow import WorkflowError, resolve_workflows
+    from simagent.bench.workflow_runs import BenchPlan, run_bench
 
     if args.mode == "live" and not args.model:
         raise CliError("--mode live needs --model provider:model (replay needs no model)")
@@ -149,7 +149,7 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
     rows = run_bench(plan, out, progress=None if args.json else _bench_progress)
     if args.mode == "replay":  # do the workflows' sessions export to notebooks that re-run?
         from simagent.bench import notebook_rerun
-        from simagent.bench.runner import git_commit
+        from simagent.bench.workflow_runs import git_commit
 
         notebook_rerun.run(plan.workflows, out, git_commit(),
                            None if args.json else _bench_progress)
@@ -157,7 +157,7 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
     if args.json:
         import json
 
-        from simagent.bench.runner import summarize
+        from simagent.bench.workflow_runs import summarize
 
         print(json.dumps({"out": str(out), "report": str(report),
                           "records": str(out / "records.jsonl"),

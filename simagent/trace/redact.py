@@ -25,7 +25,7 @@ Sinks and where they redact (``tests/test_data_safety.py`` and
 * the TUI's input history (``tui/history.py``: :class:`RedactingFileHistory`);
 * ``simagent run``'s stderr activity lines (``headless.py``: :class:`RedactingWriter`,
   and ``one_line`` redacts before it cuts);
-* bench records (``bench/runner.py``: each JSON line).
+* bench records (``bench/workflow_runs.py``: each JSON line).
 
 Matching is by value, so what it cannot catch is a key transformed before it is
 written: split over two lines or strings, encoded (base64, hex), reversed, spaced out,
