@@ -120,7 +120,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
         resolved = resolve_model(spec, model_config=config.model_settings)
         resolved.prepare_workspace(opts.workspace)
         session = Session.open(opts, model=resolved.id, config=config,
-                               default_simulator=resolved.default_simulator)
+                               default_simulator=resolved.default_simulator or
+                               (notebook.simulator if notebook else None))
     except ModelError as exc:
         raise CliError(str(exc), exc.code) from exc
     except (ConfigError, SimulatorError, SessionNotFound) as exc:

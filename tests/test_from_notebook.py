@@ -254,3 +254,75 @@ def test_tui_shows_progress_and_ctrl_c_keeps_the_state_and_the_session(workspace
         assert ctl.session.kernel.execute("b").status == "error"  # the last cell never ran
     finally:
         ctl.close()
+
+
+def _card_facts(text: str) -> tuple[list[str], list[str]]:
+    """(the name lines, the imports and functions lines) of a state card: what a
+    notebook can carry from one kernel to another (figures, files and execution numbers
+    belong to the session, not to the kernel's state). Two things differ between any two
+    runs and are masked: an object id in a repr (``0x1dd4…``, and the rest of that
+    repr, cut at a length the id sets) and the value of a plain
+    float, which a workflow's clock readings are (``t0 = time.perf_counter()``)."""
+    import re
+
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("names ("))
+    names = []
+    for ln in lines[start + 1:]:
+        if not ln.startswith("- "):
+            break
+        ln = re.sub(r"-?0x[0-9a-f]+.*$", "0x?…", ln)  # the repr's cut moves with the id
+        names.append(re.sub(r"^(- \w+) = .* \(float\)$", r"\1 = ? (float)", ln))
+    others = [ln for ln in lines if ln.startswith(("imports: ", "functions/classes: "))]
+    return names, others
+
+
+def _loaded(ctl, deadline: float) -> None:
+    while ctl.busy or not ctl.kernel_ready:
+        assert time.monotonic() < deadline, "the session never became idle"
+        time.sleep(0.05)
+    ctl.wait(WAIT_S)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workflow", ["scipy-fit-report", "pybamm-rate-capability"])
+def test_a_sessions_notebook_starts_a_session_with_the_same_state_card(workspace, tmp_path,
+                                                                       workflow):
+    """Acceptance (issue 24): a bundled workflow's replay session, exported with
+    ``simagent notebook``, and ``--from-notebook`` on that notebook give the same
+    state card: every name with its type and shape, the imports and the functions."""
+    from simagent.config import SessionOptions
+    from simagent.context.state_card import render_card
+    from simagent.tui.controller import TuiController
+
+    budget = 100_000  # the whole card: a trimmed one would compare less
+    first = TuiController(SessionOptions(workspace=workspace,
+                                         model=f"replay:{workflow}"))
+    try:
+        assert first.open()
+        assert first.submit(first.draft)  # the workflow's own prompt
+        _loaded(first, time.monotonic() + WAIT_S * 2)
+        card = render_card(first.session.state_snapshot(), reason="x", budget=budget)
+        session_id = first.session.id
+    finally:
+        first.close()
+    path = tmp_path / "fit.ipynb"
+    proc = cli(workspace, "notebook", session_id, "-o", str(path))
+    assert proc.returncode == 0, proc.stderr
+    nbformat.validate(nbformat.read(path, as_version=4))
+    model = script(tmp_path / "s.json", [{"final": "unused"}])
+    second = TuiController(SessionOptions(workspace=workspace, model=model,
+                                          from_notebook=path))
+    try:
+        assert second.open()
+        _loaded(second, time.monotonic() + WAIT_S * 2)
+        assert "ran " in (second.preface or ""), second.preface
+        again = render_card(second.session.state_snapshot(), reason="x", budget=budget)
+    finally:
+        second.close()
+    names, others = _card_facts(card["text"])
+    assert len(names) >= 10, card["text"]  # the workflow left real state behind
+    got = _card_facts(again["text"])
+    lost = [ln for ln in names + others if ln not in got[0] + got[1]]
+    new = [ln for ln in got[0] + got[1] if ln not in names + others]
+    assert got == (names, others), f"lost: {lost}; new: {new}"

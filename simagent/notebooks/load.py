@@ -5,7 +5,10 @@ notebook ends, not from an empty kernel. Three steps, each with one job:
 
 * :func:`read_notebook` reads and validates the file with ``nbformat`` before anything
   exists (no session, no kernel), so a file that is missing, not JSON or not a valid
-  notebook costs one line and changes nothing (:class:`NotebookError`).
+  notebook costs one line and changes nothing (:class:`NotebookError`). A notebook
+  ``simagent notebook`` wrote names its session's simulator; the new session takes it
+  unless ``--sim`` says otherwise, so its cells meet the same environment and the state
+  card labels the same registry objects.
 * :func:`run_cells` runs its code cells, top to bottom, through ``Session.execute``: the
   same traced path as the agent's own cells, so the trace, the raw outputs, ``_out`` and
   the replay selection of the recovery ladder know them like any cell. It stops at the
@@ -35,6 +38,7 @@ from typing import Any
 from simagent.context.state_card import render_card
 from simagent.context.thresholds import state_card_tokens
 from simagent.outcomes import mark, outcome_of
+from simagent.simulators import discover
 
 #: nbclient's tags, honoured the same way here.
 SKIP_TAG = "skip-execution"
@@ -53,10 +57,13 @@ class NotebookError(ValueError):
 
 @dataclass(frozen=True)
 class Notebook:
-    """A validated notebook: its path and its cells as (kind, source, tags)."""
+    """A validated notebook: its path, its cells as (kind, source, tags), and the
+    simulator of the session that wrote it (``simagent notebook`` records it in the
+    metadata), when this installation knows that simulator."""
 
     path: Path
     cells: tuple[tuple[str, str, tuple[str, ...]], ...]
+    simulator: str | None = None
 
     @property
     def code_cells(self) -> list[tuple[int, str, tuple[str, ...]]]:
@@ -111,7 +118,10 @@ def read_notebook(path: str | Path) -> Notebook:
     cells = tuple((str(c.cell_type), str(c.source),
                    tuple(str(t) for t in (c.get("metadata") or {}).get("tags") or ()))
                   for c in node.cells)
-    return Notebook(path=p.resolve(), cells=cells)
+    meta = (node.get("metadata") or {}).get("simagent") or {}
+    sim = meta.get("simulator") if isinstance(meta, dict) else None
+    return Notebook(path=p.resolve(), cells=cells,
+                    simulator=sim if isinstance(sim, str) and sim in discover() else None)
 
 
 @dataclass

@@ -76,7 +76,8 @@ class TuiController:
             model_error = self._resolve(spec) if spec else None
             self.session = Session.open(  # a replay workflow brings its simulator
                 self.opts, model=self.model_id, config=self.config,
-                default_simulator=self.resolved.default_simulator if self.resolved else None)
+                default_simulator=(self.resolved.default_simulator if self.resolved else None)
+                or (self.notebook.simulator if self.notebook else None))
         except (ConfigError, SimulatorError, SessionNotFound, NotebookError) as exc:
             self.conversation.note(f"cannot open the session: {exc}", "error")
             return False
