@@ -348,3 +348,25 @@ def test_secrets_from_the_environment_never_reach_the_notebook(tmp_path):
     text = (workspace / "nb.ipynb").read_text()
     assert during not in text and later not in text
     assert "[redacted:DEMO_API_KEY]" in text and "[redacted:LATER_TOKEN]" in text
+
+
+def test_tui_notebook_command_writes_the_session(workspace, tmp_path):
+    from test_tui_app import drive
+
+    model = _script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": "side = 7\nprint(side * side)"}},
+        {"final": "49"}])
+    target = tmp_path / "tui.ipynb"
+
+    async def scenario(d) -> None:
+        await d.type("square seven")
+        await d.enter()
+        await d.idle()
+        await d.type(f"/notebook {target}")
+        await d.enter()
+        await d.expect(lambda: "notebook written" in d.text(), timeout=60)
+
+    drive(workspace, scenario, model=model)
+    nb = nbformat.read(target, as_version=4)
+    nbformat.validate(nb)
+    assert "side = 7\nprint(side * side)" in [c.source for c in nb.cells]
