@@ -1,7 +1,8 @@
-"""Typed events a turn emits, for every interface (CLI, TUI, bench) alike.
+"""Typed events a turn emits, and how it ended (``TurnResult``), for every interface
+(CLI, TUI, bench) alike.
 
-Plain frozen dataclasses: renderers switch on the type, tests compare them, nothing
-here imports the agent stack.
+Plain dataclasses: renderers switch on the type, tests compare them, nothing here
+imports the agent stack.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from simagent.trace.usage import Usage
 
 
 @dataclass(frozen=True)
@@ -129,3 +132,21 @@ class Retrying:
 
 Event = (TextDelta | ReasoningDelta | ToolRequested | ToolStarted | ToolOutput | ToolFinished
          | ContextEvent | Interrupt | Notice | Retrying)
+
+
+@dataclass
+class TurnResult:
+    """How a turn ended. ``status``: done | paused (approval) | cancelled | error."""
+
+    status: str
+    final: str = ""
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    interrupts: list[Interrupt] = field(default_factory=list)
+    error: str | None = None
+    provider_error: bool = False
+    #: The ``cost_ceiling`` trip payload (scope, limit, spent, unit, message) when the
+    #: ceiling stopped or refused this turn; not retryable until the ceiling is reset.
+    cost_ceiling: dict[str, Any] | None = None
+    #: A cancelled turn's calls that did not end ok, with their account (``cancel_account``)
+    recovery: list[dict[str, Any]] = field(default_factory=list)

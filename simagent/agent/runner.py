@@ -24,7 +24,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
@@ -44,9 +43,9 @@ from simagent.agent.events import (
     ToolOutput,
     ToolRequested,
     ToolStarted,
+    TurnResult,
 )
 from simagent.context.guards import ceiling_tripped, reset_ceiling
-from simagent.trace.usage import Usage
 from simagent.turns import ABANDON_AFTER_S
 
 if TYPE_CHECKING:
@@ -61,24 +60,6 @@ NO_RESPONSE = "(no response)"
 #: interrupted (``resume_repair``). One SQLite commit per step is cheap next to a model call.
 DURABILITY = "sync"
 _END = object()  # the pump's last item
-
-
-@dataclass
-class TurnResult:
-    """How a turn ended. ``status``: done | paused (approval) | cancelled | error."""
-
-    status: str
-    final: str = ""
-    tool_calls: int = 0
-    usage: Usage = field(default_factory=Usage)
-    interrupts: list[Interrupt] = field(default_factory=list)
-    error: str | None = None
-    provider_error: bool = False
-    #: The ``cost_ceiling`` trip payload (scope, limit, spent, unit, message) when the
-    #: ceiling stopped or refused this turn; not retryable until the ceiling is reset.
-    cost_ceiling: dict[str, Any] | None = None
-    #: A cancelled turn's calls that did not end ok, with their account (``cancel_account``)
-    recovery: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _agent_name(namespace: tuple[str, ...], metadata: dict[str, Any] | None) -> str:

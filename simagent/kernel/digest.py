@@ -27,6 +27,13 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from simagent.kernel.line_fields import (
+    clip,
+    column_labels,
+    looks_like_header,
+    split_numbers,
+    wordy,
+)
 from simagent.kernel.terminal import ESC_SEQ_RE
 
 #: Chars of digest the host asks for by default (and a simulator digester's default).
@@ -55,14 +62,6 @@ LEVELS = ((VERBATIM_ROWS, 12, 8, ROW_CHARS), (6, 8, 8, ROW_CHARS), (3, 6, 4, ROW
           (0, 4, 2, ROW_CHARS // 2), (0, 3, 1, ROW_CHARS // 2), (0, 0, 1, ROW_CHARS // 3))
 _READ_CHUNK = 1 << 16
 
-#: A number that is a field of its own: after a delimiter, not inside a word
-#: (``DFN-1C`` and ``Cu2O`` are text), not the hour of a ``12:00:05`` clock.
-NUM_RE = re.compile(r"(?:(?<=^)|(?<=[\s=(\[{,;|<>/]))[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-                    r"(?![\w.]*:\d)")
-_DIGITS = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_SPACE = re.compile(r"\s+")
-_REPEAT = re.compile(r"(.{1,24}?)\1{2,}")
-_FOLDED: dict[str, str] = {}
 #: A tqdm-style bar (``refine:  45%|████▌     | 29/64 [00:01<00:02, 30.1it/s]``), which
 #: a print may follow on the same terminal line.
 PROGRESS_RE = re.compile(r"[^|\n]*?\d+%\|[^|]*\|[^\[\n]*\[[^\]\n]*\]")
@@ -83,10 +82,6 @@ CONT_RE = re.compile(r"^\s+\S")
 PY_WARNING_RE = re.compile(r"^\S.*:\d+: \w*Warning: ")
 #: Column labels that name the independent variable (where a min/max happened).
 X_LABEL_RE = re.compile(r"(?i)^(?:t|time|step|steps|iter\w*|it|n|cycle|epoch|nstep)\b")
-_LABEL_EQ = re.compile(r"([A-Za-z_][\w.]*(?:\s?\[[^\]\d]*\])?)\s*=\s*([\[(]?)\s*$")
-_LABEL_COLON = re.compile(r"([A-Za-z_][\w.]*(?:\s?\[[^\]\d]*\])?)\s*:\s*([\[(]?)\s*$")
-_LABEL_WORD = re.compile(r"([A-Za-z_][\w.]*)\s+$")
-_HEADER_FIELD = re.compile(r"\S+(?: \S+)*")
 
 
 @dataclass(frozen=True)
@@ -156,7 +151,7 @@ class Family:
         self.count += 1
         self.last_no = no
         if len(self.rows) < VERBATIM_ROWS:
-            self.rows.append((no, _clip(text, ROW_CHARS * 2)))
+            self.rows.append((no, clip(text, ROW_CHARS * 2)))
         if values and self.cols:
             xv = values[self.x] if self.x < len(values) else None
             if xv is not None:
@@ -173,7 +168,7 @@ class Family:
                     col.lo, col.lo_s, col.lo_at = v, s, at
                 if v > col.hi:
                     col.hi, col.hi_s, col.hi_at = v, s, at
-        self.last_row = (no, _clip(text, ROW_CHARS * 2))
+        self.last_row = (no, clip(text, ROW_CHARS * 2))
 
 
 @dataclass
@@ -186,76 +181,6 @@ class Kept:
     more: list[str] = field(default_factory=list)
     count: int = 1
     tally: str = ""  # the shape this entry counts, when it is a tally
-
-
-def split_numbers(line: str) -> tuple[str, list[tuple[str, float]], list[tuple[int, int]]]:
-    """(shape, numeric fields as (text, value), their spans) of one line.
-
-    The shape is the line with every number (and every other digit run) masked and
-    whitespace removed, so rows of one table share it whatever their widths and signs;
-    a run of one unit (``#ms:#K`` x 9, a vector's ``#`` x 20) is one shape, any length.
-    """
-    found = list(NUM_RE.finditer(line))
-    flat = _SPACE.sub("", _DIGITS.sub("#", line))
-    shape = _FOLDED.get(flat)
-    if shape is None:  # folding repeats is the slow part; rows of a table share it
-        if len(_FOLDED) > 4096:
-            _FOLDED.clear()
-        shape = _FOLDED[flat] = _REPEAT.sub(r"\1*", flat)
-    return shape, [(m.group(), float(m.group())) for m in found], [m.span() for m in found]
-
-
-def column_labels(line: str, spans: list[tuple[int, int]], header: str = "",
-                  names: tuple[str, ...] = ()) -> list[str]:
-    """Names of a row's numeric fields: given names, then ``name=`` labels (and
-    ``name=[a b]`` vectors as ``name[i]``), then the header field above the column,
-    then ``name:`` or a preceding word, else the column's position."""
-    fields = [(m.start(), m.end(), m.group()) for m in _HEADER_FIELD.finditer(header)]
-    labels: list[str] = []
-    group, index, prev = "", 0, 0
-    for k, (start, end) in enumerate(spans):
-        gap, prev = line[prev:start], end
-        if k < len(names):
-            labels.append(names[k])
-        elif group and not re.search(r"[\])}A-Za-z=]", gap):  # the next vector element
-            index += 1
-            labels.append(f"{group}[{index}]")
-        elif (m := _LABEL_EQ.search(gap)) or (not (head := _header_over(fields, start, end)) \
-                and (m := _LABEL_COLON.search(gap) or _LABEL_WORD.search(gap))):
-            opens = m.lastindex == 2 and m.group(2)
-            group, index = (m.group(1), 0) if opens else ("", 0)
-            labels.append(f"{group}[0]" if opens else m.group(1))
-        else:
-            group = ""
-            labels.append(head or f"#{k + 1}")
-    return labels
-
-
-def _header_over(fields: list[tuple[int, int, str]], start: int, end: int) -> str:
-    """The header field above a column: overlapping it, else one edge within 4 chars."""
-    over = [t for fs, fe, t in fields if fs < end and start < fe]
-    near = [t for fs, fe, t in fields if min(abs(fe - end), abs(fs - start)) <= 4]
-    return (over or near or [""])[0]
-
-
-def _clip(text: str, width: int) -> str:
-    """``text`` in at most ``width`` chars, its end kept: a row's last fields and a
-    warning appended to a row are as telling as its start."""
-    if len(text) <= width:
-        return text
-    tail = max(width // 3, 1)
-    return f"{text[: width - tail - 3]} … {text[-tail:]}"
-
-
-def _wordy(line: str) -> bool:
-    """Text rather than a table row: numbers are at most a third of its fields (an
-    indented table under a warning is not the warning's continuation)."""
-    return 3 * len(NUM_RE.findall(line)) <= len(line.split())
-
-
-def _looks_like_header(line: str) -> bool:
-    words = re.findall(r"[A-Za-z_][\w/\[\]().*-]*", line)
-    return len(words) >= 2 and not NUM_RE.search(re.sub(r"\[[^\]]*\]|\([^)]*\)", "", line))
 
 
 class Digester:
@@ -299,19 +224,19 @@ class Digester:
         if not text.strip():
             return
         if self._block is not None:
-            self._block.more.append(_clip(text, ROW_CHARS * 2))
+            self._block.more.append(clip(text, ROW_CHARS * 2))
             if len(self._block.more) >= 2 * CONTINUATION_LINES or (
                     r.block_end is not None and r.block_end.search(text)):
                 self._block = None
             return
         if r.block is not None and r.block.search(text) and len(self.kept) < MAX_KEPT:
-            self._block = Kept(no, _clip(text, ROW_CHARS * 2))
+            self._block = Kept(no, clip(text, ROW_CHARS * 2))
             self.kept.append(self._block)
             self._open = None
             return
         if self._open is not None and r.continuation is not None \
-                and r.continuation.search(text) and _wordy(text):
-            self._open.more.append(_clip(text, ROW_CHARS * 2))
+                and r.continuation.search(text) and wordy(text):
+            self._open.more.append(clip(text, ROW_CHARS * 2))
             # a Python warning continues on one line (its source line), no more
             limit = 1 if PY_WARNING_RE.match(self._open.text) else CONTINUATION_LINES
             if len(self._open.more) >= limit:
@@ -350,7 +275,7 @@ class Digester:
             if values:
                 names = next((n for p, n in r.columns if p.search(body)), ())
                 header = self._prev_plain if "=" not in body \
-                    and _looks_like_header(self._prev_plain) else ""
+                    and looks_like_header(self._prev_plain) else ""
                 fam.header = header
                 if header:
                     self.header_shapes.add(split_numbers(header)[0])
@@ -365,12 +290,12 @@ class Digester:
         """Keep a line verbatim (True), or tally a kind of line seen too often (False)."""
         seen = self.kept_by_shape.get(shape, 0)
         self.kept_by_shape[shape] = seen + 1
-        if seen and self.kept and self.kept[-1].text == _clip(text, ROW_CHARS * 2):
+        if seen and self.kept and self.kept[-1].text == clip(text, ROW_CHARS * 2):
             self.kept[-1].count += 1  # the same line again: one entry, counted
             self._open = self.kept[-1]
             return True
         if seen < KEEP_PER_SHAPE and len(self.kept) < MAX_KEPT:
-            self._open = Kept(no, _clip(text, ROW_CHARS * 2))
+            self._open = Kept(no, clip(text, ROW_CHARS * 2))
             self.kept.append(self._open)
             return True
         # the same kind of line again and again: count it, keep its latest verbatim
@@ -383,7 +308,7 @@ class Digester:
             tally = self.tallies[shape] = Kept(no, "", count=0, tally=shape)
             self.kept.append(tally)
         tally.count += 1
-        tally.text = _clip(text, ROW_CHARS * 2)
+        tally.text = clip(text, ROW_CHARS * 2)
         return False
 
     # ------------------------------------------------------------------ render
@@ -408,7 +333,7 @@ class Digester:
         omitted = self.kept_dropped + self.other
         for fam in self.families.values():
             if fam.count > VERBATIM_ROWS and not fam.cols:  # one line again and again
-                items.append((fam.first_no, 0, f"{_clip(fam.last_row[1], width)}  [×"
+                items.append((fam.first_no, 0, f"{clip(fam.last_row[1], width)}  [×"
                                                f"{fam.count:,}, lines {fam.first_no:,}-"
                                                f"{fam.last_no:,}]"))
             elif fam.count > VERBATIM_ROWS:
@@ -417,18 +342,18 @@ class Digester:
                 continue  # shown with its table
             elif fam.count <= verbatim and (fam.cols or verbatim == VERBATIM_ROWS):
                 if fam.header:
-                    items.append((fam.first_no, 0, _clip(fam.header, width)))
-                items.extend((no, 1, _clip(t, width)) for no, t in fam.rows)
+                    items.append((fam.first_no, 0, clip(fam.header, width)))
+                items.extend((no, 1, clip(t, width)) for no, t in fam.rows)
             else:
                 omitted += fam.count
         for k in self.kept:
             if k.tally:
                 items.append((k.no, 2, f"[×{k.count:,} more lines like the one above; the "
-                                       f"latest: {_clip(k.text, 2 * width)}]"))
+                                       f"latest: {clip(k.text, 2 * width)}]"))
                 continue
             # a continuation carries the record's message ("Experiment is infeasible:
             # ..." under a WARNING line): it is clipped like the line it continues
-            body = "\n".join(_clip(t, 2 * width) for t in (k.text, *k.more[:more]))
+            body = "\n".join(clip(t, 2 * width) for t in (k.text, *k.more[:more]))
             items.append((k.no, 2, f"{body}  [×{k.count:,}]" if k.count > 1 else body))
         if self.noise:
             kinds = ", ".join(f"{key} ×{n:,}" for key, n in
@@ -445,16 +370,16 @@ class Digester:
         lines = [f"[table: {fam.count:,} rows of one shape, lines {fam.first_no:,}-"
                  f"{fam.last_no:,}{runs}]"]
         if max_cols == 0:  # the barest level: what and where, and the last row
-            return f"{lines[0]} last: {_clip(fam.last_row[1], width)}"
+            return f"{lines[0]} last: {clip(fam.last_row[1], width)}"
         if fam.header:
-            lines.append(f"  header: {_clip(fam.header.strip(), width)}")
+            lines.append(f"  header: {clip(fam.header.strip(), width)}")
         if max_cols >= 8:
-            lines.append(f"  first: {_clip(fam.rows[0][1], width)}")
+            lines.append(f"  first: {clip(fam.rows[0][1], width)}")
         if stats := self._columns(fam, max_cols):
             lines.append(f"  {stats}")
         if 1 < fam.runs <= RUN_FINALS and max_cols >= 6:
-            lines.extend(f"  end of run: {_clip(t, width)}" for _, t in fam.run_finals)
-        lines.append(f"  last: {_clip(fam.last_row[1], width)}")
+            lines.extend(f"  end of run: {clip(t, width)}" for _, t in fam.run_finals)
+        lines.append(f"  last: {clip(fam.last_row[1], width)}")
         return "\n".join(lines)
 
     def _columns(self, fam: Family, max_cols: int) -> str:

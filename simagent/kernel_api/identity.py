@@ -30,13 +30,10 @@ named by its type:
 
 from __future__ import annotations
 
-import ast
-import dis
 import functools
 import hashlib
 import importlib.machinery
 import importlib.util
-import inspect
 import json
 import os
 import site
@@ -46,6 +43,15 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from simagent.kernel_api.code_refs import (
+    const,
+    global_names,
+    imports,
+    resolve_import,
+    source_imports,
+    unwrap,
+)
 
 _SIMPLE = (str, int, float, bool, type(None))
 #: Compound tokens longer than this are replaced by their hash.
@@ -268,7 +274,7 @@ class Keyer:
         return (isinstance(v, (set, frozenset, types.ModuleType, types.FunctionType,
                                types.MethodType, types.BuiltinFunctionType, type,
                                functools.partial, staticmethod, classmethod, property))
-                or self._array(v) or _unwrap(v) is not None)
+                or self._array(v) or unwrap(v) is not None)
 
     @staticmethod
     def _array(v: Any) -> bool:
@@ -311,7 +317,7 @@ class Keyer:
             arr = v if v.flags.c_contiguous else v.copy(order="C")
             raw = arr.reshape(-1).view("u1")  # any dtype, datetime64 included
             return f"A:{v.dtype.str}:{v.shape}:" + sha(memoryview(raw))  # type: ignore[arg-type]
-        inner = _unwrap(v)
+        inner = unwrap(v)
         if inner is not None:  # lru_cache, functools.wraps objects, numba dispatchers
             params = getattr(v, "cache_parameters", None)
             return (f"W({t.__module__}.{t.__qualname__},{self.token(inner, None)},"
@@ -355,19 +361,19 @@ class Keyer:
         if vars(fn):
             parts.append(self.token(dict(vars(fn)), None))
         glob = fn.__globals__
-        for name in sorted(_global_names(code)):
+        for name in sorted(global_names(code)):
             if name in glob:
                 parts.append(f"{name}={self.token(glob[name], name)}")
         package = glob.get("__package__") or ""
-        for name, level, fromlist in sorted(_imports(code), key=repr):
-            for module in _resolve_import(name, level, fromlist, package):
+        for name, level, fromlist in sorted(imports(code), key=repr):
+            for module in resolve_import(name, level, fromlist, package):
                 parts.append(f"import {module}={self._fresh_import(module)}")
         return "F" + sha(*parts)
 
     def _code(self, code: types.CodeType) -> str:
         consts = []
         for c in code.co_consts:
-            consts.append(self._code(c) if isinstance(c, types.CodeType) else _const(c))
+            consts.append(self._code(c) if isinstance(c, types.CodeType) else const(c))
         return sha(code.co_code, getattr(code, "co_exceptiontable", b""), repr(code.co_names),
                    repr(code.co_varnames), repr(code.co_freevars), repr(code.co_cellvars),
                    repr((code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
@@ -454,95 +460,7 @@ class Keyer:
             self._scanned.add(name)
             is_package = os.path.basename(path or "") == "__init__.py"
             package = name if is_package else name.rpartition(".")[0]
-            for imported, level, fromlist in _source_imports(source):
-                for module in _resolve_import(imported, level, fromlist, package):
+            for imported, level, fromlist in source_imports(source):
+                for module in resolve_import(imported, level, fromlist, package):
                     self._fresh_import(module)
         return digest
-
-
-def _unwrap(v: Any) -> Any:
-    """The function inside a wrapper object (not a plain function), else None.
-
-    Only a real ``__wrapped__`` (``functools.update_wrapper`` puts it in the instance
-    dict) or a class-level ``py_func`` (numba) counts: objects that answer any attribute
-    through ``__getattr__`` (proxies, ``dask.delayed``) would otherwise unwrap forever.
-    """
-    if isinstance(v, (types.FunctionType, type)):
-        return None
-    try:
-        attrs = object.__getattribute__(v, "__dict__")
-    except Exception:
-        attrs = None
-    inner = attrs.get("__wrapped__") if isinstance(attrs, dict) else None
-    if inner is None and inspect.getattr_static(type(v), "py_func", None) is not None:
-        try:
-            inner = v.py_func
-        except Exception:
-            inner = None
-    return inner if callable(inner) else None
-
-
-def _const(c: Any) -> str:
-    if isinstance(c, (tuple, frozenset)):
-        items = [_const(x) for x in c]
-        if isinstance(c, frozenset):
-            items.sort()
-        return f"{type(c).__name__}({','.join(items)})"
-    return f"{type(c).__name__}:{c!r}"
-
-
-def _global_names(code: types.CodeType) -> set[str]:
-    """Names a code object (and the code nested in it) loads as globals."""
-    names = {ins.argval for ins in dis.get_instructions(code)
-             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS")
-             and isinstance(ins.argval, str)}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _global_names(const)
-    return names
-
-
-def _imports(code: types.CodeType) -> set[tuple[str, int, tuple[str, ...]]]:
-    """``(name, level, fromlist)`` of every import statement in the code, nested too."""
-    found = set()
-    consts: list[Any] = []
-    for ins in dis.get_instructions(code):
-        if ins.opname == "IMPORT_NAME":
-            level = consts[-2] if len(consts) >= 2 and isinstance(consts[-2], int) else 0
-            fromlist = consts[-1] if consts and isinstance(consts[-1], tuple) else ()
-            found.add((ins.argval, level, tuple(x for x in fromlist if isinstance(x, str))))
-        consts = [*consts[-1:], ins.argval] if ins.opname == "LOAD_CONST" else []
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            found |= _imports(const)
-    return found
-
-
-def _source_imports(source: bytes) -> list[tuple[str, int, tuple[str, ...]]]:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [(alias.name, 0, ()) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            out.append((node.module or "", node.level, tuple(a.name for a in node.names)))
-    return out
-
-
-def _resolve_import(name: str, level: int, fromlist: tuple[str, ...], package: str
-                    ) -> list[str]:
-    """The modules an import statement may load: the name, its parents, submodules."""
-    if level:
-        try:
-            name = importlib.util.resolve_name("." * level + name, package)
-        except (ImportError, ValueError):
-            return []
-    if not name:
-        return []
-    parts = name.split(".")
-    out = [".".join(parts[: i + 1]) for i in range(len(parts))]
-    out += [f"{name}.{item}" for item in fromlist if item != "*"]
-    return out
