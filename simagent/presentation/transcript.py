@@ -22,6 +22,7 @@ from typing import Any
 from simagent.context.reporting import CONTEXT_KINDS
 from simagent.kernel_api.outputs import size_text
 from simagent.outcomes import mark, outcome_of
+from simagent.presentation.html_text import CSS, html_table, safe_markdown
 from simagent.trace.log import Event
 from simagent.trace.redact import redact
 from simagent.trace.usage import UsageTotals
@@ -339,82 +340,6 @@ def _redacted(events: Sequence[Event]) -> list[Event]:
 
 
 # --------------------------------------------------------------------------- html
-_CSS = """body{font:15px/1.5 system-ui,sans-serif;max-width:960px;margin:2em auto;padding:0 1em;
-color:#1d1d1f;background:#fff}pre{background:#f5f5f7;padding:.6em;overflow-x:auto;
-white-space:pre-wrap;word-break:break-word;border-radius:4px}code{background:#f0f0f2;
-padding:0 .2em}.card{border:1px solid #ddd;border-radius:6px;padding:.5em 1em;margin:1em 0}
-.user{background:#eef5ff}.tool{background:#fafafa}.err{border-color:#d33;background:#fff4f4}
-.notice{color:#666;font-style:italic;margin:.5em 0}.sub{margin-left:2em;border-left:3px solid
-#b9c;padding-left:.8em}.label{font-size:12px;color:#836;font-weight:bold}.meta{color:#666;
-font-size:13px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;
-font-size:13px;vertical-align:top}img{max-width:100%}h1{font-size:1.5em}"""
-
-
-def _inline(text: str) -> str:
-    """Escape, then apply `code` and **bold**; code spans are left alone inside."""
-    parts = re.split(r"(`[^`\n]+`)", text)
-    out = []
-    for i, part in enumerate(parts):
-        if i % 2:
-            out.append(f"<code>{html.escape(part[1:-1])}</code>")
-        else:
-            out.append(re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", html.escape(part)))
-    return "".join(out)
-
-
-def _md_lines(lines: list[str]) -> list[str]:
-    """One blank-line-separated block: headings, bullet/numbered lists, paragraphs."""
-    out: list[str] = []
-    para: list[str] = []
-    items: list[str] = []
-
-    def flush() -> None:
-        if para:
-            out.append("<p>" + "<br>".join(para) + "</p>")
-            para.clear()
-        if items:
-            out.append("<ul>" + "".join(f"<li>{x}</li>" for x in items) + "</ul>")
-            items.clear()
-
-    for ln in lines:
-        head = re.match(r"^(#{1,6})\s+(.*)$", ln)
-        bullet = re.match(r"^\s*(?:[-*+]|\d+[.)])\s+(.*)$", ln)
-        if head:
-            flush()
-            level = min(6, len(head.group(1)) + 2)
-            out.append(f"<h{level}>{_inline(head.group(2))}</h{level}>")
-        elif bullet:
-            if para:
-                flush()
-            items.append(_inline(bullet.group(1)))
-        else:
-            if items:
-                flush()
-            para.append(_inline(ln))
-    flush()
-    return out
-
-
-def _safe_markdown(text: str) -> str:
-    """A tiny markdown subset built only from escaped text: no payload markup gets through."""
-    out: list[str] = []
-    chunks = re.split(r"^```[^\n]*\n(.*?)^```[ \t]*$", text, flags=re.M | re.S)
-    for i, chunk in enumerate(chunks):
-        if i % 2:
-            out.append(f"<pre>{html.escape(chunk.rstrip(chr(10)))}</pre>")
-            continue
-        for block in re.split(r"\n\s*\n", chunk):
-            out += _md_lines([ln for ln in block.splitlines() if ln.strip()])
-    return "\n".join(out)
-
-
-def _html_table(head: list[str], rows: list[list[str]]) -> str:
-    cells = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return f"<table><tr>{cells}</tr>{body}</table>"
-
-
 def _resolve(path_text: str, session_dir: Path | None) -> Path:
     path = Path(path_text)
     return path if path.is_absolute() or session_dir is None else session_dir / path
@@ -452,7 +377,7 @@ def _html_item(item: str, data: dict[str, Any], sd: Path | None, embed: bool) ->
                 f"<pre>{e(_s(data.get('content')))}</pre></div>")
     if item == "assistant":
         return (f'<div class="card"><div class="label">Assistant</div>'
-                f"{_safe_markdown(_s(data.get('content')))}</div>")
+                f"{safe_markdown(_s(data.get('content')))}</div>")
     if item == "reasoning":
         return (f"<details><summary class=meta>reasoning</summary>"
                 f"<pre>{e(_s(data.get('content')))}</pre></details>")
@@ -477,7 +402,7 @@ def _html_item(item: str, data: dict[str, Any], sd: Path | None, embed: bool) ->
     if item == "attempts":
         rows = [[_s(a.get(k), True) for k in _ATTEMPT_COLS] for a in data["rows"]]
         return (f'<div class="card"><div class="label">Attempts</div>'
-                f"{_html_table(['#', *_ATTEMPT_COLS[1:]], rows)}</div>")
+                f"{html_table(['#', *_ATTEMPT_COLS[1:]], rows)}</div>")
     if item == "hitl_request":
         reqs = "".join(f"<li><code>{e(r)}</code></li>" for r in _fmt_requests(data))
         return (f'<div class="card"><div class="label">Approval requested '
@@ -510,7 +435,7 @@ def render_html(events: Sequence[Event], *, session_dir: Path | None = None,
         if block:
             body.append(block)
     line, tables = _usage(events)
-    body += ["<h2>Usage</h2>", f"<p>{line}</p>"] + [_html_table(h, r) for h, r in tables]
+    body += ["<h2>Usage</h2>", f"<p>{line}</p>"] + [html_table(h, r) for h, r in tables]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{sid}</title><style>{_CSS}</style></head><body>\n"
+            f"<title>{sid}</title><style>{CSS}</style></head><body>\n"
             + redact("\n".join(body)) + "\n</body></html>\n")
