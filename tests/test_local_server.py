@@ -91,6 +91,15 @@ def test_window_and_tier_come_from_the_server(served, tiny: Path) -> None:
     assert Path(served.info["log"]).is_file() and servers_of(tiny) == [served.info["pid"]]
 
 
+def test_openai_compatible_reads_the_window_from_a_running_llama_server(served) -> None:
+    alias = served.chat_model.model_name
+    other = resolve_model(f"openai-compatible:{alias}@{served.info['url']}", environ={})
+    assert other.window == 1024  # from the server's /props, no window configured
+    assert resolve_model(f"openai-compatible:{alias}@{served.info['url']}",
+                         model_config={"window": 900}, environ={}).window == 900
+    assert list(other.chat_model.stream([HumanMessage("hi")], max_tokens=2))
+
+
 def test_streamed_text_honours_max_tokens(served) -> None:
     chunks = list(served.chat_model.stream([HumanMessage("hello")], max_tokens=6))
     text_chunks = [c for c in chunks if c.text]
