@@ -1,4 +1,5 @@
-"""The faults ``simagent bench faults`` runs: kernel, provider, watchdog and data faults.
+"""The faults ``simagent bench faults`` runs: kernel, provider, watchdog and data faults
+(the provider cases live in ``provider_fault_cases``).
 
 Each case is a function ``(lab, fast) -> Outcome`` built from a few shared shapes, so
 adding a fault is a line or two. The kernel shape is three turns of the scripted model:
@@ -7,7 +8,6 @@ set up state, fault (then a check cell reading the state back), and a turn after
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import statistics
@@ -37,6 +37,7 @@ from simagent.bench.fault_bench import (
 )
 from simagent.bench.kernel_bench import rss_bytes
 from simagent.bench.kill_child import alive
+from simagent.bench.provider_fault_cases import PROVIDER_CASES
 
 #: Resident memory at which the bench's stand-in for the kernel OOM killer sends SIGKILL.
 OOM_LIMIT_MB = 512
@@ -264,142 +265,6 @@ KERNEL_CASES = [
     FaultCase("kernel-forks", "kernel", "cell forks children and waits on them", _forking),
     FaultCase("kernel-big-output", "kernel", "1 GiB of output without a newline",
               _big_output, fast=True),
-]
-
-# ------------------------------------------------------------------------ provider
-#: The client's read timeout in the provider cases (a "hang" reply outlasts it).
-CLIENT_TIMEOUT_S = 3.0
-PARTIAL_TEXT = "a reply the connection loses halfway"
-
-
-def _call(code: str) -> Any:
-    from simagent.bench.openai_stub import Reply
-
-    return Reply(tool_calls=[("run_python", json.dumps({"code": code}))])
-
-
-def _stub_runner(lab: Lab, session: Any, stub: Any, **config: Any) -> Any:
-    from simagent.agent.builder import build_agent
-    from simagent.agent.runner import TurnRunner
-    from simagent.models import resolve_model
-
-    model = resolve_model(f"openai-compatible:stub-model@{stub.base_url}",
-                          model_config={"timeout": CLIENT_TIMEOUT_S, "window": 64_000,
-                                        **config})
-    return TurnRunner(session, build_agent(session, model))
-
-
-def _partial_in_checkpoint(runner: Any) -> bool:
-    from langchain_core.messages import AIMessage
-
-    state = runner.agent.graph.get_state(runner.session.thread_config)
-    return any(isinstance(m, AIMessage) and PARTIAL_TEXT[:12] in m.text
-               for m in state.values.get("messages", []))
-
-
-def provider_fault(lab: Lab, faults: list[Any], *, gives_up: bool = False,
-                   **config: Any) -> Outcome:
-    """Set up kernel state, then a turn whose first model calls meet ``faults`` over real
-    HTTP; the turn must go on to read the state back (or, when ``gives_up``, end as one
-    clear provider error), and a turn after it must work."""
-    from simagent.bench.openai_stub import OpenAIStub, Reply
-
-    session = lab.session()
-    with OpenAIStub([_call(SETUP_CODE), Reply(text="ready")]) as stub:
-        runner = _stub_runner(lab, session, stub, **config)
-        first = runner.run("set up the model")
-        before = snapshot(session)
-        after = [_call(CHECK_CODE), Reply(text="checked")]
-        stub.push(*faults, *([] if gives_up else after))
-        clock = Clock()
-        t0 = time.monotonic()
-        second = runner.run("run the study", clock)
-        t_second = time.monotonic() - t0
-        stub.push(*([after[0]] if gives_up else []), _call(ALIVE_CODE), Reply(text="alive"))
-        third_clock = Clock()
-        third = runner.run("go on", third_clock)
-        requests = len(stub.chat_requests)
-    retries = [e for e in session.trace.events(["provider_retry"])
-               if not e.payload.get("gave_up")]  # the give-up record is not a retry
-    texts = [*clock.outputs, *third_clock.outputs]
-    restored = any(RESTORED in t for t in texts)
-    lost, what = lost_since(session, before)
-    clean = no_orphans(runner) and not _partial_in_checkpoint(runner)
-    if gives_up:
-        ok_second = second.status == "error" and second.provider_error and \
-            "\n" not in (second.error or "")
-        recover = t_second
-    else:
-        ok_second = second.status == "done"
-        check = clock.order[0] if clock.order else ""
-        recover = (clock.started[check] - t0) if check in clock.started else None
-    survived = (first.status == "done" and ok_second and third.status == "done"
-                and any(ALIVE in t for t in third_clock.outputs) and clean)
-    detail = (f"{len(retries)} retries, {requests} requests"
-              + (f"; error: {second.error}" if second.error else ""))
-    if not clean:
-        detail += "; checkpoint holds a partial reply or an unanswered call"
-    if what:
-        detail = f"lost: {', '.join(what)}; {detail}"
-    return Outcome(survived, restored, recover, lost, detail[:240])
-
-
-def _status(code: int, **kw: Any) -> Callable[[Lab, bool], Outcome]:
-    def run(lab: Lab, fast: bool) -> Outcome:
-        from simagent.bench.openai_stub import error_reply
-
-        return provider_fault(lab, [error_reply(code, f"stub {code}", **kw)])
-    return run
-
-
-def _wire(fault: str, **kw: Any) -> Callable[[Lab, bool], Outcome]:
-    def run(lab: Lab, fast: bool) -> Outcome:
-        from simagent.bench.openai_stub import fault_reply
-
-        return provider_fault(lab, [fault_reply(fault, PARTIAL_TEXT, **kw)])
-    return run
-
-
-def _bad_json(lab: Lab, fast: bool) -> Outcome:
-    from simagent.bench.openai_stub import Reply
-
-    return provider_fault(lab, [Reply(tool_calls=[("run_python", '{"code": "print(1)"')])])
-
-
-def _empty(lab: Lab, fast: bool) -> Outcome:
-    from simagent.bench.openai_stub import Reply
-
-    return provider_fault(lab, [Reply(text="")])
-
-
-def _down(lab: Lab, fast: bool) -> Outcome:
-    from simagent.agent.provider_retry import MAX_RETRIES
-    from simagent.bench.openai_stub import error_reply
-
-    return provider_fault(lab, [error_reply(503, "stub down")] * (MAX_RETRIES + 1),
-                          gives_up=True)
-
-
-PROVIDER_CASES = [
-    FaultCase("provider-429-retry-after", "provider", "429 with retry-after: 1",
-              _status(429, retry_after=1), fast=True),
-    FaultCase("provider-429", "provider", "429 without retry-after", _status(429)),
-    *(FaultCase(f"provider-{code}", "provider", f"HTTP {code}", _status(code))
-      for code in (500, 502, 503, 529)),
-    FaultCase("provider-reset", "provider", "connection reset before the reply",
-              _wire("reset"), fast=True),
-    FaultCase("provider-timeout", "provider",
-              f"no answer past the client's {CLIENT_TIMEOUT_S:g} s read timeout",
-              _wire("hang", hang_s=CLIENT_TIMEOUT_S + 3)),
-    FaultCase("provider-cut-stream", "provider", "stream dropped mid-message",
-              _wire("cut"), fast=True),
-    FaultCase("provider-no-finish", "provider", "stream ends without finish_reason or [DONE]",
-              _wire("no_finish")),
-    FaultCase("provider-bad-tool-json", "provider", "tool call with invalid JSON arguments",
-              _bad_json),
-    FaultCase("provider-empty", "provider", "empty reply", _empty),
-    FaultCase("provider-down", "provider",
-              "503 on every retry: one clear error, then the next turn works", _down),
 ]
 
 # ------------------------------------------------------------------------ watchdog
