@@ -11,14 +11,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from simagent.bench.scorers import RunView, grade
-from simagent.bench.support import (
-    Corpus,
-    check,
-    check_run,
-    extract,
-    file_values,
-    seen_values,
-)
+from simagent.bench.support import Corpus, check, extract, seen_values
+from simagent.bench.support_sources import check_run, file_values
 from simagent.bench.workflow import load_workflow
 
 

@@ -34,7 +34,7 @@ class RunView:
     def support(self) -> SupportReport:
         """The final answer's numbers vs what the run saw (``support.py``); computed once
         for the record and the ``supported_numbers`` scorer (it reads raw output files)."""
-        from simagent.bench.support import check_run
+        from simagent.bench.support_sources import check_run
 
         return check_run(self.final, self.events)
 
