@@ -106,43 +106,19 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
     """The record of one finished run, from its trace and the model's last request."""
     from simagent.bench.caching import cache_fields
     from simagent.bench.scorers import RunView, grade, step_results
-    from simagent.context.ledger import ledger_recall
     from simagent.context.prices import cost_usd
-    from simagent.context.recall import locate, request_text
-    from simagent.context.stats import BOUNDARY_KINDS
 
     events = session.trace.events()
     usage = [e.payload for e in events if e.kind == "model_usage"]
     main = [u for u in usage if u.get("agent") == "main"]
-    layers: dict[str, int] = {}
-    for u in usage:
-        for cat, n in (u.get("request") or {}).items():
-            layers[cat] = layers.get(cat, 0) + int(n)
-    last = model.requests[-1] if getattr(model, "requests", None) else []
-    text = request_text(last)
-    roots = recall_roots(session)
-    # in view / by pointer / lost, and what reading the pointer back would cost (recall.py)
-    where = [locate(p.fact, text, roots) for p in wf.probes]
-    kept = [w.status != "lost" for w in where]
-
-    def share(status: str) -> float:
-        return round(sum(w.status == status for w in where) / len(where), 4) if where \
-            else float(status == "in_view")
-
     view = RunView(final=result.final or "", events=events,
                    step_texts=step_results(wf.steps, events), workspace=session.workspace)
     verdicts = grade(wf.scorers, view)
     tokens_in = sum(int(u.get("input_tokens", 0)) for u in usage)
     tokens_out = sum(int(u.get("output_tokens", 0)) for u in usage)
     cache = sum(int(u.get("cache_read", 0) or 0) for u in usage)
-    over = []
-    if wf.budgets.get("model_calls") and len(usage) > wf.budgets["model_calls"]:
-        over.append("budget:model_calls")
-    if wf.budgets.get("tokens") and tokens_in > wf.budgets["tokens"]:
-        over.append("budget:tokens")
-    if wf.budgets.get("seconds") and wall > wf.budgets["seconds"]:
-        over.append("budget:seconds")
-    failed = [v.scorer for v in verdicts if not v.ok] + over
+    failed = [v.scorer for v in verdicts if not v.ok] + over_budget(wf, len(usage),
+                                                                    tokens_in, wall)
     if result.status != "done":
         failed.append(f"status:{result.status}")
     price_model = REFERENCE_MODEL if mode == "replay" else model_id
@@ -167,6 +143,58 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
         "tool_calls": sum(1 for e in events if e.kind == "tool_call"),
         **{name: sum(1 for e in events if e.kind == kind)
            for kind, name in CONTEXT_KINDS.items()},
+        **recall_fields(wf, session, model, events),
+        "layers": request_layers(usage), "wall_s": round(wall, 2),
+        "cost_usd": cost_usd(price_model, totals), "cost_model": price_model,
+        # provider prompt caching per family: simulated in replay, reported when live
+        **cache_fields(model, usage, mode=mode, price_model=price_model,
+                       pinned=policy.settings.cache_pin),
+        "final": (result.final or "")[:2000], "commit": commit,
+        # numbers in the final answer that nothing the run saw backs (support.py)
+        **view.support.record_fields(),
+    }
+
+
+def over_budget(wf: Workflow, calls: int, tokens_in: int, wall: float) -> list[str]:
+    """The workflow's budgets this run exceeded, as failed-scorer names."""
+    over = []
+    if wf.budgets.get("model_calls") and calls > wf.budgets["model_calls"]:
+        over.append("budget:model_calls")
+    if wf.budgets.get("tokens") and tokens_in > wf.budgets["tokens"]:
+        over.append("budget:tokens")
+    if wf.budgets.get("seconds") and wall > wf.budgets["seconds"]:
+        over.append("budget:seconds")
+    return over
+
+
+def request_layers(usage: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Input tokens by request layer, summed over every request of the run."""
+    layers: dict[str, int] = {}
+    for u in usage:
+        for cat, n in (u.get("request") or {}).items():
+            layers[cat] = layers.get(cat, 0) + int(n)
+    return layers
+
+
+def recall_fields(wf: Workflow, session: Any, model: Any, events: Sequence[Any]
+                  ) -> dict[str, Any]:
+    """Where each probe fact stands in the last request (in view, by pointer, lost), what
+    reading it back would cost, what the ledger's ``recall`` finds of those out of view,
+    and whether every compaction wrote a ledger entry."""
+    from simagent.context.ledger import ledger_recall
+    from simagent.context.recall import locate, request_text
+    from simagent.context.stats import BOUNDARY_KINDS
+
+    last = model.requests[-1] if getattr(model, "requests", None) else []
+    where = [locate(p.fact, request_text(last), recall_roots(session)) for p in wf.probes]
+    kept = [w.status != "lost" for w in where]
+    compactions = [e for e in events if e.kind in BOUNDARY_KINDS]
+
+    def share(status: str) -> float:
+        return round(sum(w.status == status for w in where) / len(where), 4) if where \
+            else float(status == "in_view")
+
+    return {
         "recall": round(sum(kept) / len(kept), 4) if kept else 1.0,
         "probes_lost": [p.fact for p, k in zip(wf.probes, kept, strict=True) if not k],
         "recall_in_view": share("in_view"), "recall_by_pointer": share("by_pointer"),
@@ -176,21 +204,13 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
                                                                         strict=True)
                                                  if w.status != "in_view"]),
         # every compaction should have written a ledger entry (issue 16)
-        "compactions": len(compactions := [e for e in events if e.kind in BOUNDARY_KINDS]),
+        "compactions": len(compactions),
         "ledger_entries": sum(e.payload.get("ledger") is not None for e in compactions),
         "recovery_tokens": sum(w.recovery_tokens or 0 for w in where),
         "recovery_search_tokens": sum(w.search_tokens or 0 for w in where),
         "probes": [{"fact": p.fact[:120], "status": w.status, "pointer": w.pointer,
                     "recovery_tokens": w.recovery_tokens}
                    for p, w in zip(wf.probes, where, strict=True)],
-        "layers": layers, "wall_s": round(wall, 2),
-        "cost_usd": cost_usd(price_model, totals), "cost_model": price_model,
-        # provider prompt caching per family: simulated in replay, reported when live
-        **cache_fields(model, usage, mode=mode, price_model=price_model,
-                       pinned=policy.settings.cache_pin),
-        "final": (result.final or "")[:2000], "commit": commit,
-        # numbers in the final answer that nothing the run saw backs (support.py)
-        **view.support.record_fields(),
     }
 
 
