@@ -7,7 +7,7 @@ APPROVAL = 3  # the turn paused for approval
 PROVIDER = 4  # model/provider error (provider package, HTTP, unreachable endpoint)
 COST_CEILING = 5  # cost ceiling reached
 KERNEL = 6  # the kernel could not start, or --kernel names no running kernel
-NOTEBOOK = 7  # --from-notebook: a cell of the notebook failed (or was stopped)
+NOTEBOOK = 7  # --from-notebook: a cell of the notebook failed (ctrl+C there is 130)
 KERNEL_CONSENT = 8  # an attached kernel needs a restart that only its owner may allow
 CANCELLED = 130  # Ctrl+C
 

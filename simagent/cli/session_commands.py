@@ -155,7 +155,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Run one turn headless. The answer streams to stdout, tool activity to "
                     "stderr. Exit codes: 0 ok, 2 usage/config, 3 paused for approval, "
                     "4 model/provider error, 5 cost ceiling, 6 kernel could not start (or "
-                    "--kernel names none running), 8 an attached kernel needs a restart "
+                    "--kernel names none running), 7 a --from-notebook cell failed, 8 an "
+                    "attached kernel needs a restart "
                     "only its owner may allow.")
     run.add_argument("prompt", nargs="*", metavar="PROMPT", help="what to do")
     session_options(run)
