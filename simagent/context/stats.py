@@ -284,73 +284,84 @@ def _agent_costs(usage_events: list[Any]) -> dict[str, float | None]:
     return out
 
 
-def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
-                      model_id: str | None = None, window: int | None = None) -> ContextStats:
-    """Everything ``/context`` shows, from trace events (``.id, .ts, .kind, .payload``)."""
-    events = list(events)
-    usage_events = [e for e in events if e.kind == "model_usage"]
-    tallies: dict[str, list[Any]] = {name: [0, None] for name in TALLIED.values()}
-    boundaries: list[Boundary] = []
+@dataclass
+class _Walk:
+    """What one pass over a trace gathers for ``/context`` (fed event by event)."""
+
+    tallies: dict[str, list[Any]] = field(
+        default_factory=lambda: {name: [0, None] for name in TALLIED.values()})
+    boundaries: list[Boundary] = field(default_factory=list)
     ceiling: Ceiling | None = None
-    used, estimated, after = 0, False, None
+    used: int = 0
+    estimated: bool = False
+    after: str | None = None  # the boundary since the last measured call, if any
     cats: RequestSize | None = None
-    last: dict[str, Any] = {}
+    last: dict[str, Any] = field(default_factory=dict)
     last_ts: str | None = None
-    main_calls, trace_window, trace_model, session_model = 0, None, None, None
+    main_calls: int = 0
+    window: int | None = None
+    model: Any = None  # the model the main agent's calls name
+    session_model: Any = None  # the model the session was started or switched to
     ruler: str | None = None
     provider_ratio: float | None = None
     latest_ledger: LedgerView | None = None
-    ledger_entries = 0
-    for ev in events:
+    ledger_entries: int = 0
+
+    def feed(self, ev: Any) -> None:
         p = _payload(ev)
         if ev.kind in ("session_start", "session_resume", "model_switch"):
             key = "to_model" if ev.kind == "model_switch" else "model"
-            session_model = p.get(key) or session_model
+            self.session_model = p.get(key) or self.session_model
         elif ev.kind == "model_usage" and _is_main(p) and not p.get("dropped"):
-            main_calls += 1  # a dropped (abandoned) call is paid but says nothing of the view
-            last, last_ts = p, ev.ts
-            used = token_count(p.get("input_tokens"))
-            estimated, after = p.get("source") == "estimated", None
-            request = RequestSize.from_dict(p.get("request")) if isinstance(
-                p.get("request"), dict) else None
-            cats = scale_categories(request, used) if request and request.total else None
-            trace_window = _opt_int(p.get("window")) or trace_window
-            trace_model = p.get("model") or trace_model
-            ruler = p.get("ruler") or ruler
-            provider_ratio = (round(used / request.total, 3) if request and request.total
-                              and p.get("source") == "provider" else None)
+            self._main_call(p, ev.ts)  # a dropped (abandoned) call says nothing of the view
         elif ev.kind == "cost_ceiling":
-            ceiling = Ceiling(ev.ts, str(p.get("action") or "?"), p.get("scope"),
-                              _opt_float(p.get("limit")), _opt_float(p.get("spent")),
-                              p.get("unit"))
+            self.ceiling = Ceiling(ev.ts, str(p.get("action") or "?"), p.get("scope"),
+                                   _opt_float(p.get("limit")), _opt_float(p.get("spent")),
+                                   p.get("unit"))
         if ev.kind in TALLIED:
-            tally = tallies[TALLIED[ev.kind]]
+            tally = self.tallies[TALLIED[ev.kind]]
             tally[0] += 1
             tally[1] = ev.ts
         if ev.kind in BOUNDARY_KINDS:
-            before, tokens_after = _opt_int(p.get("tokens_before")), _opt_int(p.get("tokens_after"))
-            items = _opt_int(p.get("ledger_items")) if p.get("ledger") is not None else None
-            boundaries.append(Boundary(ev.ts, BOUNDARY_KINDS[ev.kind], before, tokens_after,
-                                       _detail(ev.kind, p), str(p.get("agent") or "main"),
-                                       items, _opt_int(p.get("cache_write_tokens"))))
-            if items is not None:
-                ledger_entries += 1
-                latest_ledger = LedgerView(
-                    _opt_int(p.get("ledger")), BOUNDARY_KINDS[ev.kind], items,
-                    _opt_int(p.get("ledger_found")) or items, dict(p.get("ledger_kinds") or {}),
-                    tuple(str(x) for x in p.get("ledger_preview") or ()), p.get("ledger_path"))
-            if _is_main(p):  # the last measured figure is stale now: estimate
-                estimated, after = True, BOUNDARY_KINDS[ev.kind]
-                if tokens_after is not None:
-                    if cats is not None:
-                        cats = after_compaction(cats, ev.kind, p, tokens_after)
-                    used = tokens_after
+            self._boundary(ev, p)
 
-    model_id = model_id or (str(session_model) if session_model else None) or trace_model
-    model_window = window or trace_window
-    th = thresholds_for(model_window, model_id, settings)
-    if cats is not None:  # the summary trigger as the middleware computed it
-        th = th.for_prompt(cats.fixed)
+    def _main_call(self, p: dict[str, Any], ts: str | None) -> None:
+        self.main_calls += 1
+        self.last, self.last_ts = p, ts
+        self.used = token_count(p.get("input_tokens"))
+        self.estimated, self.after = p.get("source") == "estimated", None
+        request = RequestSize.from_dict(p.get("request")) if isinstance(
+            p.get("request"), dict) else None
+        self.cats = scale_categories(request, self.used) if request and request.total else None
+        self.window = _opt_int(p.get("window")) or self.window
+        self.model = p.get("model") or self.model
+        self.ruler = p.get("ruler") or self.ruler
+        self.provider_ratio = (round(self.used / request.total, 3) if request and request.total
+                               and p.get("source") == "provider" else None)
+
+    def _boundary(self, ev: Any, p: dict[str, Any]) -> None:
+        before, tokens_after = _opt_int(p.get("tokens_before")), _opt_int(p.get("tokens_after"))
+        items = _opt_int(p.get("ledger_items")) if p.get("ledger") is not None else None
+        self.boundaries.append(Boundary(ev.ts, BOUNDARY_KINDS[ev.kind], before, tokens_after,
+                                        _detail(ev.kind, p), str(p.get("agent") or "main"),
+                                        items, _opt_int(p.get("cache_write_tokens"))))
+        if items is not None:
+            self.ledger_entries += 1
+            self.latest_ledger = LedgerView(
+                _opt_int(p.get("ledger")), BOUNDARY_KINDS[ev.kind], items,
+                _opt_int(p.get("ledger_found")) or items, dict(p.get("ledger_kinds") or {}),
+                tuple(str(x) for x in p.get("ledger_preview") or ()), p.get("ledger_path"))
+        if _is_main(p):  # the last measured figure is stale now: estimate
+            self.estimated, self.after = True, BOUNDARY_KINDS[ev.kind]
+            if tokens_after is not None:
+                if self.cats is not None:
+                    self.cats = after_compaction(self.cats, ev.kind, p, tokens_after)
+                self.used = tokens_after
+
+
+def _token_rows(usage_events: list[Any]) -> tuple[UsageTotals, tuple[TokenRow, ...],
+                                                  tuple[TokenRow, ...], tuple[Any, ...]]:
+    """(totals, a row per model dearest first, a row per subagent, costs) of the calls."""
     totals = UsageTotals.from_trace(usage_events)
     per_model, cost, priced, unpriced = _costs(totals)
     rows = [TokenRow(m, u.calls, u.input_tokens, u.output_tokens, u.cache_read, per_model.get(m))
@@ -360,22 +371,39 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
     subagents = tuple(TokenRow(a, u.calls, u.input_tokens, u.output_tokens, u.cache_read,
                                agent_usd.get(a)) for a, u in sorted(totals.by_agent.items())
                       if a != "main")
+    return totals, tuple(rows), subagents, (cost, priced, unpriced)
+
+
+def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
+                      model_id: str | None = None, window: int | None = None) -> ContextStats:
+    """Everything ``/context`` shows, from trace events (``.id, .ts, .kind, .payload``)."""
+    events = list(events)
+    w = _Walk()
+    for ev in events:
+        w.feed(ev)
+    model_id = model_id or (str(w.session_model) if w.session_model else None) or w.model
+    model_window = window or w.window
+    th = thresholds_for(model_window, model_id, settings)
+    if w.cats is not None:  # the summary trigger as the middleware computed it
+        th = th.for_prompt(w.cats.fixed)
+    totals, rows, subagents, (cost, priced, unpriced) = _token_rows(
+        [e for e in events if e.kind == "model_usage"])
     return ContextStats(
         model_id=model_id, window=th.window, window_known=bool(settings.window or model_window),
-        thresholds=th, no_calls=main_calls == 0, used=used, estimated=estimated,
-        estimated_after=after, categories=cats, free_tokens=th.window - used,
-        percent=round(100.0 * used / th.window, 1) if th.window else 0.0,
-        main_calls=main_calls, last_input_tokens=token_count(last.get("input_tokens")),
-        last_output_tokens=token_count(last.get("output_tokens")),
-        last_cache_read=token_count(last.get("cache_read")), last_call_at=last_ts,
-        **{name: Tally(n, ts) for name, (n, ts) in tallies.items()},
-        boundaries=tuple(boundaries), subagents=subagents, models=tuple(rows),
+        thresholds=th, no_calls=w.main_calls == 0, used=w.used, estimated=w.estimated,
+        estimated_after=w.after, categories=w.cats, free_tokens=th.window - w.used,
+        percent=round(100.0 * w.used / th.window, 1) if th.window else 0.0,
+        main_calls=w.main_calls, last_input_tokens=token_count(w.last.get("input_tokens")),
+        last_output_tokens=token_count(w.last.get("output_tokens")),
+        last_cache_read=token_count(w.last.get("cache_read")), last_call_at=w.last_ts,
+        **{name: Tally(n, ts) for name, (n, ts) in w.tallies.items()},
+        boundaries=tuple(w.boundaries), subagents=subagents, models=rows,
         total_input_tokens=totals.total.input_tokens,
         total_output_tokens=totals.total.output_tokens,
-        cost_usd=cost, priced_usd=priced, unpriced_models=unpriced, ceiling=ceiling,
+        cost_usd=cost, priced_usd=priced, unpriced_models=unpriced, ceiling=w.ceiling,
         limits={k: getattr(settings, k) for k in _LIMITS if getattr(settings, k) is not None},
-        ruler=ruler, provider_ratio=provider_ratio, ledger=latest_ledger,
-        ledger_entries=ledger_entries, task_records=_task_rows(events),
+        ruler=w.ruler, provider_ratio=w.provider_ratio, ledger=w.latest_ledger,
+        ledger_entries=w.ledger_entries, task_records=_task_rows(events),
         tools=tools_view_from_events(events))
 
 
