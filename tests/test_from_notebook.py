@@ -217,6 +217,7 @@ def test_tui_shows_progress_and_ctrl_c_keeps_the_state_and_the_session(workspace
     from simagent.config import SessionOptions
     from simagent.tui.controller import TuiController
     from simagent.tui.entries import NoticeEntry
+    from simagent.tui.render import RenderCache
 
     path = write_notebook(workspace / "slow.ipynb", [
         new_markdown_cell("# Slow"), new_code_cell("a = 41"),
@@ -237,11 +238,16 @@ def test_tui_shows_progress_and_ctrl_c_keeps_the_state_and_the_session(workspace
             time.sleep(0.05)
         assert progress().startswith("· notebook code cell 2 of 3 (cell 3 in the file): "
                                      "import time")
+        cache = RenderCache()  # what the screen shows, drawn as the app draws it
+        cache.render(ctl.conversation.entries, 200, False)
         assert ctl.busy and ctl.cancel_turn()  # ctrl+C
         ctl.wait(WAIT_S)
         notes = [e.text for e in ctl.conversation.entries if isinstance(e, NoticeEntry)]
         assert any("stopped by the user at code cell 2 of 3" in n for n in notes), notes
         assert "■ interrupted" in progress()
+        drawn = "\n".join("".join(text for _style, text, *_ in line)
+                          for line in cache.render(ctl.conversation.entries, 200, False))
+        assert "code cell 2 of 3 (cell 3 in the file): import time ■ interrupted" in drawn
         assert not ctl.busy
         assert ctl.submit("what is a?")
         ctl.wait(WAIT_S)
