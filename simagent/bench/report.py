@@ -11,7 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simagent.bench.bounds_report import dollars, excess_table, group_table, opening_summary
+from simagent.bench.bounds_report import (
+    dollars,
+    excess_table,
+    group_table,
+    lower_bound_violations,
+    opening_summary,
+)
 from simagent.bench.cost_report import cache_table, pareto_plot
 from simagent.bench.figures import request_size_plot
 from simagent.bench.workflow_runs import provider_refused, run_label, summarize, sweep_order
@@ -229,6 +235,15 @@ def _share(part: int, whole: int) -> str:
     return f"{pct:.0f}%" if pct >= 10 or pct == 0 else f"{pct:.1f}%"
 
 
+def bound_check(rows: Sequence[dict[str, Any]]) -> str:
+    """One line: does any run pass with the oracle's recall on fewer tokens (an oracle bug)?"""
+    bad = lower_bound_violations(rows)
+    if not bad:
+        return ("Lower-bound check: no run passes at the oracle's recall with fewer tokens "
+                "than the oracle (same workflow and window).")
+    return "Lower-bound check FAILED (an oracle bug): " + "; ".join(bad)
+
+
 def classic(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs at each workflow's declared window, not enforced (ratios to an unbounded
     ``raw``); all rows when the run is a sweep alone. The sweep has its own tables."""
@@ -248,6 +263,8 @@ def render_report(rows: Sequence[dict[str, Any]], *, mode: str, plots: Sequence[
                    "the recovery a by-pointer fact costs):", "", excess, ""]
                   if (excess := excess_table(rows)) else [])]
                if (summary := opening_summary(rows)) else []),
+             *([bound_check(rows), ""] if any(r["policy"] == "oracle" for r in rows)
+               else []),
              *(["## By group", "", table, ""] if (table := group_table(rows)) else []),
              "## Policies", "", RECOVERY_DEFINITION, "", policy_table(classic(rows)), "",
              *(["## Window sweep", "",
