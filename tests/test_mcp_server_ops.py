@@ -138,3 +138,12 @@ def test_ask_mode_refuses_kernel_code_naming_the_flag(tmp_path: Path) -> None:
     for tool in ("output", "state", "figure", "interrupt"):  # read or stop: never gated
         assert ops.refusal("ask", tool, tmp_path) is None
     assert set(ops.GATED_AS) | {"output", "state", "figure", "interrupt"} == set(ops.TOOLS)
+
+
+def test_a_figure_file_is_labelled_by_its_bytes() -> None:
+    png = bytes.fromhex("89504e470d0a1a0a") + b"\0" * 8
+    assert ops.image_mime(png) == "image/png"
+    assert ops.image_mime(b"\xff\xd8\xff\xe0" + b"\0" * 8) == "image/jpeg"
+    assert ops.image_mime(b'<svg xmlns="http://www.w3.org/2000/svg"/>') == "image/svg+xml"
+    assert ops.image_mime(b'<?xml version="1.0"?>\n<svg/>') == "image/svg+xml"
+    assert ops.image_mime(b"GIF89a") == "application/octet-stream"

@@ -161,6 +161,23 @@ def pick_figure(figures: list[dict], key: int) -> dict:
     return figures[key - 1 if key > 0 else key]
 
 
+#: Image formats a figure file can be (the kernel saves PNG, JPEG and SVG displays), by
+#: the bytes it starts with.
+_IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"))
+
+
+def image_mime(blob: bytes) -> str:
+    """The MIME type of a figure file, read from its bytes (a resource is labelled by
+    what it is, not by the usual case)."""
+    for magic, mime in _IMAGE_MAGIC:
+        if blob.startswith(magic):
+            return mime
+    head = blob[:512].lstrip().lower()
+    if head.startswith((b"<svg", b"<?xml")) and b"<svg" in blob[:4096].lower():
+        return "image/svg+xml"
+    return "application/octet-stream"
+
+
 def resource_file(folder: Path, name: str) -> Path:
     """The file ``name`` in the session's ``folder`` (outputs or artifacts), refusing any
     name that resolves elsewhere (``..``, a link out): resources read nothing else."""

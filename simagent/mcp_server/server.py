@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from io import TextIOWrapper
 from typing import Any
@@ -32,6 +32,7 @@ from typing import Any
 import anyio
 from mcp.server.fastmcp import Context, FastMCP, Image
 from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 
 from simagent.mcp_server import ops
 from simagent.mcp_server.ops import McpToolError
@@ -73,6 +74,21 @@ class _Server(FastMCP):
             await anyio.to_thread.run_sync(_service(ctx).note_rejected, _call_id(ctx), name,
                                            arguments, str(exc))
             raise
+
+    async def list_resource_templates(self) -> list[Any]:
+        """As FastMCP's, but the figure template names no one MIME type: figures are
+        PNG, JPEG or SVG, and each read says which (:meth:`read_resource`)."""
+        return [t.model_copy(update={"mimeType": None}) if t.uriTemplate == ops.FIGURE_URI
+                else t for t in await super().list_resource_templates()]
+
+    async def read_resource(self, uri: Any) -> Iterable[ReadResourceContents]:
+        """As FastMCP's (which labels every read with the template's one MIME type), but
+        a figure is labelled by what its bytes are."""
+        contents = list(await super().read_resource(uri))
+        if not str(uri).startswith(ops.FIGURE_URI.split("{", 1)[0]):
+            return contents
+        return [ReadResourceContents(c.content, ops.image_mime(c.content), c.meta)
+                if isinstance(c.content, bytes) else c for c in contents]
 
 
 def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT_HOST,
@@ -199,8 +215,8 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
         service = _service(ctx)
         return await _in_thread(lambda: service.raw_output(int(n)))
 
-    @mcp.resource(ops.FIGURE_URI, mime_type="image/png",
-                  description="A saved figure's image file")
+    @mcp.resource(ops.FIGURE_URI, mime_type="image/png",  # replaced per file: read_resource
+                  description="A saved figure's image file (PNG, JPEG or SVG)")
     async def figure_file(figure_id: str, ctx: Context) -> bytes:
         service = _service(ctx)
         return await _in_thread(lambda: service.figure_file(figure_id))

@@ -46,7 +46,9 @@ class KernelService:
         self.cap = tool_cap(RUN_PYTHON, session.context_settings)
         self._run_lock = threading.Lock()  # one cell at a time, in call order
         self._running: str | None = None  # the call whose cell is in the kernel now
+        self._starting: str | None = None  # the call waiting for the kernel to start
         self._cancelled: set[str] = set()  # calls cancelled before their cell began
+        self._stage_lock = threading.Lock()  # cancel() vs a call changing stage
         self._traced: set[str] = set()  # calls whose body ran (and traced them)
 
     # ------------------------------------------------------------ tracing
@@ -108,31 +110,52 @@ class KernelService:
                 raise McpToolError(f"run_python: timeout_s must be a positive number of "
                                    f"seconds, not {timeout_s!r}")
             with self._run_lock:
-                if call_id in self._cancelled:
-                    self._cancelled.discard(call_id)
-                    raise McpToolError("run_python: not run: the request was cancelled "
-                                       "before its cell began")
-                self._running = call_id
+                self._stage(call_id, "_starting")
                 try:
+                    # A first cell waits for the kernel (and the simulator's warm-up): a
+                    # cancel then cannot interrupt anything, so it is checked once more
+                    # after, before the cell is sent. A dead kernel is left to execute,
+                    # whose recovery restarts it and replays the state.
+                    if self.session.kernel_state == "stopped":
+                        self.session.start_kernel()
+                    self._stage(call_id, "_running", starting=False)
                     text, result = run_python_text(self.session, code, cap=self.cap,
                                                    on_output=on_output, timeout_s=timeout_s,
                                                    tool_call_id=call_id)
                 finally:
-                    self._running = None
+                    self._starting = self._running = None
             return text, {"exec_status": result.status, "recovery": result.recovery}
 
         return self.traced(call_id, "run_python",
                            {"code": code, **({"timeout_s": timeout_s} if timeout_s else {})},
                            body)
 
+    def _stage(self, call_id: str, attr: str, *, starting: bool = True) -> None:
+        """Move ``call_id`` to ``attr`` (``_starting`` or ``_running``), unless the host
+        cancelled it meanwhile: then it never reaches the kernel."""
+        with self._stage_lock:
+            if call_id in self._cancelled:
+                self._cancelled.discard(call_id)
+                when = "before its cell began" if starting else \
+                    "while the kernel was starting"
+                raise McpToolError(f"run_python: not run: the request was cancelled {when}")
+            self._starting = None
+            setattr(self, attr, call_id)
+
     def cancel(self, call_id: str) -> bool:
-        """The host cancelled ``call_id``: interrupt its cell if it is the one running
-        (state kept), else make sure it never starts. True when a cell was interrupted."""
-        if self._running == call_id:
-            self.session.interrupt_kernel()
-            return True
-        self._cancelled.add(call_id)
-        return False
+        """The host cancelled ``call_id``: interrupt its cell if it is in the kernel
+        (state kept), else make sure it never gets there. True when a cell was interrupted."""
+        with self._stage_lock:
+            running = self._running == call_id
+            stage = "running" if running else \
+                "starting" if self._starting == call_id else "queued"
+            if running:
+                self.session.interrupt_kernel()
+            else:
+                self._cancelled.add(call_id)
+        self.session.trace.append("tool_cancelled", {"tool_call_id": call_id,
+                                                     "name": "run_python", "stage": stage})
+        return running
 
     def close(self, wait_s: float = 30.0) -> None:
         """Close the session when the client goes: a cell still running (its request was

@@ -43,6 +43,8 @@ EVENT_KINDS: dict[str, str] = {
     "tool_result": "tool_call_id, name, content, status (success|error), elapsed_s, agent, "
                    "outcome (simagent.outcomes: ok|error|interrupted|timeout|died|restarted), "
                    "dropped (true: it ended after its turn was abandoned)",
+    "tool_cancelled": "tool_call_id, name, stage (queued|starting|running): a host cancelled "
+                      "the request (simagent mcp); running: its cell was interrupted",
     "kernel_exec": "tool_call_id, code, status, elapsed_s, raw_path, execution_count, state_lost, "
                    "human (notices for the user only, e.g. a dashboard link; absent if none)",
     "kernel_recovery": "trigger (died|frozen|unresponsive|interrupt|restore), reason, steps "

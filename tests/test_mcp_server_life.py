@@ -1,0 +1,157 @@
+"""``simagent mcp`` over the SDK's stdio client: ``restore`` and ``reset``, a figure
+resource's MIME type, a cancel that arrives while the kernel is still starting, and
+``simagent transcript`` / ``simagent notebook`` reading the MCP session afterwards.
+
+Real CLI subprocess, real kernel; every wait is bounded (``anyio.fail_after``, the
+client's read timeout, subprocess timeouts).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import nbformat
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+from test_mcp_server import CALL_S, SIMAGENT, _events, _stdio, _text
+
+from simagent.mcp_server import ops
+
+_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="20" height="10">'
+        '<rect width="20" height="10" fill="teal"/></svg>')
+
+
+def test_restore_replays_reset_clears_and_the_session_exports(workspace: Path,
+                                                              tmp_path: Path) -> None:
+    async def main() -> dict[str, object]:
+        got: dict[str, object] = {}
+        async with _stdio(workspace, tmp_path / "server.err") as s:
+            await s.call_tool("run_python", {"code": "import math\nx = 41\ny = math.sqrt(16)"})
+            await s.call_tool("run_python", {"code": f"from IPython.display import SVG, "
+                                                     f"display\ndisplay(SVG({_SVG!r}))"})
+            got["died"] = _text(await s.call_tool("run_python",
+                                                  {"code": "import os\nos._exit(3)"}))
+            got["restore"] = await s.call_tool("restore", {})
+            got["after restore"] = _text(await s.call_tool("run_python",
+                                                           {"code": "print(x + 1, y)"}))
+            templates = (await s.list_resource_templates()).resourceTemplates
+            got["templates"] = {t.uriTemplate: t.mimeType for t in templates}
+            fid = next(p["id"] for k, p in _events(workspace)
+                       if k == "artifact" and p.get("id"))
+            got["svg"] = (await s.read_resource(f"simagent://figures/{fid}")).contents[0]
+            got["reset"] = await s.call_tool("reset", {})
+            got["after reset"] = _text(await s.call_tool("run_python",
+                                                         {"code": "print('x' in dir())"}))
+            await s.call_tool("run_python", {"code": "z = 7"})
+        return got
+
+    got = anyio.run(main)
+    assert "kernel process exited with code 3" in got["died"]
+    # restore: restarted and replayed the state-defining cells; the next cell needs no
+    # recovery of its own (no restart notice) and finds the variables
+    restore = got["restore"]
+    assert not restore.isError and "replayed" in _text(restore), _text(restore)
+    assert got["after restore"] == "42 4.0"
+    # reset: says what it did, and the variables are gone
+    reset = got["reset"]
+    assert not reset.isError and "every variable" in _text(reset) and "gone" in _text(reset)
+    assert got["after reset"] == "False"
+    # the figure resource is labelled by what the file is (an SVG here, not PNG)
+    assert got["templates"][ops.FIGURE_URI] is None
+    assert got["svg"].mimeType == "image/svg+xml"
+    assert got["svg"].uri.scheme == "simagent"
+
+    events = _events(workspace)
+    recoveries = [p for k, p in events if k == "kernel_recovery"]
+    assert [r.get("trigger") for r in recoveries] == ["restore"], recoveries
+    # the MCP session reads back as any session does
+    md = subprocess.run([SIMAGENT, "transcript", "--workspace", str(workspace), "-o", "-"],
+                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert md.returncode == 0, md.stderr
+    assert "print(x + 1, y)" in md.stdout and "42 4.0" in md.stdout
+    assert "restore" in md.stdout and "reset" in md.stdout
+    nb_path = tmp_path / "mcp.ipynb"
+    nb = subprocess.run([SIMAGENT, "notebook", "--workspace", str(workspace), "-o",
+                         str(nb_path)], capture_output=True, text=True, timeout=120,
+                        stdin=subprocess.DEVNULL)
+    assert nb.returncode == 0, nb.stderr
+    notebook = nbformat.read(nb_path, as_version=4)
+    nbformat.validate(notebook)
+    sources = [c.source for c in notebook.cells if c.cell_type == "code"]
+    headings = [c.source for c in notebook.cells if c.cell_type == "markdown"]
+    # the cell after the reset defines the state; the earlier ones are kept apart
+    assert "z = 7" in sources and "import math\nx = 41\ny = math.sqrt(16)" in sources
+    assert any("Before a /reset" in h for h in headings), headings
+    assert sources.index("import math\nx = 41\ny = math.sqrt(16)") < sources.index("z = 7")
+
+
+_HOLD = """
+import os, signal, sys, time
+hold = os.environ.get("SIMAGENT_TEST_HOLD")
+if hold and "simagent.kernel.launcher" in sys.orig_argv:
+    # a kernel that takes its time to start, as a loaded machine's does: SIGINT has
+    # nothing to interrupt yet
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    open(os.path.join(hold, "starting"), "w").close()
+    deadline = time.monotonic() + 300
+    while not os.path.exists(os.path.join(hold, "go")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    signal.signal(signal.SIGINT, old)
+"""
+
+
+def test_a_cancel_while_the_kernel_starts_means_the_cell_never_runs(workspace: Path,
+                                                                    tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "sitecustomize.py").write_text(_HOLD)
+    env = {**os.environ, "SIMAGENT_TEST_HOLD": str(hold),
+           "PYTHONPATH": os.pathsep.join([str(hold), os.environ.get("PYTHONPATH", "")])}
+    params = StdioServerParameters(command=SIMAGENT, env=env,
+                                   args=["mcp", "--workspace", str(workspace)])
+
+    async def wait_for(check: Callable[[], bool]) -> None:
+        with anyio.fail_after(CALL_S):
+            while not check():
+                await anyio.sleep(0.05)
+
+    def cancelled() -> bool:
+        return any(k == "tool_cancelled" for k, _ in _events(workspace))
+
+    async def main() -> str:
+        with open(tmp_path / "server.err", "w") as err:
+            async with stdio_client(params, errlog=err) as (read, write), \
+                    ClientSession(read, write) as s:
+                with anyio.fail_after(CALL_S):
+                    await s.initialize()
+                request_id = s._request_id  # the id the next request gets
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(lambda: s.call_tool(
+                        "run_python", {"code": "open('ran.txt', 'w').write('ran')"}))
+                    await wait_for((hold / "starting").exists)
+                    tg.cancel_scope.cancel()
+                await s.send_notification(types.ClientNotification(types.CancelledNotification(
+                    params=types.CancelledNotificationParams(requestId=request_id,
+                                                             reason="test"))))
+                await wait_for(cancelled)  # the server has the cancel: let the kernel up
+                (hold / "go").touch()
+                with anyio.fail_after(CALL_S):
+                    return _text(await s.call_tool("run_python", {
+                        "code": "import os\nprint(os.path.exists('ran.txt'))"}))
+
+    assert anyio.run(main) == "False"
+    assert not (workspace / "ran.txt").exists()
+    events = _events(workspace)
+    stop = next(p for k, p in events if k == "tool_cancelled")
+    assert stop["stage"] == "starting"
+    result = next(p for k, p in events
+                  if k == "tool_result" and p["tool_call_id"] == stop["tool_call_id"])
+    assert result["status"] == "error"
+    assert "not run: the request was cancelled while the kernel was starting" in \
+        result["content"]
+    assert stop["tool_call_id"] not in {p.get("tool_call_id") for k, p in events
+                                        if k == "kernel_exec"}
