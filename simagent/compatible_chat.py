@@ -20,6 +20,9 @@ server in ``tests/test_local_server.py``):
 - Each streamed tool-call delta repeats the call's name and id, which langchain would
   concatenate (``set_unitset_unit…``): only the first delta keeps them; arguments cut
   off at the output limit are flagged (:class:`StreamedCalls`).
+- Small models behind a template that lists tools in the prompt often write the call
+  as the reply's text (fenced JSON, ``<tool_call>`` tags): a reply that is exactly one
+  call of an offered tool is read as that call (:mod:`simagent.text_tool_calls`).
 - Streamed chunks never carry ``usage``; the trace then records simagent's own count
   (``source: estimated``), as for any provider that reports none.
 
@@ -38,6 +41,10 @@ import httpx
 from langchain_openai import ChatOpenAI
 
 from simagent.provider_errors import INCOMPLETE_CALLS_KEY, EmptyReplyStream
+from simagent.text_tool_calls import offered_tools, text_tool_call
+
+#: ``response_metadata`` key on a reply whose tool call was read from its text.
+TEXT_CALL_KEY = "simagent_text_tool_call"
 
 #: How long resolving a model may wait for a server to say its window (seconds).
 PROBE_TIMEOUT_S = 2.0
@@ -64,6 +71,8 @@ class CompatibleChatOpenAI(ChatOpenAI):
             self._explain_empty(messages, stop, kwargs)
         if (flag := calls.incomplete()) is not None:
             yield flag
+        if (call := calls.written_as_text(offered_tools(kwargs.get("tools")))) is not None:
+            yield call
 
     async def _astream(self, messages: Any, stop: Any = None, run_manager: Any = None,
                        **kwargs: Any) -> AsyncIterator[Any]:
@@ -74,6 +83,8 @@ class CompatibleChatOpenAI(ChatOpenAI):
             self._explain_empty(messages, stop, kwargs)
         if (flag := calls.incomplete()) is not None:
             yield flag
+        if (call := calls.written_as_text(offered_tools(kwargs.get("tools")))) is not None:
+            yield call
 
     def _explain_empty(self, messages: Any, stop: Any, kwargs: dict[str, Any]) -> None:
         """Raise what the server would have said: ask again, not streamed, one token."""
@@ -104,10 +115,12 @@ class StreamedCalls:
         self.empty = True
         self.names: dict[int, str] = {}
         self.args: dict[int, str] = {}
+        self.text = ""
 
     def see(self, chunk: Any) -> Any:
         self.empty = False
         message = chunk.message
+        self.text += message.text if isinstance(message.content, str) else ""
         calls = getattr(message, "tool_call_chunks", None) or []
         for call in calls:
             index = call.get("index") or 0
@@ -119,6 +132,20 @@ class StreamedCalls:
         if calls:
             message.additional_kwargs.pop("function_call", None)
         return chunk
+
+    def written_as_text(self, tools: set[str]) -> Any:
+        """A last chunk carrying the call the reply wrote as its whole text, or None
+        (:mod:`simagent.text_tool_calls`)."""
+        found = None if self.names else text_tool_call(self.text, tools)
+        if found is None:
+            return None
+        from langchain_core.messages import AIMessageChunk
+        from langchain_core.outputs import ChatGenerationChunk
+
+        name, args = found
+        return ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[{
+            "name": name, "args": json.dumps(args), "id": f"call_text_{name}", "index": 0,
+            "type": "tool_call_chunk"}], response_metadata={TEXT_CALL_KEY: True}))
 
     def incomplete(self) -> Any:
         """A last chunk naming the calls whose arguments are not complete JSON, or None."""

