@@ -15,7 +15,8 @@ beat. Before each main-agent request the oracle keeps in view exactly what is ne
 
 Everything else becomes simagent's own pointer (``context.clearing``: the placeholder
 naming the raw output file, the code as ``_out[n].code``) at the earliest moment, where
-the pointer is shorter than what it replaces. It runs
+the pointer is shorter than what it replaces; the model's own earlier words (what it
+said beside its calls) are left out once it has written them, as a summary would. It runs
 with simagent's system prompt, tools, caps and eviction; its own clearing, summaries,
 checkpoints, state card and cache pin are off (the oracle needs no memory aid). Being a
 view, it never changes what the graph stores. It records what it decided per request, so
@@ -131,6 +132,26 @@ class Decision:
     results: frozenset[str]
     inputs: frozenset[str]
     restored: frozenset[str] = frozenset()
+    #: AI messages (by their first call id) whose words are left out
+    texts: frozenset[str] = frozenset()
+
+
+def words_of(msg: BaseMessage) -> str | None:
+    """The first call id of an AI message that has words besides its calls."""
+    if isinstance(msg, AIMessage) and msg.tool_calls and isinstance(msg.content, str) \
+            and msg.content.strip():
+        return msg.tool_calls[0].get("id") or None
+    return None
+
+
+def oracle_view(messages: Sequence[BaseMessage], results: Iterable[str],
+                inputs: Iterable[str], texts: Iterable[str] = ()) -> list[BaseMessage]:
+    """``messages`` with ``results`` and ``inputs`` as simagent's pointers and the words of
+    the AI messages in ``texts`` left out (their calls stay, so results still pair)."""
+    out = apply_cleared(messages, frozenset(results), frozenset(inputs))
+    drop = frozenset(texts)
+    return [m.model_copy(update={"content": ""}) if drop and words_of(m) in drop else m
+            for m in out]
 
 
 @dataclass
@@ -197,30 +218,38 @@ class OraclePlan:
         # a pointer longer than what it replaces (a short result, a one-line cell) stays out
         results = frozenset(i for i in results if self._saves(messages, "result", i))
         inputs = frozenset(i for i in inputs if self._saves(messages, "input", i))
-        out = apply_cleared(messages, results, inputs)
+        # the model's own earlier words: what it wrote, it knows (a summary drops them too);
+        # the latest reply's stay
+        ais = [m for m in messages if isinstance(m, AIMessage)]
+        texts = frozenset(t for m in ais[:-1] if (t := words_of(m)))
+        out = oracle_view(messages, results, inputs, texts)
         restored: set[str] = set()
         if final and self.lost is not None and self.probes:
-            out, results, inputs, restored = self._keep_probes(messages, out, results, inputs)
-        self.decisions.append(Decision(list(messages), results, inputs, frozenset(restored)))
+            out, results, inputs, texts, restored = self._keep_probes(messages, out, results,
+                                                                      inputs, texts)
+        self.decisions.append(Decision(list(messages), results, inputs, frozenset(restored),
+                                       texts))
         return out
 
     def _keep_probes(self, messages: list[BaseMessage], out: list[BaseMessage],
-                     results: frozenset[str], inputs: frozenset[str]) -> tuple[Any, ...]:
-        """Un-clear the latest result (or code) holding each probe fact the pointers lose."""
+                     results: frozenset[str], inputs: frozenset[str],
+                     texts: frozenset[str]) -> tuple[Any, ...]:
+        """Un-clear the latest result (or code, or words) holding each probe fact the
+        pointers lose."""
         from simagent.context.recall import request_text
 
         assert self.lost is not None
         restored: set[str] = set()
         for fact in self.lost(request_text(out), self.probes):
             holder = next((m for m in reversed(messages) if _holds(m, fact)
-                           and _id_of(m) in results | inputs), None)
+                           and _id_of(m) in results | inputs | texts), None)
             if holder is None:
                 continue
             cid = _id_of(holder)
             restored.add(cid)
-            results, inputs = results - {cid}, inputs - {cid}
-            out = apply_cleared(messages, results, inputs)
-        return out, results, inputs, restored
+            results, inputs, texts = results - {cid}, inputs - {cid}, texts - {cid}
+            out = oracle_view(messages, results, inputs, texts)
+        return out, results, inputs, texts, restored
 
 
 def _id_of(m: BaseMessage) -> str:
@@ -232,9 +261,8 @@ def _id_of(m: BaseMessage) -> str:
 def _holds(m: BaseMessage, fact: str) -> bool:
     if isinstance(m, ToolMessage):
         return fact in m.text
-    return isinstance(m, AIMessage) and any(fact in json.dumps(c.get("args", {}),
-                                                              ensure_ascii=False)
-                                            for c in m.tool_calls)
+    return isinstance(m, AIMessage) and (fact in m.text or any(
+        fact in json.dumps(c.get("args", {}), ensure_ascii=False) for c in m.tool_calls))
 
 
 def _has_execution(messages: Sequence[BaseMessage], cid: str) -> bool:

@@ -34,8 +34,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from simagent.bench.caching import OPENAI_REFERENCE_MODEL, priced, request_of, simulate, totals
-from simagent.bench.oracle import Decision, OracleMiddleware
-from simagent.context.clearing import apply_cleared
+from simagent.bench.oracle import Decision, OracleMiddleware, oracle_view, words_of
 from simagent.context.counting import count_message
 from simagent.context.prefix import message_key
 from simagent.context.prices import cache_rules, cache_write_per_mtok, price_for
@@ -70,12 +69,13 @@ class Timeline:
 
 
 def _items(d: Decision) -> frozenset[Item]:
-    return frozenset({("result", c) for c in d.results} | {("input", c) for c in d.inputs})
+    return frozenset({("result", c) for c in d.results} | {("input", c) for c in d.inputs}
+                     | {("text", c) for c in d.texts})
 
 
 def _view(messages: Sequence[BaseMessage], s: frozenset[Item]) -> list[BaseMessage]:
-    return apply_cleared(messages, {c for k, c in s if k == "result"},
-                         {c for k, c in s if k == "input"})
+    return oracle_view(messages, {c for k, c in s if k == "result"},
+                       {c for k, c in s if k == "input"}, {c for k, c in s if k == "text"})
 
 
 def timeline(decisions: Sequence[Decision], requests: Sequence[Sequence[BaseMessage]],
@@ -95,7 +95,7 @@ def timeline(decisions: Sequence[Decision], requests: Sequence[Sequence[BaseMess
         pos = next((p for p, m in enumerate(last) if _carries(m, item)), None)
         if pos is None:
             continue
-        after = _view([last[pos]], frozenset({item}))[0] if item[0] == "result" else \
+        after = _view([last[pos]], frozenset({item}))[0] if item[0] != "input" else \
             _view(_pair(last, pos, item[1]), frozenset({item}))[0]
         saving[item] = (pos, full[pos] - count_message(after, ruler))
     return Timeline(list(last), lengths, heads, schemas, [_items(d) for d in decisions], full,
@@ -106,6 +106,8 @@ def _carries(m: BaseMessage, item: Item) -> bool:
     kind, cid = item
     if kind == "result":
         return isinstance(m, ToolMessage) and m.tool_call_id == cid
+    if kind == "text":
+        return words_of(m) == cid
     return isinstance(m, AIMessage) and any(c.get("id") == cid for c in m.tool_calls)
 
 
