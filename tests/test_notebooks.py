@@ -66,12 +66,21 @@ def test_a_failed_cell_that_later_cells_use_is_kept_expecting_its_error():
     """An error part-way through a cell leaves what it defined before the error; a later
     cell that uses it needs the failed cell, and the export says so."""
     events, records = _session([(1, "import math", "ok"), (2, "low = 3\n1/0", "error"),
-                                (3, "high = low * 2", "ok")])
+                                (3, "high = low * 2", "ok"), (4, "wide = 1\n1/0", "error"),
+                                (5, "wide = 2\nprint(wide)", "ok")])
     pl = nbplan.plan(events, records, "S")
-    assert [(c.n, c.kind) for c in pl.code] == [(1, "kept"), (2, "needed"), (3, "kept")]
+    # cell 5 defines `wide` itself before using it: failed cell 4 is not needed
+    assert [(c.n, c.kind) for c in pl.code] == [(1, "kept"), (2, "needed"), (3, "kept"),
+                                                (5, "kept")]
     assert pl.code[1].tags == ["simagent-failed", "raises-exception"]
     (line,) = pl.concerns
     assert "cell [3]" in line and "`low`" in line and "cell [2]" in line and "failed" in line
+    # a failed cell that changed an object a kept cell made, before its error
+    events, records = _session([(1, "params = {}", "ok"), (2, "params['Ni'] = 3.5\n1/0",
+                                                           "error"),
+                                (3, "a = params['Ni'] * 2", "ok")])
+    assert [c.kind for c in nbplan.plan(events, records, "S").code] == ["kept", "needed",
+                                                                        "kept"]
 
 
 def test_cells_before_a_reset_go_under_their_own_heading_or_are_left_out():
@@ -90,7 +99,8 @@ def test_cells_before_a_reset_go_under_their_own_heading_or_are_left_out():
 
 
 def test_concerns_name_input_the_out_handle_and_files_deleted():
-    delete = [{"kind": "delete", "path": "/ws/data.csv"}]
+    delete = [{"kind": "delete", "path": "/ws/data.csv"},
+              {"kind": "delete", "path": "/tmp/dask-scratch-space/worker-1.dirlock"}]
     events, records = _session([
         (1, "raw = open('data.csv').read()", "ok"),
         (2, "name = input('who? ')", "ok"),
@@ -103,7 +113,9 @@ def test_concerns_name_input_the_out_handle_and_files_deleted():
     assert "cell [2]" in text and "input()" in text
     assert "cell [3]" in text and "`_out`" in text
     assert "cell [4]" in text and "deletes data.csv, which no exported cell creates" in text
-    assert pl.code[3].effects == ("deletes /ws/data.csv",)
+    assert "dask" not in text  # a library's own temp file, not named by the cell
+    assert pl.code[3].effects == ("deletes /ws/data.csv",
+                                  "deletes /tmp/dask-scratch-space/worker-1.dirlock")
     # `_out` reads the session's saved outputs, set up by the notebook's first code cell
     nb = notebook(pl)
     setup = next(c for c in nb.cells if c.cell_type == "code")

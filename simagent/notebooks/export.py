@@ -147,9 +147,9 @@ def _title(pl: Plan) -> str:
     kept = len(pl.kept)
     return (f"# simagent session {pl.session_id}\n\n"
             f"Written by simagent {__version__} from the session's trace"
-            + (f" ({facts})" if facts else "") + f". {kept} code cell{'s' * (kept != 1)} "
-            "re-run from the top to the session's state; the outputs shown are the "
-            "session's own. Cells tagged `skip-execution` are shown, not re-run.")
+            + (f" ({facts})" if facts else "") + f". Run from the top, its {kept} code "
+            f"cell{'s' * (kept != 1)} rebuild the session's state; the outputs shown are "
+            "the session's own. Cells tagged `skip-execution` are shown, not run.")
 
 
 def _markdown(t: Text) -> str:

@@ -197,11 +197,11 @@ def _shown(items: list[Code | Text | str], all_cells: bool, earlier: bool
 
 
 def _needed(cells: Sequence[Code]) -> tuple[set[int], list[str]]:
-    """Failed cells whose names later kept cells use (an error part-way through a cell
-    leaves what it defined before the error): the notebook runs them too, expecting
-    their error, and says so."""
-    failed: dict[str, Code] = {}
-    have: set[str] = set()
+    """Failed cells whose names later kept cells read: an error part-way through a cell
+    leaves what it did before the error (a name defined, ``params["Ni"] = ...`` added), so
+    the notebook runs such a cell too, expecting its error, and says so. A failed cell
+    counts when it names what the later cell reads and does not define itself."""
+    failed: list[tuple[Code, set[str]]] = []
     needed: set[int] = set()
     lines: list[str] = []
     for c in cells:
@@ -209,20 +209,19 @@ def _needed(cells: Sequence[Code]) -> tuple[set[int], list[str]]:
             continue
         defined, used, _ = names(c.code)
         if c.kind == "failed" and c.status == "error":
-            for name in defined - have:
-                failed[name] = c
+            mine = names(c.code)
+            failed.append((c, mine[0] | mine[1]))
             continue
         if c.kind != "kept":
             continue
-        for name in sorted(u for u in used - have if u in failed):
-            src = failed[name]
-            if src.n not in needed:
-                needed.add(src.n)
-                have |= names(src.code)[0]
-                lines.append(f"{_label(c)} uses `{name}`, which only cell [{src.n}] defines, "
-                             f"and that cell failed in the session: the notebook runs it "
-                             f"too (tagged raises-exception) and expects its error")
-        have |= defined
+        wanted = used - defined
+        for src, touched in failed:
+            if src.n in needed or not (hit := sorted(wanted & touched)):
+                continue
+            needed.add(src.n)
+            lines.append(f"{_label(c)} uses `{hit[0]}`, which cell [{src.n}] defined or "
+                         f"changed before it failed in the session: the notebook runs "
+                         f"that cell too (tagged raises-exception) and expects its error")
     return needed, lines
 
 
@@ -323,8 +322,9 @@ def concerns(cells: Sequence[Code], records: Mapping[int, Mapping[str, Any]],
             if n > c.n and path not in written and _mentions(c.code, path):
                 out.append(f"{_label(c)} reads {shown}, which cell [{n}] deleted later: "
                            f"a re-run needs the file as it was before the session")
-        for e in effects:
-            if e.get("kind") == "delete" and str(e.get("path")) not in written:
+        for e in effects:  # a delete its own code names (not a library's temp files)
+            if e.get("kind") == "delete" and str(e.get("path")) not in written and \
+                    _mentions(c.code, str(e.get("path"))):
                 out.append(f"{_label(c)} deletes {fx.shown_path(str(e.get('path')), base)}, "
                            f"which no exported cell creates: a re-run needs it as it was")
         written.update(str(e.get("path")) for e in effects if e.get("kind") == "write")
