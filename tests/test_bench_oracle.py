@@ -191,3 +191,17 @@ def test_no_policy_beats_the_oracle_on_a_real_replay_and_oracle_cached_pays_less
         assert cached["cache"][family]["source"] == "scheduled"
     assert oracle["tokens_in"] < by["simagent"]["tokens_in"] < by["raw"]["tokens_in"]
     assert Path(tmp_path / "out" / "records.jsonl").is_file()
+
+
+def test_the_models_own_earlier_words_leave_the_view_but_the_latest_stay():
+    """A summary drops the conversation, so an oracle that kept every word it said was
+    beaten by simagent's summaries at 16k (two held-out workflows)."""
+    msgs = history(3)
+    for i, m in enumerate(msgs):
+        if isinstance(m, AIMessage):
+            msgs[i] = m.model_copy(update={"content": f"my plan number {i}: " + "words " * 50})
+    plan = OraclePlan(Script.of("task", STEPS), probes=())
+    view = plan.view(msgs, final=False)
+    said = [m.text for m in view if isinstance(m, AIMessage)]
+    assert said[:-1] == ["", ""] and said[-1].startswith("my plan number 5")
+    assert all(len(m.tool_calls) == 1 for m in view if isinstance(m, AIMessage))
