@@ -26,8 +26,9 @@ POLICY = "simagent"
 CELL_TIMEOUT_S = 600
 #: A workflow whose notebook cells took longer than this in its session is not re-run
 #: by ``make run``: a re-run takes about as long again, and the three slowest bundled
-#: ones (118, 211 and 222 s of cells) would add about 9 minutes to the 4 the other ten
-#: take. The report names them; tests/test_notebook_rerun.py re-runs one.
+#: ones (118, 211 and 222 s of cells) would add about 10 minutes to the 6 the other ten
+#: took on a loaded 2-core machine. The report names them; tests/test_notebook_rerun.py
+#: re-runs one.
 MAX_CELL_S = 60.0
 
 
