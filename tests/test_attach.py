@@ -367,9 +367,13 @@ def test_no_running_kernel_gets_one_line_exit_6_and_changes_nothing(runtime, wor
         "transport": "tcp", "signature_scheme": "hmac-sha256", "kernel_name": ""}))
     before = sorted(p.name for p in runtime.iterdir())
     model = scripted(tmp_path / "s.json", [{"final": "x"}])
+    (tmp_path / "notes.json").write_text("not JSON {")
     for existing, words in [(str(dead), "stale connection file"),
                             ("no-such-id", "no kernel with that id"),
-                            ("latest", "no running kernel")]:
+                            ("latest", "no running kernel"),
+                            (str(runtime), "that is a folder; name a connection file in it"),
+                            (str(tmp_path / "notes.json"), "is not a kernel connection file "
+                                                           "(not JSON: ")]:
         proc = cli(workspace, "run", "--kernel", existing, "--model", model, "hi", timeout=120)
         assert proc.returncode == exit_codes.KERNEL, proc.stderr
         (line,) = proc.stderr.strip().splitlines()

@@ -16,11 +16,15 @@ simagent's own socket, so their cells and outputs never reach the model.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from simagent.kernel.ladder import control_request
 from simagent.kernel.process import KernelStartError
@@ -29,8 +33,12 @@ from simagent.kernel.process import KernelStartError
 ATTACH_READY_S = 10.0
 #: How long a consented restart waits for the kernel's manager to bring it back.
 RESTART_BACK_S = 30.0
+#: How long a standalone kernel told to shut down may take before it is killed.
+STOP_WAIT_S = 5.0
 #: A port check (doctor, ``latest``) waits this long for a TCP connection.
 _PORT_CHECK_S = 0.3
+#: How long asking a Jupyter server whether it manages the kernel may take.
+_SERVER_ASK_S = 2.0
 LATEST = "latest"
 
 
@@ -42,6 +50,71 @@ class Found:
     kernel_id: str
     running: bool
     mtime: float
+
+
+@dataclass(frozen=True)
+class Manager:
+    """What would restart an attached kernel, as far as simagent can tell: a Jupyter
+    server (JupyterLab, Notebook) restarts it in place; ``jupyter kernel`` does not, so a
+    restart stops it. The person is told which before they allow a restart."""
+
+    kind: str  # "server", "standalone" or "unknown"
+    name: str = ""
+    url: str = ""
+    token: str = ""
+    pid: int | None = None  # the kernel's process, where simagent found it
+
+    def on_restart(self) -> str:
+        """What a restart will do to this kernel, in words (said before they answer)."""
+        if self.kind == "server":
+            return (f"{self.name[0].upper()}{self.name[1:]} restarts it in place: it comes "
+                    "back empty, every variable lost.")
+        if self.kind == "standalone":
+            return (f"It was started with {self.name}, which does not restart kernels: y "
+                    "STOPS it (its process ends, every variable lost) and simagent has no "
+                    "kernel until you start one and attach again (simagent --kernel latest).")
+        return ("Every variable is lost; a kernel a Jupyter server runs comes back empty, "
+                "one started with `jupyter kernel` stops instead.")
+
+
+def find_manager(path: Path) -> Manager:
+    """Who runs the kernel of connection file ``path``: a Jupyter server that lists its id
+    (``jpserver-*.json`` in the runtime directory, as ``jupyter server list`` reads), else
+    the parent of the local process started with that file (``jupyter kernel``)."""
+    kid = path.stem.removeprefix("kernel-")
+    try:
+        from jupyter_server.serverapp import list_running_servers
+
+        servers = list(list_running_servers(str(runtime_dir())))
+    except Exception:  # no jupyter_server, or an unreadable file: ask the processes
+        servers = []
+    for server in servers:
+        url, token = str(server.get("url", "")), str(server.get("token", ""))
+        try:
+            req = urllib.request.Request(f"{url}api/kernels/{kid}",
+                                         headers={"Authorization": f"token {token}"})
+            with urllib.request.urlopen(req, timeout=_SERVER_ASK_S) as resp:
+                if resp.status == 200:
+                    return Manager("server", f"its Jupyter server ({url})", url, token)
+        except (OSError, ValueError):
+            continue
+    targets = {str(path), str(path.resolve())}
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if not targets.intersection(proc.info["cmdline"] or ()):
+                continue
+            parent = proc.parent()
+            words = " ".join(parent.cmdline()) if parent else ""
+        except (psutil.Error, OSError):
+            continue
+        if "jupyter-kernel" in words or "kernelapp" in words or \
+                re.search(r"jupyter\S*\s+kernel(\s|$)", words):
+            return Manager("standalone", f"`jupyter kernel` (pid {parent.pid})",
+                           pid=proc.pid)
+        if "jupyter" in words:
+            return Manager("server", f"its Jupyter process (pid {parent.pid})")
+        break
+    return Manager("unknown")
 
 
 def runtime_dir() -> Path:
@@ -64,14 +137,18 @@ def listening(info: dict[str, Any]) -> bool:
         return False
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path, existing: str = "") -> dict[str, Any]:
+    said = f"--kernel {existing}: " if existing else ""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise KernelStartError(f"{path} is not a kernel connection file "
-                               f"({getattr(exc, 'strerror', None) or exc})") from exc
+    except OSError as exc:
+        raise KernelStartError(f"{said}cannot read {path} ({exc.strerror or exc})") from exc
+    except ValueError as exc:
+        raise KernelStartError(f"{said}{path} is not a kernel connection file (not JSON: "
+                               f"{exc})") from exc
     if not isinstance(data, dict) or "shell_port" not in data:
-        raise KernelStartError(f"{path} is not a kernel connection file (no shell_port)")
+        raise KernelStartError(f"{said}{path} is not a kernel connection file (no "
+                               f"shell_port)")
     return data
 
 
@@ -109,6 +186,9 @@ def resolve(existing: str) -> Path:
                 f"connection file")
         return live[0].path
     path = Path(existing).expanduser()
+    if path.is_dir():
+        raise KernelStartError(f"--kernel {existing}: that is a folder; name a connection "
+                               f"file in it (kernel-<id>.json) or a kernel id")
     if "/" in existing or existing.endswith(".json"):
         if path.is_file():
             return path.resolve()
@@ -139,6 +219,8 @@ class AttachedLink:
         self.existing = existing
         self.path: Path | None = None
         self.kc: Any = None
+        #: what restarts this kernel (found once attached; asked before a restart)
+        self.manager = Manager("unknown")
 
     @property
     def where(self) -> str:
@@ -149,7 +231,7 @@ class AttachedLink:
         from jupyter_client import BlockingKernelClient
 
         self.path = resolve(self.existing)
-        info = _read(self.path)
+        info = _read(self.path, self.existing)
         if not listening(info):
             raise KernelStartError(f"--kernel {self.existing}: no kernel is running at "
                                    f"{self.path} (a stale connection file: its kernel "
@@ -164,11 +246,32 @@ class AttachedLink:
             raise KernelStartError(f"--kernel {self.existing}: the kernel at {self.path} "
                                    f"does not answer ({exc})") from exc
         self.kc = kc
+        self.manager = find_manager(self.path)
+
+    def on_restart(self) -> str:
+        """What a restart will do to this kernel (the consent question says it)."""
+        return self.manager.on_restart()
 
     def restart(self) -> bool:
-        """Ask the kernel to restart (the person consented); True once it answers again.
-        A kernel with no manager to restart it (``jupyter kernel``) just stops."""
-        if control_request(self.kc, "shutdown_request", 5.0, {"restart": True}) is None:
+        """Restart the kernel (the person consented); True once it answers again.
+
+        A Jupyter server's kernel is restarted by the server (``POST .../restart``: it
+        stops even a cell that ignores interrupts); any other is sent the protocol's
+        ``shutdown_request`` with ``restart``, which one nothing manages obeys by stopping,
+        and a kernel stuck in a cell that ignores interrupts may not obey at all."""
+        if self.manager.kind == "server" and self.manager.url:
+            try:
+                req = urllib.request.Request(
+                    f"{self.manager.url}api/kernels/{self.path.stem.removeprefix('kernel-')}"
+                    "/restart", data=b"", method="POST",
+                    headers={"Authorization": f"token {self.manager.token}"})
+                urllib.request.urlopen(req, timeout=RESTART_BACK_S).close()
+            except (OSError, ValueError):
+                return False
+        elif control_request(self.kc, "shutdown_request", 5.0, {"restart": True}) is None:
+            return False
+        if self.manager.kind == "standalone":  # nothing brings it back; it must stop, as
+            self._stop(self.manager.pid)        # the person was told and agreed
             return False
         deadline = time.monotonic() + RESTART_BACK_S
         time.sleep(1.0)  # the old process answers heartbeats until it exits
@@ -179,6 +282,36 @@ class AttachedLink:
             except RuntimeError:
                 time.sleep(0.2)
         return False
+
+    @staticmethod
+    def _stop(pid: int | None) -> None:
+        """End a standalone kernel's process the person agreed to stop: it had its
+        ``shutdown_request``; one stuck in a cell that ignores interrupts is killed."""
+        try:
+            proc = psutil.Process(pid) if pid else None
+            if proc is not None:
+                try:
+                    proc.wait(timeout=STOP_WAIT_S)
+                except psutil.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=STOP_WAIT_S)
+        except (psutil.Error, OSError):  # gone already, or not ours to signal
+            pass
+
+    def not_back(self) -> tuple[str, str]:
+        """After a restart that did not bring the kernel back: (its state, what simagent
+        knows and what the person can do), told apart by whether it still listens."""
+        if self.path is not None and listening(_read(self.path)) and self.kc is not None \
+                and self.kc.is_alive():
+            return "busy", (f"{self.where} did not restart: it is still running (the cell "
+                            "it runs keeps it from stopping) and its variables are untouched; "
+                            "stop that cell where it runs (if interrupts do not, end the "
+                            "kernel's process); simagent goes on when it answers")
+        then = ("start a kernel and attach to it (simagent --kernel latest), or quit"
+                if self.manager.kind != "server" else
+                "restart it from JupyterLab, or start another and attach to it")
+        return "dead", (f"{self.where} stopped and did not come back (nothing restarted it; "
+                        f"its variables are gone): simagent has no kernel now; {then}")
 
     def is_alive(self) -> bool:
         """An attached kernel counts as alive until its heartbeat fails for the grace

@@ -107,6 +107,8 @@ class Recovery:
     attached: bool = False
     #: ... it was not restarted, for want of their consent.
     declined: bool = False
+    #: ... they consented, and it did not come back: what state it is in, in words.
+    not_back: str = ""
 
     @property
     def listed(self) -> list[Skip]:
@@ -128,10 +130,11 @@ class Recovery:
         """The one notice for the model and the user."""
         parts = [self.reason] if self.reason else []
         tried = list(dict.fromkeys(s["step"] for s in self.steps))
-        if self.declined:
+        if self.declined or self.not_back:
             if tried:
                 parts.append("tried: " + ", ".join(_STEP_WORDS.get(s, s) for s in tried))
-            return "; ".join([*parts, DECLINED])
+            return "; ".join([*parts, self.not_back or (
+                DECLINED if self.survived else DECLINED_GONE)])
         if not self.restarted:
             return f"the cell stopped only after {_STEP_WORDS.get(tried[-1], tried[-1])}" \
                 if tried else "kernel state is kept"
@@ -187,7 +190,8 @@ class Recovery:
                 "lineage": self.lineage, "survived": self.survived,
                 "files_not_restored": list(self.files_not_restored),
                 "state_restored": self.state_restored,
-                **({"attached": True, "needs_consent": self.declined}
+                **({"attached": True, "needs_consent": self.declined,
+                    **({"not_back": self.not_back} if self.not_back else {})}
                    if self.attached else {})}
 
 
@@ -415,6 +419,12 @@ def names_back(probe: dict[str, Any] | None) -> list[str]:
     names += [str(f) for f in probe.get("functions") or []]
     return list(dict.fromkeys(n for n in names if n))
 
+#: ... and what it says when the person's kernel is gone (nothing simagent may restart).
+DECLINED_GONE = ("the kernel is the person's (attached) and it no longer answers; simagent "
+                 "restarts it only when they agree (the TUI asks; /reset), and one started "
+                 "with `jupyter kernel` does not come back: start a kernel and attach to it "
+                 "(simagent --kernel latest)")
+
 
 def recover(kernel: Recoverable, trigger: str, reason: str, *,
             steps: list[dict[str, Any]] | None = None,
@@ -443,7 +453,10 @@ def recover(kernel: Recoverable, trigger: str, reason: str, *,
     except Exception as exc:  # an attached kernel whose manager did not bring it back
         if kernel.owned:
             raise
-        rec.reason, rec.survived = _join(rec.reason, str(exc)), False
+        rec.restarted, rec.not_back = False, str(exc)
+        rec.survived = kernel.state != "dead"  # still running the cell that held it
+        if rec.survived:
+            kernel.awaiting_consent = rec  # cells wait until it answers again
         rec.seconds = time.monotonic() - t0
         kernel.last_recovery = rec
         return rec

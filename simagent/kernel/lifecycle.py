@@ -124,6 +124,23 @@ class KernelBase:
         """The kernel in words, for messages."""
         return (self._link or self._new_link()).where
 
+    @property
+    def on_restart(self) -> str:
+        """What a restart does to an attached kernel, for the person's consent ("" for
+        simagent's own: it restarts and replays)."""
+        return self._link.on_restart() if isinstance(self._link, AttachedLink) else ""
+
+    def left_alone(self) -> str:
+        """What the person is told when they do not let simagent restart their kernel:
+        the state it is in and how simagent goes on."""
+        now = {"busy": "it is still running the cell that would not stop",
+               "dead": "it does not answer (stopped, or stuck)"}.get(
+                   self.state, f"it is {self.state}")
+        return (f"simagent left {self.where} as it is: {now}, and its variables are "
+                "untouched. simagent runs cells there again once it answers (stop the cell "
+                "where it runs; if interrupts do not, only ending its process does); /reset "
+                "restarts it")
+
     def start(self) -> None:
         """Start (or attach to) the kernel and wait until it answers (raises
         :class:`KernelStartError`)."""
@@ -203,11 +220,9 @@ class KernelBase:
             return time.perf_counter() - t0
         self.state = "restarting"
         if not self._link.restart():
-            if not self.owned:
-                self.state = "dead"
-                raise KernelStartError(f"{self.where} did not come back after the restart "
-                                       f"(a kernel with no manager, such as one started "
-                                       f"with 'jupyter kernel', stops instead)")
+            if isinstance(self._link, AttachedLink):
+                self.state, why = self._link.not_back()
+                raise KernelStartError(why)
             self.shutdown()  # a fresh kernel instead (start() makes it ready, once)
             self.start()
             return time.perf_counter() - t0

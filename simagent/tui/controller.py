@@ -57,6 +57,7 @@ class TuiController:
         self._closed = False
         self._retry: tuple[Any, float] | None = None  # (Retrying, monotonic deadline)
         self._confirm: Callable[[], None] | None = None  # what "y" runs (see ask)
+        self._decline: Callable[[], None] | None = None  # and what any other answer runs
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> bool:
@@ -117,9 +118,10 @@ class TuiController:
                                .message()):
                 self.note("restarting the attached kernel…", "warning")
 
+        kernel = self.session.kernel
         why = recovery.get("reason") or "it stopped answering"
-        self.post(lambda: self.ask(f"{self.session.kernel.where}: {why}. Restart it? Its "
-                                   "variables will be lost", restart))
+        self.post(lambda: self.ask(f"{kernel.where}: {why}. Restart it? {kernel.on_restart}",
+                                   restart, lambda: self.note(kernel.left_alone())))
 
     def _welcome(self) -> None:
         sim = self.session.simulator
@@ -400,8 +402,11 @@ class TuiController:
             return True
         if self._confirm is not None:  # a command's y/n question (ask) takes the answer
             on_yes, self._confirm = self._confirm, None
+            on_no, self._decline = self._decline, None
             if text.lower() in ("y", "yes"):
                 on_yes()
+            elif on_no is not None:
+                on_no()
             else:
                 self.note("not run", "info")
             return True
@@ -582,10 +587,13 @@ class TuiController:
         self._turn(lambda emit: self.runner.resume(decisions, emit, pending=pending))
 
     # ---------------------------------------------------- command helpers
-    def ask(self, question: str, on_yes: Callable[[], None]) -> None:
+    def ask(self, question: str, on_yes: Callable[[], None],
+            on_no: Callable[[], None] | None = None) -> None:
         """Show ``question`` and run ``on_yes`` if the next line typed is y/yes (any other
-        line declines; a slash command in between leaves the question open)."""
+        line declines: ``on_no``, or "not run"; a slash command in between leaves the
+        question open)."""
         self._confirm = on_yes
+        self._decline = on_no
         self.note(f"{question} (y/n)", "warning")
 
     def panel(self, title: str, text: str) -> None:

@@ -100,8 +100,15 @@ def cmd_reset(ctl: TuiController, arg: str) -> None:
         seconds = ctl.session.restart_kernel()
         return f"kernel restarted in {seconds:.1f}s; variables are gone"
 
-    if ctl.background("/reset", work):
-        ctl.note("restarting the kernel…", "warning")
+    def go() -> None:
+        if ctl.background("/reset", work):
+            ctl.note("restarting the kernel…", "warning")
+
+    kernel = ctl.session.kernel
+    if kernel.owned:
+        go()
+    else:  # the person's kernel: say what a restart does to it, and ask
+        ctl.ask(f"/reset restarts {kernel.where}. {kernel.on_restart} Restart it?", go)
 
 
 def cmd_restore(ctl: TuiController, arg: str) -> None:
