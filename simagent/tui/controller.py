@@ -7,9 +7,8 @@ change to the conversation is handed to ``post`` so it happens on the UI's threa
 raises into the UI: model, kernel and session problems become notices, and the session
 stays usable (``/model`` fixes a missing or broken model without leaving).
 
-A provider retry (``Retrying``) shows in the status bar as a countdown: a ticker thread
-redraws the bar until the wait is over, and text the failed attempt streamed is taken
-back out of the transcript (the retry streams the reply anew).
+Its parts: start-up, input and commands here; running turns and routing their events
+(``turn_driving``); what the status bar shows (``status_feed``).
 """
 
 from __future__ import annotations
@@ -17,20 +16,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from simagent.config import SessionOptions
-from simagent.tui.entries import ApprovalEntry, Conversation, NoticeEntry, PanelEntry
+from simagent.tui.entries import Conversation, NoticeEntry, PanelEntry
 from simagent.tui.model_choice import NO_MODEL_HELP, model_error_line, resumed_model
-from simagent.tui.status import StatusSnapshot
+from simagent.tui.status_feed import StatusFeed
+from simagent.tui.turn_driving import TurnDriving
 
 Post = Callable[[Callable[[], None]], None]
-#: How often a provider retry's countdown redraws the bar (under a second, so the whole
-#: seconds it shows never skip one).
-RETRY_TICK_S = 0.25
 
-class TuiController:
+class TuiController(StatusFeed, TurnDriving):
     def __init__(self, opts: SessionOptions, post: Post | None = None,
                  invalidate: Callable[[], None] | None = None) -> None:
         self.opts = opts
@@ -200,17 +196,15 @@ class TuiController:
         ctrl+C stops the run and keeps the kernel's state: the session goes on."""
         from simagent.notebooks import load
 
-        shown = [NoticeEntry(f"running {self.notebook.path.name} "
-                             f"({len(self.notebook.code_cells)} code cells; ctrl+C stops)")]
-        self.post(lambda: self.conversation.add(shown[0]))
+        entry = NoticeEntry(f"running {self.notebook.path.name} "
+                            f"({len(self.notebook.code_cells)} code cells; ctrl+C stops)")
+        self.post(lambda: self.conversation.add(entry))
 
         def show(cell: Any) -> None:
-            fresh = NoticeEntry(load.status_line(cell))
+            text = load.status_line(cell)
 
-            def apply() -> None:  # a new entry in its place: the renderer caches notices
-                entries = self.conversation.entries
-                entries[entries.index(shown[0])] = fresh
-                shown[0] = fresh
+            def apply() -> None:
+                entry.text = text
                 self.conversation.version += 1
 
             self.post(apply)
@@ -234,7 +228,6 @@ class TuiController:
             return
         self._closed = True
         self.cancel_turn()
-        import time
 
         deadline = time.monotonic() + 8
         for t in list(self._threads):
@@ -287,7 +280,6 @@ class TuiController:
     def _cancel_once_started(self, limit_s: float = 5.0) -> None:
         """A cancel that lands as the runner starts (it clears old cancels) is passed on
         once it runs; a silent model would otherwise hold it until its first event."""
-        import time
 
         deadline = time.monotonic() + limit_s
         while self._active and time.monotonic() < deadline:
@@ -300,78 +292,6 @@ class TuiController:
     @property
     def model_id(self) -> str | None:
         return self.resolved.id if self.resolved is not None else None
-
-    def snapshot(self) -> StatusSnapshot:
-        from simagent.context.panel import status_label
-
-        s = self.session
-        label, level = status_label(self.stats) if self.stats is not None else ("ctx –", "dim")
-        return StatusSnapshot(
-            simulator=s.simulator.name if s and s.simulator else None, model=self.model_id,
-            session_id=s.id if s else "no session", approval=s.approval if s else "?",
-            kernel=s.kernel_state if s else "stopped",
-            cost_usd=self.stats.cost_usd if self.stats is not None else 0.0,
-            ctx_label=label, ctx_level=level, busy=self.busy, retry=self.retry_label())
-
-    def retry_label(self, now: float | None = None) -> str | None:
-        """The waiting retry's countdown (``provider 503 — retry 2/5 in 3s``), or None."""
-        state = self._retry
-        if state is None or not self.busy:
-            return None
-        event, deadline = state
-        return event.label(deadline - (time.monotonic() if now is None else now))
-
-    def _retrying(self, event: Any) -> None:
-        """Start the countdown for ``event`` and take back the failed attempt's text."""
-        from simagent.tui.entries import AssistantEntry
-
-        state = (event, time.monotonic() + event.delay_s)
-        self._retry = state
-        entries = self.conversation.entries
-        last = entries[-1] if entries else None
-        if (event.discarded and event.agent == "main" and isinstance(last, AssistantEntry)
-                and last.agent == "main"):
-            last.text = last.text[: max(0, len(last.text) - event.discarded)]
-            if not last.text:
-                entries.remove(last)
-            self.conversation.version += 1
-
-        def tick() -> None:
-            while self._retry is state and not self._closed:
-                self.post(self.invalidate)
-                if time.monotonic() > state[1]:
-                    return  # "now": the retry is under way; its next event clears this
-                time.sleep(RETRY_TICK_S)
-
-        self.spawn(tick)
-
-    def context_stats(self) -> Any:
-        from simagent.context.stats import stats_from_trace
-
-        s = self.session
-        window = self.runner.agent.window if self.runner is not None else None
-        return stats_from_trace(s.paths.trace, s.context_settings, model_id=self.model_id,
-                                window=window)
-
-    def refresh_stats(self, background: bool = True) -> None:
-        def work() -> None:
-            try:
-                stats = self.context_stats()
-            except Exception:  # a half-written trace must not break the status bar
-                return
-
-            def apply() -> None:
-                self.stats = stats
-
-            self.post(apply)
-            self.post(self.invalidate)
-
-        if self.session is None:
-            return
-        if background:
-            self.spawn(work)
-        else:
-            work()
 
     # ------------------------------------------------------------- input
     def submit(self, text: str) -> bool:
@@ -431,160 +351,6 @@ class TuiController:
         prompt, self.preface = first_prompt(self.preface, text), ""  # the account goes once
         self._turn(lambda emit: self.runner.run(prompt, emit))
         return True
-
-    def _on_event(self, event: Any) -> None:
-        from simagent.agent.events import Interrupt, Retrying
-
-        try:
-            if isinstance(event, Retrying):
-                self._retrying(event)
-                return
-            self._retry = None  # anything the turn does next ends a retry's wait
-            if isinstance(event, Interrupt):
-                self._preview(event)
-            self.conversation.apply(event)
-        except Exception as exc:  # an odd event must not break the UI loop
-            self.note(f"could not show an event: {type(exc).__name__}: {exc}"
-                      .splitlines()[0], "error")
-
-    def _preview(self, event: Any) -> None:
-        from simagent.tui.render import action_preview
-
-        for i, req in enumerate(event.action_requests):
-            args = dict(req.get("args") or {})
-            current = None
-            path = args.get("file_path") or args.get("path")
-            if path and req.get("name") in ("write_file", "edit_file"):
-                target = Path(str(path))
-                target = target if target.is_absolute() else self.session.workspace / target
-                try:
-                    current = target.read_text(errors="replace")
-                except OSError:
-                    current = None
-            self.previews[(event.interrupt_id, i)] = action_preview(
-                str(req.get("name")), args, current)
-
-    def _turn(self, call: Callable[[Callable[[Any], None]], Any]) -> None:
-        def emit(event: Any) -> None:
-            self.post(lambda: self._on_event(event))
-            self.post(self.invalidate)
-
-        def work() -> None:
-            try:
-                while not self._kernel_ready.wait(0.1):
-                    if self._early_cancel.is_set():
-                        break  # the kernel is still starting: do not wait for it
-                if self._early_cancel.is_set():
-                    self.post(lambda: self.conversation.note(
-                        "Turn cancelled before it started; the kernel kept its state.",
-                        "warning"))
-                    return
-                call(emit)
-            except Exception as exc:  # TurnRunner reports its own; this is a last resort
-                msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                self.post(lambda: self.conversation.note(msg, "error"))
-            finally:
-                self._finishing = True
-                pending = self._pending_safely()
-                self.post(self.conversation.end_turn)
-                self.post(lambda: self._resync_approvals(pending))
-                self.refresh_stats(background=False)
-                self.post(self._finish)  # after the queued events, not before them
-
-        self._early_cancel.clear()
-        self._active = True  # before the thread starts: a second Enter is refused
-        self.spawn(work)
-
-    def _finish(self) -> None:
-        self._active = False
-        self._finishing = False
-        self._retry = None
-        self.invalidate()
-
-    def _pending_safely(self) -> list[Any] | None:
-        try:
-            return self.runner.pending_interrupts() if self.runner is not None else []
-        except Exception:
-            return None
-
-    def _resync_approvals(self, pending: list[Any] | None) -> None:
-        """Approvals the graph still waits for are open again in the view.
-
-        A resume can end before the graph consumed it (a cost-ceiling refusal, an error,
-        a cancel); its answered entries then become pending again instead of vanishing.
-        """
-        if not pending:
-            return
-        for intr in pending:
-            entries = [e for e in self.conversation.entries
-                       if isinstance(e, ApprovalEntry) and e.interrupt_id == intr.interrupt_id]
-            if not entries:
-                self._on_event(intr)
-                continue
-            for e in entries:
-                e.decision, e.sent = None, None
-        self.conversation.version += 1
-
-    def background(self, label: str, fn: Callable[[], str | None]) -> bool:
-        """Run a command's slow part off the UI thread, holding the turn slot.
-
-        ``fn`` returns a line for the user (or None); failures become an error notice.
-        False (and a notice) when a turn or another command is under way.
-        """
-        if self.busy:
-            self.note(f"{label} waits until the running work ends", "warning")
-            return False
-        self._active = True
-
-        def work() -> None:
-            try:
-                line = fn()
-                if line:
-                    self.post(lambda: self.note(line, "context" if line.startswith("~")
-                                                else "info"))
-            except Exception as exc:
-                msg = f"{label} failed: {type(exc).__name__}: {exc}".splitlines()[0]
-                self.post(lambda: self.note(msg, "error"))
-            finally:
-                self.refresh_stats(background=False)
-                self.post(self._finish)
-
-        self.spawn(work)
-        return True
-
-    def _answer(self, text: str) -> None:
-        """The user's answer to the first pending approval; resume when all are answered."""
-        entry = self.conversation.pending_approvals()[0]
-        word = text.strip().lower()
-        if word in ("y", "yes", "approve") and "approve" in entry.allowed:
-            decision: dict[str, Any] = {"type": "approve"}
-        elif word in ("n", "no", "reject") and "reject" in entry.allowed:
-            decision = {"type": "reject"}
-        elif "respond" in entry.allowed:
-            decision = {"type": "respond", "message": text}
-        else:
-            decision = {"type": "reject", "message": text}
-        entry.decision = decision["type"] + (f": {text}" if "message" in decision else "")
-        entry.sent = decision
-        self.conversation.version += 1
-        group = [e for e in self.conversation.entries
-                 if isinstance(e, ApprovalEntry) and e.interrupt_id == entry.interrupt_id]
-        if any(e.decision is None for e in group) or self.runner is None:
-            return
-        if self.conversation.pending_approvals():
-            return  # other interrupts still wait; answer them all, then resume once
-        pending = self.runner.pending_interrupts()
-        decisions: dict[str, list[dict[str, Any]]] = {}
-        for e in self.conversation.entries:
-            if isinstance(e, ApprovalEntry) and e.sent is not None:
-                decisions.setdefault(e.interrupt_id, []).append(e.sent)
-                e.sent = None
-        decisions = {k: v for k, v in decisions.items()
-                     if any(p.interrupt_id == k for p in pending)}
-        if not decisions:
-            self.conversation.note("nothing is waiting for approval any more", "warning")
-            return
-        self._turn(lambda emit: self.runner.resume(decisions, emit, pending=pending))
 
     # ---------------------------------------------------- command helpers
     def ask(self, question: str, on_yes: Callable[[], None],

@@ -1,0 +1,94 @@
+"""What the TUI's status bar shows, fed from the controller: the snapshot, the context
+statistics (read off the trace in the background) and a provider retry's countdown.
+
+A provider retry (``Retrying``) shows as a countdown: a ticker thread redraws the bar
+until the wait is over, and text the failed attempt streamed is taken back out of the
+transcript (the retry streams the reply anew). A mixin of ``TuiController``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from simagent.tui.status import StatusSnapshot
+
+#: How often a provider retry's countdown redraws the bar (under a second, so the whole
+#: seconds it shows never skip one).
+RETRY_TICK_S = 0.25
+
+
+class StatusFeed:
+    """The status bar's data (see the module docstring)."""
+
+    def snapshot(self) -> StatusSnapshot:
+        from simagent.context.panel import status_label
+
+        s = self.session
+        label, level = status_label(self.stats) if self.stats is not None else ("ctx –", "dim")
+        return StatusSnapshot(
+            simulator=s.simulator.name if s and s.simulator else None, model=self.model_id,
+            session_id=s.id if s else "no session", approval=s.approval if s else "?",
+            kernel=s.kernel_state if s else "stopped",
+            cost_usd=self.stats.cost_usd if self.stats is not None else 0.0,
+            ctx_label=label, ctx_level=level, busy=self.busy, retry=self.retry_label())
+
+    def retry_label(self, now: float | None = None) -> str | None:
+        """The waiting retry's countdown (``provider 503 — retry 2/5 in 3s``), or None."""
+        state = self._retry
+        if state is None or not self.busy:
+            return None
+        event, deadline = state
+        return event.label(deadline - (time.monotonic() if now is None else now))
+
+    def _retrying(self, event: Any) -> None:
+        """Start the countdown for ``event`` and take back the failed attempt's text."""
+        from simagent.tui.entries import AssistantEntry
+
+        state = (event, time.monotonic() + event.delay_s)
+        self._retry = state
+        entries = self.conversation.entries
+        last = entries[-1] if entries else None
+        if (event.discarded and event.agent == "main" and isinstance(last, AssistantEntry)
+                and last.agent == "main"):
+            last.text = last.text[: max(0, len(last.text) - event.discarded)]
+            if not last.text:
+                entries.remove(last)
+            self.conversation.version += 1
+
+        def tick() -> None:
+            while self._retry is state and not self._closed:
+                self.post(self.invalidate)
+                if time.monotonic() > state[1]:
+                    return  # "now": the retry is under way; its next event clears this
+                time.sleep(RETRY_TICK_S)
+
+        self.spawn(tick)
+
+    def context_stats(self) -> Any:
+        from simagent.context.stats import stats_from_trace
+
+        s = self.session
+        window = self.runner.agent.window if self.runner is not None else None
+        return stats_from_trace(s.paths.trace, s.context_settings, model_id=self.model_id,
+                                window=window)
+
+    def refresh_stats(self, background: bool = True) -> None:
+        def work() -> None:
+            try:
+                stats = self.context_stats()
+            except Exception:  # a half-written trace must not break the status bar
+                return
+
+            def apply() -> None:
+                self.stats = stats
+
+            self.post(apply)
+            self.post(self.invalidate)
+
+        if self.session is None:
+            return
+        if background:
+            self.spawn(work)
+        else:
+            work()
