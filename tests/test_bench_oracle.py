@@ -205,3 +205,13 @@ def test_the_models_own_earlier_words_leave_the_view_but_the_latest_stay():
     said = [m.text for m in view if isinstance(m, AIMessage)]
     assert said[:-1] == ["", ""] and said[-1].startswith("my plan number 5")
     assert all(len(m.tool_calls) == 1 for m in view if isinstance(m, AIMessage))
+
+
+def test_results_nothing_reads_again_become_a_bare_mark_and_probe_sources_a_pointer():
+    """A pointer per cleared item cost more than simagent's summaries at 16k on a
+    held-out workflow: only a probe fact's source needs to say where it is."""
+    plan = OraclePlan(Script.of("task", STEPS), probes=("beta 9.87654",))
+    view = plan.view(history(4), final=False)
+    texts = {m.tool_call_id.split("_")[2]: m.text for m in view if isinstance(m, ToolMessage)}
+    assert texts["2"] == "[cleared]"  # gamma: nothing reads it again
+    assert texts["1"].startswith("[result cleared to save context")  # holds a probe fact

@@ -13,9 +13,10 @@ beat. Before each main-agent request the oracle keeps in view exactly what is ne
 * the code of a call that defines a function or class a later step calls;
 * at the last request, whatever a probe fact would otherwise be lost without.
 
-Everything else becomes simagent's own pointer (``context.clearing``: the placeholder
-naming the raw output file, the code as ``_out[n].code``) at the earliest moment, where
-the pointer is shorter than what it replaces; the model's own earlier words (what it
+Everything else leaves the view at the earliest moment, where that saves tokens: a result
+holding a probe fact as simagent's own pointer (``context.clearing``: the placeholder
+naming the raw output file), any other result and code as a bare mark (nothing later
+reads it, and the oracle knows it); the model's own earlier words (what it
 said beside its calls) are left out once it has written them, as a summary would. It runs
 with simagent's system prompt, tools, caps and eviction; its own clearing, summaries,
 checkpoints, state card and cache pin are off (the oracle needs no memory aid). Being a
@@ -40,7 +41,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from simagent.agent.scripted import _OUT_REF, call_step
-from simagent.context.clearing import INPUT_ARGS, apply_cleared, execution_of
+from simagent.context.clearing import INPUT_ARGS, apply_cleared, execution_of, without_inputs
 from simagent.context.counting import count_message
 
 #: What counts as a value a later step can only have taken from a result.
@@ -144,14 +145,37 @@ def words_of(msg: BaseMessage) -> str | None:
     return None
 
 
+#: What a cleared result or code becomes when nothing later needs it back: the oracle
+#: knows no step reads it again, so it needs no path (one holding a probe fact keeps
+#: simagent's pointer to its file).
+BARE_RESULT, BARE_INPUT = "[cleared]", "# cleared"
+
+
 def oracle_view(messages: Sequence[BaseMessage], results: Iterable[str],
-                inputs: Iterable[str], texts: Iterable[str] = ()) -> list[BaseMessage]:
-    """``messages`` with ``results`` and ``inputs`` as simagent's pointers and the words of
-    the AI messages in ``texts`` left out (their calls stay, so results still pair)."""
-    out = apply_cleared(messages, frozenset(results), frozenset(inputs))
-    drop = frozenset(texts)
-    return [m.model_copy(update={"content": ""}) if drop and words_of(m) in drop else m
-            for m in out]
+                inputs: Iterable[str], texts: Iterable[str] = (),
+                probes: Sequence[str] = ()) -> list[BaseMessage]:
+    """``messages`` with ``results`` and ``inputs`` cleared and the words of the AI
+    messages in ``texts`` left out (calls keep their ids, so results still pair). A result
+    holding a probe fact becomes simagent's own pointer (``context.clearing``); the rest
+    become :data:`BARE_RESULT` and :data:`BARE_INPUT`."""
+    results, inputs, drop = frozenset(results), frozenset(inputs), frozenset(texts)
+    pointed = frozenset(m.tool_call_id for m in messages if isinstance(m, ToolMessage)
+                        and m.tool_call_id in results and any(f in m.text for f in probes))
+    out = apply_cleared(messages, pointed, inputs & pointed)
+    bare_inputs = {c: BARE_INPUT for c in inputs - pointed}
+    for i, m in enumerate(out):
+        if isinstance(m, ToolMessage) and m.tool_call_id in results - pointed:
+            meta = {**(m.response_metadata or {}),
+                    "context_editing": {"cleared": True, "strategy": "oracle"}}
+            out[i] = m.model_copy(update={"content": BARE_RESULT, "artifact": None,
+                                          "response_metadata": meta})
+        elif isinstance(m, AIMessage):
+            if bare_inputs and any(c.get("id") in bare_inputs for c in m.tool_calls):
+                m = without_inputs(m, bare_inputs)
+            if drop and words_of(m) in drop:
+                m = m.model_copy(update={"content": ""})
+            out[i] = m
+    return out
 
 
 @dataclass
@@ -178,10 +202,11 @@ class OraclePlan:
             call = next(m for m in messages if isinstance(m, AIMessage)
                         and any(c.get("id") == cid for c in m.tool_calls))
             if kind == "result":
-                got = count_message(apply_cleared([result], {cid})[0]) < count_message(result)
+                after = oracle_view([result], {cid}, (), probes=self.probes)[0]
+                got = count_message(after) < count_message(result)
             else:
-                got = count_message(apply_cleared([call, result], (), {cid})[0]) < \
-                    count_message(call)
+                after = oracle_view([call, result], {cid}, {cid}, probes=self.probes)[0]
+                got = count_message(after) < count_message(call)
             self._saving[(kind, cid)] = got
         return got
 
@@ -222,7 +247,7 @@ class OraclePlan:
         # the latest reply's stay
         ais = [m for m in messages if isinstance(m, AIMessage)]
         texts = frozenset(t for m in ais[:-1] if (t := words_of(m)))
-        out = oracle_view(messages, results, inputs, texts)
+        out = oracle_view(messages, results, inputs, texts, self.probes)
         restored: set[str] = set()
         if final and self.lost is not None and self.probes:
             out, results, inputs, texts, restored = self._keep_probes(messages, out, results,
@@ -248,7 +273,7 @@ class OraclePlan:
             cid = _id_of(holder)
             restored.add(cid)
             results, inputs, texts = results - {cid}, inputs - {cid}, texts - {cid}
-            out = oracle_view(messages, results, inputs, texts)
+            out = oracle_view(messages, results, inputs, texts, self.probes)
         return out, results, inputs, texts, restored
 
 

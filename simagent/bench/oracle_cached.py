@@ -53,6 +53,7 @@ class Timeline:
     cleared: list[frozenset[Item]]  # what the oracle cleared in each request
     full: list[int]  # tokens of each message as stored
     saving: dict[Item, tuple[int, int]]  # item -> (message position, tokens it frees)
+    probes: Sequence[str] = ()  # their holders keep a pointer (``oracle_view``)
 
     def tokens(self, r: int, s: frozenset[Item]) -> int:
         return (self.schemas[r] + sum(self.full[: self.lengths[r]])
@@ -73,13 +74,16 @@ def _items(d: Decision) -> frozenset[Item]:
                      | {("text", c) for c in d.texts})
 
 
-def _view(messages: Sequence[BaseMessage], s: frozenset[Item]) -> list[BaseMessage]:
+def _view(messages: Sequence[BaseMessage], s: frozenset[Item],
+          probes: Sequence[str]) -> list[BaseMessage]:
     return oracle_view(messages, {c for k, c in s if k == "result"},
-                       {c for k, c in s if k == "input"}, {c for k, c in s if k == "text"})
+                       {c for k, c in s if k == "input"}, {c for k, c in s if k == "text"},
+                       probes)
 
 
 def timeline(decisions: Sequence[Decision], requests: Sequence[Sequence[BaseMessage]],
-             request_tokens: Sequence[int], ruler: Any) -> Timeline:
+             request_tokens: Sequence[int], ruler: Any,
+             probes: Sequence[str] = ()) -> Timeline:
     """From the oracle's decisions and the main agent's requests as the model got them
     (``ruler``: the one the model counted them with)."""
     last = decisions[-1].messages
@@ -95,11 +99,11 @@ def timeline(decisions: Sequence[Decision], requests: Sequence[Sequence[BaseMess
         pos = next((p for p, m in enumerate(last) if _carries(m, item)), None)
         if pos is None:
             continue
-        after = _view([last[pos]], frozenset({item}))[0] if item[0] != "input" else \
-            _view(_pair(last, pos, item[1]), frozenset({item}))[0]
+        after = _view([last[pos]], frozenset({item}), probes)[0] if item[0] != "input" \
+            else _view(_pair(last, pos, item[1]), frozenset({item}), probes)[0]
         saving[item] = (pos, full[pos] - count_message(after, ruler))
     return Timeline(list(last), lengths, heads, schemas, [_items(d) for d in decisions], full,
-                    saving)
+                    saving, tuple(probes))
 
 
 def _carries(m: BaseMessage, item: Item) -> bool:
@@ -202,7 +206,7 @@ def scheduled_views(t: Timeline, epochs: Sequence[int]) -> list[tuple[list[BaseM
         sets.append(s & t.cleared[r] if r == n - 1 else s)
     out = []
     for r in range(n):
-        msgs = _view(t.messages[: t.lengths[r]], sets[r])
+        msgs = _view(t.messages[: t.lengths[r]], sets[r], t.probes)
         own = t.first_change(sets[r], sets[r - 1]) if r else None
         nxt = t.first_change(sets[r + 1], sets[r]) if r + 1 < n else None
         at = own if own is not None else nxt  # read this request's change, else write ahead
@@ -278,7 +282,7 @@ def reprice(row: dict[str, Any], run: Any) -> dict[str, Any]:
         return {**row, "oracle_cached_note": "schedule skipped: requests and decisions differ"}
     ruler = Ruler(DEFAULT_ENCODING)  # what the scripted model counted with
     t = timeline(decisions, [cursor.requests[i] for i in main],
-                 [cursor.request_tokens[i] for i in main], ruler)
+                 [cursor.request_tokens[i] for i in main], ruler, mw.plan.probes)
     others = [i for i in range(len(cursor.requests)) if i not in set(main)]
     output = int(row.get("tokens_out") or 0)
     cache: dict[str, Any] = {}
