@@ -32,9 +32,13 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from simagent.context.clearing import _PATH_RE, is_cleared
+from simagent.context.summary import _PATH as FILE_PATH
 from simagent.context.task_records import PLUS_MINUS
 from simagent.jsonl import append_jsonl, read_jsonl
+from simagent.kernel_api import outputs
 from simagent.paths import private_dir, private_opener
+from simagent.tool_names import RECALL, RECORD_ATTEMPT
 from simagent.trace.redact import redact_data
 
 #: Items kept per entry, by kind (the ledger is an index, not a second history).
@@ -77,7 +81,6 @@ _WS = re.compile(r"\s+")
 @dataclass(frozen=True)
 class Item:
     """One thing that left the view, and where it still is."""
-
     kind: str  # one of KINDS
     text: str  # the line, path, figure caption, decision or attempt (clipped)
     source: str = ""  # the tool, or assistant / user
@@ -117,9 +120,6 @@ def _clip(text: str, limit: int = ITEM_CHARS) -> str:
 def _skipped(msg: BaseMessage) -> bool:
     """Boundaries, state cards and nudges are simagent's own words, not session content;
     an already-cleared placeholder holds nothing, and a ``recall`` answer only copies."""
-    from simagent.context.clearing import is_cleared
-    from simagent.tool_names import RECALL
-
     return (bool(msg.additional_kwargs.get("lc_source")) or is_cleared(msg)
             or (isinstance(msg, ToolMessage) and msg.name == RECALL))
 
@@ -133,17 +133,14 @@ def calls_by_id(messages: Sequence[BaseMessage]) -> dict[str, dict[str, Any]]:
 def where_result_is(msg: ToolMessage, call: Mapping[str, Any] | None
                     ) -> tuple[str | None, str | None]:
     """(path holding the full result, ``_out[n]`` handle) of a tool result, if any."""
-    from simagent.context.clearing import _PATH_RE
-    from simagent.kernel_api.outputs import handle, number_of
-
     artifact = msg.artifact if isinstance(msg.artifact, dict) else {}
     path = artifact.get("raw_path")
     if not path and (found := _PATH_RE.search(msg.text + " ")):
         path = found.group(1)
     if not path and call and call.get("name") == "read_file":
         path = (call.get("args") or {}).get("file_path")  # the file itself: read it again
-    n = number_of(path) if path else None
-    return (str(path) if path else None), (handle(n) if n is not None else None)
+    n = outputs.number_of(path) if path else None
+    return (str(path) if path else None), (outputs.handle(n) if n is not None else None)
 
 
 def result_sources(messages: Sequence[BaseMessage],
@@ -200,9 +197,6 @@ def extract(messages: Sequence[BaseMessage], *, history: str | Path | None = Non
     text starts on there (``summary.offload``); ``calls``: tool calls by id when the AI
     messages that made them are not among ``messages`` (a clearing epoch).
     """
-    from simagent.context.summary import _PATH as FILE_PATH
-    from simagent.tool_names import RECORD_ATTEMPT
-
     calls = dict(calls) if calls is not None else calls_by_id(messages)
     found: list[tuple[int, int, Item]] = []  # (order, score, item)
 
