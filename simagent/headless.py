@@ -177,9 +177,10 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
         if session.kernel_consent_needed is not None:  # the ladder stopped and asks
             why = session.kernel_consent_needed.get("reason") or "it stopped answering"
             print(f"simagent: {session.kernel.where} needs a restart that only its owner may "
-                  f"allow ({why}); simagent left it running, variables untouched: interrupt "
-                  f"or restart it where it runs, then continue with 'simagent run --resume "
-                  f"{session.id} --kernel ...'", file=err)
+                  f"allow ({why}); simagent left it running, variables untouched: stop that "
+                  f"cell where it runs (if interrupts do not, restart the kernel there or end "
+                  f"its process), then continue with 'simagent run --resume {session.id} "
+                  f"--kernel {session.kernel_existing}'", file=err)
             return exit_codes.KERNEL_CONSENT
         if result.status == "paused":
             print(f"simagent: turn paused for approval; continue with 'simagent run --resume "

@@ -46,6 +46,13 @@ class Pane:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True,
                               text=True, timeout=20).stdout
 
+    def quit(self) -> str:
+        """ctrl+C twice (the second one quits); the screen once simagent has exited."""
+        self.tmux("send-keys", "-t", "tui", "C-c")
+        self.wait_for(lambda s: "press ctrl+C again" in s)
+        self.tmux("send-keys", "-t", "tui", "C-c")
+        return self.wait_for(lambda s: "SIMAGENT-EXITED-" in s)
+
     def type(self, text: str) -> None:
         self.tmux("send-keys", "-t", "tui", "-l", text)
         time.sleep(0.2)
@@ -87,7 +94,9 @@ def test_n_leaves_a_jupyter_kernel_as_it_is_and_y_stops_it_as_the_question_said(
     pane = Pane(workspace, model, jupyter_kernel.id,
                 {"SIMAGENT_HOME": str(_state_home), "JUPYTER_RUNTIME_DIR": str(runtime)})
     try:
-        pane.wait_for(lambda s: "kernel idle" in s)
+        hello = pane.wait_for(lambda s: "kernel idle" in s and "simagent is attached" in s)
+        assert f"attached to your kernel ({jupyter_kernel.path}), started with `jupyter " \
+               "kernel` (pid" in hello, hello
         pane.type("stubborn one")
         asked = pane.wait_for(lambda s: "(y/n)" in after(s, "stubborn one"))
         assert "Restart it?" in asked and "with `jupyter kernel` (pid" in asked, asked
@@ -111,6 +120,9 @@ def test_n_leaves_a_jupyter_kernel_as_it_is_and_y_stops_it_as_the_question_said(
         assert "simagent has no kernel now" in told and "simagent --kernel latest" in told
         until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() ==
               psutil.STATUS_ZOMBIE, 60, "the kernel stopped, as the question said")
+        gone = pane.quit()
+        assert f"--kernel {jupyter_kernel.id}); the kernel it attached to " \
+               f"({jupyter_kernel.path}) is no longer running" in gone, gone
     finally:
         second.touch()
         pane.close()
@@ -127,7 +139,8 @@ def test_y_lets_its_jupyter_server_restart_it(
     pane = Pane(workspace, model, server_kernel.id,
                 {"SIMAGENT_HOME": str(_state_home), "JUPYTER_RUNTIME_DIR": str(runtime)})
     try:
-        pane.wait_for(lambda s: "kernel idle" in s)
+        hello = pane.wait_for(lambda s: "kernel idle" in s and "simagent is attached" in s)
+        assert f"run by Jupyter server ({server_kernel.base.removesuffix('api/')})" in hello
         pane.type("please run it")
         asked = pane.wait_for(lambda s: "(y/n)" in after(s, "please run it"))
         assert f"Its Jupyter server ({server_kernel.base.removesuffix('api/')}) restarts it " \
@@ -144,6 +157,8 @@ def test_y_lets_its_jupyter_server_restart_it(
 
         pid, has_x = until(fresh, 60, "the restarted kernel answering the person").split()
         assert pid != before and has_x == "False"
+        bye = pane.quit()
+        assert f"the kernel it attached to ({server_kernel.path}) is still running" in bye
     finally:
         flag.touch()
         pane.close()

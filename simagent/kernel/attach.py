@@ -167,6 +167,16 @@ def running_kernels(folder: Path | None = None) -> list[Found]:
     return sorted(found, key=lambda f: f.mtime, reverse=True)
 
 
+def left_running(path: Path) -> str:
+    """How simagent left the person's kernel, said on the way out (true at that moment)."""
+    try:
+        running = listening(_read(path))
+    except KernelStartError:  # its file went with it
+        running = False
+    now = "is still running" if running else "is no longer running"
+    return f"the kernel it attached to ({path}) {now}"
+
+
 def resolve(existing: str) -> Path:
     """The connection file EXISTING names; :class:`KernelStartError` (one line) if none.
 
@@ -297,6 +307,15 @@ class AttachedLink:
                     proc.wait(timeout=STOP_WAIT_S)
         except (psutil.Error, OSError):  # gone already, or not ours to signal
             pass
+
+    def attached_line(self) -> str:
+        """What the person is told once simagent is attached to their kernel."""
+        by = {"server": f", run by {self.manager.name.removeprefix('its ')}",
+              "standalone": f", started with {self.manager.name}"}.get(self.manager.kind, "")
+        return (f"simagent is attached to your kernel ({self.path}){by}: your variables are "
+                "there; simagent adds "
+                "only `_out` (`_out.remove()` takes it away), restarts the kernel only if "
+                "you agree, and leaves it running when you quit")
 
     def not_back(self) -> tuple[str, str]:
         """After a restart that did not bring the kernel back: (its state, what simagent

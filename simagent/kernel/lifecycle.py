@@ -82,6 +82,8 @@ class KernelBase:
         #: asked (from the executing thread) before an attached kernel is restarted; it
         #: returns the person's answer. None: no one to ask, so the answer is no.
         self.consent: Callable[[str], bool] | None = None
+        #: the connection file of the person's kernel, once attached (None: simagent's own)
+        self.connection_file: Path | None = None
         #: the recovery an attached kernel needs and was not allowed (cleared when the
         #: kernel answers again); executions are refused meanwhile
         self.awaiting_consent: Recovery | None = None
@@ -130,6 +132,10 @@ class KernelBase:
         simagent's own: it restarts and replays)."""
         return self._link.on_restart() if isinstance(self._link, AttachedLink) else ""
 
+    def attached_line(self) -> str:
+        """Said once simagent is attached to the person's kernel ("" for its own)."""
+        return self._link.attached_line() if isinstance(self._link, AttachedLink) else ""
+
     def left_alone(self) -> str:
         """What the person is told when they do not let simagent restart their kernel:
         the state it is in and how simagent goes on."""
@@ -156,6 +162,8 @@ class KernelBase:
             link.close()
             raise
         self._link = link
+        if isinstance(link, AttachedLink):
+            self.connection_file = link.path  # kept after closing, for the exit line
         self._ready()
 
     def _ready(self) -> None:

@@ -25,6 +25,7 @@ from prompt_toolkit.layout.menus import CompletionsMenu
 from prompt_toolkit.styles import Style
 from prompt_toolkit.widgets import TextArea
 
+from simagent.kernel.attach import left_running
 from simagent.outcomes import STYLES as OUTCOME_STYLES
 from simagent.tui import commands
 from simagent.tui.controller import TuiController
@@ -337,7 +338,12 @@ def run_tui(opts: Any) -> int:
         print(f"simagent: error: {getattr(last, 'text', 'the session could not open')}",
               file=sys.stderr)
         return exit_codes.USAGE
-    if ctl.session is not None:
+    kernel_file = ctl.session.kernel.connection_file if ctl.session is not None else None
+    if kernel_file is not None:  # the person's kernel: how it was left, and how to go on
+        print(f"simagent: session {ctl.session.id} (resume with: simagent --resume "
+              f"{ctl.session.id} --kernel {ctl.session.kernel_existing}); "
+              f"{left_running(kernel_file)}", file=sys.stderr)
+    elif ctl.session is not None:
         print(f"simagent: session {ctl.session.id} (resume with: simagent --resume "
               f"{ctl.session.id})", file=sys.stderr)
     return exit_codes.OK

@@ -171,6 +171,8 @@ class TuiController(StatusFeed, TurnDriving):
         def start() -> None:
             try:
                 session.start_kernel()
+                if line := session.kernel.attached_line():  # the person's kernel
+                    self.post(lambda: self.conversation.note(line, "info"))
                 if run_notebook:
                     self._run_notebook()
             except Exception as exc:  # KernelStartError, or a session closed under it
