@@ -81,6 +81,15 @@ def test_a_failed_cell_that_later_cells_use_is_kept_expecting_its_error():
                                 (3, "a = params['Ni'] * 2", "ok")])
     assert [c.kind for c in nbplan.plan(events, records, "S").code] == ["kept", "needed",
                                                                         "kept"]
+    # ... or called a function of an earlier cell, which may change anything; a failed
+    # cell that only read a name changed nothing and stays out
+    events, records = _session([
+        (1, "state = {}\ndef bump():\n    state['k'] = 1", "ok"),
+        (2, "bump()\n1/0", "error"), (3, "half = len(state) / 0", "error"),
+        (4, "v = state['k']", "ok")])
+    pl = nbplan.plan(events, records, "S")
+    assert [(c.n, c.kind) for c in pl.code] == [(1, "kept"), (2, "needed"), (4, "kept")]
+    assert "it calls bump" in pl.concerns[0]
 
 
 def test_cells_before_a_reset_go_under_their_own_heading_or_are_left_out():
@@ -303,7 +312,8 @@ def test_bad_input_is_one_line_and_writes_nothing(scripted_session, tmp_path):
     before = len(_events(Path(run["state_dir"]), "notebook_written"))
     for args, says in [(("nope",), "no session matches 'nope'"),
                        (("-o", str(tmp_path / "missing" / "x.ipynb")), "does not exist"),
-                       (("-o", str(tmp_path)), "is a folder")]:
+                       (("-o", str(tmp_path)), "is a folder"),
+                       (("-o", "/proc/x.ipynb"), "cannot write /proc/x.ipynb")]:
         proc = _cli(workspace, "notebook", *args, env=env)
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr

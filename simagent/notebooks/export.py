@@ -315,7 +315,10 @@ def export(session_dir: Path, output: str | os.PathLike[str] | None = None,
     message to show). The CLI, ``/notebook`` and ``simagent run --notebook`` call this."""
     path = target(output, workspace, session_dir.name)
     nb, pl = build(session_dir, all_cells=all_cells, earlier=earlier)
-    write(nb, path)
+    try:
+        write(nb, path)
+    except OSError as exc:  # a folder the checks could not see into (/proc, a full disk)
+        raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from exc
     record(session_dir, path, pl)
     return path, pl, summary(path, pl)
 

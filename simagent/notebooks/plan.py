@@ -197,11 +197,14 @@ def _shown(items: list[Code | Text | str], all_cells: bool, earlier: bool
 
 
 def _needed(cells: Sequence[Code]) -> tuple[set[int], list[str]]:
-    """Failed cells whose names later kept cells read: an error part-way through a cell
-    leaves what it did before the error (a name defined, ``params["Ni"] = ...`` added), so
-    the notebook runs such a cell too, expecting its error, and says so. A failed cell
-    counts when it names what the later cell reads and does not define itself."""
-    failed: list[tuple[Code, set[str]]] = []
+    """Failed cells whose effects later kept cells read: an error part-way through a cell
+    leaves what it did before the error, so the notebook runs such a cell too, expecting
+    its error, and says so. A failed cell counts when it defines or changes
+    (:func:`changes`) a name the later cell reads and does not define itself, or calls a
+    function an earlier cell defined (which may change any name); one that only read
+    names changed nothing."""
+    failed: list[tuple[Code, set[str], list[str]]] = []
+    functions: set[str] = set()
     needed: set[int] = set()
     lines: list[str] = []
     for c in cells:
@@ -209,20 +212,42 @@ def _needed(cells: Sequence[Code]) -> tuple[set[int], list[str]]:
             continue
         defined, used, _ = names(c.code)
         if c.kind == "failed" and c.status == "error":
-            mine = names(c.code)
-            failed.append((c, mine[0] | mine[1]))
-            continue
-        if c.kind != "kept":
-            continue
-        wanted = used - defined
-        for src, touched in failed:
-            if src.n in needed or not (hit := sorted(wanted & touched)):
-                continue
-            needed.add(src.n)
-            lines.append(f"{_label(c)} uses `{hit[0]}`, which cell [{src.n}] defined or "
-                         f"changed before it failed in the session: the notebook runs "
-                         f"that cell too (tagged raises-exception) and expects its error")
+            failed.append((c, defined | changes(c.code), sorted(calls(c.code) & functions)))
+        elif c.kind == "kept":
+            wanted = used - defined
+            for src, touched, called in failed:
+                hit = sorted(wanted & touched) or (sorted(wanted) if called else [])
+                if src.n in needed or not hit:
+                    continue
+                needed.add(src.n)
+                how = (f"may have changed before it failed in the session (it calls "
+                       f"{called[0]}, defined in an earlier cell)" if called and not
+                       wanted & touched else "defined or changed before it failed in the "
+                       "session")
+                lines.append(f"{_label(c)} uses `{hit[0]}`, which cell [{src.n}] {how}: the "
+                             f"notebook runs that cell too (tagged raises-exception) and "
+                             f"expects its error")
+        functions |= functions_of(c.code)
     return needed, lines
+
+
+def calls(code: str) -> set[str]:
+    """Names a cell calls as functions (``f(x)``)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    return {n.func.id for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+
+
+def functions_of(code: str) -> set[str]:
+    """Functions a cell defines at its top level."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 def _record_of(p: Mapping[str, Any], recs: Mapping[int, Mapping[str, Any]], after: int
@@ -278,6 +303,34 @@ def names(code: str) -> tuple[set[str], set[str], bool]:
                 and node.func.id == "input":
             asks = True
     return defined, used - _BUILTINS, asks
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def changes(code: str) -> set[str]:
+    """Names whose objects a cell changes in place: ``p["Ni"] = 1``, ``obj.x += 1``,
+    ``results.append(r)`` as a statement (the object it starts from)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, ast.Delete) else [node.target]
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and \
+                isinstance(node.value.func, ast.Attribute):
+            targets = [node.value.func]
+        out |= {r for t in targets if isinstance(t, (ast.Attribute, ast.Subscript))
+                and (r := _root(t)) is not None}
+    return out
 
 
 def _label(c: Code) -> str:
