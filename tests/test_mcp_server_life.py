@@ -8,13 +8,18 @@ client's read timeout, subprocess timeouts).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import nbformat
+import psutil
+import pytest
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from test_mcp_server import CALL_S, SIMAGENT, _events, _stdio, _text
@@ -155,3 +160,67 @@ def test_a_cancel_while_the_kernel_starts_means_the_cell_never_runs(workspace: P
         result["content"]
     assert stop["tool_call_id"] not in {p.get("tool_call_id") for k, p in events
                                         if k == "kernel_exec"}
+
+
+def test_a_port_in_use_fails_in_one_line_before_any_announcement(workspace: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([SIMAGENT, "mcp", "--workspace", str(workspace), "--http",
+                               str(port)], capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (f"simagent: error: cannot serve on 127.0.0.1:{port}: Address "
+                           f"already in use (another server has this port: choose another)\n")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_a_cell_runs_interrupts_it_and_stops_the_kernel(
+        workspace: Path, tmp_path: Path, signum: int) -> None:
+    """A host (or a person) stopping the server: the cell is interrupted and traced, the
+    session closed, the kernel gone, and the server exits without waiting for stdin."""
+    got: dict[str, object] = {}
+
+    async def main() -> None:
+        spinning = anyio.Event()
+
+        async def progress(_p: float, _t: float | None, message: str | None) -> None:
+            if message and "spinning" in message:
+                spinning.set()
+
+        async def run(s: ClientSession) -> None:
+            try:
+                await s.call_tool("run_python", {"code": "print('spinning', flush=True)\n"
+                                                         "while True: pass"},
+                                  progress_callback=progress)
+            except Exception as exc:  # the server went away under the call
+                got["call"] = type(exc).__name__
+
+        async with _stdio(workspace, tmp_path / "server.err") as s, \
+                anyio.create_task_group() as tg:
+            tg.start_soon(run, s)
+            with anyio.fail_after(CALL_S):
+                await spinning.wait()
+            server = next(p for p in psutil.Process().children()
+                          if str(workspace) in " ".join(p.cmdline()))
+            got["kernels"] = [p for p in server.children(recursive=True)
+                              if "simagent.kernel.launcher" in " ".join(p.cmdline())]
+            server.send_signal(signum)
+            # stdin stays open: the server must end by itself
+            # (its exit code: whoever reaps it first, psutil or the SDK's child watcher)
+            await anyio.to_thread.run_sync(server.wait, CALL_S)  # raises if still there
+            got["ended"] = True
+            tg.cancel_scope.cancel()
+
+    with contextlib.suppress(Exception):  # the client's own exit, its server gone
+        anyio.run(main)
+    assert got.get("ended"), got
+    assert got["kernels"] and not any(k.is_running() and k.status() != psutil.STATUS_ZOMBIE
+                                      for k in got["kernels"])  # type: ignore[attr-defined]
+    events = _events(workspace)
+    result = next(p for k, p in events if k == "tool_result")
+    assert result["outcome"] == "interrupted", result
+    assert events[-1][0] == "session_end"
+    assert f"simagent mcp: {signal.Signals(signum).name}: stopping the kernel" in \
+        (tmp_path / "server.err").read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 
 from simagent import exit_codes
@@ -27,7 +28,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     except (ConfigError, SimulatorError, ValueError) as exc:
         raise CliError(str(exc)) from exc
     # the SDK and the kernel stack load only now: `simagent --help` stays fast
-    from simagent.mcp_server.server import build_server, serve_http, serve_stdio
+    from simagent.mcp_server.server import build_server, listen, serve_http, serve_stdio
     from simagent.session import Session
     from simagent.trace.redact import register
 
@@ -44,15 +45,22 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         serve_stdio(build_server(open_session))
         return exit_codes.OK
     host, port = address
+    shown = f"[{host}]" if ":" in host else host
+    try:
+        sock = listen(host, port)
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)  # not create_server's
+        raise CliError(f"cannot serve on {shown}:{port}: {why}"
+                       + (" (another server has this port: choose another)"
+                          if exc.errno == errno.EADDRINUSE else "")) from exc
     token = os.environ.get(ops.TOKEN_ENV) or secrets.token_urlsafe(24)
     register({token: ops.TOKEN_ENV})  # never written to a trace or output
-    shown = f"[{host}]" if ":" in host else host
     print(f"simagent mcp: streamable HTTP at http://{shown}:{port}/mcp\n"
           f"simagent mcp: send the header  Authorization: Bearer "
           f"{token if not os.environ.get(ops.TOKEN_ENV) else '$' + ops.TOKEN_ENV}",
           file=sys.stderr, flush=True)
     try:
-        serve_http(build_server(open_session, host=host, port=port), host, port, token)
+        serve_http(build_server(open_session, host=host, port=port), sock, token)
     except KeyboardInterrupt:
         pass
     return exit_codes.OK

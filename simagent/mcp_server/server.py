@@ -225,7 +225,15 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
 
 
 def serve_stdio(mcp: FastMCP) -> None:
-    """Serve one client on stdin/stdout, with fd 1 moved to stderr first (module doc)."""
+    """Serve one client on stdin/stdout, with fd 1 moved to stderr first (module doc).
+
+    SIGINT or SIGTERM (a host or a person stopping the server) ends the session as a
+    client leaving does: the running cell is interrupted and traced, the kernel shut
+    down. The process then exits at once with 128 + the signal: the SDK's stdin reader
+    is a thread blocked in ``read`` that only the host closing stdin would end.
+    """
+    import signal
+
     from mcp.server.stdio import stdio_server
 
     sys.stdout.flush()
@@ -233,13 +241,39 @@ def serve_stdio(mcp: FastMCP) -> None:
     os.dup2(2, 1)  # anything else written to fd 1 now lands in stderr
     sys.stdout = sys.stderr
     out = anyio.wrap_file(TextIOWrapper(protocol, encoding="utf-8"))
+    stopped_by: list[int] = []
+
+    async def stop_on_signal(scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                stopped_by.append(signum)
+                print(f"simagent mcp: {signal.Signals(signum).name}: stopping the kernel "
+                      f"and closing the session", file=sys.stderr, flush=True)
+                scope.cancel()
+                return
 
     async def run() -> None:
         async with stdio_server(stdout=out) as (read, write):
-            server = mcp._mcp_server  # FastMCP.run_stdio_async, but with our stdout (mcp<2)
-            await server.run(read, write, server.create_initialization_options())
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop_on_signal, tg.cancel_scope)
+                server = mcp._mcp_server  # FastMCP.run_stdio_async, with our stdout (mcp<2)
+                await server.run(read, write, server.create_initialization_options())
+                tg.cancel_scope.cancel()
+            if stopped_by:  # the session is closed; leaving stdio_server would wait for stdin
+                sys.stderr.flush()
+                os._exit(128 + stopped_by[0])
 
     anyio.run(run)
+
+
+def listen(host: str, port: int) -> Any:
+    """A socket bound and listening on HOST:PORT now, so that a port in use or a host
+    that is not this machine's fails before the address and token are announced
+    (raises ``OSError``)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family)
 
 
 def require_bearer(app: Any, token: str) -> Any:
@@ -259,15 +293,15 @@ def require_bearer(app: Any, token: str) -> Any:
     return wrapped
 
 
-def serve_http(mcp: FastMCP, host: str, port: int, token: str) -> None:
-    """Serve streamable HTTP at ``http://HOST:PORT/mcp`` behind the bearer token."""
+def serve_http(mcp: FastMCP, sock: Any, token: str) -> None:
+    """Serve streamable HTTP at ``/mcp`` on ``sock`` (:func:`listen`) behind the token."""
     import logging
 
     import uvicorn
 
     logging.getLogger("mcp.server.streamable_http").addFilter(_closed_stream_noise)
     app = require_bearer(mcp.streamable_http_app(), token)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
 def _closed_stream_noise(record: Any) -> bool:
