@@ -30,6 +30,7 @@ earlier one ahead of time; subagents run without the oracle (their requests are 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -41,12 +42,20 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from simagent.agent.scripted import _OUT_REF, call_step
-from simagent.context.clearing import INPUT_ARGS, apply_cleared, execution_of, without_inputs
+from simagent.context.clearing import (
+    INPUT_ARGS,
+    apply_cleared,
+    execution_of,
+    raw_path_of,
+    without_inputs,
+)
 from simagent.context.counting import count_message
 
 #: What counts as a value a later step can only have taken from a result.
 _VALUE = re.compile(r"(?<![\w.])-?(?:\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d{4,})(?![\w])"
                     r"|[\w./-]+\.(?:csv|txt|log|json|npz|npy|png|dat|h5|out|yaml|toml|md)\b")
+#: How much of a raw output file the probe check reads (the kernel caps files far above).
+RAW_READ_CHARS = 20_000_000
 _DEFINES = re.compile(r"^\s*(?:def|class)\s+([A-Za-z_]\w*)", re.M)
 
 
@@ -160,7 +169,7 @@ def oracle_view(messages: Sequence[BaseMessage], results: Iterable[str],
     become :data:`BARE_RESULT` and :data:`BARE_INPUT`."""
     results, inputs, drop = frozenset(results), frozenset(inputs), frozenset(texts)
     pointed = frozenset(m.tool_call_id for m in messages if isinstance(m, ToolMessage)
-                        and m.tool_call_id in results and any(f in m.text for f in probes))
+                        and m.tool_call_id in results and any(_holds(m, f) for f in probes))
     out = apply_cleared(messages, pointed, inputs & pointed)
     bare_inputs = {c: BARE_INPUT for c in inputs - pointed}
     for i, m in enumerate(out):
@@ -284,10 +293,21 @@ def _id_of(m: BaseMessage) -> str:
 
 
 def _holds(m: BaseMessage, fact: str) -> bool:
-    if isinstance(m, ToolMessage):
-        return fact in m.text
+    if isinstance(m, ToolMessage):  # what it showed, or its full output on disk
+        return fact in m.text or fact in _raw_text(raw_path_of(m))
     return isinstance(m, AIMessage) and (fact in m.text or any(
         fact in json.dumps(c.get("args", {}), ensure_ascii=False) for c in m.tool_calls))
+
+
+@functools.lru_cache(maxsize=256)
+def _raw_text(path: str | None) -> str:
+    """A result's full output file (capped or evicted results show only part of it)."""
+    if not path:
+        return ""
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")[:RAW_READ_CHARS]
+    except OSError:
+        return ""
 
 
 def _has_execution(messages: Sequence[BaseMessage], cid: str) -> bool:
