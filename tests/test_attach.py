@@ -30,6 +30,7 @@ from jupyter_client import BlockingKernelClient
 
 from simagent import exit_codes
 from simagent.kernel import Kernel
+from simagent.kernel.attach import MODEL_MAY_NOT_RESET
 from simagent.kernel.ladder import DECLINED
 from simagent.paths import SessionPaths
 
@@ -350,6 +351,21 @@ def test_headless_reports_a_kernel_it_may_not_restart_and_exits(jupyter_kernel, 
     assert "simagent run --resume " in line[0] and line[0].endswith("--kernel latest'")
     flag.touch()  # the cell simagent left running ends; the person's client is served
     assert run(kc, "print(x)", timeout=60) == "41\n"
+
+
+def test_the_models_reset_kernel_leaves_the_persons_kernel_alone(jupyter_kernel, workspace,
+                                                                 tmp_path):
+    """``reset_kernel`` is the model's call, not the person's consent: on their kernel it
+    restarts nothing (a ``jupyter kernel`` would have stopped) and says whom to ask."""
+    kc = jupyter_kernel.kc
+    run(kc, "x = 41")
+    model = scripted(tmp_path / "s.json", [{"tool": "reset_kernel", "args": {}},
+                                           {"final": "reset said: {out[-1]}"}])
+    proc = cli(workspace, "run", "--kernel", jupyter_kernel.id, "--model", model, "reset it")
+    assert proc.returncode == 0, proc.stderr
+    assert f"reset said: {MODEL_MAY_NOT_RESET}" in proc.stdout
+    assert jupyter_kernel.proc.poll() is None
+    assert run(kc, "import os; print(x, os.getpid())") == f"41 {jupyter_kernel.pid}\n"
 
 
 # -------------------------------------------------------------------- bad input

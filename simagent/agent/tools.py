@@ -18,6 +18,7 @@ from langchain_core.tools import BaseTool, tool
 from simagent.agent.cancel_account import lost_line
 from simagent.context import memory as memory_notes
 from simagent.context.thresholds import ContextSettings, tool_cap
+from simagent.kernel.attach import MODEL_MAY_NOT_RESET
 from simagent.tool_names import (
     RECALL,
     RECORD_ATTEMPT,
@@ -190,6 +191,8 @@ def make_reset_kernel(session: Session) -> BaseTool:
         a wedged or hopelessly inconsistent kernel; an interrupted or failed cell needs
         no reset.
         """
+        if not session.kernel.owned:  # the person's kernel: never without their consent
+            return MODEL_MAY_NOT_RESET
         seconds = session.restart_kernel()
         return (f"Kernel restarted in {seconds:.1f} s. All variables and imports are gone; "
                 "re-run the setup code you need.")

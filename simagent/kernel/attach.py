@@ -40,6 +40,11 @@ _PORT_CHECK_S = 0.3
 #: How long asking a Jupyter server whether it manages the kernel may take.
 _SERVER_ASK_S = 2.0
 LATEST = "latest"
+#: What the model's ``reset_kernel`` gets on the person's kernel: only they may restart it.
+MODEL_MAY_NOT_RESET = (
+    "Not restarted: this kernel is the person's (simagent attached to it), and only they "
+    "may restart it. Its variables are untouched. If it really needs a restart, ask them to "
+    "type /reset or to restart it where it runs; otherwise carry on in it.")
 
 
 @dataclass(frozen=True)
