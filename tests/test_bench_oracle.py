@@ -215,3 +215,15 @@ def test_results_nothing_reads_again_become_a_bare_mark_and_probe_sources_a_poin
     texts = {m.tool_call_id.split("_")[2]: m.text for m in view if isinstance(m, ToolMessage)}
     assert texts["2"] == "[cleared]"  # gamma: nothing reads it again
     assert texts["1"].startswith("[result cleared to save context")  # holds a probe fact
+
+
+def test_a_probe_fact_only_in_the_full_output_file_keeps_its_pointer(tmp_path):
+    """Evicted or capped results show part of their output; the fact may be in the rest."""
+    raw = tmp_path / "7.txt"
+    raw.write_text("row 1\nNEWTON lambda=3.480 converged=False\n")
+    msgs = history(4)
+    i = [k for k, m in enumerate(msgs) if isinstance(m, ToolMessage)][1]  # beta: cleared
+    msgs[i] = msgs[i].model_copy(update={"artifact": {"raw_path": str(raw)}})
+    plan = OraclePlan(Script.of("task", STEPS), probes=("NEWTON lambda=3.480",))
+    view = plan.view(msgs, final=False)
+    assert str(raw) in view[i].text  # the pointer names the file, not a bare mark
