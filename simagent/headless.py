@@ -133,6 +133,10 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             runner = turn_runner_for(session, resolved, front_end="headless")
         except SubagentError as exc:
             raise CliError(str(exc), exc.code) from exc
+        from simagent.agent.mcp_tools import open_notices
+
+        for line in open_notices(session):  # servers that could not start: said at open
+            print(f"! {line}", file=err, flush=True)
         try:
             session.start_kernel()
         except KernelStartError as exc:

@@ -224,9 +224,10 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     from simagent.models import image_support
 
     # view_figure knows whether this model can be sent images (a switch rebuilds the graph)
+    images = image_support(chat_model)
     tools = [*session_tools(session, context_settings),
-             make_view_figure(session, *image_support(chat_model)), *extra_tools]
-    mcp = mcp_tooling(session)  # [mcp.servers.*]: their tools, servers held by the session
+             make_view_figure(session, *images), *extra_tools]
+    mcp = mcp_tooling(session, images)  # [mcp.servers.*]: their tools, held by the session
     tools += mcp.tools if mcp else []
     memory_path = str((session.memory_dir / INDEX).resolve())
     layers = context_layers(session, chat_model=chat_model, model_id=model_id, window=window,

@@ -15,6 +15,14 @@ server's side (it cannot start, dies mid-call, hangs past ``timeout_s``, answers
 something that is not a tool result) gives the model one error it can read, a notice for
 the person, and a trace event; the session goes on, and the next call starts the server
 afresh. Tool errors the server reports itself (``isError``) are plain tool errors.
+
+A server that fails when the session opens is said once, at open, by the front end
+(:meth:`McpHub.start_notices`), and retried: in the background when a turn begins and,
+waited for, when the model calls ``find_tools``; once it starts, its tools join the
+catalog (``agent.tool_deferral`` serves them to the running graph). Progress
+notifications of a call reach the person as the tool card's live output (the same
+``tool_output`` stream records as ``run_python``'s); results become blocks
+(``agent.mcp_results``), images included.
 """
 
 from __future__ import annotations
@@ -22,22 +30,27 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
+import contextvars
+import queue
 import tempfile
 import threading
+import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-import anyio
 from langchain_core.tools import StructuredTool, ToolException
 from langchain_mcp_adapters.sessions import create_session
 from langchain_mcp_adapters.tools import load_mcp_tools
 from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import types as mcp_types
 
+from simagent.agent import mcp_results
+from simagent.agent.mcp_transport import McpFault, stdio_session, unless_gone
+from simagent.agent.mcp_transport import closed_error as _closed
+from simagent.agent.mcp_transport import why as _why
 from simagent.config import McpServer
 from simagent.context.reporting import write_stream
 from simagent.context.tool_deferral import exposed_name
@@ -52,6 +65,14 @@ START_TIMEOUT_S = 30.0
 #: a server that does not leave when its stdin closes).
 STOP_TIMEOUT_S = 10.0
 
+#: Seconds between checks, while a call runs, that the person has not cancelled it.
+CANCEL_POLL_S = 0.2
+
+#: (tool call id, stream writer) of the MCP call running in this context: set by
+#: ``ToolDeferral.wrap_tool_call`` so a call's progress reaches its tool card.
+CALL_CONTEXT: contextvars.ContextVar[tuple[str, Callable[[Any], None]] | None] = \
+    contextvars.ContextVar("simagent_mcp_call", default=None)
+
 
 @dataclass(frozen=True)
 class RemoteTool:
@@ -62,15 +83,6 @@ class RemoteTool:
     name: str  # what the model calls
     description: str
     schema: dict[str, Any]
-
-
-class McpFault(Exception):
-    """A server-side failure: ``what`` is failed | died | timeout | malformed."""
-
-    def __init__(self, what: str, detail: str) -> None:
-        super().__init__(detail)
-        self.what = what
-        self.detail = detail
 
 
 def fault_text(server: str, tool: str, fault: McpFault, timeout_s: float) -> str:
@@ -98,16 +110,21 @@ class McpHub:
     """The session's MCP servers: started, listed, called and stopped from one loop."""
 
     def __init__(self, servers: Mapping[str, McpServer], *, cwd: Path, log_dir: Path,
-                 trace: TraceLog | None = None) -> None:
+                 trace: TraceLog | None = None, artifacts: Path | None = None) -> None:
         self.servers = dict(servers)
         self.cwd = cwd
         self.log_dir = log_dir
         self.trace = trace
+        self.artifacts = artifacts or log_dir / "artifacts"  # where result images go
+        self._retry: concurrent.futures.Future[Any] | None = None
+        #: set when the person cancels the turn (``Session.cancel_requested``)
+        self.cancel: threading.Event | None = None
         self.catalog: dict[str, RemoteTool] = {}  # by the name the model calls
         self.status: dict[str, str] = {}  # server -> ok | failed: <why>
         self._conns: dict[str, _Conn] = {}
         self._locks: dict[str, asyncio.Lock] = {}  # used on the loop only
         self._logs: dict[str, IO[str]] = {}
+        self._noise: dict[str, list[str]] = {}  # per server: stdout lines that were not MCP
         self._pending: list[str] = []  # notices not yet shown in a turn's stream
         self._lock = threading.Lock()
         self.closed = False
@@ -119,27 +136,69 @@ class McpHub:
     # ------------------------------------------------------------------ lifecycle
     def start_all(self) -> None:
         """Start every server and list its tools (in parallel); a server that cannot
-        start is noted (``status``, a notice, the trace) and contributes no tools."""
-        async def all_() -> list[Any]:
-            return await asyncio.gather(*(self._ensure(n) for n in self.servers),
-                                        return_exceptions=True)
+        start is noted (``status``, the trace; the front end says it at open, from
+        :meth:`start_notices`) and is retried later (:meth:`retry_failed`)."""
+        self._run(self._start(list(self.servers), first=True),
+                  START_TIMEOUT_S + STOP_TIMEOUT_S + 5)
 
-        results = self._run(all_(), START_TIMEOUT_S + STOP_TIMEOUT_S + 5)
-        for name, res in zip(self.servers, results, strict=True):
+    async def _start(self, names: list[str], *, first: bool) -> list[str]:
+        """Start ``names``; admit the tools of each that started; the names that did."""
+        results = await asyncio.gather(*(self._ensure(n) for n in names),
+                                       return_exceptions=True)
+        up = []
+        for name, res in zip(names, results, strict=True):
             if isinstance(res, BaseException):
                 fault = res if isinstance(res, McpFault) else McpFault("failed", _why(res))
                 self.status[name] = f"failed: {fault.detail}"
-                self._note(name, "failed", f"MCP server {name!r} could not be started "
-                           f"({fault.detail}); its tools are not available in this session "
-                           "(`simagent doctor` checks it)", detail=fault.detail)
+                if first:
+                    self._note(name, "failed", self.failed_line(name), detail=fault.detail,
+                               stream=False)
                 continue
             self.status[name] = "ok"
-            conn = self._conns[name]
-            for remote, tool in conn.tools.items():
+            tools = {}
+            for remote, tool in res.tools.items():
                 rt = RemoteTool(name, remote, exposed_name(name, remote),
                                 tool.description or "", _schema(tool))
-                self.catalog[rt.name] = rt
-            self._note(name, "started", "", tools=len(conn.tools))
+                tools[rt.name] = rt
+            self.catalog = {**self.catalog, **tools}  # replaced whole: read by other threads
+            up.append(name)
+            self._note(name, "started", "" if first else (
+                f"MCP server {name!r} started on a retry: its {len(tools)} tools are "
+                f"available now"), tools=len(tools))
+        return up
+
+    def failed_line(self, name: str) -> str:
+        """One line for a server that could not start: why, what happens next, its log."""
+        why = self.status.get(name, "").removeprefix("failed: ")
+        log = self.log_dir / f"mcp-{name}.log"
+        said = f"; its log: {log}" if log.is_file() and log.stat().st_size else ""
+        return (f"MCP server {name!r} could not be started ({why}); its tools are missing "
+                f"until it starts: it is tried again at each turn and at find_tools{said}")
+
+    def start_notices(self) -> list[str]:
+        """What a front end tells the person when the session opens: each server that
+        failed to start, one line each."""
+        return [self.failed_line(n) for n, s in self.status.items() if s != "ok"]
+
+    def failed(self) -> list[str]:
+        return [n for n, s in self.status.items() if s != "ok"]
+
+    def retry_failed(self, *, wait: bool) -> list[str]:
+        """Start again each server that failed (one retry at a time); with ``wait``,
+        bounded by the start timeout, the names that came up, else [] at once."""
+        if self.closed or not self.failed():
+            return []
+        with self._lock:
+            fut = self._retry
+            if fut is None or fut.done():
+                fut = self._retry = asyncio.run_coroutine_threadsafe(
+                    self._start(self.failed(), first=False), self._loop)
+        if not wait:
+            return []
+        try:
+            return list(fut.result(START_TIMEOUT_S + STOP_TIMEOUT_S + 5))
+        except Exception:  # a failed retry leaves the status as it was
+            return []
 
     def close(self) -> None:
         """Stop every server and the loop; bounded, and safe to call twice."""
@@ -174,7 +233,7 @@ class McpHub:
                     self.log_dir / f"mcp-{name}.log", "a", encoding="utf-8")
             params = StdioServerParameters(command=spec.command, args=list(spec.args),
                                            env=dict(spec.env) or None, cwd=str(self.cwd))
-            return _stdio_session(params, log)
+            return stdio_session(params, log, self._noise.setdefault(name, []))
         return create_session({"transport": "streamable_http", "url": spec.url,
                                "headers": dict(spec.headers) or None})
 
@@ -189,6 +248,8 @@ class McpHub:
     async def _open(self, name: str) -> _Conn:
         conn = self._conns[name] = _Conn()
         ready: asyncio.Future[None] = self._loop.create_future()
+        ready.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen: no warning
+        noise = self._noise[name] = []
 
         async def hold() -> None:
             try:
@@ -210,7 +271,8 @@ class McpHub:
             await asyncio.wait_for(asyncio.shield(ready), START_TIMEOUT_S)
         except TimeoutError:
             await self._stop(name)
-            raise McpFault("failed", f"no answer within {START_TIMEOUT_S:g} s") from None
+            said = f"; it wrote this on stdout, which is not MCP: {noise[0]!r}" if noise else ""
+            raise McpFault("failed", f"no answer within {START_TIMEOUT_S:g} s{said}") from None
         except McpFault:
             await self._stop(name)
             raise
@@ -229,56 +291,109 @@ class McpHub:
                 await asyncio.wait_for(conn.task, STOP_TIMEOUT_S)
 
     # ------------------------------------------------------------------ calls
-    async def _call(self, server: str, remote: str, args: dict[str, Any]) -> tuple[str, bool]:
-        """(text, is_error) of one call; raises ``McpFault`` for a server fault."""
+    async def _call(self, server: str, remote: str, args: dict[str, Any],
+                    progress: Callable[[str], None] | None = None
+                    ) -> tuple[list[dict[str, Any]], bool]:
+        """(blocks, is_error) of one call; ``progress`` gets one line per progress
+        notification; raises ``McpFault`` for a server fault."""
         timeout = self.servers[server].timeout_s
         conn = await self._ensure(server)
-        tool = conn.tools.get(remote)
-        if tool is None:
-            return (f"MCP server {server!r} no longer offers the tool {remote!r} (it was "
-                    "listed when the session started)", True)
+        if remote not in conn.tools or conn.session is None:
+            return ([{"type": "text", "text": f"MCP server {server!r} no longer offers the "
+                      f"tool {remote!r} (it was listed when the server started)"}], True)
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            if progress is not None:
+                progress(mcp_results.progress_line(done, total, message))
+
+        # the id the SDK gives this request (read with no await before it is sent), to
+        # tell the server when the person cancels: the SDK does not
+        rid = getattr(conn.session, "_request_id", None)
+        calling = conn.session.call_tool(remote, args, progress_callback=on_progress)
+        url = self.servers[server].url
         try:
-            content, _artifact = await asyncio.wait_for(tool.coroutine(**args), timeout)
-        except ToolException as exc:  # the server's own isError result
-            return str(exc) or f"{server}.{remote} reported an error", True
+            result = await asyncio.wait_for(
+                unless_gone(url, calling) if url else calling, timeout)
+        except asyncio.CancelledError:  # the person cancelled (``call``)
+            if isinstance(rid, int):
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(conn.session.send_notification(
+                        mcp_types.ClientNotification(mcp_types.CancelledNotification(
+                            params=mcp_types.CancelledNotificationParams(
+                                requestId=rid, reason="cancelled by the person")))),
+                        STOP_TIMEOUT_S)
+            raise
         except TimeoutError:
             await self._stop(server)
             raise McpFault("timeout", f"{timeout:g} s") from None
+        except McpFault:
+            await self._stop(server)
+            raise
         except Exception as exc:
             died = conn.task is None or conn.task.done() or _closed(exc)
             await self._stop(server)
             raise McpFault("died" if died else "malformed", _why(exc)) from None
-        return content_text(content), False
+        return mcp_results.blocks_of(result.content), bool(result.isError)
 
-    def call(self, name: str, args: dict[str, Any]) -> str:
-        """Run the tool the model knows as ``name``; any failure is a ``ToolException``
-        whose text the model reads (the tool node turns it into an error result)."""
+    def call(self, name: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """Run the tool the model knows as ``name``: its result blocks; any failure is a
+        ``ToolException`` whose text the model reads (the tool node makes it an error
+        result). Progress goes to the running call's card (:data:`CALL_CONTEXT`)."""
         rt = self.catalog[name]
         timeout = self.servers[rt.server].timeout_s
         if self.closed:
             raise ToolException(f"the MCP servers of this session are stopped; "
                                 f"{rt.server}.{rt.remote} cannot run")
+        running = CALL_CONTEXT.get()
+        lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         try:
-            try:
-                text, is_error = self._run(self._call(rt.server, rt.remote, args),
-                                           START_TIMEOUT_S + timeout + 3 * STOP_TIMEOUT_S)
-            except concurrent.futures.TimeoutError:  # the hub's own bounds all failed
-                raise McpFault("timeout", f"{timeout:g} s") from None
-        except McpFault as fault:
+            fut = asyncio.run_coroutine_threadsafe(
+                self._call(rt.server, rt.remote, args, lines.put if running else None),
+                self._loop)
+            fut.add_done_callback(lambda _f: lines.put(None))
+            # progress is written from this (the tool's) thread: the graph's stream
+            # writer works only in the graph's context, not on the hub's loop
+            deadline = time.monotonic() + START_TIMEOUT_S + timeout + 3 * STOP_TIMEOUT_S
+            while True:
+                try:
+                    line = lines.get(timeout=min(CANCEL_POLL_S,
+                                                 max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    if self.cancel is not None and self.cancel.is_set():
+                        fut.cancel()
+                        raise ToolException(
+                            f"cancelled: simagent stopped waiting for {rt.server}."
+                            f"{rt.remote} and asked the server to cancel it (a server may "
+                            "finish the work anyway)") from None
+                    if time.monotonic() >= deadline:
+                        raise
+                    continue
+                if line is None:
+                    break
+                if running is not None:  # a bar redrawn in place, as tqdm's is
+                    call_id, write = running
+                    with contextlib.suppress(Exception):
+                        write({"type": "tool_output", "tool_call_id": call_id,
+                               "kind": "stderr", "text": "\r" + line, "path": None})
+            blocks, is_error = fut.result(0)  # done: its result or its McpFault
+        except (McpFault, queue.Empty) as exc:  # Empty: the hub's own bounds all failed
+            fault = exc if isinstance(exc, McpFault) else McpFault("timeout", f"{timeout:g} s")
             msg = fault_text(rt.server, rt.remote, fault, timeout)
             self._note(rt.server, fault.what, msg, detail=fault.detail, tool=rt.remote)
             raise ToolException(msg) from None
         if is_error:
-            raise ToolException(text)
-        return text
+            raise ToolException(mcp_results.text_of(blocks)
+                                or f"{rt.server}.{rt.remote} reported an error")
+        return blocks
 
     # ------------------------------------------------------------------ notices
-    def _note(self, server: str, what: str, notice: str, **extra: Any) -> None:
+    def _note(self, server: str, what: str, notice: str, *, stream: bool = True,
+              **extra: Any) -> None:
         payload = {"server": server, "what": what, "notice": notice, **extra}
         if self.trace is not None:
             with contextlib.suppress(Exception):  # a closed trace must not break a call
                 self.trace.append("mcp_server", payload)
-        if notice:
+        if notice and stream:
             with self._lock:
                 self._pending.append(notice)
             self.flush_notices()
@@ -292,27 +407,28 @@ class McpHub:
                           "detail": {"notice": text}})
 
     # ------------------------------------------------------------------ tools
-    def tools(self) -> list[StructuredTool]:
-        return [_tool(self, rt) for rt in self.catalog.values()]
+    def tools(self, images: bool = False, why: str = "") -> list[StructuredTool]:
+        """The catalog as langchain tools; ``images``: whether this agent's model takes
+        images in tool results (``why``: the reason when not)."""
+        return [self.tool(n, images, why) for n in self.catalog]
+
+    def tool(self, name: str, images: bool = False, why: str = "") -> StructuredTool:
+        return _tool(self, self.catalog[name], images, why)
 
 
-def _tool(hub: McpHub, rt: RemoteTool) -> StructuredTool:
-    def run(**kwargs: Any) -> str:
-        return hub.call(rt.name, kwargs)
+def _tool(hub: McpHub, rt: RemoteTool, images: bool, why: str) -> StructuredTool:
+    source = f"{rt.server}.{rt.remote}"
 
-    async def arun(**kwargs: Any) -> str:
-        return await asyncio.to_thread(hub.call, rt.name, kwargs)
+    def run(**kwargs: Any) -> str | list[dict[str, Any]]:
+        return mcp_results.for_model(hub.call(rt.name, kwargs), images=images, why=why,
+                                     folder=hub.artifacts, source=source)
+
+    async def arun(**kwargs: Any) -> str | list[dict[str, Any]]:
+        return await asyncio.to_thread(run, **kwargs)  # the context (CALL_CONTEXT) goes along
 
     return StructuredTool(name=rt.name, description=rt.description or rt.remote,
                           args_schema=rt.schema, func=run, coroutine=arun,
                           handle_tool_error=True, metadata={"mcp_server": rt.server})
-
-
-@contextlib.asynccontextmanager
-async def _stdio_session(params: StdioServerParameters, errlog: IO[str]) -> Any:
-    async with stdio_client(params, errlog=errlog) as (read, write), \
-            ClientSession(read, write) as session:
-        yield session
 
 
 def _schema(tool: Any) -> dict[str, Any]:
@@ -320,42 +436,6 @@ def _schema(tool: Any) -> dict[str, Any]:
     if isinstance(schema, dict):
         return schema
     return schema.model_json_schema() if schema is not None else {"type": "object"}
-
-
-def _closed(exc: BaseException) -> bool:
-    """Whether a failed call found the connection gone (the server died), not a bad answer."""
-    return "closed" in str(exc).lower() or isinstance(exc, (
-        anyio.ClosedResourceError, anyio.BrokenResourceError, BrokenPipeError, EOFError))
-
-
-def _why(exc: BaseException) -> str:
-    """One line for an exception (the first leaf of an exception group)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
-
-
-def content_text(content: Any) -> str:
-    """Adapter content (a string or content blocks) as the text the model gets: text
-    blocks joined, an image or file named, never pasted as base64."""
-    if isinstance(content, str):
-        return content
-    parts = []
-    for block in content or []:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text":
-            parts.append(str(block.get("text", "")))
-        elif isinstance(block, dict):
-            kind = block.get("type", "block")
-            mime = block.get("mime_type") or ""
-            size = len(str(block.get("base64") or block.get("data") or ""))
-            where = block.get("url") or (f"{size:,} chars of base64, not shown" if size else "")
-            parts.append(f"[{kind} {mime}: {where}]".replace(" :", ":"))
-        else:
-            parts.append(json.dumps(block, default=str))
-    return "\n".join(parts)
 
 
 def probe_servers(servers: Mapping[str, McpServer], cwd: Path
@@ -399,12 +479,21 @@ def hub_for(session: Session) -> McpHub | None:
         hub = _HUBS.get(session)
         if hub is None:
             hub = McpHub(servers, cwd=session.workspace, log_dir=session.paths.root,
-                         trace=session.trace)
+                         trace=session.trace, artifacts=session.paths.artifacts)
+            hub.cancel = session.cancel_requested
             _HUBS[session] = hub
             session.closers.append(hub.close)
             hub.start_all()
     return hub
 
 
-__all__ = ["McpFault", "McpHub", "RemoteTool", "content_text", "fault_text", "hub_for",
-           "probe_servers"]
+def open_notices(session: Session) -> list[str]:
+    """For a front end once the agent is built: one line per MCP server that could not
+    start (what the person is told when the session opens)."""
+    with _HUBS_LOCK:
+        hub = _HUBS.get(session)
+    return hub.start_notices() if hub is not None else []
+
+
+__all__ = ["CALL_CONTEXT", "McpFault", "McpHub", "RemoteTool", "fault_text", "hub_for",
+           "open_notices", "probe_servers"]

@@ -153,6 +153,10 @@ class TuiController(StatusFeed, TurnDriving):
         except (SubagentError, ValueError) as exc:
             self.conversation.note(f"cannot build the agent: {exc}", "error")
             return str(exc)
+        from simagent.agent.mcp_tools import open_notices
+
+        for line in open_notices(self.session):  # MCP servers that could not start
+            self.conversation.note(line, "warning")
         self._load_pending()
         return None
 

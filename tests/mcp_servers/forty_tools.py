@@ -1,7 +1,8 @@
 """A test MCP server (official SDK, FastMCP, stdio) with 40 tools: 36 lab-data tools with
 schemas of the size real servers send (typed arguments with descriptions, enums, a nested
 options object: ~560 tokens each, near the GitHub MCP server's ~500), and four that
-misbehave on purpose (crash, hang, a malformed result, a 10 MB result). ``--fail-start``
+misbehave on purpose (crash, hang, a malformed result, a 10 MB result); ``--extras`` adds
+two (``slow_steps`` reports progress, ``spectrum_plot`` returns an image). ``--fail-start``
 exits before speaking the protocol; ``--fail-start-if PATH`` does so while PATH exists;
 ``--http PORT --token T`` serves streamable HTTP on 127.0.0.1 to requests bearing T.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Literal
 
 import anyio
@@ -143,6 +145,39 @@ async def malformed_result(ctx: Context) -> str:
     return "the real answer, sent after the malformed one"
 
 
+async def slow_steps(ctx: Context, steps: int = 3, gate: str = "") -> str:
+    """Counts ``steps`` steps, reporting progress after each (``k/steps``, message
+    ``step k``); with ``gate`` a path, each step waits until that file holds k, so a
+    test paces it without sleeping."""
+    for k in range(1, steps + 1):
+        if gate:
+            while not (os.path.exists(gate) and Path(gate).read_text().strip() == str(k)):
+                await anyio.sleep(0.02)
+        await ctx.report_progress(k, steps, f"step {k}")
+    return f"counted {steps} steps"
+
+
+#: A 2x1 PNG (one red, one blue pixel), made with zlib at import: no image library needed.
+def _png() -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    raw = b"\x00" + bytes([255, 0, 0, 0, 0, 255])
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 1, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+async def spectrum_plot(subject: str = "H2O") -> list:
+    """Returns a plot of a species' spectrum as a PNG image, after a caption line."""
+    from mcp.server.fastmcp import Image
+
+    return [f"spectrum of {subject}", Image(data=_png(), format="png")]
+
+
 @mcp.tool()
 async def ten_megabytes(line: str = "row") -> str:
     """Fault injection: returns 10 MB of text (numbered lines, a marker in the middle)."""
@@ -153,6 +188,9 @@ async def ten_megabytes(line: str = "row") -> str:
 
 
 if __name__ == "__main__":
+    if "--extras" in sys.argv:
+        mcp.tool()(slow_steps)
+        mcp.tool()(spectrum_plot)
     marker = sys.argv[sys.argv.index("--fail-start-if") + 1] \
         if "--fail-start-if" in sys.argv else None
     if "--fail-start" in sys.argv or (marker and os.path.exists(marker)):
