@@ -367,3 +367,21 @@ def test_the_packaged_instruct_model_calls_tools_forced_and_as_text(tmp_path: Pa
         assert reply.response_metadata.get(TEXT_CALL_KEY) is True  # it wrote it as text
     finally:
         resolved.close()
+
+
+def test_a_live_bench_run_loads_the_window_asked_and_stops_its_server(
+        tiny: Path, tmp_path: Path) -> None:
+    """``bench run --mode live --window W``: the local server loads n_ctx = W, and each
+    run's server stops when the run ends, not when the process exits."""
+    from simagent.bench.policies import POLICIES
+    from simagent.bench.workflow import resolve_workflows
+    from simagent.bench.workflow_runs import BenchPlan, run_bench
+
+    tiny = own_copy(tiny, tmp_path)
+    plan = BenchPlan(resolve_workflows(["canary"]), [POLICIES["simagent"]], mode="live",
+                     model=f"local:{tiny}", windows=[2048, 2304])
+    rows = run_bench(plan, tmp_path / "out")
+    assert [(r["window"], r["model_window"], r["enforced"]) for r in rows] == [
+        (2048, 2048, True), (2304, 2304, True)]
+    assert len({r["run"] for r in rows}) == 2  # each window its own run folder
+    assert servers_of(tiny) == []

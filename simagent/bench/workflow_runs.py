@@ -285,35 +285,46 @@ def run_replay(wf: Workflow, policy: Policy, epoch: int, recording: Any,
 
 
 def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
-             out_dir: Path, commit: str | None = None) -> dict[str, Any]:
-    """One live run: a real model, a real kernel, the workflow's prompt (no script)."""
+             out_dir: Path, commit: str | None = None,
+             enforced: bool = False) -> dict[str, Any]:
+    """One live run: a real model, a real kernel, the workflow's prompt (no script).
+    ``enforced`` (``--window``): the model is configured with ``wf.window``, so a ``local:``
+    server loads that ``n_ctx``. The model is closed after the run (its server stops)."""
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
     from simagent.config import Config
     from simagent.models import resolve_model
     from simagent.session import Session
 
-    resolved = resolve_model(model_spec)
-    run_dir = out_dir / "runs" / f"{wf.id}--{policy.slug}--{epoch}--live"
-    workspace = run_dir / "workspace"
-    workspace.mkdir(parents=True, exist_ok=True)
-    wf.write_fixtures(workspace)
-    session = Session.create(workspace, simulator=wf.simulator, approval="auto",
-                             model=resolved.id, config=Config())
+    resolved = resolve_model(model_spec,
+                             model_config={"window": wf.window} if enforced else None)
+    run_dir = out_dir / "runs" / (f"{wf.id}--{policy.slug}--{epoch}--live"
+                                  + (f"--{window_tag(wf.window)}" if enforced else ""))
     try:
-        tap = RequestTap()
-        agent = build_agent(session, resolved, middleware=policy.middleware(wf.window),
-                            context_settings=policy.context_settings(
-                                resolved.window or wf.window))
-        session.start_kernel()
-        started = time.monotonic()
-        result = TurnRunner(session, agent).run(wf.prompt)
-        wall = time.monotonic() - started
-        tap.requests = [_final_view(agent, session)]
-        return measure_run(wf, policy, epoch, session=session, model=tap, result=result,
-                           wall=wall, mode="live", model_id=resolved.id, commit=commit)
+        workspace = run_dir / "workspace"
+        workspace.mkdir(parents=True, exist_ok=True)
+        wf.write_fixtures(workspace)
+        session = Session.create(workspace, simulator=wf.simulator, approval="auto",
+                                 model=resolved.id, config=Config())
+        try:
+            tap = RequestTap()
+            agent = build_agent(session, resolved, middleware=policy.middleware(wf.window),
+                                context_settings=policy.context_settings(
+                                    resolved.window or wf.window))
+            session.start_kernel()
+            started = time.monotonic()
+            result = TurnRunner(session, agent).run(wf.prompt)
+            wall = time.monotonic() - started
+            tap.requests = [_final_view(agent, session)]
+            row = measure_run(wf, policy, epoch, session=session, model=tap, result=result,
+                              wall=wall, mode="live", model_id=resolved.id, commit=commit,
+                              enforced=enforced)
+            # the window the model really loaded (llama.cpp rounds n_ctx up to 256)
+            return {**row, "model_window": resolved.window}
+        finally:
+            session.close()
     finally:
-        session.close()
+        resolved.close()
 
 
 class RequestTap:
@@ -390,7 +401,7 @@ def run_bench(plan: BenchPlan, out_dir: Path,
             else:
                 row = run_replay(at, policy, epoch, recording, out_dir, say, label, commit,
                                  enforced) if recording else \
-                    run_live(at, policy, epoch, plan.model or "", out_dir, commit)
+                    run_live(at, policy, epoch, plan.model or "", out_dir, commit, enforced)
             append_record(path, row)
             rows.append(row)
     return rows
