@@ -184,7 +184,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                   f"allow ({why}); simagent left it running, variables untouched: stop that "
                   f"cell where it runs (if interrupts do not, restart the kernel there or end "
                   f"its process), then continue with 'simagent run --resume {session.id} "
-                  f"--kernel {session.kernel_existing}'", file=err)
+                  f"--kernel {session.kernel.connection_file or session.kernel_existing}'",
+                  file=err)
             return exit_codes.KERNEL_CONSENT
         if result.status == "paused":
             print(f"simagent: turn paused for approval; continue with 'simagent run --resume "

@@ -121,7 +121,7 @@ def test_n_leaves_a_jupyter_kernel_as_it_is_and_y_stops_it_as_the_question_said(
         until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() ==
               psutil.STATUS_ZOMBIE, 60, "the kernel stopped, as the question said")
         gone = pane.quit()
-        assert f"--kernel {jupyter_kernel.id}); the kernel it attached to " \
+        assert f"--kernel {jupyter_kernel.path}); the kernel it attached to " \
                f"({jupyter_kernel.path}) is no longer running" in gone, gone
     finally:
         second.touch()

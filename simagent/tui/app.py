@@ -341,7 +341,7 @@ def run_tui(opts: Any) -> int:
     kernel_file = ctl.session.kernel.connection_file if ctl.session is not None else None
     if kernel_file is not None:  # the person's kernel: how it was left, and how to go on
         print(f"simagent: session {ctl.session.id} (resume with: simagent --resume "
-              f"{ctl.session.id} --kernel {ctl.session.kernel_existing}); "
+              f"{ctl.session.id} --kernel {kernel_file}); "
               f"{left_running(kernel_file)}", file=sys.stderr)
     elif ctl.session is not None:
         print(f"simagent: session {ctl.session.id} (resume with: simagent --resume "
