@@ -76,6 +76,7 @@ def request_size_plot(rows: Sequence[dict[str, Any]], workflow: str, out_dir: Pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     groups = panels([r for r in rows if r["workflow"] == workflow])
     fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups) + 1.8, 3.4),
@@ -95,6 +96,7 @@ def request_size_plot(rows: Sequence[dict[str, Any]], workflow: str, out_dir: Pa
                 refused = mark
         if all(r.get("enforced") for r in runs):
             ax.axhline(int(runs[0]["window"]), color="0.75", lw=0.8, zorder=0)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # calls are whole
         ax.set_title(title, fontsize=9)
         ax.set_yscale("log")
         ax.set_xlabel("model call", fontsize=8)
