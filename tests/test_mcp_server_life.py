@@ -48,6 +48,8 @@ def test_restore_replays_reset_clears_and_the_session_exports(workspace: Path,
             fid = next(p["id"] for k, p in _events(workspace)
                        if k == "artifact" and p.get("id"))
             got["svg"] = (await s.read_resource(f"simagent://figures/{fid}")).contents[0]
+            got["figure 1"] = await s.call_tool("figure", {"n": 1})  # a number, as it says
+            got["bad op"] = _text(await s.call_tool("output", {"n": -1, "op": "sed"}))
             got["reset"] = await s.call_tool("reset", {})
             got["after reset"] = _text(await s.call_tool("run_python",
                                                          {"code": "print('x' in dir())"}))
@@ -69,6 +71,12 @@ def test_restore_replays_reset_clears_and_the_session_exports(workspace: Path,
     assert got["templates"][ops.FIGURE_URI] is None
     assert got["svg"].mimeType == "image/svg+xml"
     assert got["svg"].uri.scheme == "simagent"
+    figure = got["figure 1"]
+    assert not figure.isError and _text(figure).startswith("[figure fig-")
+    assert "(no image sent: .svg is not PNG or JPEG)" in _text(figure)
+    # an error names its tool once (the SDK heads it "Error executing tool NAME:")
+    assert got["bad op"] == ("Error executing tool output: op must be one of head, tail, "
+                             "grep, slice, not 'sed'")
 
     events = _events(workspace)
     recoveries = [p for k, p in events if k == "kernel_recovery"]

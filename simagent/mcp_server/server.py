@@ -55,12 +55,19 @@ def _call_id(ctx: Context) -> str:
     return f"mcp-{ctx.request_id}"
 
 
+def _tool_error(text: str) -> ToolError:
+    """The error a host's model reads. The SDK already heads it ``Error executing tool
+    NAME:``, so the service's own ``NAME:`` head is dropped (it would read twice)."""
+    head, _, rest = text.partition(": ")
+    return ToolError(rest if head in ops.TOOLS and rest else text)
+
+
 async def _in_thread(fn: Callable[[], Any]) -> Any:
     """``fn()`` in a worker thread; a :class:`McpToolError` becomes the tool's error."""
     try:
         return await anyio.to_thread.run_sync(fn)
     except McpToolError as exc:
-        raise ToolError(str(exc)) from None
+        raise _tool_error(str(exc)) from None
 
 
 class _Server(FastMCP):
@@ -161,7 +168,7 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
             finally:
                 send.close()
         if error is not None:
-            raise ToolError(error)
+            raise _tool_error(error)
         return text
 
     @tool
@@ -180,7 +187,7 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
         return await _in_thread(lambda: service.state(call_id))
 
     @tool
-    async def figure(n: str, ctx: Context) -> list[Any]:
+    async def figure(n: str | int, ctx: Context) -> list[Any]:
         """A figure as an image with its data summary: n is a `fig-<hash>` id from a
         run_python result, or a number (1 = first, -1 = newest). Use the summary in the
         run_python text first; images cost many tokens."""
