@@ -22,7 +22,14 @@ from waiting import joined, run_until_output
 from simagent.config import Config, ConfigError
 from simagent.kernel import Kernel
 from simagent.kernel.ladder import Recovery
-from simagent.kernel.replay import ReplayBudget, Skip, defines_state, load_records, select
+from simagent.kernel.replay import (
+    ReplayBudget,
+    Skip,
+    budget_of,
+    defines_state,
+    load_records,
+    select,
+)
 from simagent.paths import SessionPaths
 from simagent.session import Session
 
