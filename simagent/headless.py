@@ -96,36 +96,15 @@ class StreamPrinter:
 def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     from simagent.agent.subagents import SubagentError
     from simagent.agent.turn_setup import turn_runner_for
-    from simagent.config import Config, ConfigError
     from simagent.exit_codes import CliError
     from simagent.kernel import KernelStartError
-    from simagent.models import ModelError, resolve_model
-    from simagent.session import Session, SessionNotFound
-    from simagent.simulators import SimulatorError
 
     if opts.reset_cost_ceiling and not opts.resuming:
         raise CliError("--reset-cost-ceiling clears the ceiling of an existing session: add "
                        "--resume ID or --continue", exit_codes.USAGE)
     notebook = read_start_notebook(opts)  # before anything exists: a bad file changes nothing
     export_to = notebook_target(opts)  # likewise an unwritable --notebook PATH
-    try:
-        config = Config.load(opts.workspace)
-        spec, _where = config.model_spec(opts.model)
-        if not spec:
-            raise CliError(
-                "no model configured: pass --model provider:model (e.g. "
-                "anthropic:claude-sonnet-4-5), set $SIMAGENT_MODEL, or put model = \"...\" in "
-                ".simagent/config.toml; scripted:PATH plays a script without a key",
-                exit_codes.USAGE)
-        resolved = resolve_model(spec, model_config=config.model_settings)
-        resolved.prepare_workspace(opts.workspace)
-        session = Session.open(opts, model=resolved.id, config=config,
-                               default_simulator=resolved.default_simulator or
-                               (notebook.simulator if notebook else None))
-    except ModelError as exc:
-        raise CliError(str(exc), exc.code) from exc
-    except (ConfigError, SimulatorError, SessionNotFound) as exc:
-        raise CliError(str(exc), exit_codes.USAGE) from exc
+    resolved, session = open_session(opts, notebook)
 
     started = False  # a new session whose turn never started is discarded, not kept
     try:
@@ -160,22 +139,7 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             from simagent.notebooks.load import first_prompt
 
             result = runner.run(first_prompt(account, opts.prompt or ""), printer)
-        if not opts.json and printer.wrote_text:
-            out.write("\n")
-        elif not opts.json and result.final and result.status != "error":
-            out.write(result.final + "\n")
-        if opts.json:
-            print(json.dumps({
-                "session_id": session.id, "status": result.status, "final": result.final,
-                "tool_calls": result.tool_calls,
-                "usage": {"input_tokens": result.usage.input_tokens,
-                          "output_tokens": result.usage.output_tokens,
-                          "cache_read": result.usage.cache_read},
-                "trace_path": str(session.paths.trace), "state_dir": str(session.paths.root),
-                "error": result.error, "cost_ceiling": result.cost_ceiling,
-                "recovery": result.recovery}), file=out)
-        else:
-            print(f"[session {session.id}]", file=err)
+        report_turn(opts, session, result, printer, out, err)
         if export_to is not None:
             write_notebook(session, export_to, err)
         if session.kernel_consent_needed is not None:  # the ladder stopped and asks
@@ -187,26 +151,84 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                   f"--kernel {session.kernel.connection_file or session.kernel_existing}'",
                   file=err)
             return exit_codes.KERNEL_CONSENT
-        if result.status == "paused":
-            print(f"simagent: turn paused for approval; continue with 'simagent run --resume "
-                  f"{session.id} --approve' (or --reject)", file=err)
-            return exit_codes.APPROVAL
-        if result.cost_ceiling is not None:
-            what = (result.error or "").removeprefix("cost ceiling reached: ")
-            print(f"simagent: cost ceiling reached: {what}; resume with 'simagent run --resume "
-                  f"{session.id} --reset-cost-ceiling PROMPT'", file=err)
-            return exit_codes.COST_CEILING
-        if result.status == "error":
-            print(f"simagent: error: {result.error}", file=err)
-            return exit_codes.PROVIDER if result.provider_error else exit_codes.FAILED
-        if result.status == "cancelled":
-            return exit_codes.CANCELLED
-        return exit_codes.OK
+        return exit_code(session, result, err)
     finally:
         if started:
             session.close()
         else:
             session.discard()
+
+
+def open_session(opts: RunOptions, notebook: Any) -> tuple[Any, Any]:
+    """(the resolved model, the new or resumed session) ``opts`` ask for; every problem
+    a one-line ``CliError`` before any session exists."""
+    from simagent.config import Config, ConfigError
+    from simagent.exit_codes import CliError
+    from simagent.models import ModelError, resolve_model
+    from simagent.session import Session, SessionNotFound
+    from simagent.simulators import SimulatorError
+
+    try:
+        config = Config.load(opts.workspace)
+        spec, _where = config.model_spec(opts.model)
+        if not spec:
+            raise CliError(
+                "no model configured: pass --model provider:model (e.g. "
+                "anthropic:claude-sonnet-4-5), set $SIMAGENT_MODEL, or put model = \"...\" in "
+                ".simagent/config.toml; scripted:PATH plays a script without a key",
+                exit_codes.USAGE)
+        resolved = resolve_model(spec, model_config=config.model_settings)
+        resolved.prepare_workspace(opts.workspace)
+        session = Session.open(opts, model=resolved.id, config=config,
+                               default_simulator=resolved.default_simulator or
+                               (notebook.simulator if notebook else None))
+    except ModelError as exc:
+        raise CliError(str(exc), exc.code) from exc
+    except (ConfigError, SimulatorError, SessionNotFound) as exc:
+        raise CliError(str(exc), exit_codes.USAGE) from exc
+    return resolved, session
+
+
+def report_turn(opts: RunOptions, session: Any, result: Any, printer: StreamPrinter,
+                out: TextIO, err: TextIO) -> None:
+    """The turn's answer on stdout (unless it streamed), or its JSON report; the session
+    id on stderr."""
+    if not opts.json and printer.wrote_text:
+        out.write("\n")
+    elif not opts.json and result.final and result.status != "error":
+        out.write(result.final + "\n")
+    if opts.json:
+        print(json.dumps({
+            "session_id": session.id, "status": result.status, "final": result.final,
+            "tool_calls": result.tool_calls,
+            "usage": {"input_tokens": result.usage.input_tokens,
+                      "output_tokens": result.usage.output_tokens,
+                      "cache_read": result.usage.cache_read},
+            "trace_path": str(session.paths.trace), "state_dir": str(session.paths.root),
+            "error": result.error, "cost_ceiling": result.cost_ceiling,
+            "recovery": result.recovery}), file=out)
+    else:
+        print(f"[session {session.id}]", file=err)
+
+
+def exit_code(session: Any, result: Any, err: TextIO) -> int:
+    """How the turn ended as an exit code (design.md §3), with the line that says what
+    to run next."""
+    if result.status == "paused":
+        print(f"simagent: turn paused for approval; continue with 'simagent run --resume "
+              f"{session.id} --approve' (or --reject)", file=err)
+        return exit_codes.APPROVAL
+    if result.cost_ceiling is not None:
+        what = (result.error or "").removeprefix("cost ceiling reached: ")
+        print(f"simagent: cost ceiling reached: {what}; resume with 'simagent run --resume "
+              f"{session.id} --reset-cost-ceiling PROMPT'", file=err)
+        return exit_codes.COST_CEILING
+    if result.status == "error":
+        print(f"simagent: error: {result.error}", file=err)
+        return exit_codes.PROVIDER if result.provider_error else exit_codes.FAILED
+    if result.status == "cancelled":
+        return exit_codes.CANCELLED
+    return exit_codes.OK
 
 
 def notebook_target(opts: RunOptions) -> Any:
