@@ -147,3 +147,14 @@ def test_a_figure_file_is_labelled_by_its_bytes() -> None:
     assert ops.image_mime(b'<svg xmlns="http://www.w3.org/2000/svg"/>') == "image/svg+xml"
     assert ops.image_mime(b'<?xml version="1.0"?>\n<svg/>') == "image/svg+xml"
     assert ops.image_mime(b"GIF89a") == "application/octet-stream"
+
+
+def test_run_python_description_reads_its_default_timeout_from_one_place(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import anyio
+
+    from simagent.mcp_server import server
+
+    monkeypatch.setattr(server, "DEFAULT_RUN_TIMEOUT_S", 60.0)
+    tools = {t.name: t.description for t in anyio.run(server.build_server(None).list_tools)}
+    assert "Past `timeout_s` (default 60) the cell is interrupted" in tools["run_python"]

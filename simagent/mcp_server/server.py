@@ -34,6 +34,7 @@ from mcp.server.fastmcp import Context, FastMCP, Image
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 
+from simagent.agent.tools import DEFAULT_RUN_TIMEOUT_S
 from simagent.mcp_server import ops
 from simagent.mcp_server.ops import McpToolError
 from simagent.mcp_server.service import KernelService
@@ -117,7 +118,8 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
     def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
         """Register ``fn``: its docstring on one line is the description (indentation
         would cost the host's model tokens on every request), plain text results."""
-        return mcp.tool(description=" ".join((fn.__doc__ or "").split()),
+        text = " ".join((fn.__doc__ or "").split())
+        return mcp.tool(description=text.format(timeout_s=f"{DEFAULT_RUN_TIMEOUT_S:g}"),
                         structured_output=False)(fn)
 
     @tool
@@ -126,7 +128,7 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
         persist. Returns stdout/stderr as a terminal shows them (progress bars collapsed),
         `Out[n]`, figures with data summaries and errors; long output is capped to head,
         digest and tail with the raw file's path and its `_out[n]` number. Past
-        `timeout_s` (default 1800) the cell is interrupted; state is kept."""
+        `timeout_s` (default {timeout_s}) the cell is interrupted; state is kept."""
         service, call_id = _service(ctx), _call_id(ctx)
         send, receive = anyio.create_memory_object_stream[str](max_buffer_size=64)
 
