@@ -162,3 +162,19 @@ def test_y_lets_its_jupyter_server_restart_it(
     finally:
         flag.touch()
         pane.close()
+
+
+def test_the_tui_refuses_a_kernel_that_is_not_running_before_any_session(
+        runtime, workspace, tmp_path, _state_home):  # noqa: F811
+    """As ``simagent run``: one line, exit 6, no session (it opened one on a dead kernel)."""
+    model = scripted(tmp_path / "s.json", [{"final": "x"}])
+    pane = Pane(workspace, model, "no-such-id",
+                {"SIMAGENT_HOME": str(_state_home), "JUPYTER_RUNTIME_DIR": str(runtime)})
+    try:
+        shown = pane.wait_for(lambda s: "SIMAGENT-EXITED-" in s)
+        assert "SIMAGENT-EXITED-6" in shown, shown
+        assert "simagent: error: --kernel no-such-id: no kernel with that id in the Jupyter " \
+               f"runtime directory {runtime}" in shown, shown
+    finally:
+        pane.close()
+    assert not list(_state_home.rglob("trace.sqlite"))

@@ -50,6 +50,14 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from simagent.config import SessionOptions
     from simagent.tui.app import run_tui
 
+    if args.kernel:  # as simagent run: one line and exit 6 before any session exists
+        from simagent.kernel.attach import check  # (start-up speed: only with --kernel)
+        from simagent.kernel.process import KernelStartError
+
+        try:
+            check(args.kernel)
+        except KernelStartError as exc:
+            raise CliError(str(exc), exit_codes.KERNEL) from exc
     return run_tui(SessionOptions(workspace=Path(args.workspace).resolve(), model=args.model,
                                   simulator=args.sim, resume=args.resume,
                                   continue_last=args.continue_last, approval=args.approval,

@@ -223,6 +223,16 @@ def resolve(existing: str) -> Path:
                            f"runtime directory {folder}; {hint}")
 
 
+def check(existing: str) -> Path:
+    """The connection file of a running kernel EXISTING names, or :class:`KernelStartError`
+    (one line): what a front end checks before it opens a session for it."""
+    path = resolve(existing)
+    if not listening(_read(path, existing)):
+        raise KernelStartError(f"--kernel {existing}: no kernel is running at {path} (a "
+                               f"stale connection file: its kernel stopped)")
+    return path
+
+
 class AttachedLink:
     """simagent's client of a kernel it does not own."""
 
@@ -245,12 +255,7 @@ class AttachedLink:
         """Connect and wait until the kernel answers (:class:`KernelStartError` if not)."""
         from jupyter_client import BlockingKernelClient
 
-        self.path = resolve(self.existing)
-        info = _read(self.path, self.existing)
-        if not listening(info):
-            raise KernelStartError(f"--kernel {self.existing}: no kernel is running at "
-                                   f"{self.path} (a stale connection file: its kernel "
-                                   f"stopped)")
+        self.path = check(self.existing)
         kc = BlockingKernelClient(connection_file=str(self.path))
         kc.load_connection_file()
         kc.start_channels()
