@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import httpx
 import nbformat
 import psutil
 import pytest
@@ -232,3 +233,36 @@ def test_a_signal_while_a_cell_runs_interrupts_it_and_stops_the_kernel(
     assert events[-1][0] == "session_end"
     assert f"simagent mcp: {signal.Signals(signum).name}: stopping the kernel" in \
         (tmp_path / "server.err").read_text()
+
+
+async def _answered(url: str) -> None:
+    with anyio.fail_after(CALL_S):
+        while True:
+            try:
+                async with httpx.AsyncClient(timeout=10) as http:
+                    await http.get(url)
+                return
+            except httpx.TransportError:
+                await anyio.sleep(0.1)
+
+
+def test_ctrl_c_stops_the_http_server_with_130(workspace: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([SIMAGENT, "mcp", "--workspace", str(workspace), "--http",
+                               str(port)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        first = server.stderr.readline()  # announced once the port is bound
+        assert first == f"simagent mcp: streamable HTTP at http://127.0.0.1:{port}/mcp\n"
+        anyio.run(_answered, f"http://127.0.0.1:{port}/mcp")  # uvicorn's handlers are set
+        server.send_signal(signal.SIGINT)
+        assert server.wait(timeout=CALL_S) == 130
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
+        if server.stderr is not None:
+            server.stderr.close()

@@ -61,8 +61,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     try:
         serve_http(build_server(open_session, host=host, port=port), sock, token)
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # uvicorn closed every session, then re-raised SIGINT
+        return exit_codes.CANCELLED  # 130, as the stdio server's 128 + SIGINT
     return exit_codes.OK
 
 
