@@ -23,6 +23,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from simagent.exit_codes import PROVIDER as PROVIDER_ERROR  # keys, packages, HTTP
@@ -110,6 +111,8 @@ class KindModel:
     #: The window the server itself loaded (llama.cpp rounds ``n_ctx`` up to a multiple
     #: of 256); it wins over the configured one. None: the usual lookup.
     window: int | None = None
+    #: Moves what the kind logs (a local server's log) into a folder, returning its path.
+    move_log: Callable[[Path], Path] | None = None
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,7 @@ class ResolvedModel:
     #: Stops what the kind started (a local model server); idempotent; None: nothing.
     closer: Callable[[], None] | None = None
     info: Mapping[str, Any] | None = None
+    log_mover: Callable[[Path], Path] | None = None
 
     @property
     def id(self) -> str:
@@ -172,6 +176,12 @@ class ResolvedModel:
         user's own files); other models need nothing."""
         if self.workflow is not None:
             self.workflow.write_fixtures(workspace, keep_existing=True)
+
+    def keep_logs_in(self, folder: Path) -> None:
+        """Move the kind's log (a local server's) beside the session's files in
+        ``folder``; resolving happens before a session exists, so it starts elsewhere."""
+        if self.log_mover is not None:
+            self.info = {**(self.info or {}), "log": str(self.log_mover(folder))}
 
     def close(self) -> None:
         """Stop what resolving started (a local server); a no-op for remote models."""
@@ -233,7 +243,7 @@ def resolve_model(
         _pin_window(chat, window)
         _pin_images(chat, cfg)
         return ResolvedModel(parsed, chat, window, max_output_tokens(chat, cfg),
-                             built.workflow, retry, built.close, built.info)
+                             built.workflow, retry, built.close, built.info, built.move_log)
     except BaseException:
         if built.close is not None:
             built.close()

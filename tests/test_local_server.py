@@ -219,11 +219,11 @@ def test_simagent_run_counts_usage_and_compacts_on_the_servers_overflow(
     workspace.mkdir()
     tiny = own_copy(tiny, tmp_path)
     model = f"local:{tiny}"
-    logs = Path(os.environ["SIMAGENT_HOME"]) / "logs"
     configure(workspace, model, window=16384, max_output=8)
     first = run(workspace, "run", "--json", "--approval", "auto", "notes: " + "abcd " * 500)
     assert first.returncode == 0, first.stderr
     out = json.loads(first.stdout)
+    logs = Path(out["state_dir"])  # each server's log beside the session's files
     assert out["status"] == "done" and out["usage"]["input_tokens"] > 1000
     (usage,) = trace(out["state_dir"], "model_usage")
     # streamed chunks carry no usage: simagent's own count, marked as such
@@ -384,4 +384,22 @@ def test_a_live_bench_run_loads_the_window_asked_and_stops_its_server(
     assert [(r["window"], r["model_window"], r["enforced"]) for r in rows] == [
         (2048, 2048, True), (2304, 2304, True)]
     assert len({r["run"] for r in rows}) == 2  # each window its own run folder
+    assert servers_of(tiny) == []
+    # each server's log beside its run's session files
+    home = Path(os.environ["SIMAGENT_HOME"])
+    assert len(list(home.glob("workspaces/*/sessions/*/llama-server-own-*.log"))) == 2
+    assert not list((home / "logs").glob("llama-server-own-*"))
+
+
+def test_a_sessions_server_log_is_kept_beside_its_files(tiny: Path, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    tiny = own_copy(tiny, tmp_path)
+    # a window the byte-level model overflows at once: a short run (exit 4), with a session
+    configure(workspace, f"local:{tiny}", window=2048, max_output=4)
+    done = run(workspace, "run", "--json", "--approval", "auto", "hi")
+    assert done.returncode == 4, done.stderr
+    (log,) = Path(json.loads(done.stdout)["state_dir"]).glob("llama-server-own-*.log")
+    assert "simagent.local_model.serve" in log.read_text()
+    assert not list((Path(os.environ["SIMAGENT_HOME"]) / "logs").glob("llama-server-own-*"))
     assert servers_of(tiny) == []

@@ -32,6 +32,7 @@ def agent_for(session: Session, model: Any, *, front_end: str = "tui",
     tracing a model switch; ``build``: more ``build_agent`` keywords."""
     if (model_id := getattr(model, "id", None)) is not None:  # a ResolvedModel
         session.note_model_switch(model_id)
+        model.keep_logs_in(session.paths.root)  # a local server's log, with the session's
     return build_agent(session, model, front_end=front_end, **build)
 
 

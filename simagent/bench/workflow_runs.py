@@ -306,6 +306,7 @@ def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
         wf.write_fixtures(workspace)
         session = Session.create(workspace, simulator=wf.simulator, approval="auto",
                                  model=resolved.id, config=Config())
+        resolved.keep_logs_in(session.paths.root)
         try:
             tap = RequestTap()
             agent = build_agent(session, resolved, middleware=policy.middleware(wf.window),

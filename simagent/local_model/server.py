@@ -4,14 +4,16 @@ One child process per resolved model, on a free loopback port. It never outlives
 simagent: :meth:`LlamaServer.stop` ends it (``ResolvedModel.close`` and an ``atexit``
 hook call it), and the child itself exits when its stdin, whose write end only simagent
 holds, reaches end-of-file, which the OS does when simagent dies in any way. Its output
-goes to a log file kept with the state home's logs; a start that fails shows that log's
-last lines.
+goes to a log file in the state home's logs, moved into the session's folder once a session
+uses the model (:meth:`LlamaServer.move_log`); a start that fails shows that log's last
+lines.
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import os
 import re
 import socket
 import subprocess
@@ -73,6 +75,19 @@ class LlamaServer:
                 self.proc.wait(STOP_TIMEOUT_S)
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.proc.stdin.close()
+
+    def move_log(self, folder: Path) -> Path:
+        """Keep the log in ``folder`` (the session's, once one is open): renamed, so the
+        server, which writes to the open file, goes on writing to it there. Across
+        filesystems it stays where it is; returns where it is."""
+        target = folder / self.log_path.name
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            os.replace(self.log_path, target)
+        except OSError:
+            return self.log_path
+        self.log_path = target
+        return target
 
 
 def _stop_all() -> None:
