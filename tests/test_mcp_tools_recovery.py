@@ -249,3 +249,21 @@ def test_a_server_that_prints_garbage_is_one_true_line_and_no_traceback(workspac
     assert f"no answer within {START_TIMEOUT_S:g} s; it wrote this on stdout, which is " \
            "not MCP: 'hello-not-mcp'" in said[0]
     assert "Traceback" not in run.stderr and "never retrieved" not in run.stderr, run.stderr
+
+
+def test_a_missing_relative_command_says_where_it_was_looked_for(workspace, tmp_path):
+    """``command = ".venv/bin/simagent"`` runs from the workspace: a person whose file is
+    elsewhere reads where it was looked for; no log is named when the server wrote none."""
+    from simagent.agent.mcp_tools import McpHub
+    from simagent.config import parse_mcp_servers
+
+    hub = McpHub(parse_mcp_servers({"sim": {"command": ".venv/bin/simagent"}}),
+                 cwd=workspace, log_dir=tmp_path)
+    try:
+        hub.start_all()
+    finally:
+        hub.close()
+    [line] = hub.start_notices()
+    assert "No such file or directory: '.venv/bin/simagent'" in line
+    assert f"a relative command is run from the workspace, {workspace}" in line
+    assert "its log" not in line

@@ -61,8 +61,7 @@ if TYPE_CHECKING:
 
 #: Seconds a server may take to start and list its tools.
 START_TIMEOUT_S = 30.0
-#: Seconds closing one server may take (the SDK's stdio client terminates, then kills,
-#: a server that does not leave when its stdin closes).
+#: Seconds closing one server may take (the SDK's stdio client then kills it).
 STOP_TIMEOUT_S = 10.0
 
 #: Seconds between checks, while a call runs, that the person has not cancelled it.
@@ -172,15 +171,16 @@ class McpHub:
         why = self.status.get(name, "").removeprefix("failed: ")
         log = self.log_dir / f"mcp-{name}.log"
         said = f"; its log: {log}" if log.is_file() and log.stat().st_size else ""
+        if "/" in (cmd := self.servers[name].command or "") and not Path(cmd).is_absolute():
+            why += f"; a relative command is run from the workspace, {self.cwd}"
         return (f"MCP server {name!r} could not be started ({why}); its tools are missing "
                 f"until it starts: it is tried again at each turn and at find_tools{said}")
 
     def start_notices(self) -> list[str]:
-        """What a front end tells the person when the session opens: each server that
-        failed to start, one line each."""
-        return [self.failed_line(n) for n, s in self.status.items() if s != "ok"]
+        """What a front end tells the person at open: one line per server that failed."""
+        return [self.failed_line(n) for n in self.failed()]
 
-    def failed(self) -> list[str]:
+    def failed(self) -> list[str]:  # servers down (retried)
         return [n for n, s in self.status.items() if s != "ok"]
 
     def retry_failed(self, *, wait: bool) -> list[str]:
