@@ -11,7 +11,7 @@ LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 WHEEL_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/simagent/wheels
 LLAMA_WHEELS  := $(WHEEL_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_CMAKE)' | sha256sum | cut -c1-12)
 
-.PHONY: install run test lint bench-kernel bench-faults mutate clean llama-wheel
+.PHONY: install run test lint bench-kernel bench-live bench-faults mutate clean llama-wheel
 
 install: $(STAMP)
 
@@ -50,6 +50,13 @@ lint: $(STAMP)
 
 bench-kernel: $(STAMP)
 	$(VENV)/bin/simagent bench kernel
+
+# A real model (issue 29): the packaged Qwen2.5-Coder-0.5B through llama.cpp's server on three
+# short scipy workflows, simagent vs stock deepagents, at 8k and 16k (12 runs; not yet timed).
+LIVE_WORKFLOWS ?= canary scipy-plot-decay scipy-fit-report
+bench-live: $(STAMP)
+	$(VENV)/bin/simagent bench run --mode live --model local:qwen2.5-coder-0.5b \
+	  --policy simagent,stock --window 8k,16k --out bench-live-out $(LIVE_WORKFLOWS)
 
 # Every fault simagent claims to survive, run for real; one row each (a few minutes).
 bench-faults: $(STAMP)
