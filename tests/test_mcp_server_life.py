@@ -266,3 +266,27 @@ def test_ctrl_c_stops_the_http_server_with_130(workspace: Path) -> None:
             server.wait(timeout=30)
         if server.stderr is not None:
             server.stderr.close()
+
+
+def test_run_by_hand_in_a_terminal_it_says_what_it_waits_for(workspace: Path) -> None:
+    import pty
+    import select
+
+    primary, secondary = pty.openpty()
+    server = subprocess.Popen([SIMAGENT, "mcp", "--workspace", str(workspace)],
+                              stdin=secondary, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    os.close(secondary)
+    try:
+        assert server.stderr is not None
+        ready, _, _ = select.select([server.stderr], [], [], CALL_S)  # bounded wait
+        assert ready, "nothing on stderr: the server does not say what it waits for"
+        line = server.stderr.readline()
+        assert line.startswith("simagent mcp: serving MCP over stdin/stdout for an MCP host")
+    finally:  # no cell ran, so no kernel: a kill leaves nothing behind
+        if server.poll() is None:
+            server.kill()
+            server.wait(timeout=30)
+        os.close(primary)
+        if server.stderr is not None:
+            server.stderr.close()

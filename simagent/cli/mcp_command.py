@@ -42,6 +42,10 @@ def cmd_mcp(args: argparse.Namespace) -> int:
               "(no one can approve over MCP); --approval workspace or auto lets them run",
               file=sys.stderr, flush=True)
     if address is None:
+        if sys.stdin.isatty():  # a person ran it by hand: say what it waits for
+            print("simagent mcp: serving MCP over stdin/stdout for an MCP host, which starts "
+                  "this command itself (README: simagent as an MCP server); ctrl+C stops it",
+                  file=sys.stderr, flush=True)
         serve_stdio(build_server(open_session))
         return exit_codes.OK
     host, port = address
