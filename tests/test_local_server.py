@@ -403,3 +403,12 @@ def test_a_sessions_server_log_is_kept_beside_its_files(tiny: Path, tmp_path: Pa
     assert "simagent.local_model.serve" in log.read_text()
     assert not list((Path(os.environ["SIMAGENT_HOME"]) / "logs").glob("llama-server-own-*"))
     assert servers_of(tiny) == []
+
+
+def test_a_live_bench_on_a_missing_gguf_is_one_usage_line(tmp_path: Path) -> None:
+    done = run(tmp_path, "bench", "run", "--mode", "live", "--model",
+               f"local:{tmp_path / 'gone.gguf'}", "--policy", "simagent", "--window", "8k",
+               "--out", str(tmp_path / "out"), "canary", timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"simagent: error: local model file not found: {tmp_path / 'gone.gguf'}")

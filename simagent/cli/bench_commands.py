@@ -146,7 +146,12 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.fresh and (out / "records.jsonl").exists():
         (out / "records.jsonl").unlink()
-    rows = run_bench(plan, out, progress=None if args.json else _bench_progress)
+    from simagent.models import ModelError
+
+    try:
+        rows = run_bench(plan, out, progress=None if args.json else _bench_progress)
+    except ModelError as exc:  # live: a model that cannot be resolved (finished rows kept)
+        raise CliError(str(exc), exc.code) from exc
     if args.mode == "replay":  # do the workflows' sessions export to notebooks that re-run?
         from simagent.bench import notebook_rerun
         from simagent.bench.workflow_runs import git_commit
