@@ -186,8 +186,11 @@ def test_settings_modes_and_front_end_defaults():
         ContextSettings.from_mapping({"repl_failed_run": -1})
     # the bench: simagent runs as headless does; baselines have no REPL watchdog
     assert repl_watchdog_mode(POLICIES["simagent"].settings, "tui") == "enforce"
+    # the bounds run with simagent's prompt, tools and guards; only its clearing differs
+    bounds = {"oracle", "oracle-cached"}
+    assert all(repl_watchdog_mode(POLICIES[n].settings) == "enforce" for n in bounds)
     assert all(repl_watchdog_mode(p.settings) == "off" for n, p in POLICIES.items()
-               if n != "simagent")
+               if n != "simagent" and n not in bounds)
 
 
 def test_headless_line():
