@@ -67,24 +67,24 @@ class CompatibleChatOpenAI(ChatOpenAI):
         calls = StreamedCalls()
         for chunk in super()._stream(messages, stop, run_manager, **kwargs):
             yield calls.see(chunk)
-        if calls.empty:
-            self._explain_empty(messages, stop, kwargs)
-        if (flag := calls.incomplete()) is not None:
-            yield flag
-        if (call := calls.written_as_text(offered_tools(kwargs.get("tools")))) is not None:
-            yield call
+        yield from self._after_stream(calls, messages, stop, kwargs)
 
     async def _astream(self, messages: Any, stop: Any = None, run_manager: Any = None,
                        **kwargs: Any) -> AsyncIterator[Any]:
         calls = StreamedCalls()
         async for chunk in super()._astream(messages, stop, run_manager, **kwargs):
             yield calls.see(chunk)
+        for chunk in self._after_stream(calls, messages, stop, kwargs):
+            yield chunk
+
+    def _after_stream(self, calls: Any, messages: Any, stop: Any,
+                      kwargs: dict[str, Any]) -> list[Any]:
+        """What follows a finished stream, sync or async: the server's real error behind an
+        empty reply, a flag for a cut-off call, a call the model wrote as text."""
         if calls.empty:
             self._explain_empty(messages, stop, kwargs)
-        if (flag := calls.incomplete()) is not None:
-            yield flag
-        if (call := calls.written_as_text(offered_tools(kwargs.get("tools")))) is not None:
-            yield call
+        tail = [calls.incomplete(), calls.written_as_text(offered_tools(kwargs.get("tools")))]
+        return [chunk for chunk in tail if chunk is not None]
 
     def _explain_empty(self, messages: Any, stop: Any, kwargs: dict[str, Any]) -> None:
         """Raise what the server would have said: ask again, not streamed, one token."""
