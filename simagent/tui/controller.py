@@ -202,15 +202,17 @@ class TuiController(StatusFeed, TurnDriving):
         ctrl+C stops the run and keeps the kernel's state: the session goes on."""
         from simagent.notebooks import load
 
-        entry = NoticeEntry(f"running {self.notebook.path.name} "
-                            f"({len(self.notebook.code_cells)} code cells; ctrl+C stops)")
-        self.post(lambda: self.conversation.add(entry))
+        shown = [NoticeEntry(f"running {self.notebook.path.name} "
+                             f"({len(self.notebook.code_cells)} code cells; ctrl+C stops)")]
+        self.post(lambda: self.conversation.add(shown[0]))
 
         def show(cell: Any) -> None:
-            text = load.status_line(cell)
+            fresh = NoticeEntry(load.status_line(cell))
 
-            def apply() -> None:
-                entry.text = text
+            def apply() -> None:  # a new entry in its place: the renderer caches notices
+                entries = self.conversation.entries
+                entries[entries.index(shown[0])] = fresh
+                shown[0] = fresh
                 self.conversation.version += 1
 
             self.post(apply)
