@@ -161,7 +161,12 @@ def test_a_server_killed_mid_stream_is_a_provider_fault_and_leaves_nothing(
     tiny = own_copy(tiny, tmp_path)  # the module's server serves the shared file
     resolved = resolve_model(f"local:{tiny}", model_config={"window": 2048}, environ={})
     try:
-        stream = resolved.chat_model.stream([HumanMessage("write")], max_tokens=1500)
+        # Greedy decoding makes the reply the same every time: 300 tokens with no end of
+        # text among them, which this server takes about 3 s to produce after the first
+        # chunk. Sampled, the random model sometimes ended its reply within 0.03 s, before
+        # the kill, and the stream then finished cleanly (seen once in CI).
+        stream = resolved.chat_model.stream([HumanMessage("write")], max_tokens=300,
+                                            temperature=0)
         next(stream)
         os.kill(resolved.info["pid"], signal.SIGKILL)
         with pytest.raises(Exception) as info:
