@@ -18,6 +18,7 @@ from test_notebooks import _cli
 
 from simagent.bench import notebook_rerun
 from simagent.bench.workflow import resolve_workflows
+from simagent.notebooks import rerun
 
 WORKFLOWS = ["pybamm-rate-capability", "cantera-source-subagent", "scipy-stiff-kinetics"]
 
@@ -51,3 +52,27 @@ def test_a_workflow_session_exports_to_a_notebook_that_reruns_to_its_values(name
     assert not over["ok"] and "over the 0 s budget" in over["skipped"]
     assert "0 of 0" in notebook_rerun.report_section(out, [name])
     assert f"- {name}: not re-run, its cells took" in notebook_rerun.report_section(out)
+
+
+def _notebook(*sources: str) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for n, cell in enumerate(nb.cells, 1):
+        cell.metadata["simagent"] = {"n": n}
+    return nb
+
+
+def test_a_rerun_kernels_own_log_stays_off_the_terminal_unless_it_dies(tmp_path, capfd):
+    """ipykernel warns about plain TCP on every start; ``make run`` re-runs 16 notebooks
+    and printed that warning 16 times. The kernel's log is kept and shown only with the
+    error of a kernel that died, where it says why."""
+    done, _, error = rerun.execute(_notebook("print(6 * 7)"), tmp_path, timeout_s=120)
+    assert error is None and done.cells[0].outputs[0]["text"] == "42\n"
+    assert "without encryption" not in capfd.readouterr().err
+
+    _, _, error = rerun.execute(_notebook(
+        "import os, sys", "print('fatal: out of disk', file=sys.__stderr__, flush=True); "
+        "os._exit(3)"), tmp_path, timeout_s=120)
+    assert error is not None and error.startswith("a cell failed on re-run: DeadKernelError")
+    assert "kernel: fatal: out of disk" in error
+    assert "out of disk" not in capfd.readouterr().err

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import re
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from simagent.notebooks.plan import SKIP_TAG
 NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 #: Seconds one cell of a re-run may take.
 CELL_TIMEOUT_S = 600
+#: Lines of the kernel's own log an error shows when the kernel died.
+KERNEL_LOG_LINES = 5
 
 
 @dataclass(frozen=True)
@@ -84,10 +87,17 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, *, timeout_s: int = CELL_TIMEO
                             resources={"metadata": {"path": str(cwd)}})
     started = time.perf_counter()
     error = None
-    try:
-        client.execute()
-    except (CellExecutionError, CellTimeoutError, DeadKernelError) as exc:
-        error = _failed(run, exc)
+    # The kernel's stderr (ipykernel warns about plain TCP on every start) goes to a log
+    # that is shown only when the kernel dies, where it says why.
+    with tempfile.TemporaryFile("w+", errors="replace") as log:
+        try:
+            client.execute(stdout=log, stderr=log)
+        except (CellExecutionError, CellTimeoutError) as exc:
+            error = _failed(run, exc)
+        except DeadKernelError as exc:
+            log.seek(0)
+            tail = [ln for ln in log.read().splitlines() if ln.strip()][-KERNEL_LOG_LINES:]
+            error = _failed(run, exc) + "".join(f"\n  kernel: {ln}" for ln in tail)
     return run, time.perf_counter() - started, error
 
 
