@@ -174,15 +174,8 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
         layers = context_layers(session, chat_model=chat, model_id=mid, window=win,
                                 max_output=max_out, backend=backend, agent=defn.name,
                                 settings=settings, fs_tools=fs_tools)
-        return [AbandonGuard(session.turns), *layers.middleware,
-                RecoveryMiddleware(session.trace, agent=defn.name),
-                WorkspacePathsMiddleware(session.workspace),
-                TraceRecorder(session.trace, session.usage, agent=defn.name, model_id=mid,
-                              turns=session.turns, ruler=layers.context.ruler,
-                              window=layers.context.thresholds.window),
-                ProviderRetryMiddleware(session.trace, agent=defn.name, policy=retry,
-                                        cancel=session.cancel_requested),
-                ToolResultRedaction()], chat
+        return middleware_stack(session, layers, agent=defn.name, model_id=mid,
+                                retry=retry), chat
 
     note = runtime_note(session.workspace, session.paths.outputs, session.simulator,
                         source_dirs)
@@ -195,6 +188,71 @@ def _as_resolved(model: Any) -> tuple[Any, str, int | None]:
     profile = getattr(model, "profile", None) or {}
     name = getattr(model, "model_name", None) or type(model).__name__
     return model, str(name), profile.get("max_input_tokens")
+
+
+
+def middleware_stack(session: Session, layers: Any, *, agent: str, model_id: str,
+                     retry: Any, prompt: Sequence[Any] = ()) -> list[Any]:
+    """simagent's middleware for one agent, outermost first; every agent gets this order.
+
+    ``prompt`` is what adds to the request before the context layers see it (the MCP
+    schema deferral; the main agent's skills and memory indexes), so the recorder, near
+    the inside, counts the request exactly as the model gets it.
+    """
+    return [
+        AbandonGuard(session.turns),  # outermost: an abandoned run neither calls nor records
+        *prompt,
+        *layers.middleware,
+        RecoveryMiddleware(session.trace, agent=agent),
+        WorkspacePathsMiddleware(session.workspace),
+        TraceRecorder(session.trace, session.usage, agent=agent, model_id=model_id,
+                      turns=session.turns, ruler=layers.context.ruler,
+                      window=layers.context.thresholds.window),
+        # innermost: retries repeat exactly the request the layers above built
+        ProviderRetryMiddleware(session.trace, agent=agent, policy=retry,
+                                cancel=session.cancel_requested),
+        ToolResultRedaction(),  # innermost for tools: no layer sees a secret in a result
+    ]
+
+
+def workspace_backend(session: Session, source_dirs: Sequence[Path]) -> Any:
+    """The file tools' backend: the workspace, with what they may read but not write."""
+    # every bundled content folder (memory/ included: it seeds each workspace's index)
+    read_only = [content_dir(n).resolve() for n in CONTENT_FOLDERS]
+    notebook = confine.notebook_read_only(*session.notebook)  # --from-notebook's file
+    return build_backend(session.workspace, session.paths.root,
+                         read_only=[*read_only, *source_dirs, *notebook])
+
+
+def index_layers(session: Session, backend: Any) -> list[Any]:
+    """The main agent's skills and memory indexes, skills first (see IndexedSkills...)."""
+    memory_path = str((session.memory_dir / INDEX).resolve())
+    return [IndexedSkillsMiddleware(backend=backend, sources=skill_sources(session),
+                                    system_prompt=SKILLS_PROMPT),
+            WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
+                                      system_prompt=MEMORY_PROMPT, add_cache_control=True)]
+
+
+def general_purpose_spec(tools: list[Any], middleware: list[Any]) -> dict[str, Any]:
+    return {
+        "name": GENERAL_PURPOSE,
+        "description": "A helper with the same tools and kernel, for a self-contained "
+                       "multi-step task whose details should not fill your context; "
+                       "it returns a short digest.",
+        "system_prompt": GENERAL_PURPOSE_PROMPT,
+        "tools": tools,
+        "middleware": middleware,
+    }
+
+
+def callable_tool_names(tools: Sequence[Any], middleware: Sequence[Any],
+                        subagents: Sequence[Any]) -> list[str]:
+    """Every tool an agent can call, middleware's own included: an unclassified one waits
+    for approval, so none may be missed."""
+    return [t.name for t in tools] + [
+        t.name for m in middleware for t in getattr(m, "tools", ())] + [
+        getattr(t, "name", "") for spec in subagents if isinstance(spec, dict)
+        for t in spec.get("tools") or ()]
 
 
 def build_agent(session: Session, model: ResolvedModel | Any, *,
@@ -215,11 +273,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     max_out = getattr(model, "max_output", None)
     sim = session.simulator
     source_dirs = sim.package_dirs() if sim else []
-    # every bundled content folder (memory/ included: it seeds each workspace's index)
-    read_only = [content_dir(n).resolve() for n in CONTENT_FOLDERS]
-    notebook = confine.notebook_read_only(*session.notebook)  # --from-notebook's file
-    backend = build_backend(session.workspace, session.paths.root,
-                            read_only=[*read_only, *source_dirs, *notebook])
+    backend = workspace_backend(session, source_dirs)
     prompt = build_system_prompt(sim, runtime_context(session, source_dirs))
     from simagent.models import image_support
 
@@ -229,73 +283,34 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
              make_view_figure(session, *images), *extra_tools]
     mcp = mcp_tooling(session, images)  # [mcp.servers.*]: their tools, held by the session
     tools += mcp.tools if mcp else []
-    memory_path = str((session.memory_dir / INDEX).resolve())
-    layers = context_layers(session, chat_model=chat_model, model_id=model_id, window=window,
-                            max_output=max_out, backend=backend, settings=context_settings,
-                            front_end=front_end)
-    sub_layers = context_layers(session, chat_model=chat_model, model_id=model_id,
-                                window=window, max_output=max_out, backend=backend,
-                                agent=GENERAL_PURPOSE, settings=context_settings)
-    def deferral(agent: str, lay: Any) -> list[Any]:  # MCP schemas behind find_tools
-        return mcp.middleware(agent=agent, window=lay.context.thresholds.window,
-                              ruler=lay.context.ruler, settings=lay.context.settings
-                              ) if mcp else []
 
-    own = [
-        AbandonGuard(session.turns),  # outermost: an abandoned run neither calls nor records
-        *deferral("main", layers),
-        IndexedSkillsMiddleware(backend=backend, sources=skill_sources(session),
-                         system_prompt=SKILLS_PROMPT),
-        WorkspaceMemoryMiddleware(backend=backend, sources=[memory_path],
-                                  system_prompt=MEMORY_PROMPT, add_cache_control=True),
-        *layers.middleware,
-        RecoveryMiddleware(session.trace),
-        WorkspacePathsMiddleware(session.workspace),
-        TraceRecorder(session.trace, session.usage, agent="main", model_id=model_id,
-                      turns=session.turns, ruler=layers.context.ruler,
-                      window=layers.context.thresholds.window),
-        # innermost: retries repeat exactly the request the layers above built
-        ProviderRetryMiddleware(session.trace, policy=retry,
-                                cancel=session.cancel_requested),
-        ToolResultRedaction(),  # innermost for tools: no layer sees a secret in a result
-    ]
-    general = {
-        "name": GENERAL_PURPOSE,
-        "description": "A helper with the same tools and kernel, for a self-contained "
-                       "multi-step task whose details should not fill your context; "
-                       "it returns a short digest.",
-        "system_prompt": GENERAL_PURPOSE_PROMPT,
-        "tools": tools,
-        "middleware": [AbandonGuard(session.turns), *deferral(GENERAL_PURPOSE, sub_layers),
-                       *sub_layers.middleware,
-                       RecoveryMiddleware(session.trace, agent=GENERAL_PURPOSE),
-                       WorkspacePathsMiddleware(session.workspace),
-                       TraceRecorder(session.trace, session.usage, agent=GENERAL_PURPOSE,
-                                     turns=session.turns, ruler=sub_layers.context.ruler,
-                                     model_id=model_id,
-                                     window=sub_layers.context.thresholds.window),
-                       ProviderRetryMiddleware(session.trace, agent=GENERAL_PURPOSE,
-                                               policy=retry,
-                                               cancel=session.cancel_requested),
-                       ToolResultRedaction()],
-    }
+    def stack(agent: str, **kw: Any) -> tuple[list[Any], Any]:
+        """(middleware, context layers) of the main or the general-purpose agent."""
+        layers = context_layers(session, chat_model=chat_model, model_id=model_id,
+                                window=window, max_output=max_out, backend=backend,
+                                agent=agent, settings=context_settings, **kw)
+        deferral = mcp.middleware(  # MCP schemas behind find_tools
+            agent=agent, window=layers.context.thresholds.window, ruler=layers.context.ruler,
+            settings=layers.context.settings) if mcp else []
+        indexes = index_layers(session, backend) if agent == "main" else []
+        return middleware_stack(session, layers, agent=agent, model_id=model_id, retry=retry,
+                                prompt=[*deferral, *indexes]), layers
+
+    own, layers = stack("main", front_end=front_end)
+    general = general_purpose_spec(tools, stack(GENERAL_PURPOSE)[0])
     from simagent.agent.subagents import discover_subagents
 
     defined = build_defined_subagents(
         session, discover_subagents(sim), tools=tools, backend=backend,
         main=(chat_model, model_id, window, max_out, retry), settings=context_settings,
         source_dirs=source_dirs)
-    # every tool an agent can call, middleware's own included: an unclassified one waits
-    tool_names = [t.name for t in tools] + [
-        t.name for m in [*middleware, *own] for t in getattr(m, "tools", ())] + [
-        getattr(t, "name", "") for spec in subagents if isinstance(spec, dict)
-        for t in spec.get("tools") or ()]
     graph = create_deep_agent(
         model=chat_model, tools=tools, system_prompt=prompt,
         middleware=[*middleware, *own], subagents=[general, *defined, *subagents],
         backend=backend, checkpointer=session.checkpointer,
-        interrupt_on=interrupt_on_for_mode(session.approval, session.workspace,
-                                           tool_names) or None,
+        interrupt_on=interrupt_on_for_mode(
+            session.approval, session.workspace,
+            callable_tool_names(tools, [*middleware, *own], subagents)) or None,
         name="simagent")
     return BuiltAgent(graph=graph, model_id=model_id, window=window, system_prompt=prompt,
                       backend=backend, tools=tools, context=layers.context)
