@@ -37,3 +37,9 @@ def test_only_tools_that_cap_themselves_pass_the_context_cap_uncut() -> None:
         msg = ToolMessage(TEXT, tool_call_id="c1", name=name, artifact={"raw_path": None})
         out = cap_tool_message(msg, 2_000, None)
         assert (len(out.text) < len(TEXT)) is cut
+
+
+def test_head_only_gets_the_whole_budget_and_ends_on_a_line() -> None:
+    head, tail = head_and_tail(TEXT, 4_000, with_tail=False)
+    assert tail == "" and head.startswith("setup a=1\n") and head.endswith("\n")
+    assert 2_000 < len(head) <= 4_000 and TEXT.startswith(head)

@@ -68,7 +68,7 @@ def test_output_text_is_capped_at_a_line_end_and_says_where_the_rest_is(tmp_path
     body, marker = text.rsplit("\n", 1)
     assert len(body) <= 2000 and body.endswith("x" * 50)  # whole lines only
     assert marker.startswith("[cut: ") and str(folder / raw_name(1)) in marker
-    assert ops.cap_text("short", 2000, "w") == "short"
+    assert ops.cut_reply("short", 2000, "w") == "short"
 
 
 def test_progress_line_is_what_a_terminal_shows_last() -> None:

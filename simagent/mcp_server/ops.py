@@ -14,6 +14,7 @@ from pathlib import Path
 from simagent.agent import confine
 from simagent.agent.approval import waits
 from simagent.agent.tools import RESET_KERNEL, RUN_PYTHON
+from simagent.head_tail import head_and_tail
 from simagent.kernel.result import strip_ansi
 from simagent.kernel_api.outputs import GREP_MAX, Outputs, handle, size_text
 
@@ -113,16 +114,15 @@ def output_text(folder: Path, n: int, op: str, arg: str | int | None, cap: int |
     head = (f"{handle(record.n)} {what} of {record.line_count():,} lines "
             f"({size_text(record.size)}, {record.status}; raw: {record.path})")
     body = "\n".join(str(x) for x in lines) or "(no lines)"
-    return cap_text(f"{head}\n{body}", cap, str(record.path))
+    return cut_reply(f"{head}\n{body}", cap, str(record.path))
 
 
-def cap_text(text: str, cap: int | None, where: str) -> str:
-    """``text`` cut to ``cap`` chars at a line end, saying how much went and where it all is."""
+def cut_reply(text: str, cap: int | None, where: str) -> str:
+    """``text`` cut to ``cap`` chars at a line end (the one capper, head only: a reply is
+    read from the top), saying how much went and where it all is."""
     if not cap or len(text) <= cap:
         return text
-    kept = text[:cap]
-    nl = kept.rfind("\n")
-    kept = kept[:nl] if nl > cap // 2 else kept
+    kept = head_and_tail(text, cap, with_tail=False)[0].removesuffix("\n")
     return (f"{kept}\n[cut: {len(kept):,} of {len(text):,} chars shown; narrow the request "
             f"(fewer lines, a stricter pattern) or read {where}]")
 
