@@ -345,10 +345,11 @@ def test_after_an_interrupt_failed_futures_are_errors_and_running_ones_are_locat
 
 
 def test_cases_running_on_an_external_cluster_are_reported_not_killed(capsys, monkeypatch):
-    from simagent.kernel_api import cluster
     from simagent.kernel_api.ensemble import _stop_running
 
-    monkeypatch.setattr(cluster, "kill_local_workers", lambda _a: pytest.fail("killed"))
+    ensemble_mod = sys.modules[_stop_running.__module__]  # the package's name is the function
+
+    monkeypatch.setattr(ensemble_mod, "kill_local_workers", lambda _a: pytest.fail("killed"))
     _stop_running({"tcp://w1": 2, "tcp://w2": 1}, local=False, where="tcp://hpc:8786")
     assert capsys.readouterr().out == (
         "note: 3 cancelled cases already running on tcp://hpc:8786 continue there until "

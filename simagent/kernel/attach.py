@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from jupyter_core.paths import jupyter_runtime_dir
 
 from simagent.kernel.ladder import control_request
 from simagent.kernel.process import KernelStartError
@@ -88,7 +89,7 @@ def find_manager(path: Path) -> Manager:
     the parent of the local process started with that file (``jupyter kernel``)."""
     kid = path.stem.removeprefix("kernel-")
     try:
-        from jupyter_server.serverapp import list_running_servers
+        from jupyter_server.serverapp import list_running_servers  # heavy (tornado); attach only
 
         servers = list(list_running_servers(str(runtime_dir())))
     except Exception:  # no jupyter_server, or an unreadable file: ask the processes
@@ -124,8 +125,6 @@ def find_manager(path: Path) -> Manager:
 
 def runtime_dir() -> Path:
     """The Jupyter runtime directory (``jupyter --runtime-dir``; ``$JUPYTER_RUNTIME_DIR``)."""
-    from jupyter_core.paths import jupyter_runtime_dir
-
     return Path(jupyter_runtime_dir())
 
 
@@ -253,7 +252,7 @@ class AttachedLink:
 
     def start(self) -> None:
         """Connect and wait until the kernel answers (:class:`KernelStartError` if not)."""
-        from jupyter_client import BlockingKernelClient
+        from jupyter_client import BlockingKernelClient  # heavy; loads when a kernel starts
 
         self.path = check(self.existing)
         kc = BlockingKernelClient(connection_file=str(self.path))

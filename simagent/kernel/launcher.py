@@ -52,6 +52,8 @@ pinned, and ``tests/test_kernel.py`` proves each one on the real kernel):
 from __future__ import annotations
 
 import codecs
+import ctypes
+import faulthandler
 import os
 import select
 import signal
@@ -143,8 +145,6 @@ _fflush = None  # libc's fflush, resolved once at start-up
 
 def _load_fflush():
     try:
-        import ctypes
-
         return ctypes.CDLL(None).fflush
     except Exception:
         return None
@@ -184,7 +184,7 @@ def _watch_pipe_fd(self) -> None:  # replaces OutStream._watch_pipe_fd
 
 
 def _patch_outstream() -> None:
-    from ipykernel.iostream import OutStream
+    from ipykernel.iostream import OutStream  # kernel process only: simagent imports FLOW_ENV
 
     original_init = OutStream.__init__
     original_write = OutStream.write
@@ -211,7 +211,7 @@ def _patch_outstream() -> None:
 
 def _sync_fd_output(*_args) -> None:
     """post_run_cell hook: make the cell's C-level output arrive before its idle."""
-    from ipykernel.iostream import OutStream
+    from ipykernel.iostream import OutStream  # kernel process only (see _patch_outstream)
 
     if _fflush is not None:
         _fflush(None)  # C stdio buffers into the pipes first
@@ -226,8 +226,6 @@ def _sync_fd_output(*_args) -> None:
 
 
 def _enable_faulthandler() -> None:
-    import faulthandler
-
     fd = getattr(sys.stderr, "_original_stdstream_copy", None)
     try:
         faulthandler.enable(file=fd if fd is not None else sys.__stderr__, all_threads=True)
@@ -279,7 +277,7 @@ def main() -> None:
         except OSError:
             _flow = None
     _patch_outstream()
-    from ipykernel.kernelapp import IPKernelApp
+    from ipykernel.kernelapp import IPKernelApp  # kernel process only (see _patch_outstream)
 
     app = IPKernelApp.instance()
     app.initialize([*sys.argv[1:], *NO_HISTORY_ARGS])
@@ -297,7 +295,7 @@ def _install_outputs(shell: object) -> None:
     """``_out[n]``: earlier executions' outputs, queryable in the kernel (a restart
     rebuilds it from the session's ``outputs/``)."""
     try:
-        from simagent.kernel_api.outputs import install
+        from simagent.kernel_api.outputs import install  # in the try: the kernel starts anyway
 
         install(shell.user_ns, getattr(shell, "user_ns_hidden", None))  # type: ignore[attr-defined]
     except Exception as exc:  # the kernel must start even if this fails
@@ -307,7 +305,7 @@ def _install_outputs(shell: object) -> None:
 def _install_figures(shell: object) -> None:
     """Figure data summaries beside each PNG (the model's default view of a plot)."""
     try:
-        from simagent.kernel_api.figures import install
+        from simagent.kernel_api.figures import install  # in the try: the kernel starts anyway
 
         install(shell)
     except Exception as exc:  # the kernel must start even if this fails
@@ -318,7 +316,7 @@ def _install_effects(shell: object) -> None:
     """What each cell does outside the kernel (files written, processes started), for
     its execution record: a replay must not repeat it."""
     try:
-        from simagent.kernel_api.effects import install
+        from simagent.kernel_api.effects import install  # in the try: the kernel starts anyway
 
         install(shell)
     except Exception as exc:  # the kernel must start even if this fails

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
 from simagent.kernel.launcher import FLOW_ENV, FlowAck
 from simagent.paths import (
     SESSION_DIR_ENV,
@@ -64,8 +66,6 @@ def descendants(pid: int | None) -> list[Any]:
     if pid is None:
         return []
     try:
-        import psutil
-
         return psutil.Process(pid).children(recursive=True)
     except Exception:  # gone, or psutil unavailable: nothing to signal
         return []
@@ -135,8 +135,8 @@ class OwnedLink:
 
     def start(self) -> None:
         """Start the kernel and wait until it answers (raises :class:`KernelStartError`)."""
-        from jupyter_client.kernelspec import KernelSpecManager
-        from jupyter_client.manager import KernelManager
+        from jupyter_client.kernelspec import KernelSpecManager  # heavy (zmq): not at TUI start
+        from jupyter_client.manager import KernelManager  # heavy, as above
 
         if self._log is None:
             self._log = open(self.paths.kernel_log, "ab", buffering=0,  # noqa: SIM115 - kernel's life

@@ -217,7 +217,7 @@ def _parse(code: str) -> ast.Module | None:
     except SyntaxError:
         pass
     try:  # IPython syntax: %magics, !shell, ?help; rewritten the way the kernel does it
-        from IPython.core.inputtransformer2 import TransformerManager
+        from IPython.core.inputtransformer2 import TransformerManager  # heavy; magics are rare
 
         return ast.parse(TransformerManager().transform_cell(code))
     except Exception:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from simagent.head_tail import head_and_tail
 from simagent.kernel.terminal import ESC_SEQ_RE
+from simagent.kernel_api.outputs import handle, number_of
 
 Status = Literal["ok", "error", "interrupted", "died", "timeout"]
 
@@ -190,7 +191,6 @@ class ExecResult:
 
     def truncation_marker(self, shown_chars: int) -> str:
         where = f"full output: {self.raw_path}" if self.raw_path else "full output not kept"
-        from simagent.kernel_api.outputs import handle, number_of
 
         if (n := number_of(self.raw_path)) is not None:
             where += f"; in the kernel: {handle(n)}.tail(k) / .grep(pattern)"

@@ -21,6 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from simagent.kernel.replay import load_records
+from simagent.kernel_api import effects as fx
+
 if TYPE_CHECKING:
     from simagent.kernel.supervisor import Kernel
     from simagent.trace.log import TraceLog
@@ -74,9 +77,6 @@ def workspace_files(root: Path, since: float) -> tuple[list[dict[str, Any]], int
 
 def cell_effects(outputs: Path, keep: int = MAX_EFFECT_CELLS) -> list[dict[str, Any]]:
     """``[{n, effects}]`` of the latest ``keep`` executions that acted outside the kernel."""
-    from simagent.kernel.replay import load_records
-    from simagent.kernel_api import effects as fx
-
     found = [{"n": r["n"], "effects": fx.of(r)} for r in load_records(outputs) if fx.of(r)]
     return found[-keep:]
 

@@ -43,7 +43,9 @@ from simagent.kernel.ladder import INTERRUPT_RESEND_S, INTERRUPT_STEPS, Recovery
 from simagent.kernel.lifecycle import KernelBase, KernelState
 from simagent.kernel.process import KernelStartError
 from simagent.kernel.result import ExecResult
-from simagent.kernel_api.outputs import raw_name
+from simagent.kernel_api import effects
+from simagent.kernel_api.outputs import raw_name, write_record
+from simagent.kernel_api.state_probe import expression
 
 __all__ = ["PROBE_WAIT_S", "Kernel", "KernelStartError", "KernelState"]
 
@@ -82,8 +84,6 @@ class Kernel(KernelBase):
         try:
             if self.client is None or not self.is_alive():
                 return None
-            from simagent.kernel_api.state_probe import expression
-
             msg_id = self.client.execute("", silent=True, store_history=False,
                                          allow_stdin=False,
                                          user_expressions={"state": expression(registry)})
@@ -168,9 +168,6 @@ class Kernel(KernelBase):
     def _write_record(self, code: str, result: ExecResult) -> None:
         """Execution ``n``'s record beside its raw output, for ``_out[n]`` in the kernel
         and for replay (``lineage``, and ``effects``: what it did outside the kernel)."""
-        from simagent.kernel_api import effects
-        from simagent.kernel_api.outputs import write_record
-
         error = result.error.text() if result.error is not None else None
         write_record(self.paths.outputs, self._seq, {
             "n": self._seq, "code": code, "status": result.status, "error": error,

@@ -40,13 +40,13 @@ def run_case(fn: Callable[..., Any] | bytes, case: dict[str, Any], retries: int,
     raised by the case are errors of the case too: letting them through would end the
     worker process and fail every case it held.
     """
-    import hashlib
-    import os
-    import pickle
-    import socket
-    import sys
-    import time
-    import traceback
+    import hashlib  # in the body: the by-value copy a worker runs has no module globals
+    import os  # in the body, as above
+    import pickle  # in the body, as above
+    import socket  # in the body, as above
+    import sys  # in the body, as above
+    import time  # in the body, as above
+    import traceback  # in the body, as above
 
     def source_sha(mod: Any) -> str | None:
         try:

@@ -73,7 +73,7 @@ def default_workers() -> int:
     env = os.environ.get(WORKERS_ENV, "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    from dask.system import CPU_COUNT
+    from dask.system import CPU_COUNT  # heavy: dask loads with the first ensemble
 
     return max(1, int(CPU_COUNT))
 
@@ -93,7 +93,7 @@ def _dashboard_address() -> str:
 
 
 def _start_local(n: int) -> tuple[Any, Any]:
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster  # heavy: loads with the first ensemble
 
     cluster = None
     try:
@@ -163,7 +163,7 @@ def local_engine(workers: int | None = None) -> Engine:
 
 def remote_engine(address: str) -> Engine:
     """A client of an existing scheduler, connected once per kernel."""
-    from distributed import Client
+    from distributed import Client  # heavy: loads with the first ensemble
 
     client = _remote.get(address)
     if client is not None and client.status == "running":

@@ -305,7 +305,7 @@ class Recorder:
             return
         path = os.path.join(self.session_dir, EFFECTS_FILE)
         try:  # a key in a command line: redacted where simagent is importable
-            from simagent.trace.redact import redact_data
+            from simagent.trace.redact import redact_data  # in the try: the kernel may lack it
 
             data = redact_data(data)
         except Exception:

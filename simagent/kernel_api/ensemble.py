@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from simagent.kernel_api.cache import CaseCache
+from simagent.kernel_api.case_runner import portable_runner
 from simagent.kernel_api.cases import (
     case_key,
     normalize_cases,
@@ -60,7 +61,9 @@ from simagent.kernel_api.cases import (
     same_case,
     table_rows,
 )
+from simagent.kernel_api.cluster import bounded, engine, kill_local_workers, running_on
 from simagent.kernel_api.identity import Uncacheable, sha
+from simagent.kernel_api.ship import prepare, require_packages
 from simagent.kernel_api.sweep_summary import detail_lines, stats_of, summary_line
 from simagent.paths import (
     SESSION_DIR_ENV,
@@ -149,7 +152,6 @@ def ensemble(fn: Callable[..., Any], cases: Iterable[Mapping[str, Any]], *,
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or workers < 1):
         raise ValueError("workers must be a positive integer")
-    from simagent.kernel_api.ship import prepare, require_packages
 
     require_packages()
     case_list = normalize_cases(cases)
@@ -167,8 +169,6 @@ def ensemble(fn: Callable[..., Any], cases: Iterable[Mapping[str, Any]], *,
     try:
         outcome, n_workers, where, local = _Outcome(), 0, "cache", True
         if todo:
-            from simagent.kernel_api.cluster import engine
-
             eng = engine(scheduler, workers)
             # counted now: after an interrupt the scheduler may no longer answer
             where, local, n_workers = eng.label, eng.local, eng.workers
@@ -236,7 +236,7 @@ def _finish(label: str, folder: Path, cases: list[dict[str, Any]],
             records: list[dict[str, Any] | None], outcome: _Outcome, n_workers: int,
             where: str, notes: list[str]) -> Any:
     """Table, ``ensemble.last``, files (a failure there is a note) and the printed text."""
-    import pandas as pd
+    import pandas as pd  # heavy: loads with the first ensemble, not with kernel_api
 
     done = [r if r is not None else {"status": "cancelled", "error": "", "elapsed_s": None,
                                      "attempts": 0} for r in records]
@@ -274,7 +274,7 @@ def _write_tables(table: Any, folder: Path) -> tuple[list[str], str]:
     paths = [str(csv)]
     parquet = folder / "results.parquet"
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow  # noqa: F401  (the optional [parquet] extra: is it installed?)
     except ImportError:
         parquet.unlink(missing_ok=True)
         return paths, ""
@@ -308,8 +308,6 @@ def _stop_running(running: dict[str, int] | None, local: bool, where: str) -> No
     if running is not None and not running:
         return
     if local:
-        from simagent.kernel_api.cluster import kill_local_workers
-
         n = kill_local_workers(set(running) if running is not None else None)
         if n:
             print(f"note: stopped {n} worker process{'es' * (n != 1)} still running "
@@ -332,11 +330,9 @@ def _run(eng: Any, blob: bytes, fresh: dict[str, str], retries: int,
     unfinished futures are cancelled (and local workers running them stopped) before it
     propagates, so no case keeps running for a sweep that is gone.
     """
-    from distributed import as_completed
-    from tqdm import tqdm
+    from distributed import as_completed  # heavy: loads with the first ensemble
+    from tqdm import tqdm  # with the first ensemble, as above
 
-    from simagent.kernel_api.case_runner import portable_runner
-    from simagent.kernel_api.cluster import bounded, running_on
 
     client = eng.client
     runner = portable_runner()
@@ -389,8 +385,6 @@ def after_interrupt(client: Any, futures: dict[Any, int],
     cancel's round trip to the scheduler is lost (Dask drops a cancelled key's result);
     its row says ``cancelled``, which is true of its result.
     """
-    from simagent.kernel_api.cluster import bounded, running_on
-
     deadline = time.monotonic() + CLEANUP_S
     open_keys = {f.key for f in futures if f.status not in ("finished", "error")}
     running = running_on(client, open_keys, CALL_S) if open_keys else {}

@@ -68,8 +68,8 @@ def install(shell: Any) -> bool:
     it recognises figures by duck typing at call time and survives that reset.
     """
     try:
-        from IPython.core.formatters import BaseFormatter
-        from traitlets import ObjectName, Unicode
+        from IPython.core.formatters import BaseFormatter  # kernel side: simagent needs no IPython
+        from traitlets import ObjectName, Unicode  # kernel side, as above
     except ImportError:
         return False
     formatters = shell.display_formatter.formatters

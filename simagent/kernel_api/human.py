@@ -29,7 +29,7 @@ def notify_human(text: str, *, once: bool = False) -> None:
     shell = None
     if "IPython" in sys.modules:
         try:
-            from IPython import get_ipython
+            from IPython import get_ipython  # already loaded (checked above); kernel side
 
             shell = get_ipython()
         except Exception:
@@ -37,6 +37,6 @@ def notify_human(text: str, *, once: bool = False) -> None:
     if shell is None or getattr(shell, "display_pub", None) is None:
         print(text, file=sys.stderr, flush=True)
         return
-    from IPython.display import publish_display_data
+    from IPython.display import publish_display_data  # in a kernel only: IPython is there
 
     publish_display_data({HUMAN_MIME: {"text": text}, "text/plain": text})

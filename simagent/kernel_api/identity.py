@@ -197,7 +197,7 @@ class _HashWriter:
 
 @functools.lru_cache(maxsize=1)
 def _hash_pickler_class() -> type:
-    import cloudpickle
+    import cloudpickle  # with the first ensemble: kernel_api imports stay stdlib-only
 
     class HashPickler(cloudpickle.Pickler):
         """cloudpickle whose functions, classes, modules, sets and arrays become tokens."""

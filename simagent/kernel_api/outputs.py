@@ -58,8 +58,8 @@ def write_record(folder: Path, n: int, record: dict[str, Any]) -> bool:
     ``_out[n]`` then still reads the raw text). Secrets in it (a key typed into the
     code) are redacted, and ``secret`` is set when the code was, so a replay knows the
     kept code is not what ran. Called in simagent's process only (imports lazily)."""
-    from simagent.paths import write_private
-    from simagent.trace.redact import redact_data
+    from simagent.paths import write_private  # simagent's process only: the kernel skips it
+    from simagent.trace.redact import redact_data  # simagent's process only, as above
 
     clean = redact_data(record)
     if clean.get("code") != record.get("code"):

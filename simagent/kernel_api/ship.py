@@ -13,6 +13,7 @@ function cannot reach the workers, and the error says what to change.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -26,8 +27,6 @@ REQUIRED = {"cloudpickle": "cloudpickle", "dask": "dask", "distributed": "distri
 
 def require_packages() -> None:
     """Import what a sweep needs now, so a kernel without it fails before any case runs."""
-    import importlib
-
     missing = []
     for module, package in REQUIRED.items():
         try:
@@ -42,7 +41,7 @@ def require_packages() -> None:
 
 
 def _set_by_value(ident: Identity) -> None:
-    import cloudpickle
+    import cloudpickle  # with the first ensemble: kernel_api imports stay stdlib-only
 
     registered = cloudpickle.list_registry_pickle_by_value()
     for name in ident.user_modules:
@@ -57,7 +56,7 @@ def _set_by_value(ident: Identity) -> None:
 
 def prepare(fn: Callable[..., Any]) -> tuple[Identity, bytes]:
     """The function's identity and its cloudpickle bytes (raises TypeError with advice)."""
-    import cloudpickle
+    import cloudpickle  # with the first ensemble: kernel_api imports stay stdlib-only
 
     ident = identify(fn)
     _set_by_value(ident)

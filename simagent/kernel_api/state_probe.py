@@ -19,6 +19,7 @@ import json
 import math
 import sys
 import types
+from pathlib import Path
 
 #: Names every IPython namespace has that the user did not define.
 _IPYTHON_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
@@ -169,8 +170,6 @@ def expression(registry: list | None = None) -> str:
     Evaluated as a ``user_expressions`` entry: its value (a JSON string) comes back in the
     execute reply, and nothing is left behind in the kernel.
     """
-    from pathlib import Path
-
     source = Path(__file__).read_text(encoding="utf-8")
     reg = json.dumps(registry or [])
     return ("(lambda _g: (exec(compile(" + repr(source) + ", 'simagent_state_probe', 'exec'), "
