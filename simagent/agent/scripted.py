@@ -53,7 +53,9 @@ EXHAUSTED = "(scripted model: the script has no more steps)"
 
 _STEP_KEYS = {"tool", "tools", "args", "say", "final", "steps", "invalid_tool_call", "empty",
               "reasoning", "id", "fill", "wait"}
-_OUT_REF = re.compile(r"\{out\[(-?\d+)\](?:\|((?:[^{}\\]|\\.|\{\d*,?\d*\})+))?\}")
+#: A quote of an earlier tool result in a final answer or a ``fill`` argument:
+#: ``{out[i]}`` or ``{out[i]|regex}``, ``i`` indexing the request's tool results.
+OUT_REF = re.compile(r"\{out\[(-?\d+)\](?:\|((?:[^{}\\]|\\.|\{\d*,?\d*\})+))?\}")
 
 
 class ScriptError(ValueError):
@@ -118,6 +120,12 @@ def _fill_args(value: Any, outputs: Sequence[str]) -> Any:
     return value
 
 
+def out_indices(template: str) -> list[int]:
+    """The ``i`` of every ``{out[i]}`` a template quotes, in order (what a harness must keep
+    in view, and where, for the template to resolve)."""
+    return [int(m.group(1)) for m in OUT_REF.finditer(template)]
+
+
 def fill_template(template: str, outputs: Sequence[str]) -> str:
     """Expand ``{out[i]}`` and ``{out[i]|regex}`` (first group, else whole match)."""
 
@@ -134,7 +142,7 @@ def fill_template(template: str, outputs: Sequence[str]) -> str:
             return f"<no match for {pattern!r}>"
         return found.group(1) if found.groups() else found.group(0)
 
-    return _OUT_REF.sub(sub, template)
+    return OUT_REF.sub(sub, template)
 
 
 def call_id(tag: str, step: int, j: int | str) -> str:

@@ -10,14 +10,17 @@ beat. Before each main-agent request the oracle keeps in view exactly what is ne
   significant digits with a decimal point or exponent, an integer of 4+ digits, a file
   name) that a later step writes and that neither the prompt nor any earlier step wrote
   first (so the model took it from that result);
-* the code of a call that defines a function or class a later step calls;
+* the signatures (``def``/``class`` headers) of code defining what a later step calls;
 * at the last request, whatever a probe fact would otherwise be lost without.
 
-Everything else leaves the view at the earliest moment, where that saves tokens: a result
-holding a probe fact as simagent's own pointer (``context.clearing``: the placeholder
-naming the raw output file), any other result and code as a bare mark (nothing later
-reads it, and the oracle knows it); the model's own earlier words (what it
-said beside its calls) are left out once it has written them, as a summary would. It runs
+Everything else leaves the view at the earliest moment, where that saves tokens: a call
+and result holding a probe fact become simagent's own pointers (``context.clearing``: the
+placeholder naming the raw output file); a call nothing later needs leaves with its
+result, as a summary drops it (its result stays as a bare mark only where a later
+``{out[i]}`` counts positions across it); other code is a bare mark; the model's own
+earlier words (what it said beside its calls) are left out once it has written them. The
+bound must hold at every window: summaries drop whole calls at 16k, so an oracle that kept
+a mark per call, or whole defining cells, sent more than simagent there. It runs
 with simagent's system prompt, tools, caps and eviction; its own clearing, summaries,
 checkpoints, state card and cache pin are off (the oracle needs no memory aid). Being a
 view, it never changes what the graph stores. It records what it decided per request, so
@@ -41,7 +44,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from simagent.agent.scripted import _OUT_REF, call_step
+from simagent.agent.scripted import call_step, out_indices
 from simagent.context.clearing import (
     INPUT_ARGS,
     apply_cleared,
@@ -86,6 +89,9 @@ class Script:
     novel: dict[int, set[str]]  # step -> values it writes first
     refs: dict[int, list[tuple[int, int]]]  # step -> (step, call) its {out[i]} resolve to
     callers: dict[tuple[int, int], int]  # (step, call) whose code defines -> last caller
+    #: step -> results that must stand in the request, in place, for its ``{out[i]}`` to
+    #: name the same one (``i`` counts positions: from the end, or from the start)
+    spans: dict[int, set[tuple[int, int]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, prompt: str, steps: Sequence[dict[str, Any]],
@@ -98,6 +104,7 @@ class Script:
         outs: list[tuple[int, int]] = []  # main tool results so far, in order
         defined: dict[str, tuple[int, int]] = {}
         callers: dict[tuple[int, int], int] = {}
+        spans: dict[int, set[tuple[int, int]]] = {}
         for i in main:
             step = steps[i]
             text = step_text(step)
@@ -107,13 +114,12 @@ class Script:
             templated = [str(step.get("final", ""))] + [
                 json.dumps(c.get("args", {})) for c in _calls(step)
                 if step.get("fill") or c.get("fill")]
-            got = []
-            for t in templated:
-                for m in _OUT_REF.finditer(t):
-                    k = int(m.group(1))
-                    if -len(outs) <= k < len(outs):
-                        got.append(outs[k])
-            refs[i] = got
+            got, span = [], set()
+            for k in (k for t in templated for k in out_indices(t)):
+                if -len(outs) <= k < len(outs):
+                    got.append(outs[k])
+                    span |= set(outs[k:] if k < 0 else outs[:k + 1])
+            refs[i], spans[i] = got, span
             for name, where in defined.items():
                 if re.search(rf"\b{re.escape(name)}\s*\(", text):
                     callers[where] = i
@@ -122,7 +128,7 @@ class Script:
                 for name in _DEFINES.findall(code if isinstance(code, str) else ""):
                     defined[name] = (i, j)
                 outs.append((i, j))
-        return cls(main, novel, refs, callers)
+        return cls(main, novel, refs, callers, spans)
 
 
 def call_key(call_id: str) -> tuple[int, int] | None:
@@ -144,6 +150,11 @@ class Decision:
     restored: frozenset[str] = frozenset()
     #: AI messages (by their first call id) whose words are left out
     texts: frozenset[str] = frozenset()
+    #: calls that left the view with their results (nothing later needs them, not even
+    #: in place)
+    dropped: frozenset[str] = frozenset()
+    #: calls whose code shows only the definitions a later step calls
+    signed: frozenset[str] = frozenset()
 
 
 def words_of(msg: BaseMessage) -> str | None:
@@ -162,16 +173,23 @@ BARE_RESULT, BARE_INPUT = "[cleared]", "# cleared"
 
 def oracle_view(messages: Sequence[BaseMessage], results: Iterable[str],
                 inputs: Iterable[str], texts: Iterable[str] = (),
-                probes: Sequence[str] = ()) -> list[BaseMessage]:
-    """``messages`` with ``results`` and ``inputs`` cleared and the words of the AI
-    messages in ``texts`` left out (calls keep their ids, so results still pair). A result
-    holding a probe fact becomes simagent's own pointer (``context.clearing``); the rest
-    become :data:`BARE_RESULT` and :data:`BARE_INPUT`."""
+                probes: Sequence[str] = (), dropped: Iterable[str] = (),
+                signed: Iterable[str] = ()) -> list[BaseMessage]:
+    """``messages`` with ``results`` and ``inputs`` cleared, the words of the AI
+    messages in ``texts`` left out (calls keep their ids, so results still pair) and the
+    calls in ``dropped`` gone with their results (an AI message left empty goes too), and
+    the code of the calls in ``signed`` cut to its signatures (:func:`signatures`). A
+    result holding a probe fact becomes simagent's own pointer (``context.clearing``); the
+    rest become :data:`BARE_RESULT` and :data:`BARE_INPUT`."""
     results, inputs, drop = frozenset(results), frozenset(inputs), frozenset(texts)
+    gone = frozenset(dropped)
     pointed = frozenset(m.tool_call_id for m in messages if isinstance(m, ToolMessage)
                         and m.tool_call_id in results and any(_holds(m, f) for f in probes))
     out = apply_cleared(messages, pointed, inputs & pointed)
     bare_inputs = {c: BARE_INPUT for c in inputs - pointed}
+    bare_inputs |= {c.get("id"): signatures(_code_of(c)) for m in messages
+                    if isinstance(m, AIMessage) for c in m.tool_calls
+                    if c.get("id") in frozenset(signed) - inputs}
     for i, m in enumerate(out):
         if isinstance(m, ToolMessage) and m.tool_call_id in results - pointed:
             meta = {**(m.response_metadata or {}),
@@ -183,8 +201,50 @@ def oracle_view(messages: Sequence[BaseMessage], results: Iterable[str],
                 m = without_inputs(m, bare_inputs)
             if drop and words_of(m) in drop:
                 m = m.model_copy(update={"content": ""})
+            if gone and any(c.get("id") in gone for c in m.tool_calls):
+                m = _without_calls(m, gone)
             out[i] = m
-    return out
+    return [m for m in out if not _vanished(m, gone)]
+
+
+def _code_of(call: dict[str, Any]) -> str:
+    code = (call.get("args") or {}).get(INPUT_ARGS.get(call.get("name", ""), ""), "")
+    return code if isinstance(code, str) else ""
+
+
+def signatures(code: str) -> str:
+    """What a later call of a function or class defined in ``code`` needs of it: the
+    ``def``/``class`` headers (a header spanning lines whole), the bodies cleared."""
+    lines, out, open_header = code.splitlines(), [], False
+    for line in lines:
+        if _DEFINES.match(line) or open_header:
+            out.append(line)
+            open_header = not line.rstrip().endswith(":")
+    return "# code cleared from view; its definitions:\n" + "\n".join(out)
+
+
+def _vanished(m: BaseMessage, gone: frozenset[str]) -> bool:
+    if isinstance(m, ToolMessage):
+        return m.tool_call_id in gone
+    return bool(gone) and isinstance(m, AIMessage) and not m.tool_calls and not m.text.strip()
+
+
+def _without_calls(msg: AIMessage, gone: frozenset[str]) -> AIMessage:
+    """``msg`` without the calls in ``gone``, in every form a converter might resend."""
+    def kept(block: Any) -> bool:
+        return not (isinstance(block, dict)
+                    and (block.get("id") in gone or block.get("call_id") in gone)
+                    and block.get("type") in ("tool_use", "tool_call", "function_call"))
+
+    update: dict[str, Any] = {"tool_calls": [c for c in msg.tool_calls
+                                             if c.get("id") not in gone]}
+    if isinstance(msg.content, list):
+        update["content"] = [b for b in msg.content if kept(b)]
+    raw = msg.additional_kwargs.get("tool_calls")
+    if isinstance(raw, list):
+        update["additional_kwargs"] = {**msg.additional_kwargs, "tool_calls": [
+            c for c in raw if not (isinstance(c, dict) and c.get("id") in gone)]}
+    return msg.model_copy(update=update)
 
 
 @dataclass
@@ -196,6 +256,7 @@ class OraclePlan:
     decisions: list[Decision] = field(default_factory=list)
     _values: dict[str, set[str]] = field(default_factory=dict)
     _saving: dict[tuple[str, str], bool] = field(default_factory=dict)
+    _sources: dict[str, bool] = field(default_factory=dict)
 
     def _vals(self, msg: ToolMessage) -> set[str]:
         got = self._values.get(msg.tool_call_id)
@@ -213,14 +274,27 @@ class OraclePlan:
             if kind == "result":
                 after = oracle_view([result], {cid}, (), probes=self.probes)[0]
                 got = count_message(after) < count_message(result)
+            elif kind == "signed":
+                after = oracle_view([call], (), (), signed={cid})[0]
+                got = count_message(after) < count_message(call)
             else:
                 after = oracle_view([call, result], {cid}, {cid}, probes=self.probes)[0]
                 got = count_message(after) < count_message(call)
             self._saving[(kind, cid)] = got
         return got
 
-    def needed(self, messages: Sequence[BaseMessage]) -> tuple[set[str], set[str]]:
-        """(result ids, input ids) the requests from here on need in view."""
+    def _probe_source(self, messages: Sequence[BaseMessage], cid: str) -> bool:
+        """Whether the call ``cid`` or its result holds a probe fact (it keeps a pointer)."""
+        got = self._sources.get(cid)
+        if got is None:
+            pair = [m for m in messages if _id_of(m) == cid]
+            got = self._sources[cid] = any(_holds(m, f) for m in pair for f in self.probes)
+        return got
+
+    def needed(self, messages: Sequence[BaseMessage]) -> tuple[set[str], set[str], set[str]]:
+        """(result ids, defining calls) the requests from here on need in view (results in
+        full, definitions as their signatures), and the results that must stay in place (as
+        a mark at least) for a later ``{out[i]}`` to count to the right one."""
         keys = {m.tool_call_id: call_key(m.tool_call_id) for m in messages
                 if isinstance(m, ToolMessage)}
         last_ai = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
@@ -241,33 +315,47 @@ class OraclePlan:
                 results.add(holder.tool_call_id)
         inputs = {by_key[k] for k, last in self.script.callers.items()
                   if k in by_key and last >= nxt}
-        return results, inputs | results
+        placed = {by_key[k] for i in future for k in self.script.spans.get(i, ())
+                  if k in by_key}
+        return results, inputs, placed | results
 
     def view(self, messages: list[BaseMessage], final: bool) -> list[BaseMessage]:
         ids = [m.tool_call_id for m in messages if isinstance(m, ToolMessage)]
-        keep_results, keep_inputs = self.needed(messages)
-        results = frozenset(i for i in ids if i not in keep_results)
-        inputs = frozenset(i for i in ids if i not in keep_inputs and i in results)
-        inputs = frozenset(i for i in inputs if _has_execution(messages, i))
+        keep_results, defs, placed = self.needed(messages)
+        # a call nothing needs again, not even in place, leaves with its result (a summary
+        # drops it too); one holding a probe fact stays as a pointer
+        dropped = frozenset(i for i in ids if i not in placed | defs
+                            and call_key(i) is not None and not self._probe_source(messages, i))
+        results = frozenset(i for i in ids if i not in keep_results and i not in dropped)
+        # code: the latest reply's stays; a definition a later step calls keeps its
+        # signatures (what a call needs); the rest is cleared (its result says what it did)
+        last_ai = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+        keep_code = {c.get("id") for c in (last_ai.tool_calls if last_ai else [])} | {
+            i for i in ids if call_key(i) is None}
+        signed = frozenset(i for i in ids if i in defs and i not in keep_code)
+        inputs = frozenset(i for i in ids if i not in keep_code | defs | dropped
+                           and _has_execution(messages, i))
         # a pointer longer than what it replaces (a short result, a one-line cell) stays out
         results = frozenset(i for i in results if self._saves(messages, "result", i))
         inputs = frozenset(i for i in inputs if self._saves(messages, "input", i))
+        signed = frozenset(i for i in signed if self._saves(messages, "signed", i))
         # the model's own earlier words: what it wrote, it knows (a summary drops them too);
         # the latest reply's stay
         ais = [m for m in messages if isinstance(m, AIMessage)]
         texts = frozenset(t for m in ais[:-1] if (t := words_of(m)))
-        out = oracle_view(messages, results, inputs, texts, self.probes)
+        out = oracle_view(messages, results, inputs, texts, self.probes, dropped, signed)
         restored: set[str] = set()
         if final and self.lost is not None and self.probes:
-            out, results, inputs, texts, restored = self._keep_probes(messages, out, results,
-                                                                      inputs, texts)
+            out, results, inputs, texts, restored = self._keep_probes(
+                messages, out, results, inputs, texts, dropped, signed)
         self.decisions.append(Decision(list(messages), results, inputs, frozenset(restored),
-                                       texts))
+                                       texts, dropped, signed))
         return out
 
     def _keep_probes(self, messages: list[BaseMessage], out: list[BaseMessage],
                      results: frozenset[str], inputs: frozenset[str],
-                     texts: frozenset[str]) -> tuple[Any, ...]:
+                     texts: frozenset[str], dropped: frozenset[str],
+                     signed: frozenset[str]) -> tuple[Any, ...]:
         """Un-clear the latest result (or code, or words) holding each probe fact the
         pointers lose."""
         from simagent.context.recall import request_text
@@ -282,7 +370,7 @@ class OraclePlan:
             cid = _id_of(holder)
             restored.add(cid)
             results, inputs, texts = results - {cid}, inputs - {cid}, texts - {cid}
-            out = oracle_view(messages, results, inputs, texts, self.probes)
+            out = oracle_view(messages, results, inputs, texts, self.probes, dropped, signed)
         return out, results, inputs, texts, restored
 
 

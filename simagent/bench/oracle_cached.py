@@ -39,7 +39,7 @@ from simagent.context.counting import count_message
 from simagent.context.prefix import message_key
 from simagent.context.prices import cache_rules, cache_write_per_mtok, price_for
 
-Item = tuple[str, str]  # ("result" | "input", tool_call_id)
+Item = tuple[str, str]  # ("result" | "input" | "text" | "drop" | "signed", tool_call_id)
 
 
 @dataclass
@@ -71,14 +71,16 @@ class Timeline:
 
 def _items(d: Decision) -> frozenset[Item]:
     return frozenset({("result", c) for c in d.results} | {("input", c) for c in d.inputs}
-                     | {("text", c) for c in d.texts})
+                     | {("text", c) for c in d.texts} | {("drop", c) for c in d.dropped}
+                     | {("signed", c) for c in d.signed})
 
 
 def _view(messages: Sequence[BaseMessage], s: frozenset[Item],
           probes: Sequence[str]) -> list[BaseMessage]:
     return oracle_view(messages, {c for k, c in s if k == "result"},
                        {c for k, c in s if k == "input"}, {c for k, c in s if k == "text"},
-                       probes)
+                       probes, {c for k, c in s if k == "drop"},
+                       {c for k, c in s if k == "signed"})
 
 
 def timeline(decisions: Sequence[Decision], requests: Sequence[Sequence[BaseMessage]],
@@ -99,7 +101,14 @@ def timeline(decisions: Sequence[Decision], requests: Sequence[Sequence[BaseMess
         pos = next((p for p, m in enumerate(last) if _carries(m, item)), None)
         if pos is None:
             continue
-        after = _view([last[pos]], frozenset({item}), probes)[0] if item[0] != "input" \
+        if item[0] == "drop":  # the call and its result; the words go as a "text" item
+            pair = _pair(last, pos, item[1])
+            words = frozenset({("text", w)} if (w := words_of(last[pos])) else ())
+            saving[item] = (pos, sum(count_message(m, ruler) for m in _view(pair, words, probes))
+                            - sum(count_message(m, ruler)
+                                  for m in _view(pair, words | {item}, probes)))
+            continue
+        after = _view([last[pos]], frozenset({item}), probes)[0] if item[0] == "result" \
             else _view(_pair(last, pos, item[1]), frozenset({item}), probes)[0]
         saving[item] = (pos, full[pos] - count_message(after, ruler))
     return Timeline(list(last), lengths, heads, schemas, [_items(d) for d in decisions], full,
