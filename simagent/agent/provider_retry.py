@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import itertools
 import math
 import random
 import threading
@@ -242,39 +243,25 @@ class ProviderRetryMiddleware(AgentMiddleware):
     def name(self) -> str:
         return f"ProviderRetryMiddleware[{self.agent}]"
 
+    # The two shells differ only in how they call the model and wait; what a failure
+    # means (retry after a delay, or give up) is decided once, in ``_next``.
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        retry = 0
-        while True:
+        for done in itertools.count():
             try:
-                response = handler(request)
-                if self.policy.check_finish_reason:
-                    check_finished(request.model, response)
-                return response
+                return self._checked(request, handler(request))
             except Exception as exc:
-                delay = self._next(exc, retry)
-                if delay is None:
+                delay = self._next(exc, done)
+                if delay is None or self._stopped(exc, done, self._cancelled(delay)):
                     raise
-                if self._cancelled(delay):
-                    self._give_up(exc, retry, cancelled=True)
-                    raise
-                retry += 1
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        retry = 0
-        while True:
+        for done in itertools.count():
             try:
-                response = await handler(request)
-                if self.policy.check_finish_reason:
-                    check_finished(request.model, response)
-                return response
+                return self._checked(request, await handler(request))
             except Exception as exc:
-                delay = self._next(exc, retry)
-                if delay is None:
+                delay = self._next(exc, done)
+                if delay is None or self._stopped(exc, done, await self._acancelled(delay)):
                     raise
-                if await self._acancelled(delay):
-                    self._give_up(exc, retry, cancelled=True)
-                    raise
-                retry += 1
 
     # ---------------------------------------------------------------- internals
     def _next(self, exc: Exception, done: int) -> float | None:
@@ -295,6 +282,18 @@ class ProviderRetryMiddleware(AgentMiddleware):
         self._trace(payload)
         write_stream({"type": "provider_retry", "agent": self.agent, **payload})
         return delay
+
+    def _checked(self, request: Any, response: Any) -> Any:
+        """``response``; a cut-off one raises when the policy checks finish reasons."""
+        if self.policy.check_finish_reason:
+            check_finished(request.model, response)
+        return response
+
+    def _stopped(self, exc: Exception, done: int, cancelled: bool) -> bool:
+        """After a backoff wait: True, the end traced, when a cancel ended the wait."""
+        if cancelled:
+            self._give_up(exc, done, cancelled=True)
+        return cancelled
 
     def _give_up(self, exc: Exception, retries: int, fault: Fault | None = None, *,
                   cancelled: bool = False) -> None:

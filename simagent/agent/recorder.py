@@ -150,6 +150,10 @@ class TraceRecorder(AgentMiddleware):
         return call, time.monotonic()
 
     def _error_result(self, call: dict[str, Any], exc: BaseException) -> ToolMessage:
+        """A broken tool becomes an error result, not a dead turn; a graph interrupt
+        (an approval, a subagent's) is no failure and goes on up."""
+        if isinstance(exc, GraphBubbleUp):
+            raise exc
         self.trace.append("error", {"message": f"{type(exc).__name__}: {exc}",
                                     "where": f"tool {call.get('name')}"})
         text = str(exc).strip() or "(no message)"
@@ -158,7 +162,8 @@ class TraceRecorder(AgentMiddleware):
                            tool_call_id=call.get("id") or "", name=call.get("name"),
                            status="error")
 
-    def _after_tool(self, request: Any, call: dict[str, Any], t0: float, result: Any) -> None:
+    def _after_tool(self, request: Any, call: dict[str, Any], t0: float, result: Any) -> Any:
+        """Trace and stream the finished call; ``result`` goes back unchanged."""
         elapsed = round(time.monotonic() - t0, 3)
         msg = tool_message_of(result)
         content = msg.text if msg is not None else ""
@@ -184,6 +189,7 @@ class TraceRecorder(AgentMiddleware):
                              "elapsed_s": elapsed, "agent": self.agent,
                              "raw_path": artifact.get("raw_path"), "outcome": outcome,
                              "recovery": artifact.get("recovery")})
+        return result
 
     @staticmethod
     def _emit(request: Any, item: dict[str, Any]) -> None:
@@ -198,20 +204,14 @@ class TraceRecorder(AgentMiddleware):
         call, t0 = self._before_tool(request)
         try:
             result = handler(request)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:  # a broken tool becomes an error result, not a dead turn
+        except Exception as exc:
             result = self._error_result(call, exc)
-        self._after_tool(request, call, t0, result)
-        return result
+        return self._after_tool(request, call, t0, result)
 
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         call, t0 = self._before_tool(request)
         try:
             result = await handler(request)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:  # a broken tool becomes an error result, not a dead turn
+        except Exception as exc:
             result = self._error_result(call, exc)
-        self._after_tool(request, call, t0, result)
-        return result
+        return self._after_tool(request, call, t0, result)

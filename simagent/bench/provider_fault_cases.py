@@ -12,20 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from simagent.bench.fault_bench import (
-    ALIVE,
-    ALIVE_CODE,
-    CHECK_CODE,
-    RESTORED,
-    SETUP_CODE,
-    Clock,
-    FaultCase,
-    Lab,
-    Outcome,
-    lost_since,
-    no_orphans,
-    snapshot,
-)
+# the kernel's side of a case (state set up, read back, lost) is the kernel cases' protocol
+from simagent.bench import fault_bench as kernel_probe
+from simagent.bench.fault_bench import Clock, FaultCase, Lab, Outcome
 
 #: The client's read timeout in the provider cases (a "hang" reply outlasts it).
 CLIENT_TIMEOUT_S = 3.0
@@ -65,26 +54,27 @@ def provider_fault(lab: Lab, faults: list[Any], *, gives_up: bool = False,
     from simagent.bench.openai_stub import OpenAIStub, Reply
 
     session = lab.session()
-    with OpenAIStub([_call(SETUP_CODE), Reply(text="ready")]) as stub:
+    with OpenAIStub([_call(kernel_probe.SETUP_CODE), Reply(text="ready")]) as stub:
         runner = _stub_runner(lab, session, stub, **config)
         first = runner.run("set up the model")
-        before = snapshot(session)
-        after = [_call(CHECK_CODE), Reply(text="checked")]
+        before = kernel_probe.snapshot(session)
+        after = [_call(kernel_probe.CHECK_CODE), Reply(text="checked")]
         stub.push(*faults, *([] if gives_up else after))
         clock = Clock()
         t0 = time.monotonic()
         second = runner.run("run the study", clock)
         t_second = time.monotonic() - t0
-        stub.push(*([after[0]] if gives_up else []), _call(ALIVE_CODE), Reply(text="alive"))
+        stub.push(*([after[0]] if gives_up else []), _call(kernel_probe.ALIVE_CODE),
+                  Reply(text="alive"))
         third_clock = Clock()
         third = runner.run("go on", third_clock)
         requests = len(stub.chat_requests)
     retries = [e for e in session.trace.events(["provider_retry"])
                if not e.payload.get("gave_up")]  # the give-up record is not a retry
     texts = [*clock.outputs, *third_clock.outputs]
-    restored = any(RESTORED in t for t in texts)
-    lost, what = lost_since(session, before)
-    clean = no_orphans(runner) and not _partial_in_checkpoint(runner)
+    restored = any(kernel_probe.RESTORED in t for t in texts)
+    lost, what = kernel_probe.lost_since(session, before)
+    clean = kernel_probe.no_orphans(runner) and not _partial_in_checkpoint(runner)
     if gives_up:
         ok_second = second.status == "error" and second.provider_error and \
             "\n" not in (second.error or "")
@@ -94,7 +84,7 @@ def provider_fault(lab: Lab, faults: list[Any], *, gives_up: bool = False,
         check = clock.order[0] if clock.order else ""
         recover = (clock.started[check] - t0) if check in clock.started else None
     survived = (first.status == "done" and ok_second and third.status == "done"
-                and any(ALIVE in t for t in third_clock.outputs) and clean)
+                and any(kernel_probe.ALIVE in t for t in third_clock.outputs) and clean)
     detail = (f"{len(retries)} retries, {requests} requests"
               + (f"; error: {second.error}" if second.error else ""))
     if not clean:
