@@ -75,7 +75,6 @@ def check_model(workspace: Path) -> Check:
         return Check("model", False, "no model chosen", "pass --model provider:model, set "
                      "SIMAGENT_MODEL, or add model = \"...\" to .simagent/config.toml "
                      "(scripted:PATH and the bench's replay need no key)", level="warn")
-    import simagent.model_kinds  # noqa: F401  (every --model kind registers on import)
     from simagent.models import ModelError, resolve_model
 
     try:

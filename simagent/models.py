@@ -120,13 +120,15 @@ class ModelKind:
     """A ``--model`` prefix: ``build(spec, model_config, environ) -> KindModel``.
 
     ``split`` turns what follows the prefix into ``(name, base_url)`` or raises
-    ``ValueError`` saying why it is malformed; ``form`` is how the error line names it.
+    ``ValueError`` saying why it is malformed; ``form`` is how the error line names it;
+    ``suggest`` lists ``(spec, note)`` examples a front end offers (``/model``'s Tab).
     """
 
     prefix: str
     build: Callable[[ModelSpec, dict[str, Any], Mapping[str, str]], KindModel]
     form: str
     split: Callable[[str], tuple[str, str | None]] | None = None
+    suggest: Callable[[], list[tuple[str, str]]] | None = None
 
 
 _KINDS: dict[str, ModelKind] = {}
@@ -136,6 +138,11 @@ def register_kind(kind: ModelKind) -> ModelKind:
     """Make ``kind.prefix`` a model kind (a later registration of the prefix replaces it)."""
     _KINDS[kind.prefix.lower()] = kind
     return kind
+
+
+def kind_suggestions() -> list[tuple[str, str]]:
+    """``(spec, note)`` examples from every registered kind that offers some."""
+    return [s for _, k in sorted(_KINDS.items()) if k.suggest for s in k.suggest()]
 
 
 def expected_forms() -> str:

@@ -19,6 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+# the CLI registers every --model kind at start; tests that embed a front end in-process
+# (the TUI, doctor) stand where the CLI would
+import simagent.model_kinds  # noqa: F401
 from simagent.paths import SessionPaths
 from simagent.trace import redact
 

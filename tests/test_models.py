@@ -403,3 +403,14 @@ def test_describe_anthropic_errors_and_wrapped_causes() -> None:
     refused = httpx.ConnectError("[Errno 111] Connection refused", request=request)
     assert describe_provider_error(refused) == (
         "provider error: cannot reach https://api.anthropic.com/v1 (connection refused)")
+
+
+def test_a_kind_offers_its_suggestions_to_the_front_ends() -> None:
+    """``/model``'s Tab lists what each registered kind suggests: the bench's replay kind
+    offers its workflows through the registry, so the TUI never imports the bench."""
+    from simagent.models import kind_suggestions
+    from simagent.tui.slash import SUGGESTED_MODELS, complete_models
+
+    offered = dict(kind_suggestions())
+    assert "replay:canary" in offered and all(s.startswith("replay:") for s in offered)
+    assert complete_models(None) == [*SUGGESTED_MODELS, *kind_suggestions()]  # type: ignore[arg-type]

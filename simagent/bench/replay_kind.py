@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from simagent.bench.workflow import WorkflowError, bundled_workflows, resolve_workflows
 from simagent.exit_codes import USAGE
 from simagent.models import KindModel, ModelError, ModelKind, ModelSpec, register_kind
 
 
 def build_replay(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> KindModel:
     from simagent.agent.scripted import ScriptedChatModel  # langchain: only when used
-    from simagent.bench.workflow import WorkflowError, resolve_workflows
 
     try:
         (workflow,) = resolve_workflows([spec.name])
@@ -29,4 +29,10 @@ def build_replay(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -
     return KindModel(chat, workflow=workflow)
 
 
-KIND = register_kind(ModelKind("replay", build_replay, "replay:WORKFLOW_ID"))
+def replay_suggestions() -> list[tuple[str, str]]:
+    """Every bundled workflow as a ``replay:`` spec (``/model``'s Tab offers them)."""
+    return [(f"replay:{wf}", "bench trajectory, no key") for wf in bundled_workflows()]
+
+
+KIND = register_kind(ModelKind("replay", build_replay, "replay:WORKFLOW_ID",
+                               suggest=replay_suggestions))

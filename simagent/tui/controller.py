@@ -128,7 +128,6 @@ class TuiController(StatusFeed, TurnDriving):
 
     def _resolve(self, spec: str) -> str | None:
         """Resolve ``spec`` into ``self.resolved``; a one-line error, or None when fine."""
-        import simagent.model_kinds  # noqa: F401  (every --model kind registers on import)
         from simagent.models import ModelError, resolve_model
 
         try:

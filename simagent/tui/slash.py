@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simagent.models import kind_suggestions
+
 if TYPE_CHECKING:
     from simagent.tui.controller import TuiController
 
@@ -293,10 +295,7 @@ def cmd_quit(ctl: TuiController, arg: str) -> None:
 
 # --------------------------------------------------------------- completion
 def complete_models(ctl: TuiController) -> list[tuple[str, str]]:
-    from simagent.bench.workflow import bundled_workflows
-
-    replays = [(f"replay:{wf}", "bench trajectory, no key") for wf in bundled_workflows()]
-    return [*SUGGESTED_MODELS, *replays]
+    return [*SUGGESTED_MODELS, *kind_suggestions()]  # replay: offers the bench's workflows
 
 
 def complete_memory(ctl: TuiController) -> list[tuple[str, str]]:
