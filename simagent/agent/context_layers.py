@@ -23,6 +23,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import HumanMessage, ToolMessage
 
 from simagent.agent.scripted import ScriptedChatModel
+from simagent.agent.small_tier import SmallModelMiddleware, skill_names, small_prompt
 from simagent.agent.tool_text import SlimToolsMiddleware
 from simagent.context import thresholds as th
 from simagent.context.compaction import Compactor
@@ -36,6 +37,7 @@ from simagent.context.reporting import emit
 from simagent.context.summary import ExtractiveSummarizer, ModelSummarizer, Summarizer
 from simagent.context.tokens import Ruler, resolve_ruler
 from simagent.models import resolve_model
+from simagent.paths import content_dir
 from simagent.trace.usage import usage_record
 
 if TYPE_CHECKING:
@@ -174,6 +176,14 @@ def _usage_recorder(session: Session) -> Any:
     return record
 
 
+def small_model_middleware(session: Session, window: int) -> SmallModelMiddleware:
+    """The small model's prompt and tools for this session (``agent/small_tier.py``)."""
+    sim = session.simulator
+    sources = [content_dir("skills"), *([sim.skills_dir] if sim is not None else [])]
+    return SmallModelMiddleware(small_prompt(sim, session.workspace, skill_names(sources)),
+                                th.small_agent_tools(window))
+
+
 @dataclass
 class ContextLayers:
     """The middleware list for ``create_deep_agent`` plus handles the UI needs."""
@@ -211,6 +221,8 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
     middleware: list[Any] = [fs, SummarizationOff(), context]
     if settings.slim_tools:  # outside the context layers: they measure what is sent
         middleware.insert(2, SlimToolsMiddleware())
+    if agent == "main" and th.small_agent(model_id, settings):
+        middleware.insert(-1, small_model_middleware(session, context.thresholds.window))
     if agent == "main":
         middleware += [WatchdogMiddleware(session.trace, settings, agent=agent),
                        CostCeilingMiddleware(session.trace, session.usage, settings),

@@ -44,7 +44,7 @@ UNMANAGED = ContextSettings(evict_tokens=None, clear_fraction=None, summarize=Fa
                             tool_cap_chars=0, watchdog="off", repl_watchdog="off",
                             summary_model="extractive",
                             state_card_tokens=0, cache_pin=False, clear_inputs=False, ledger=False,
-                            slim_tools=False)
+                            slim_tools=False, small_agent=False)
 
 View = Callable[[list[BaseMessage], int], list[BaseMessage]]
 

@@ -287,60 +287,59 @@ def run_replay(wf: Workflow, policy: Policy, epoch: int, recording: Any,
 def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
              out_dir: Path, commit: str | None = None,
              enforced: bool = False) -> dict[str, Any]:
-    """One live run: a real model, a real kernel, the workflow's prompt (no script).
-    ``enforced`` (``--window``): the model is configured with ``wf.window``, so a ``local:``
-    server loads that ``n_ctx``. The model is closed after the run (its server stops)."""
+    """One live run: a real model, a real kernel, the workflow's prompt (no script), in a
+    session configured as ``simagent run`` would be there (``bench.live``); the policy
+    shapes the context. ``enforced`` (``--window``): the model is configured with
+    ``wf.window``, so a ``local:`` server loads that ``n_ctx``. The model is closed after
+    the run (its server stops); its server's timings come from its log."""
+    from langchain.agents.middleware import ModelCallLimitMiddleware
+
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
-    from simagent.config import Config
+    from simagent.bench.live import (
+        RequestTap,
+        call_limit,
+        final_view,
+        live_config,
+        live_verdict,
+        server_timings,
+    )
     from simagent.models import resolve_model
     from simagent.session import Session
 
-    resolved = resolve_model(model_spec,
-                             model_config={"window": wf.window} if enforced else None)
     run_dir = out_dir / "runs" / (f"{wf.id}--{policy.slug}--{epoch}--live"
                                   + (f"--{window_tag(wf.window)}" if enforced else ""))
+    workspace = run_dir / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    wf.write_fixtures(workspace)
+    config = live_config(workspace, wf.window if enforced else None)
+    resolved = resolve_model(model_spec, model_config=config.model_settings)
     try:
-        workspace = run_dir / "workspace"
-        workspace.mkdir(parents=True, exist_ok=True)
-        wf.write_fixtures(workspace)
         session = Session.create(workspace, simulator=wf.simulator, approval="auto",
-                                 model=resolved.id, config=Config())
+                                 model=resolved.id, config=config)
         resolved.keep_logs_in(session.paths.root)
+        limit = call_limit(wf)
         try:
-            tap = RequestTap()
-            agent = build_agent(session, resolved, middleware=policy.middleware(wf.window),
-                                context_settings=policy.context_settings(
-                                    resolved.window or wf.window))
+            agent = build_agent(
+                session, resolved, front_end="headless",
+                middleware=[*policy.middleware(wf.window),
+                            *([ModelCallLimitMiddleware(run_limit=limit)] if limit else [])],
+                context_settings=policy.context_settings(resolved.window or wf.window))
             session.start_kernel()
             started = time.monotonic()
             result = TurnRunner(session, agent).run(wf.prompt)
             wall = time.monotonic() - started
-            tap.requests = [_final_view(agent, session)]
-            row = measure_run(wf, policy, epoch, session=session, model=tap, result=result,
+            row = measure_run(wf, policy, epoch, session=session,
+                              model=RequestTap([final_view(agent, session)]), result=result,
                               wall=wall, mode="live", model_id=resolved.id, commit=commit,
                               enforced=enforced)
-            # the window the model really loaded (llama.cpp rounds n_ctx up to 256)
-            return {**row, "model_window": resolved.window}
         finally:
             session.close()
     finally:
         resolved.close()
-
-
-class RequestTap:
-    """Stands in for the scripted model's request log in live runs."""
-
-    def __init__(self) -> None:
-        self.requests: list[list[Any]] = []
-
-
-def _final_view(agent: Any, session: Any) -> list[Any]:
-    """The messages the model would see next (the context layers' view of the state)."""
-    from simagent.context.middleware import current_view
-
-    state = agent.graph.get_state(session.thread_config).values
-    return list(current_view(state))
+    # the window the model really loaded (llama.cpp rounds n_ctx up to 256)
+    return {**live_verdict(row), "model_window": resolved.window, "call_limit": limit,
+            "server": server_timings((resolved.info or {}).get("log"))}
 
 
 def unrefused_at(row: dict[str, Any], window: int) -> bool:

@@ -70,11 +70,17 @@ SMALL_TIER_WINDOW = 32_000
 #: Model-id patterns that place a model in a tier, tried small, then mid, then frontier
 #: (substrings, plus parameter counts such as ``:8b`` matched as whole tokens).
 TIER_PATTERNS = {
-    "small": r"haiku|flash|(?<![a-z])mini|nano|lite|small|(?<![\d.])[1-9](\.\d+)?b\b",
+    "small": r"haiku|flash|(?<![a-z])mini|nano|lite|small|(?<![\d.])(0\.\d+|[1-9](\.\d+)?)b\b",
     "mid": r"sonnet|gemini-2\.5-pro|gpt-4o|gpt-4\.1|medium|(?<![\d.])[1-5]\d(\.\d+)?b\b",
     "frontier": r"opus|gpt-5|(?<![a-z0-9])o[134]\b|gemini-3|-pro\b|deepseek-r1|"
                 r"(?<![\d.])([6-9]\d|\d{3,})(\.\d+)?b\b",
 }
+#: Models that get the small-model prompt and tool set (``agent/small_tier.py``): open
+#: weights of under 10B parameters by the count in their id (``qwen2.5-coder-0.5b``,
+#: ``qwen3:4b``). Small-tier API models (Haiku, Flash, mini) handle the full tool set.
+SMALL_AGENT_PATTERN = r"(?<![\d.])(0\.\d+|[1-9](\.\d+)?)b\b"
+#: Up to this window a small model sees ``run_python`` alone; above it, ``read_file`` too.
+SMALL_AGENT_ONE_TOOL_WINDOW = 12_000
 #: Per-tool output cap at execution time (head + tail chars reaching the model; the full
 #: text stays on disk and the marker names it). Below Codex's 10 KiB shell limit and
 #: Claude Code's 30k: with the real ruler, 6k chars of numeric output is ~2-3k tokens.
@@ -141,6 +147,9 @@ class ContextSettings:
     clear_inputs: bool = True
     #: send deepagents' tools with simagent's slim descriptions (``agent/tool_text.py``)
     slim_tools: bool = True
+    #: a small open-weight model gets a short prompt, skills by name, one or two tools and
+    #: a forced first tool call (:func:`small_agent`, ``agent/small_tier.py``)
+    small_agent: bool = True
     summary_fraction: float | None = None  # None: by tier
     summary_tiers: Mapping[str, float] = field(default_factory=lambda: dict(SUMMARY_TIERS))
     summary_keep_fraction: float = SUMMARY_KEEP_FRACTION
@@ -332,6 +341,20 @@ def model_tier(model_id: str | None, window: int | None = None) -> str | None:
         if re.search(TIER_PATTERNS[tier], name):
             return tier
     return "small" if window and window <= SMALL_TIER_WINDOW else None
+
+
+def small_agent(model_id: str | None, settings: ContextSettings) -> bool:
+    """Whether this model gets the small-model prompt and tools (see
+    :data:`SMALL_AGENT_PATTERN`); ``small_agent = false`` in ``[context]`` turns it off."""
+    return settings.small_agent and bool(
+        re.search(SMALL_AGENT_PATTERN, (model_id or "").lower()))
+
+
+def small_agent_tools(window: int) -> tuple[str, ...]:
+    """The tools a small model is shown at ``window``: fewer at 8k."""
+    if window <= SMALL_AGENT_ONE_TOOL_WINDOW:
+        return ("run_python",)
+    return ("run_python", "read_file")
 
 
 def summary_fraction(model_id: str | None, settings: ContextSettings,

@@ -1,0 +1,139 @@
+"""What a small open-weight model is sent: a short prompt, skills by name, one or two tools,
+and a first tool call decoded under the tool's grammar.
+
+A 0.5B-1.5B model at an 8k window drowns in simagent's full request: the ground rules,
+deepagents' filesystem, todo and subagent instructions and a dozen tool schemas come to
+~6k tokens before the task, and on a 2-core CPU each of them costs a second of prompt
+processing at best. It also answers from its imagination more often than it computes.
+So, for the models :func:`simagent.context.thresholds.small_agent` names:
+
+- the system prompt is replaced by :data:`SMALL_RULES` plus the simulator's import line,
+  the workspace, the skills by name (each a path to read when needed) and the memory
+  index the middleware above added;
+- the model is shown only :func:`~simagent.context.thresholds.small_agent_tools` (the
+  tool node still runs any call of the others), with short descriptions;
+- until the turn has run a tool, ``tool_choice`` names ``run_python``: llama.cpp's server
+  then decodes the arguments under a grammar built from the tool's JSON schema, so the
+  first reply is a valid call that computes instead of a guessed answer.
+
+It sits just outside the context layers, so what they count and the recorder traces is
+the request as sent. Request only: the state and the graph's tools are untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool
+
+from simagent.context.counting import MEMORY_MARKER
+from simagent.simulators import Simulator
+
+SMALL_RULES = """\
+You are simagent, a scientist's assistant with a persistent Python kernel.
+Answer by computing: call `run_python` with code that loads the data, computes and \
+prints each result with a label and units. Every number you report must be one your \
+code printed. The kernel keeps variables between calls. If a call fails, fix the code \
+and run it again.
+When the printed output answers the question, reply without a tool call: one or two \
+sentences with the numbers and units, and the files you saved."""
+
+#: Short model-facing descriptions for the tools a small model is shown.
+SHORT_DESCRIPTIONS = {
+    "run_python": "Run Python code in the persistent kernel (working directory: the "
+                  "workspace). Returns what the code prints, or the error.",
+    "read_file": "Read a text file (absolute path); `offset` and `limit` page it.",
+}
+FORCED_TOOL = "run_python"
+
+
+def skill_names(sources: Sequence[str | Path]) -> list[tuple[str, Path]]:
+    """(name, SKILL.md path) of every skill in ``sources``, later sources overriding."""
+    found: dict[str, Path] = {}
+    for source in sources:
+        for skill in sorted(Path(source).glob("*/SKILL.md")):
+            found[skill.parent.name] = skill
+    return sorted(found.items())
+
+
+def small_prompt(sim: Simulator | None, workspace: Path,
+                 skills: Sequence[tuple[str, Path]]) -> str:
+    """The small model's system prompt, memory index excluded (added per request)."""
+    parts = [SMALL_RULES, f"Workspace (the kernel's working directory): {workspace}"]
+    if sim is not None:
+        parts.append(f"Simulator: {sim.display_name}; import "
+                     + ", ".join(sim.packages or ()) + ".")
+    if skills:
+        parts.append("Skills (read one with print(open(path).read()) only if the task "
+                     "needs it): " + "; ".join(f"{n}: {p}" for n, p in skills))
+    return "\n\n".join(parts)
+
+
+def memory_index(system_text: str) -> str:
+    """The workspace memory block the memory middleware put in the prompt ('' if none or
+    empty)."""
+    start = system_text.find(MEMORY_MARKER)
+    if start < 0:
+        return ""
+    end = system_text.find("</workspace_memory>", start)
+    body = system_text[start + len(MEMORY_MARKER):end if end > 0 else None].strip()
+    if not body or body.startswith("(No memory"):
+        return ""
+    return f"Workspace notes (read one if it matters):\n{body}"
+
+
+def short_tool(tool: Any) -> Any:
+    """A copy of ``tool`` with its short description (request only)."""
+    text = SHORT_DESCRIPTIONS.get(getattr(tool, "name", ""))
+    if text is None or not isinstance(tool, BaseTool):
+        return tool
+    return tool.model_copy(update={"description": text})
+
+
+def ran_a_tool(messages: Sequence[Any]) -> bool:
+    """Whether the current turn (since the person's last message) has a tool result."""
+    for msg in reversed(messages):
+        if isinstance(msg, ToolMessage):
+            return True
+        if isinstance(msg, HumanMessage) and not msg.additional_kwargs.get("lc_source"):
+            return False
+    return False
+
+
+class SmallModelMiddleware(AgentMiddleware):
+    """The small model's request (see the module docstring)."""
+
+    def __init__(self, prompt: str, tools: Sequence[str]) -> None:
+        super().__init__()
+        self.prompt, self.shown = prompt, tuple(tools)
+        self._copies: dict[int, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return "SmallModelMiddleware"
+
+    def rewrite(self, request: Any) -> Any:
+        system = request.system_message.text if request.system_message else ""
+        prompt = "\n\n".join(p for p in (self.prompt, memory_index(system)) if p)
+        shown = []
+        for tool in request.tools:
+            if getattr(tool, "name", None) in self.shown:
+                if id(tool) not in self._copies:
+                    self._copies[id(tool)] = short_tool(tool)
+                shown.append(self._copies[id(tool)])
+        names = {getattr(t, "name", None) for t in shown}
+        force = FORCED_TOOL in names and not ran_a_tool(request.messages)
+        return request.override(
+            system_message=SystemMessage(prompt), tools=shown,
+            tool_choice={"type": "function", "function": {"name": FORCED_TOOL}}
+            if force else request.tool_choice)
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(self.rewrite(request))
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await handler(self.rewrite(request))

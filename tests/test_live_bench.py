@@ -1,0 +1,89 @@
+"""``bench run --mode live``: each run measures the product as a person would run it.
+
+The runs here play a workflow's own script (``scripted:<workflow>.toml``, a real model
+kind resolved as any other) through the real graph and a real kernel, so what is under
+test is the live harness: the configuration the session gets, the bound on model calls,
+the verdict's budgets. The server's timings are read from a real llama.cpp server's log
+(a tiny random model, ``tiny_gguf.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import simagent.model_kinds  # noqa: F401  (registers local:)
+from simagent.bench.live import live_verdict, server_timings
+from simagent.bench.policies import POLICIES
+from simagent.bench.workflow import resolve_workflows
+from simagent.bench.workflow_runs import run_live
+
+CANARY = resolve_workflows(["canary"])[0]
+
+
+def with_config(wf, text: str):
+    """``wf`` whose workspace holds ``.simagent/config.toml`` = ``text``."""
+    return replace(wf, fixtures={**wf.fixtures, ".simagent/config.toml": {"text": text}})
+
+
+def test_a_live_run_gets_the_workspace_config_and_the_run_window_over_it(
+        tmp_path: Path) -> None:
+    wf = with_config(CANARY, "[model]\nwindow = 12000\n")
+    spec = f"scripted:{CANARY.path}"
+    free = run_live(wf, POLICIES["simagent"], 0, spec, tmp_path / "a")
+    assert free["model_window"] == 12000  # the workspace's [model] window, as `simagent run`
+    assert free["verdict"] == "pass", free["failed_scorers"]
+    at = run_live(replace(wf, window=9000), POLICIES["simagent"], 0, spec, tmp_path / "b",
+                  enforced=True)
+    assert at["model_window"] == 9000  # the bench's enforced window wins
+
+
+def test_a_live_run_stops_one_model_call_past_the_workflow_budget(tmp_path: Path) -> None:
+    """A model that keeps calling tools is stopped: the row fails its budget and ends."""
+    looping = [{"tool": "run_python", "args": {"code": f"print({i})"}} for i in range(12)]
+    script = tmp_path / "loop.json"
+    script.write_text(json.dumps([*looping, {"final": "done"}]))
+    row = run_live(CANARY, POLICIES["simagent"], 0, f"scripted:{script}", tmp_path / "out")
+    budget = CANARY.budgets["model_calls"]
+    assert row["call_limit"] == budget + 1
+    assert row["model_calls"] == budget + 1
+    assert "budget:model_calls" in row["failed_scorers"] and row["verdict"] == "fail"
+
+
+def test_the_seconds_budget_is_reported_not_failed_in_a_live_run() -> None:
+    row = {"verdict": "fail", "failed_scorers": ["budget:seconds"]}
+    assert live_verdict(row) == {"verdict": "pass", "failed_scorers": [],
+                                 "over_seconds_budget": True}
+    other = live_verdict({"verdict": "fail", "failed_scorers": ["numeric", "budget:seconds"]})
+    assert (other["verdict"], other["failed_scorers"]) == ("fail", ["numeric"])
+
+
+def test_server_timings_without_a_log_are_none(tmp_path: Path) -> None:
+    assert server_timings(None) is None
+    (tmp_path / "x.log").write_text("no timing here\n")
+    assert server_timings(tmp_path / "x.log") is None
+
+
+def test_server_timings_are_read_from_a_real_llama_cpp_servers_log(tmp_path: Path) -> None:
+    """The lines a real llama.cpp server prints after each completion (tiny random model,
+    two short requests) add up to the figures a live record carries."""
+    pytest.importorskip("llama_cpp", reason="needs the local extra")
+    from langchain_core.messages import HumanMessage
+    from tiny_gguf import write_tiny_gguf
+
+    from simagent.models import resolve_model
+
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    resolved = resolve_model(f"local:{model}", model_config={"window": 512, "max_output": 4})
+    try:
+        for text in ("hello", "hello again"):
+            resolved.chat_model.invoke([HumanMessage(text)])
+    finally:
+        resolved.close()
+    timings = server_timings(resolved.info["log"])
+    assert timings is not None and timings["completions"] == 2
+    assert timings["prompt_eval_tokens"] > 0 and timings["prompt_eval_ms"] > 0
+    assert timings["eval_tokens"] > 0 and timings["total_ms"] >= timings["eval_ms"]

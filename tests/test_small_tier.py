@@ -1,0 +1,113 @@
+"""A small open-weight model's request: short prompt, skills by name, one or two tools,
+and a first call forced to ``run_python`` (``agent/small_tier.py``).
+
+The real graph and a real kernel play a script; the model records what each call bound
+(tool names and ``tool_choice``), which is what an OpenAI-compatible server receives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import SystemMessage
+from pydantic import Field
+
+from simagent.agent.builder import build_agent
+from simagent.agent.prompts import GROUND_RULES
+from simagent.agent.runner import TurnRunner
+from simagent.agent.scripted import ScriptedChatModel
+from simagent.agent.small_tier import SMALL_RULES, ran_a_tool
+from simagent.bench.policies import POLICIES
+from simagent.context.thresholds import ContextSettings, model_tier, small_agent
+from simagent.session import Session
+
+FORCED = {"type": "function", "function": {"name": "run_python"}}
+STEPS = [{"tool": "run_python", "args": {"code": "x = 6 * 7\nprint('x =', x)"}},
+         {"final": "x is 42."}]
+
+
+class BindingRecorder(ScriptedChatModel):
+    """The scripted model, noting the tools and tool_choice each call binds."""
+
+    bindings: list[tuple[list[str], Any]] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:
+        names = sorted(getattr(t, "name", None) or t.get("name") or t["function"]["name"]
+                       for t in tools)
+        self.bindings.append((names, tool_choice))
+        return super().bind_tools(tools, tool_choice=tool_choice, **kwargs)
+
+
+def play(workspace: Path, name: str, window: int,
+         settings: ContextSettings | None = None) -> BindingRecorder:
+    model = BindingRecorder.from_steps(STEPS, window=window, name=name)
+    session = Session.create(workspace, simulator="scipy", approval="auto")
+    try:
+        agent = build_agent(session, model, front_end="headless",
+                            context_settings=replace(settings or ContextSettings(),
+                                                     window=window))
+        session.start_kernel()
+        result = TurnRunner(session, agent).run("What is 6 times 7? Compute it.")
+        assert result.status == "done" and result.final == "x is 42."
+    finally:
+        session.close()
+    return model
+
+
+def system_text(model: ScriptedChatModel, call: int) -> str:
+    first = model.requests[call][0]
+    assert isinstance(first, SystemMessage)
+    return first.text
+
+
+def test_the_tier_places_sub_billion_models_by_name() -> None:
+    assert model_tier("local:qwen2.5-coder-0.5b") == "small"  # was unplaced (None)
+    assert small_agent("local:qwen2.5-coder-0.5b", ContextSettings())
+    assert small_agent("ollama:qwen3:4b", ContextSettings())
+    # small-tier API models keep the full tool set; replay stands for a frontier model
+    assert not small_agent("anthropic:claude-haiku-4-5", ContextSettings())
+    assert not small_agent("replay:canary", ContextSettings())
+    assert not small_agent("local:qwen2.5-coder-0.5b", ContextSettings(small_agent=False))
+
+
+def test_a_small_model_at_8k_sees_one_tool_a_short_prompt_and_a_forced_first_call(
+        workspace: Path) -> None:
+    model = play(workspace, "scripted:qwen2.5-coder-0.5b", 8192)
+    assert model.bindings == [(["run_python"], FORCED), (["run_python"], None)]
+    prompt = system_text(model, 0)
+    assert prompt.startswith(SMALL_RULES) and GROUND_RULES not in prompt
+    assert str(workspace) in prompt
+    assert "scipy-overview:" in prompt and "SKILL.md" in prompt  # skills by name and path
+    assert len(prompt) < 2500
+
+
+def test_a_small_model_at_16k_also_sees_read_file(workspace: Path) -> None:
+    model = play(workspace, "scripted:qwen2.5-coder-0.5b", 16384)
+    assert model.bindings[0] == (["read_file", "run_python"], FORCED)
+
+
+def test_the_stock_policy_and_a_large_model_get_the_full_request(tmp_path: Path) -> None:
+    for i, (name, settings) in enumerate([
+            ("scripted:qwen2.5-coder-0.5b", POLICIES["stock"].settings),
+            ("scripted:claude-sonnet-4-5", None)]):
+        ws = tmp_path / f"ws{i}"
+        ws.mkdir()
+        model = play(ws, name, 8192, settings)
+        tools, choice = model.bindings[0]
+        assert choice is None and {"run_python", "read_file", "task"} <= set(tools)
+        assert system_text(model, 0).startswith(GROUND_RULES)
+
+
+@pytest.mark.parametrize(("kinds", "ran"), [
+    (["human"], False), (["human", "ai", "tool"], True),
+    (["human", "ai", "tool", "human"], False), (["human", "ai", "tool", "nudge"], True)])
+def test_the_first_call_of_a_turn_is_the_one_forced(kinds: list[str], ran: bool) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    make = {"human": lambda: HumanMessage("q"), "ai": lambda: AIMessage("a"),
+            "tool": lambda: ToolMessage("r", tool_call_id="1"),
+            "nudge": lambda: HumanMessage("n", additional_kwargs={"lc_source": "x"})}
+    assert ran_a_tool([make[k]() for k in kinds]) is ran
