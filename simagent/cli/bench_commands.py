@@ -202,7 +202,6 @@ def _bench_progress(message: str) -> None:
     sys.stderr.flush()
 
 
-
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The ``bench`` command and its subcommands."""
     bench = sub.add_parser("bench", help="measure simagent: workflows x context policies, "
@@ -210,6 +209,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                            description="Benchmarks, measured side by side in one run.")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCH", required=True,
                                      parser_class=Parser)
+    for add in (_add_bench_kernel, _add_bench_faults, _add_bench_ensemble, _add_bench_counting,
+                _add_bench_tool_schemas, _add_bench_list, _add_bench_run):  # --help's order
+        add(bench_sub)
+
+
+def _add_bench_kernel(bench_sub: argparse._SubParsersAction) -> None:
     kernel = bench_sub.add_parser(
         "kernel", help="kernel round trip, capture throughput, interrupt and restart times",
         description="Round trip of 1+1 through simagent's Kernel vs bare jupyter_client "
@@ -219,6 +224,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     kernel.add_argument("--json", action="store_true", help="print one JSON object")
     kernel.set_defaults(handler=cmd_bench_kernel)
 
+
+def _add_bench_faults(bench_sub: argparse._SubParsersAction) -> None:
     faults = bench_sub.add_parser(
         "faults", help="run every fault simagent survives; one row each",
         description="Kernel deaths (os._exit, segfault, OOM kill, SIGINT ignored, frozen, "
@@ -234,6 +241,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     faults.add_argument("--only", metavar="IDS", help="comma-separated fault ids")
     faults.set_defaults(handler=cmd_bench_faults)
 
+
+def _add_bench_ensemble(bench_sub: argparse._SubParsersAction) -> None:
     bens = bench_sub.add_parser(
         "ensemble", help="parameter sweeps on Dask: speed-up over a serial loop",
         description="The same CPU-bound cases (~--seconds each) run as a serial loop and "
@@ -253,6 +262,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                       help="serial/ensemble pairs, interleaved and summed (default: 2)")
     bens.set_defaults(handler=cmd_bench_ensemble)
 
+
+def _add_bench_counting(bench_sub: argparse._SubParsersAction) -> None:
     bcount = bench_sub.add_parser(
         "counting", help="counting cost per model call: chars/4 vs the real tokenizer",
         description="Replays one workflow (default: the one with the most raw tokens) "
@@ -267,6 +278,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bcount.add_argument("--json", action="store_true", help="print one JSON object")
     bcount.set_defaults(handler=cmd_bench_counting)
 
+
+def _add_bench_tool_schemas(bench_sub: argparse._SubParsersAction) -> None:
     btools = bench_sub.add_parser(
         "tool-schemas", help="MCP tool schemas: input tokens with deferral vs all loaded",
         description="One workflow played twice through the real graph against a real MCP "
@@ -278,11 +291,15 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     btools.add_argument("--json", action="store_true", help="print one JSON object")
     btools.set_defaults(handler=cmd_bench_tool_schemas)
 
+
+def _add_bench_list(bench_sub: argparse._SubParsersAction) -> None:
     blist = bench_sub.add_parser("list", help="list the bundled workflows",
                                  description="The bundled bench workflows (bench/workflows).")
     blist.add_argument("--json", action="store_true", help="print JSON")
     blist.set_defaults(handler=cmd_bench_list)
 
+
+def _add_bench_run(bench_sub: argparse._SubParsersAction) -> None:
     brun = bench_sub.add_parser(
         "run", help="run workflows under context policies and score tokens and recall",
         description="Run bench workflows under each context policy. Replay mode executes a "
