@@ -87,3 +87,29 @@ def test_server_timings_are_read_from_a_real_llama_cpp_servers_log(tmp_path: Pat
     assert timings is not None and timings["completions"] == 2
     assert timings["prompt_eval_tokens"] > 0 and timings["prompt_eval_ms"] > 0
     assert timings["eval_tokens"] > 0 and timings["total_ms"] >= timings["eval_ms"]
+
+
+def live_row(policy: str, window: int, verdict: str, **extra: object) -> dict:
+    return {"workflow": "canary", "policy": policy, "mode": "live", "epoch": 0,
+            "window": window, "model_window": window + 192, "verdict": verdict,
+            "failed_scorers": [] if verdict == "pass" else ["numeric"], "tokens_in": 4321,
+            "model_calls": 3, "tool_calls": 2, "wall_s": 95.5, **extra}
+
+
+def test_the_live_table_has_one_line_per_workflow_policy_and_window() -> None:
+    from simagent.bench.live_report import live_summary, live_table
+
+    server = {"prompt_eval_tokens": 1800, "prompt_eval_tok_s": 41.2, "eval_tokens": 120,
+              "eval_tok_s": 9.5}
+    rows = [live_row("stock", 8000, "fail"), live_row("simagent", 16000, "pass"),
+            live_row("simagent", 8000, "pass", server=server),
+            {"workflow": "canary", "policy": "raw", "mode": "replay"}]
+    lines = live_table(rows).splitlines()
+    assert len(lines) == 2 + 3  # header, rule, one line per live run (the replay row left out)
+    assert lines[2] == ("| canary | simagent | 8k | pass | 4,321 | 3 | 2 | 95.5 | 1,800 | "
+                        "41.2 | 120 | 9.5 |")
+    assert "| stock | 8k | fail (numeric) |" in lines[3]
+    assert lines[4].startswith("| canary | simagent | 16k | pass |")
+    assert live_summary(rows).splitlines()[0] == (
+        "simagent @8k: 1/1 passed, 4,321 input tokens, 96 s")
+    assert live_table(rows[3:]) == ""

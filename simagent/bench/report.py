@@ -20,6 +20,7 @@ from simagent.bench.bounds_report import (
 )
 from simagent.bench.cost_report import cache_table, pareto_plot
 from simagent.bench.figures import request_size_plot
+from simagent.bench.live_report import LIVE_NOTE, live_summary, live_table
 from simagent.bench.workflow_runs import provider_refused, run_label, summarize, sweep_order
 from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
 from simagent.context.recall import CALL_OVERHEAD_TOKENS, PAGE_LINES
@@ -263,6 +264,8 @@ def render_report(rows: Sequence[dict[str, Any]], *, mode: str, plots: Sequence[
                    "the recovery a by-pointer fact costs):", "", excess, ""]
                   if (excess := excess_table(rows)) else [])]
                if (summary := opening_summary(rows)) else []),
+             *(["## Live runs", "", LIVE_NOTE, "", live_summary(rows), "", live, ""]
+               if (live := live_table(rows)) else []),
              *([bound_check(rows), ""] if any(r["policy"] == "oracle" for r in rows)
                else []),
              *(["## By group", "", table, ""] if (table := group_table(rows)) else []),
@@ -312,7 +315,8 @@ def short_table(rows: Sequence[dict[str, Any]]) -> str:
                      f"{_num(s.get('long_ratio_to_stock')):>8} "
                      f"{_num(s.get('long_ratio_with_recovery')):>10} "
                      f"{s['min_long_recall'] if s['min_long_recall'] is not None else '-':>10}")
-    return "\n".join(lines)
+    live = live_table(rows)  # live runs are few and slow: each is shown
+    return "\n".join(lines) + (f"\n\n{live_summary(rows)}\n\n{live}" if live else "")
 
 
 def recall_parts(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
