@@ -23,7 +23,7 @@ Everything here is pure: a snapshot in, text and plain data out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
@@ -171,33 +171,41 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
             body.append(acts)
         return "\n".join(body + foot)
 
-    k_names, k_files, k_figs = len(names), len(files), len(figures)
-    text = assemble(k_names, k_files, k_figs)
-    tokens = ruler.count(text)
-    if tokens > budget:
-        # the most names that fit beside every file and figure (binary search: a few counts)
-        lo, hi = 0, k_names
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if ruler.count(assemble(mid, k_files, k_figs)) <= budget:
-                lo = mid
-            else:
-                hi = mid - 1
-        k_names = lo
-        text = assemble(k_names, k_files, k_figs)
-        tokens = ruler.count(text)
-        while tokens > budget and (k_files or k_figs):  # then files, then figures
-            if k_files:
-                k_files -= 1
-            else:
-                k_figs -= 1
-            text = assemble(k_names, k_files, k_figs)
-            tokens = ruler.count(text)
+    text, tokens, k_names = _fit(assemble, budget, ruler,
+                                 len(names), len(files), len(figures))
     kernel = snapshot.get("kernel") or {}
     return {"text": text, "tokens": tokens, "reason": reason,
             "generation": int(kernel.get("generation") or 0),
             "names": [e["name"] for e in entries], "restarted": restarted, "lost": lost,
             "shown": k_names}
+
+
+def _fit(assemble: Callable[[int, int, int], str], budget: int, ruler: Ruler,
+         k_names: int, k_files: int, k_figs: int) -> tuple[str, int, int]:
+    """(text, tokens, names shown) of the fullest card within ``budget``: names go first
+    (the most that fit beside every file and figure), then files, then figures."""
+    text = assemble(k_names, k_files, k_figs)
+    tokens = ruler.count(text)
+    if tokens <= budget:
+        return text, tokens, k_names
+    lo, hi = 0, k_names  # binary search over the names: a few counts
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ruler.count(assemble(mid, k_files, k_figs)) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    k_names = lo
+    text = assemble(k_names, k_files, k_figs)
+    tokens = ruler.count(text)
+    while tokens > budget and (k_files or k_figs):
+        if k_files:
+            k_files -= 1
+        else:
+            k_figs -= 1
+        text = assemble(k_names, k_files, k_figs)
+        tokens = ruler.count(text)
+    return text, tokens, k_names
 
 
 def effects_line(cells: Sequence[dict[str, Any]], base: str | None = None) -> str:
