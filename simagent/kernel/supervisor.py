@@ -231,47 +231,33 @@ class Kernel(KernelBase):
                 if self._interrupt_at is not None and not self._draining:
                     since = now - self._interrupt_at
                     if since > self.interrupt_grace_s:
-                        rec = ladder.recover(
-                            self, "unresponsive", f"the cell did not stop within "
-                            f"{self.interrupt_grace_s:g} s of the interrupt",
-                            steps=self._steps, started=self._interrupt_at)
-                        result = cap.result(
-                            "timeout" if timed_out else "interrupted", time.monotonic() - t0,
-                            _join(notice, rec.message()),
-                            state_lost or not rec.state_restored)
-                        result.recovery = rec.to_dict()
-                        if rec.declined:  # left running in the person's kernel
-                            self._abandoned = msg_id
-                        return result
+                        return self._unresponsive(cap, msg_id, t0, notice, state_lost,
+                                                  timed_out)
                     self._escalate(since)
-                if not arrived:
-                    if not self._link.is_alive():  # a dead kernel sends nothing
-                        self.death_reason = self._link.exit_reason()
-                        return self._died(cap, now - t0, "died")
-                    if self._hb_silent_s(now) >= self.heartbeat_grace_s:
-                        ladder.kill_frozen(self)
-                        self.death_reason = (
-                            f"the kernel process stopped answering its heartbeat for "
-                            f"{self.heartbeat_grace_s:g} s (frozen: stopped or wedged) and "
-                            f"was killed" if self.owned else
-                            f"{self.where} stopped answering its heartbeat for "
-                            f"{self.heartbeat_grace_s:g} s (it stopped, or is stuck)")
-                        return self._died(cap, now - t0, "frozen")
+                if not arrived and (dead := self._silent_death(cap, now, t0)):
+                    return dead
             self._draining = True
             reply = end.reply if end.reply is not None else self.reply(msg_id)
         finally:
             self._draining = False
             if self.state == "busy" and self._abandoned is None:
                 self.state = "idle"
+        return self._ended(cap, reply, end, t0, notice, state_lost,
+                           timeout if timed_out else None)
+
+    def _ended(self, cap: Capture, reply: dict[str, Any], end: CellEnd, t0: float,
+               notice: str, state_lost: bool, timed_out_at: float | None) -> ExecResult:
+        """The result of a cell that ended (its reply in): ``timed_out_at`` is the timeout
+        it ran past and was interrupted at; else interrupted, ok or error."""
         if end.idle_lost:
             notice = _join(notice, IDLE_LOST_NOTICE)
         elapsed = time.monotonic() - t0
         if reply.get("execution_count"):
             cap.execution_count = reply["execution_count"]
-        if timed_out:
+        if timed_out_at is not None:
             result = cap.result("timeout", elapsed, _join(
-                notice, f"execution exceeded the {timeout:g} s timeout and was interrupted; "
-                        f"kernel state is kept"), state_lost)
+                notice, f"execution exceeded the {timed_out_at:g} s timeout and was "
+                        f"interrupted; kernel state is kept"), state_lost)
         elif self._interrupt_at is not None:
             result = cap.result("interrupted", elapsed, _join(
                 notice, "execution was interrupted; kernel state is kept"), state_lost)
@@ -280,6 +266,39 @@ class Kernel(KernelBase):
             result = cap.result("ok" if ok else "error", elapsed, notice, state_lost)
         result.output_maybe_incomplete = end.idle_lost
         return result
+
+    def _unresponsive(self, cap: Capture, msg_id: str, t0: float, notice: str,
+                      state_lost: bool, timed_out: bool) -> ExecResult:
+        """The cell did not stop within the grace after its interrupt: the recovery
+        ladder's result (a declined restart leaves it running in the person's kernel)."""
+        rec = ladder.recover(
+            self, "unresponsive", f"the cell did not stop within "
+            f"{self.interrupt_grace_s:g} s of the interrupt",
+            steps=self._steps, started=self._interrupt_at)
+        result = cap.result(
+            "timeout" if timed_out else "interrupted", time.monotonic() - t0,
+            _join(notice, rec.message()), state_lost or not rec.state_restored)
+        result.recovery = rec.to_dict()
+        if rec.declined:  # left running in the person's kernel
+            self._abandoned = msg_id
+        return result
+
+    def _silent_death(self, cap: Capture, now: float, t0: float) -> ExecResult | None:
+        """Nothing arrived: the result when the kernel died (a dead kernel sends nothing) or
+        froze (its heartbeat stopped), else None."""
+        if not self._link.is_alive():
+            self.death_reason = self._link.exit_reason()
+            return self._died(cap, now - t0, "died")
+        if self._hb_silent_s(now) < self.heartbeat_grace_s:
+            return None
+        ladder.kill_frozen(self)
+        self.death_reason = (
+            f"the kernel process stopped answering its heartbeat for "
+            f"{self.heartbeat_grace_s:g} s (frozen: stopped or wedged) and "
+            f"was killed" if self.owned else
+            f"{self.where} stopped answering its heartbeat for "
+            f"{self.heartbeat_grace_s:g} s (it stopped, or is stuck)")
+        return self._died(cap, now - t0, "frozen")
 
     def _died(self, cap: Capture, elapsed: float, trigger: str) -> ExecResult:
         self.state = "dead"
