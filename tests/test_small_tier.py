@@ -19,7 +19,7 @@ from simagent.agent.builder import build_agent
 from simagent.agent.prompts import GROUND_RULES
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
-from simagent.agent.small_tier import SMALL_RULES, ran_a_tool
+from simagent.agent.small_tier import SMALL_REPLY_TOKENS, SMALL_RULES, ran_a_tool
 from simagent.bench.policies import POLICIES
 from simagent.context.thresholds import ContextSettings, model_tier, small_agent
 from simagent.session import Session
@@ -33,11 +33,13 @@ class BindingRecorder(ScriptedChatModel):
     """The scripted model, noting the tools and tool_choice each call binds."""
 
     bindings: list[tuple[list[str], Any]] = Field(default_factory=list)
+    limits: list[Any] = Field(default_factory=list)
 
     def bind_tools(self, tools: Any, *, tool_choice: Any = None, **kwargs: Any) -> Any:
         names = sorted(getattr(t, "name", None) or t.get("name") or t["function"]["name"]
                        for t in tools)
         self.bindings.append((names, tool_choice))
+        self.limits.append(kwargs.get("max_tokens"))
         return super().bind_tools(tools, tool_choice=tool_choice, **kwargs)
 
 
@@ -77,6 +79,7 @@ def test_a_small_model_at_8k_sees_one_tool_a_short_prompt_and_a_forced_first_cal
         workspace: Path) -> None:
     model = play(workspace, "scripted:qwen2.5-coder-0.5b", 8192)
     assert model.bindings == [(["run_python"], FORCED), (["run_python"], None)]
+    assert model.limits == [SMALL_REPLY_TOKENS] * 2
     prompt = system_text(model, 0)
     assert prompt.startswith(SMALL_RULES) and GROUND_RULES not in prompt
     assert str(workspace) in prompt
@@ -98,6 +101,7 @@ def test_the_stock_policy_and_a_large_model_get_the_full_request(tmp_path: Path)
         model = play(ws, name, 8192, settings)
         tools, choice = model.bindings[0]
         assert choice is None and {"run_python", "read_file", "task"} <= set(tools)
+        assert model.limits[0] is None
         assert system_text(model, 0).startswith(GROUND_RULES)
 
 

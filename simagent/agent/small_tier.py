@@ -14,7 +14,8 @@ So, for the models :func:`simagent.context.thresholds.small_agent` names:
   tool node still runs any call of the others), with short descriptions;
 - until the turn has run a tool, ``tool_choice`` names ``run_python``: llama.cpp's server
   then decodes the arguments under a grammar built from the tool's JSON schema, so the
-  first reply is a valid call that computes instead of a guessed answer.
+  first reply is a valid call that computes instead of a guessed answer;
+- each reply is limited to :data:`SMALL_REPLY_TOKENS` unless the request sets a limit.
 
 It sits just outside the context layers, so what they count and the recorder traces is
 the request as sent. Request only: the state and the graph's tools are untouched.
@@ -49,6 +50,11 @@ SHORT_DESCRIPTIONS = {
     "read_file": "Read a text file (absolute path); `offset` and `limit` page it.",
 }
 FORCED_TOOL = "run_python"
+#: A small model's reply limit (tokens): a code cell or a short answer fits; without one a
+#: 0.5B model decoding a string under a grammar can write until the window is full (at a
+#: few tokens a second on a loaded CPU, half an hour). A call cut here gets the recovery
+#: nudge (``agent/recovery.py``).
+SMALL_REPLY_TOKENS = 1024
 
 
 def skill_names(sources: Sequence[str | Path]) -> list[tuple[str, Path]]:
@@ -127,8 +133,9 @@ class SmallModelMiddleware(AgentMiddleware):
                 shown.append(self._copies[id(tool)])
         names = {getattr(t, "name", None) for t in shown}
         force = FORCED_TOOL in names and not ran_a_tool(request.messages)
+        settings = {"max_tokens": SMALL_REPLY_TOKENS, **request.model_settings}
         return request.override(
-            system_message=SystemMessage(prompt), tools=shown,
+            system_message=SystemMessage(prompt), tools=shown, model_settings=settings,
             tool_choice={"type": "function", "function": {"name": FORCED_TOOL}}
             if force else request.tool_choice)
 
