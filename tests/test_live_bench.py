@@ -93,7 +93,10 @@ def live_row(policy: str, window: int, verdict: str, **extra: object) -> dict:
     return {"workflow": "canary", "policy": policy, "mode": "live", "epoch": 0,
             "window": window, "model_window": window + 192, "verdict": verdict,
             "failed_scorers": [] if verdict == "pass" else ["numeric"], "tokens_in": 4321,
-            "model_calls": 3, "tool_calls": 2, "wall_s": 95.5, **extra}
+            "model_calls": 3, "tool_calls": 2, "wall_s": 95.5,
+            "scorers": [{"scorer": "numeric", "ok": verdict == "pass"},
+                        {"scorer": "x", "ok": True}],
+            **extra}
 
 
 def test_the_live_table_has_one_line_per_workflow_policy_and_window() -> None:
@@ -106,9 +109,9 @@ def test_the_live_table_has_one_line_per_workflow_policy_and_window() -> None:
             {"workflow": "canary", "policy": "raw", "mode": "replay"}]
     lines = live_table(rows).splitlines()
     assert len(lines) == 2 + 3  # header, rule, one line per live run (the replay row left out)
-    assert lines[2] == ("| canary | simagent | 8k | pass | 4,321 | 3 | 2 | 95.5 | 1,800 | "
+    assert lines[2] == ("| canary | simagent | 8k | pass | 2/2 | 4,321 | 3 | 2 | 95.5 | 1,800 | "
                         "41.2 | 120 | 9.5 |")
-    assert "| stock | 8k | fail (numeric) |" in lines[3]
+    assert "| stock | 8k | fail (numeric) | 1/2 |" in lines[3]
     assert lines[4].startswith("| canary | simagent | 16k | pass |")
     assert live_summary(rows).splitlines()[0] == (
         "simagent @8k: 1/1 passed, 4,321 input tokens, 96 s")

@@ -18,8 +18,10 @@ LIVE_NOTE = ("One line per run. Input tokens: what simagent counted on each requ
              "timings from its log; prompt tokens are those it evaluated, which its prompt "
              "cache keeps below the tokens sent. A wall-time budget is reported "
              "(`over_seconds_budget` in the record), not failed: live, it measures the "
-             "machine. Verdicts in brackets name the scorers a run failed.")
-HEADER = ("| workflow | policy | window | verdict | input tokens | model calls | tool calls "
+             "machine. Verdicts in brackets name the scorers a run failed; *scorers ok* counts "
+             "the workflow's scorers the run passed.")
+HEADER = ("| workflow | policy | window | verdict | scorers ok | input tokens | model calls "
+          "| tool calls "
           "| wall s | server prompt tokens | prompt tok/s | gen tokens | gen tok/s |")
 
 
@@ -32,6 +34,14 @@ def live_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _cell(value: Any) -> str:
     return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def scorers_ok(row: dict[str, Any]) -> str | None:
+    """``passed/total`` of the run's scorers: a graded view where both policies fail."""
+    scorers = row.get("scorers")
+    if not scorers:
+        return None
+    return f"{sum(bool(s.get('ok')) for s in scorers)}/{len(scorers)}"
 
 
 def live_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -47,7 +57,8 @@ def live_table(rows: Sequence[dict[str, Any]]) -> str:
         window = r.get("window")  # the bench's window; the server loads it rounded up
         lines.append("| " + " | ".join(_cell(v) for v in (
             r["workflow"], r["policy"], f"{window / 1000:g}k" if window else None, verdict,
-            r.get("tokens_in"), r.get("model_calls"), r.get("tool_calls"), r.get("wall_s"),
+            scorers_ok(r), r.get("tokens_in"), r.get("model_calls"), r.get("tool_calls"),
+            r.get("wall_s"),
             server.get("prompt_eval_tokens"), server.get("prompt_eval_tok_s"),
             server.get("eval_tokens"), server.get("eval_tok_s"))) + " |")
     return "\n".join(lines)
