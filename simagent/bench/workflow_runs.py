@@ -438,19 +438,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     from simagent.context.recall import STATUSES as split
 
     for r in rows:
-        s = out.setdefault(run_label(r), {"runs": 0, "passed": 0, "tokens_in": 0,
-                                         "long_runs": 0, "long_tokens_in": 0,
-                                         "long_tokens_vs_raw": 0, "long_raw_tokens_in": 0,
-                                         "long_recall": [], "recall": [],
-                                         "long_split_runs": 0,
-                                         **{f"long_{k}_sum": 0.0 for k in split},
-                                         "long_recovery_tokens": 0,
-                                         "long_recovery_search_tokens": 0,
-                                         "long_tokens_vs_stock": 0,
-                                         "long_stock_tokens_in": 0,
-                                         "provider_errors": 0, "emergencies": 0,
-                                         "window": r.get("window") if r.get("enforced")
-                                         else None, "policy": r["policy"]})
+        s = out.setdefault(run_label(r), _zero_totals(r, split))
         s["runs"] += 1
         s["passed"] += r["verdict"] == "pass"
         s["provider_errors"] += provider_refused(r)
@@ -477,22 +465,38 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             s["long_tokens_vs_stock"] += r["tokens_in"]
             s["long_stock_tokens_in"] += stock_long[at(r)]
     for s in out.values():
-        s["long_ratio_to_raw"] = (s["long_tokens_vs_raw"] / s["long_raw_tokens_in"]
-                                  if s["long_raw_tokens_in"] else None)
-        s["long_ratio_to_stock"] = (s["long_tokens_vs_stock"] / s["long_stock_tokens_in"]
-                                    if s["long_stock_tokens_in"] else None)
-        s["min_long_recall"] = min(s["long_recall"]) if s["long_recall"] else None
-        s["mean_long_recall"] = (sum(s["long_recall"]) / len(s["long_recall"])
-                                 if s["long_recall"] else None)
-        s["mean_recall"] = sum(s["recall"]) / len(s["recall"]) if s["recall"] else None
-        for k in split:
-            s[f"long_{k}_sum"] = round(s[f"long_{k}_sum"], 4)
-            s[f"long_{k}_mean"] = (round(s[f"long_{k}_sum"] / s["long_split_runs"], 4)
-                                   if s["long_split_runs"] else None)
-        s["long_tokens_with_recovery"] = s["long_tokens_in"] + s["long_recovery_tokens"]
-        s["long_ratio_with_recovery"] = (
-            (s["long_tokens_vs_raw"] + s["long_recovery_tokens"]) / s["long_raw_tokens_in"]
-            if s["long_raw_tokens_in"] and s["long_tokens_vs_raw"] == s["long_tokens_in"]
-            else None)
-        del s["long_recall"], s["recall"]
+        _ratios_and_means(s, split)
     return out
+
+
+def _zero_totals(r: dict[str, Any], split: Sequence[str]) -> dict[str, Any]:
+    """A policy's (and window's) totals before its first row ``r`` is added."""
+    return {"runs": 0, "passed": 0, "tokens_in": 0, "long_runs": 0, "long_tokens_in": 0,
+            "long_tokens_vs_raw": 0, "long_raw_tokens_in": 0, "long_recall": [],
+            "recall": [], "long_split_runs": 0, **{f"long_{k}_sum": 0.0 for k in split},
+            "long_recovery_tokens": 0, "long_recovery_search_tokens": 0,
+            "long_tokens_vs_stock": 0, "long_stock_tokens_in": 0, "provider_errors": 0,
+            "emergencies": 0, "window": r.get("window") if r.get("enforced") else None,
+            "policy": r["policy"]}
+
+
+def _ratios_and_means(s: dict[str, Any], split: Sequence[str]) -> None:
+    """Turn one policy's totals ``s`` into its ratios and means (the recall lists go)."""
+    s["long_ratio_to_raw"] = (s["long_tokens_vs_raw"] / s["long_raw_tokens_in"]
+                              if s["long_raw_tokens_in"] else None)
+    s["long_ratio_to_stock"] = (s["long_tokens_vs_stock"] / s["long_stock_tokens_in"]
+                                if s["long_stock_tokens_in"] else None)
+    s["min_long_recall"] = min(s["long_recall"]) if s["long_recall"] else None
+    s["mean_long_recall"] = (sum(s["long_recall"]) / len(s["long_recall"])
+                             if s["long_recall"] else None)
+    s["mean_recall"] = sum(s["recall"]) / len(s["recall"]) if s["recall"] else None
+    for k in split:
+        s[f"long_{k}_sum"] = round(s[f"long_{k}_sum"], 4)
+        s[f"long_{k}_mean"] = (round(s[f"long_{k}_sum"] / s["long_split_runs"], 4)
+                               if s["long_split_runs"] else None)
+    s["long_tokens_with_recovery"] = s["long_tokens_in"] + s["long_recovery_tokens"]
+    s["long_ratio_with_recovery"] = (
+        (s["long_tokens_vs_raw"] + s["long_recovery_tokens"]) / s["long_raw_tokens_in"]
+        if s["long_raw_tokens_in"] and s["long_tokens_vs_raw"] == s["long_tokens_in"]
+        else None)
+    del s["long_recall"], s["recall"]
