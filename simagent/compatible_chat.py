@@ -14,7 +14,10 @@ server in ``tests/test_local_server.py``):
   server drops the connection after such a stream, so the question is asked on a fresh
   connection.
 - ``max_completion_tokens`` (what langchain sends for ``max_tokens``) is ignored there:
-  the classic ``max_tokens`` is sent beside it.
+  the classic ``max_tokens`` is sent beside it. A request with neither makes the server
+  write until the model ends its reply or ``n_ctx`` is full (minutes for a small model on
+  a few cores, and a random one may never end), so every request carries a limit: the
+  configured ``max_output``, else :func:`reply_limit` of the window.
 - A system message whose content is a list of text blocks (simagent's prompt is built
   of blocks) fails validation there with an HTTP 500: text-only content goes as a string.
 - Each streamed tool-call delta repeats the call's name and id, which langchain would
@@ -48,6 +51,17 @@ TEXT_CALL_KEY = "simagent_text_tool_call"
 
 #: How long resolving a model may wait for a server to say its window (seconds).
 PROBE_TIMEOUT_S = 2.0
+#: The longest reply asked of a server when no ``max_output`` is configured (tokens);
+#: smaller windows get a quarter of theirs (:func:`reply_limit`).
+DEFAULT_REPLY_TOKENS = 2048
+
+
+def reply_limit(window: int | None) -> int:
+    """The reply limit sent when none is configured: a quarter of the window, at most
+    :data:`DEFAULT_REPLY_TOKENS` (the whole of it when the window is unknown)."""
+    if not window:
+        return DEFAULT_REPLY_TOKENS
+    return max(1, min(DEFAULT_REPLY_TOKENS, window // 4))
 
 
 class CompatibleChatOpenAI(ChatOpenAI):
@@ -56,11 +70,22 @@ class CompatibleChatOpenAI(ChatOpenAI):
     def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None,
                              **kwargs: Any) -> dict:
         payload = super()._get_request_payload(input_, stop=stop, **kwargs)
-        if "max_completion_tokens" in payload:
-            payload.setdefault("max_tokens", payload["max_completion_tokens"])
+        limit = (payload.get("max_completion_tokens") or payload.get("max_tokens")
+                 or self.reply_tokens())
+        payload["max_tokens"] = payload["max_completion_tokens"] = limit
         for message in payload.get("messages") or ():
             message["content"] = flat_text(message.get("content"))
         return payload
+
+    def reply_tokens(self) -> int:
+        """The limit a request without one gets: the profile's ``max_output_tokens`` (the
+        configured ``max_output``, which simagent also reserves in its budget), else
+        :func:`reply_limit` of the profile's window."""
+        profile = self.profile if isinstance(self.profile, dict) else {}
+        configured = profile.get("max_output_tokens")
+        if isinstance(configured, int) and configured > 0:
+            return configured
+        return reply_limit(profile.get("max_input_tokens"))
 
     def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None,
                 **kwargs: Any) -> Iterator[Any]:

@@ -342,13 +342,15 @@ def _openai_compatible(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, s
 def compatible_chat(model: str, base_url: str, api_key: str, cfg: Mapping[str, Any],
                     **extra: Any) -> Any:
     """A Chat Completions client for an OpenAI-compatible server (also what ``local:``
-    talks to); ``cfg["window"]`` becomes its profile's input window."""
+    talks to); ``cfg["window"]`` and ``cfg["max_output"]`` become its profile's input
+    window and reply limit (see ``CompatibleChatOpenAI.reply_tokens``)."""
     from simagent.compatible_chat import CompatibleChatOpenAI
 
     kwargs: dict[str, Any] = {k: cfg[k] for k in PASSTHROUGH if k in cfg}
     _no_sdk_retries("openai", cfg, kwargs)
-    if cfg.get("window"):
-        kwargs["profile"] = {"max_input_tokens": cfg["window"]}
+    profile = {"max_input_tokens": cfg.get("window"), "max_output_tokens": cfg.get("max_output")}
+    if any(profile.values()):  # max_output: the reply limit each request carries, too
+        kwargs["profile"] = {k: v for k, v in profile.items() if v}
     return CompatibleChatOpenAI(model=model, base_url=base_url, api_key=api_key,
                                 use_responses_api=False, stream_usage=True, **kwargs,
                                 **extra)

@@ -33,7 +33,7 @@ from tiny_gguf import write_tiny_gguf
 import simagent.model_kinds  # noqa: F401  (registers local:)
 from simagent.agent.provider_retry import classify
 from simagent.agent.recovery import RecoveryMiddleware, is_nudge
-from simagent.compatible_chat import TEXT_CALL_KEY
+from simagent.compatible_chat import TEXT_CALL_KEY, reply_limit
 from simagent.context.overflow import is_context_overflow
 from simagent.context.thresholds import model_tier
 from simagent.models import describe_provider_error, resolve_model
@@ -112,6 +112,39 @@ def test_streamed_text_honours_max_tokens(served) -> None:
     assert 1 <= len(text_chunks) <= 6
     assert reply.response_metadata.get("finish_reason") in ("length", "stop")
     assert reply.usage_metadata is None  # the server never reports usage when streaming
+
+
+#: Greedy decoding with end-of-text (id 2 in tiny_gguf) forbidden: the random model writes
+#: until something stops it, as a real model that never ends its reply would.
+ENDLESS = {"temperature": 0, "logit_bias": {"2": -100}}
+
+
+def reply_tokens(model, ask: str = "write") -> tuple[int, str | None]:
+    """The reply's length in tokens, by the server's own count (not streamed, the reply
+    has usage; streamed, the bytes of one character come as one chunk), and why it
+    stopped. llama-cpp-python's count is sometimes one over the limit it honoured (asked
+    20, it said 21; asked 5 and 1, exact)."""
+    reply = model.invoke([HumanMessage(ask)], **ENDLESS)
+    return reply.usage_metadata["output_tokens"], reply.response_metadata.get("finish_reason")
+
+
+def test_every_request_carries_a_reply_limit_and_the_budget_reserves_it(served) -> None:
+    """No max_output configured: a quarter of the window, and the reserve agrees. Without
+    a limit the server wrote until n_ctx was full (a resumed 'simagent run' took minutes)."""
+    assert served.max_output == reply_limit(served.window) == 256
+    tokens, why = reply_tokens(served.chat_model)
+    assert why == "length" and tokens in (256, 257)  # without a limit: about 960
+
+
+def test_a_configured_max_output_is_the_limit_for_openai_compatible_too(served) -> None:
+    alias = served.chat_model.model_name
+    other = resolve_model(f"openai-compatible:{alias}@{served.info['url']}",
+                          model_config={"max_output": 5}, environ={})
+    assert other.max_output == 5 and reply_tokens(other.chat_model) in ((5, "length"),
+                                                                        (6, "length"))
+    # none configured: a quarter of the window the server reports
+    bare = resolve_model(f"openai-compatible:{alias}@{served.info['url']}", environ={})
+    assert bare.chat_model.reply_tokens() == 256
 
 
 def test_tool_call_arguments_arrive_in_deltas(served) -> None:
@@ -211,10 +244,12 @@ def prompt_tokens(log: Path) -> list[int]:
     return [int(m) for m in re.findall(r"prompt eval time =.*?/\s*(\d+) tokens", log.read_text())]
 
 
+def generated_tokens(log: Path) -> list[int]:
+    """The tokens llama.cpp generated per request (its decode runs), from its own log."""
+    return [int(m) for m in re.findall(r"\s eval time =.*?/\s*(\d+) runs", log.read_text())]
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("SIMAGENT_LOCAL_CLI_TEST"), reason=(
-    "passes alone (56 s) but its resumed second run ran past 420 s in two full-suite runs; "
-    "cause not found yet (issue 29). Run with SIMAGENT_LOCAL_CLI_TEST=1"))
 def test_simagent_run_counts_usage_and_compacts_on_the_servers_overflow(
         tiny: Path, tmp_path: Path) -> None:
     """Three turns through the real CLI, a new server per run. The byte-level model
@@ -253,6 +288,11 @@ def test_simagent_run_counts_usage_and_compacts_on_the_servers_overflow(
     assert "maximum context length" in emergency["error"].lower() and emergency["dropped"]
     assert servers_of(tiny) == []
     assert len(list(logs.glob("llama-server-own-*.log"))) == 3
+    # every request of the three runs (resumed ones, the retry) had its reply limited to
+    # max_output (llama.cpp logged 7-9 decode runs for 8): without a limit the random model
+    # wrote 127 and 611 tokens, and the resumed run took minutes on 2 loaded cores
+    replies = [n for log in logs.glob("llama-server-own-*.log") for n in generated_tokens(log)]
+    assert len(replies) >= 3 and max(replies) <= 8 + 1
 
 
 def test_a_killed_simagent_leaves_no_server(tiny: Path, tmp_path: Path) -> None:

@@ -4,9 +4,12 @@ Resolving one checks the file (or assembles and verifies the packaged one), star
 llama.cpp's server for it with ``n_ctx`` = the configured window (``window`` in the
 ``[model]`` config, else :data:`DEFAULT_WINDOW` or the model's trained window if that is
 smaller), and reads back the window the server really loaded: that is the window (and so
-the tier) simagent budgets against. ``ResolvedModel.close`` stops the server. Optional
-``[model]`` keys: ``port`` (else a free one), ``chat_format`` (else the model's own
-template). Imports only the standard library at load; registers itself on import.
+the tier) simagent budgets against. Each reply is limited to ``max_output`` (else a quarter
+of the window, at most ``compatible_chat.DEFAULT_REPLY_TOKENS``), which the budget
+reserves: without a limit the server writes until ``n_ctx`` is full.
+``ResolvedModel.close`` stops the server. Optional ``[model]`` keys: ``port`` (else a
+free one), ``chat_format`` (else the model's own template). Imports only the standard
+library at load; registers itself on import.
 """
 
 from __future__ import annotations
@@ -67,11 +70,15 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
                           log_path=server_log_path(alias),
                           chat_format=cfg.get("chat_format"))
     try:
+        from simagent.compatible_chat import reply_limit  # langchain: only when used
         from simagent.models import compatible_chat
 
         loaded = int(server.props.get("n_ctx") or window)
         chat_cfg = {k: v for k, v in cfg.items() if k not in LOCAL_KEYS}
-        chat = compatible_chat(alias, server.url, "not-needed", {**chat_cfg, "window": loaded})
+        # every request carries a reply limit, and simagent reserves that much of the window
+        limit = cfg.get("max_output") or reply_limit(loaded)
+        chat = compatible_chat(alias, server.url, "not-needed",
+                               {**chat_cfg, "window": loaded, "max_output": limit})
     except BaseException:
         server.stop()
         raise
