@@ -102,17 +102,7 @@ class _Server(FastMCP):
 def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT_HOST,
                  port: int = 8765) -> FastMCP:
     """The FastMCP server; ``open_session`` makes each client's session (in a thread)."""
-
-    @asynccontextmanager
-    async def lifespan(_app: FastMCP) -> AsyncIterator[KernelService]:
-        service = KernelService(await anyio.to_thread.run_sync(open_session))
-        try:
-            yield service
-        finally:
-            with anyio.CancelScope(shield=True):  # stop the kernel even when cancelled
-                await anyio.to_thread.run_sync(service.close)
-
-    mcp = _Server(ops.SERVER_NAME, instructions=INSTRUCTIONS, lifespan=lifespan,
+    mcp = _Server(ops.SERVER_NAME, instructions=INSTRUCTIONS, lifespan=_lifespan(open_session),
                   log_level="WARNING", host=host, port=port)
 
     def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -129,49 +119,7 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
         `Out[n]`, figures with data summaries and errors; long output is capped to head,
         digest and tail with the raw file's path and its `_out[n]` number. Past
         `timeout_s` (default {timeout_s}) the cell is interrupted; state is kept."""
-        service, call_id = _service(ctx), _call_id(ctx)
-        send, receive = anyio.create_memory_object_stream[str](max_buffer_size=64)
-
-        def on_output(event: Any) -> None:  # the kernel's thread
-            line = ops.progress_line(getattr(event, "text", None) or "")
-            if line:
-                try:
-                    anyio.from_thread.run_sync(send.send_nowait, redact(line))
-                except Exception:  # full (dropped: a newer line follows) or closed
-                    pass
-
-        async def pump() -> None:
-            count = 0
-            async with receive:
-                async for line in receive:
-                    count += 1
-                    while True:  # only the newest of the lines that queued up
-                        try:
-                            line = receive.receive_nowait()
-                            count += 1
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
-                    await ctx.report_progress(count, None, message=line)
-
-        def work() -> str:
-            return service.run_python(call_id, code, timeout_s, on_output)
-
-        text, error = "", None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pump)
-            try:
-                text = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
-            except anyio.get_cancelled_exc_class():
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(service.cancel, call_id)
-                raise
-            except McpToolError as exc:
-                error = str(exc)  # raised outside the group: not wrapped in an ExceptionGroup
-            finally:
-                send.close()
-        if error is not None:
-            raise _tool_error(error)
-        return text
+        return await _run_streamed(_service(ctx), _call_id(ctx), code, timeout_s, ctx)
 
     @tool
     async def output(n: int, op: str, ctx: Context, arg: str | None = None) -> str:
@@ -218,6 +166,62 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
         service, call_id = _service(ctx), _call_id(ctx)
         return await _in_thread(lambda: service.reset(call_id))
 
+    _add_resources(mcp)
+    return mcp
+
+
+async def _run_streamed(service: KernelService, call_id: str, code: str,
+                        timeout_s: float | None, ctx: Context) -> str:
+    """``run_python`` in a worker thread, its output's progress lines sent to the host
+    as progress notifications (the newest only, when they come faster than they go),
+    and a cancel from the host passed to the kernel as an interrupt."""
+    send, receive = anyio.create_memory_object_stream[str](max_buffer_size=64)
+
+    def on_output(event: Any) -> None:  # the kernel's thread
+        line = ops.progress_line(getattr(event, "text", None) or "")
+        if line:
+            try:
+                anyio.from_thread.run_sync(send.send_nowait, redact(line))
+            except Exception:  # full (dropped: a newer line follows) or closed
+                pass
+
+    async def pump() -> None:
+        count = 0
+        async with receive:
+            async for line in receive:
+                count += 1
+                while True:  # only the newest of the lines that queued up
+                    try:
+                        line = receive.receive_nowait()
+                        count += 1
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                await ctx.report_progress(count, None, message=line)
+
+    def work() -> str:
+        return service.run_python(call_id, code, timeout_s, on_output)
+
+    text, error = "", None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump)
+        try:
+            text = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(service.cancel, call_id)
+            raise
+        except McpToolError as exc:
+            error = str(exc)  # raised outside the group: not wrapped in an ExceptionGroup
+        finally:
+            send.close()
+    if error is not None:
+        raise _tool_error(error)
+    return text
+
+
+def _add_resources(mcp: FastMCP) -> None:
+    """The raw outputs and saved figures as resources, read whole."""
+
     @mcp.resource(ops.OUTPUT_URI, mime_type="text/plain",
                   description="Execution n's whole raw output, uncapped")
     async def raw_output(n: str, ctx: Context) -> str:
@@ -230,7 +234,21 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
         service = _service(ctx)
         return await _in_thread(lambda: service.figure_file(figure_id))
 
-    return mcp
+
+def _lifespan(open_session: Callable[[], Session]) -> Callable[[FastMCP], Any]:
+    """Each client's KernelService: its session opened in a thread, its kernel stopped
+    when the client goes."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastMCP) -> AsyncIterator[KernelService]:
+        service = KernelService(await anyio.to_thread.run_sync(open_session))
+        try:
+            yield service
+        finally:
+            with anyio.CancelScope(shield=True):  # stop the kernel even when cancelled
+                await anyio.to_thread.run_sync(service.close)
+
+    return lifespan
 
 
 def serve_stdio(mcp: FastMCP) -> None:
