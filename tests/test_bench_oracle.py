@@ -7,12 +7,13 @@ from pathlib import Path
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
+from simagent.agent.scripted import fill_template, tool_outputs
 from simagent.bench.bounds_report import group_lines, lower_bound_violations, opening_summary
 from simagent.bench.figures import color_of, line_style, panels, policy_order
 from simagent.bench.oracle import OraclePlan, Script
 from simagent.bench.policies import resolve_policies
 from simagent.bench.report import short_table
-from simagent.bench.workflow import load_workflow
+from simagent.bench.workflow import load_workflow, resolve_workflows
 from simagent.bench.workflow_runs import BenchPlan, run_bench
 from simagent.context.clearing import is_cleared
 
@@ -29,14 +30,15 @@ OUTPUTS = [head + "\n" + "a line of output\n" * 200
            for head in ("alpha 1.2345", "beta 9.87654", "gamma", "ok")]
 
 
-def history(upto: int) -> list:
+def history(upto: int, steps: list | None = None, outputs: list | None = None) -> list:
     """The main conversation after steps 0..upto-1, with the scripted model's call ids."""
+    steps, outputs = steps or STEPS, outputs or OUTPUTS
     msgs: list = [HumanMessage("task")]
     for i in range(upto):
         cid = f"call_{TAG}_{i}_0"
         msgs.append(AIMessage("", tool_calls=[{"name": "run_python", "id": cid,
-                                               "args": STEPS[i]["args"]}]))
-        msgs.append(ToolMessage(OUTPUTS[i], tool_call_id=cid, name="run_python"))
+                                               "args": steps[i]["args"]}]))
+        msgs.append(ToolMessage(outputs[i], tool_call_id=cid, name="run_python"))
     return msgs
 
 
@@ -55,6 +57,58 @@ def test_oracle_keeps_what_later_steps_use_and_clears_the_rest_at_once():
     assert kept(plan.view(history(4), final=True)) == ["alpha 1.2345", "ok"]
     last = plan.decisions[-1]
     assert {f"call_{TAG}_1_0", f"call_{TAG}_2_0"} <= last.results
+
+
+def test_a_call_nothing_needs_leaves_with_its_result_unless_a_later_quote_counts_across_it():
+    """simagent's summaries drop whole calls; an oracle that kept a mark of every call (and
+    every non-kernel call's arguments) sent more than simagent at 16k on four long
+    workflows. A mark stays only where the final's ``{out[-3]}`` counts positions."""
+    steps = [*STEPS[:3], {"tool": "run_python", "args": {"code": "print('delta')"}},
+             {"final": "beta was {out[-3]|beta ([\\d.]+)}"}]
+    outputs = [*OUTPUTS[:3], "delta\n" + "a line of output\n" * 200]
+    plan = OraclePlan(Script.of("task", steps), probes=())
+    view = plan.view(history(4, steps, outputs), final=True)
+    ids = {c["id"] for m in view if isinstance(m, AIMessage) for c in m.tool_calls}
+    assert f"call_{TAG}_0_0" not in ids  # alpha: nothing needs it, not even in place
+    results = [m.text for m in view if isinstance(m, ToolMessage)]
+    assert [r.splitlines()[0] for r in results] == ["beta 9.87654", "[cleared]", "delta"]
+    assert fill_template(steps[-1]["final"], tool_outputs(view)) == "beta was 9.87654"
+    assert plan.decisions[-1].dropped == {f"call_{TAG}_0_0"}
+
+
+def test_code_defining_what_a_later_step_calls_keeps_only_its_signatures():
+    """Whole defining cells kept until their last caller outweighed simagent's summaries."""
+    body = "\n".join(f"    y = y * {k} + k" for k in range(60))
+    code = f"def model(k,\n          t):\n    y = t\n{body}\n    return y\nprint('defined')"
+    steps = [{"tool": "run_python", "args": {"code": code}},
+             {"tool": "run_python", "args": {"code": "print('other')"}},
+             {"tool": "run_python", "args": {"code": "print(model(2, 3))"}},
+             {"final": "done"}]
+    outputs = ["defined", "other " * 300, "12345.5"]
+    plan = OraclePlan(Script.of("task", steps), probes=())
+    view = plan.view(history(2, steps, outputs), final=False)
+    first = next(m for m in view if isinstance(m, AIMessage))
+    shown = first.tool_calls[0]["args"]["code"]
+    assert "def model(k,\n          t):" in shown and "y = y * 7" not in shown
+    assert plan.decisions[-1].signed == {f"call_{TAG}_0_0"}
+    # after its last caller, the definition is needed no more: the call leaves
+    later = plan.view(history(3, steps, outputs), final=True)
+    assert f"call_{TAG}_0_0" not in {c["id"] for m in later if isinstance(m, AIMessage)
+                                     for c in m.tool_calls}
+
+
+def test_no_policy_beats_the_oracle_on_a_bundled_workflow_at_a_small_window(tmp_path):
+    """The acceptance check on a real bench run: at 16k simagent summarises five times
+    on this workflow, and neither it nor stock may send fewer tokens than the oracle at
+    equal recall."""
+    plan = BenchPlan(resolve_workflows(["scipy-bratu-newton-log"]),
+                     resolve_policies("simagent,stock,oracle"), windows=[16_000])
+    rows = run_bench(plan, tmp_path / "out")
+    by = {r["policy"]: r for r in rows}
+    assert by["oracle"]["verdict"] == "pass" and by["oracle"]["recall"] == 1.0
+    assert by["simagent"]["summaries"] > 0  # the case the old oracle lost elsewhere
+    assert lower_bound_violations(rows) == []
+    assert by["oracle"]["tokens_in"] < by["simagent"]["tokens_in"]
 
 
 def test_the_template_index_is_resolved_against_the_main_conversation_only():
