@@ -21,7 +21,7 @@ from typing import Any
 from simagent.config import SessionOptions
 from simagent.tui.entries import Conversation, NoticeEntry, PanelEntry
 from simagent.tui.model_choice import NO_MODEL_HELP, model_error_line, resumed_model
-from simagent.tui.status_feed import StatusFeed
+from simagent.tui.status_feed import FirstToken, StatusFeed
 from simagent.tui.turn_driving import TurnDriving
 
 Post = Callable[[Callable[[], None]], None]
@@ -52,6 +52,7 @@ class TuiController(StatusFeed, TurnDriving):
         self._early_cancel = threading.Event()
         self._closed = False
         self._retry: tuple[Any, float] | None = None  # (Retrying, monotonic deadline)
+        self.first_token = FirstToken()  # the status bar's first-token latency
         self._confirm: Callable[[], None] | None = None  # what "y" runs (see ask)
         self._decline: Callable[[], None] | None = None  # and what any other answer runs
 

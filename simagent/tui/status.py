@@ -5,6 +5,10 @@ the same function ``/context`` uses, so the bar and the panel cannot disagree. O
 narrow terminal the least important fields go first; the context share goes last.
 While a model call waits to retry a provider fault, ``retry`` (``provider 503 — retry
 2/5 in 3s``, counted down by the controller) takes the place of ``● working``.
+While the model has been asked and has not answered yet, the bar counts the seconds
+(``first token… 12s``: a small local model can think for a minute); once it answers, it
+shows how long its first token took (``first token 3.4s``) until the next call
+(:func:`latency_label`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ class StatusSnapshot:
     ctx_level: str  # dim | warning | alert
     busy: bool = False
     retry: str | None = None  # a provider retry's countdown label, while one waits
+    waiting_s: float | None = None  # seconds the model has been asked without answering
+    first_token_s: float | None = None  # how long the last call's first token took
 
 
 #: The retry countdown: the warning colour the app already defines, plus its own class.
@@ -56,9 +62,19 @@ def _cost(usd: float | None) -> str:
     return f"${usd:.4f}" if usd < 1 else f"${usd:,.2f}"
 
 
+def latency_label(waiting_s: float | None, first_token_s: float | None) -> str | None:
+    """``first token… 12s`` while the model has said nothing yet (whole seconds, counting
+    up), else ``first token 3.4s`` (the last call's), else None."""
+    if waiting_s is not None:
+        return f"first token… {int(max(0.0, waiting_s))}s"
+    if first_token_s is not None:
+        return f"first token {first_token_s:.1f}s"
+    return None
+
+
 def status_fragments(s: StatusSnapshot, width: int) -> list[Fragment]:
     """Fields joined by `` · ``, dropping optional ones until the bar fits ``width``."""
-    fields: list[tuple[int, Fragment]] = [  # (priority: lower drops first, fragment)
+    fields: list[tuple[float, Fragment]] = [  # (priority: lower drops first, fragment)
         (1, ("class:status.sim", s.simulator or "no simulator")),
         (4, ("class:status.model", short_model(s.model) if s.model
               else "no model — /model to choose")),
@@ -68,12 +84,15 @@ def status_fragments(s: StatusSnapshot, width: int) -> list[Fragment]:
         (3, ("class:status", _cost(s.cost_usd))),
         (6, (_LEVEL_STYLE.get(s.ctx_level, "class:status.ctx"), s.ctx_label)),
     ]
+    latency = latency_label(s.waiting_s if s.busy else None, s.first_token_s)
+    if latency:  # after the busy mark, dropped before the context share
+        fields.insert(0, (5.5, ("class:status", latency)))
     if s.busy and s.retry:  # the turn waits on the provider: say why and for how long
         fields.insert(0, (7, (RETRY_STYLE, f"↻ {s.retry}")))
     elif s.busy:  # input waits and ctrl+C interrupts until this goes
         fields.insert(0, (7, ("class:status.busy", "● working")))
 
-    def size(items: list[tuple[int, Fragment]]) -> int:
+    def size(items: list[tuple[float, Fragment]]) -> int:
         return 1 + sum(cells(f[1]) for _, f in items) + 3 * (len(items) - 1)
 
     kept = list(fields)

@@ -21,6 +21,7 @@ class TurnDriving:
         from simagent.agent.events import Interrupt, Retrying
 
         try:
+            self.model_event(event)
             if isinstance(event, Retrying):
                 self._retrying(event)
                 return
@@ -64,6 +65,7 @@ class TurnDriving:
                         "Turn cancelled before it started; the kernel kept its state.",
                         "warning"))
                     return
+                self.post(lambda: self.model_asked(new_turn=True))
                 call(emit)
             except Exception as exc:  # TurnRunner reports its own; this is a last resort
                 msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -84,6 +86,7 @@ class TurnDriving:
         self._active = False
         self._finishing = False
         self._retry = None
+        self.first_token.stop()
         self.invalidate()
 
     def _pending_safely(self) -> list[Any] | None:
