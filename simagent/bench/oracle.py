@@ -382,9 +382,18 @@ def _id_of(m: BaseMessage) -> str:
 
 def _holds(m: BaseMessage, fact: str) -> bool:
     if isinstance(m, ToolMessage):  # what it showed, or its full output on disk
-        return fact in m.text or fact in _raw_text(raw_path_of(m))
+        shown = m.content if isinstance(m.content, str) else m.text
+        return _shows(shown, raw_path_of(m), fact)
     return isinstance(m, AIMessage) and (fact in m.text or any(
         fact in json.dumps(c.get("args", {}), ensure_ascii=False) for c in m.tool_calls))
+
+
+@functools.lru_cache(maxsize=8192)
+def _shows(text: str, path: str | None, fact: str) -> bool:
+    """Memo of :func:`_holds` for results (the same texts are asked about on every view
+    of every request; raw files are written once): a search of a long file each time was
+    most of the oracle-cached repricing."""
+    return fact in text or fact in _raw_text(path)
 
 
 @functools.lru_cache(maxsize=256)

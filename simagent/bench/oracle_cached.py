@@ -28,7 +28,7 @@ price is then the higher, true one).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -54,6 +54,17 @@ class Timeline:
     full: list[int]  # tokens of each message as stored
     saving: dict[Item, tuple[int, int]]  # item -> (message position, tokens it frees)
     probes: Sequence[str] = ()  # their holders keep a pointer (``oracle_view``)
+    #: memo of :meth:`view` and of built requests: the schedules ``improve`` prices share
+    #: most of their requests, and rebuilding them was most of a long run's repricing
+    memo: dict[Any, Any] = field(default_factory=dict)
+
+    def view(self, r: int, s: frozenset[Item]) -> list[BaseMessage]:
+        """Request ``r``'s messages with ``s`` cleared (shared: callers copy, never edit)."""
+        got = self.memo.get(("view", r, s))
+        if got is None:
+            got = self.memo[("view", r, s)] = _view(self.messages[: self.lengths[r]], s,
+                                                     self.probes)
+        return got
 
     def tokens(self, r: int, s: frozenset[Item]) -> int:
         return (self.schemas[r] + sum(self.full[: self.lengths[r]])
@@ -215,7 +226,7 @@ def scheduled_views(t: Timeline, epochs: Sequence[int]) -> list[tuple[list[BaseM
         sets.append(s & t.cleared[r] if r == n - 1 else s)
     out = []
     for r in range(n):
-        msgs = _view(t.messages[: t.lengths[r]], sets[r], t.probes)
+        msgs = t.view(r, sets[r])
         own = t.first_change(sets[r], sets[r - 1]) if r else None
         nxt = t.first_change(sets[r + 1], sets[r]) if r + 1 < n else None
         at = own if own is not None else nxt  # read this request's change, else write ahead
@@ -226,11 +237,18 @@ def scheduled_views(t: Timeline, epochs: Sequence[int]) -> list[tuple[list[BaseM
 def scheduled_requests(t: Timeline, epochs: Sequence[int], tools: Sequence[Sequence[str]],
                        ruler: Any, explicit: bool) -> list[Any]:
     """The schedule's main requests as the cache simulator reads them."""
-    return [request_of([*t.heads[r], *msgs],
-                       t.schemas[r] + sum(count_message(m, ruler) for m in msgs),
-                       tools[r], ruler,
-                       pin + len(t.heads[r]) if pin is not None and explicit else None)
-            for r, (msgs, pin) in enumerate(scheduled_views(t, epochs))]
+    out = []
+    for r, (msgs, pin) in enumerate(scheduled_views(t, epochs)):
+        at = pin + len(t.heads[r]) if pin is not None and explicit else None
+        # a view is one object per (request, cleared set) in t.memo, which keeps it alive
+        key = ("request", r, id(msgs), at, id(tools[r]), getattr(ruler, "name", ruler))
+        got = t.memo.get(key)
+        if got is None:
+            got = t.memo[key] = request_of(
+                [*t.heads[r], *msgs], t.schemas[r] + sum(count_message(m, ruler) for m in msgs),
+                tools[r], ruler, at)
+        out.append(got)
+    return out
 
 
 @dataclass

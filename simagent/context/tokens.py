@@ -46,8 +46,12 @@ CL100K_MODELS = re.compile(r"^(gpt-4(?!o|\.\d)(-\d+k)?(-\d{4}.*|-turbo.*|-previe
 #: Texts whose counts are remembered (by length and hash: a long session's history is
 #: counted once, not on every call). ~100 bytes an entry.
 CACHE_ENTRIES = 50_000
-#: Below this many characters a count is cheaper than a cache lookup is worth keeping.
+#: Below this many characters a text goes to a plain dict instead (no lock, no LRU order):
+#: roles, call ids and tool names recur on every message of every request, and encoding
+#: them each time was a tenth of a long replay's counting time.
 CACHE_MIN_CHARS = 64
+#: Short texts remembered; the dict is emptied when full (they are cheap to count again).
+SHORT_ENTRIES = 20_000
 
 
 def encoding_for_model(model_id: str | None) -> str:
@@ -126,20 +130,29 @@ class Ruler:
             return 0
         if not self.real or self.name in _BROKEN:
             return -(-len(text) // 4)
+        short = len(text) < CACHE_MIN_CHARS
+        if short:  # a hit means the encoding loaded before
+            hit = _SHORT.get((self.name, text))
+            if hit is not None:
+                return hit
+        else:
+            key = (self.name, len(text), hash(text))
+            with _CACHE_LOCK:
+                hit = _CACHE.get(key)
+                if hit is not None:
+                    _CACHE.move_to_end(key)
+                    return hit
         try:
             encoding(self.name)
         except EncodingFileError as exc:
             _broken(self.name, exc)
             return -(-len(text) // 4)
-        if len(text) < CACHE_MIN_CHARS:
-            return len(_encode(self.name, text))
-        key = (self.name, len(text), hash(text))
-        with _CACHE_LOCK:
-            hit = _CACHE.get(key)
-            if hit is not None:
-                _CACHE.move_to_end(key)
-                return hit
         n = len(_encode(self.name, text))
+        if short:
+            if len(_SHORT) >= SHORT_ENTRIES:
+                _SHORT.clear()
+            _SHORT[(self.name, text)] = n
+            return n
         with _CACHE_LOCK:
             _CACHE[key] = n
             if len(_CACHE) > CACHE_ENTRIES:
@@ -172,12 +185,15 @@ def _encode(name: str, text: str) -> list[int]:
 
 _CACHE: OrderedDict[tuple[str, int, int], int] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
+#: (encoding, short text) -> tokens; dict reads and writes are atomic, so no lock
+_SHORT: dict[tuple[str, str], int] = {}
 
 
 def clear_cache() -> None:
     """Forget cached counts (the bench measures uncached counting cost with it)."""
     with _CACHE_LOCK:
         _CACHE.clear()
+        _SHORT.clear()
 
 
 def resolve_ruler(model_id: str | None, choice: str = "auto") -> Ruler:
