@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from simagent.bench.policies import Policy
+from simagent.bench.recall_record import recall_fields, recall_roots
+from simagent.bench.row_pool import WorkflowJob, locked_append, run_jobs
 from simagent.bench.workflow import Workflow
 from simagent.jsonl import append_jsonl, read_jsonl
 from simagent.trace.redact import redact
@@ -176,51 +179,6 @@ def request_layers(usage: Sequence[dict[str, Any]]) -> dict[str, int]:
     return layers
 
 
-def recall_fields(wf: Workflow, session: Any, model: Any, events: Sequence[Any]
-                  ) -> dict[str, Any]:
-    """Where each probe fact stands in the last request (in view, by pointer, lost), what
-    reading it back would cost, what the ledger's ``recall`` finds of those out of view,
-    and whether every compaction wrote a ledger entry."""
-    from simagent.context.ledger import ledger_recall
-    from simagent.context.recall import locate, request_text
-    from simagent.context.stats import BOUNDARY_KINDS
-
-    last = model.requests[-1] if getattr(model, "requests", None) else []
-    where = [locate(p.fact, request_text(last), recall_roots(session)) for p in wf.probes]
-    kept = [w.status != "lost" for w in where]
-    compactions = [e for e in events if e.kind in BOUNDARY_KINDS]
-
-    def share(status: str) -> float:
-        return round(sum(w.status == status for w in where) / len(where), 4) if where \
-            else float(status == "in_view")
-
-    return {
-        "recall": round(sum(kept) / len(kept), 4) if kept else 1.0,
-        "probes_lost": [p.fact for p, k in zip(wf.probes, kept, strict=True) if not k],
-        "recall_in_view": share("in_view"), "recall_by_pointer": share("by_pointer"),
-        "recall_lost": share("lost"),
-        # of the probes out of view, the share the ledger's recall(query) finds (ledger.py)
-        "ledger_recall": ledger_recall(session, [p.fact for p, w in zip(wf.probes, where,
-                                                                        strict=True)
-                                                 if w.status != "in_view"]),
-        # every compaction should have written a ledger entry (issue 16)
-        "compactions": len(compactions),
-        "ledger_entries": sum(e.payload.get("ledger") is not None for e in compactions),
-        "recovery_tokens": sum(w.recovery_tokens or 0 for w in where),
-        "recovery_search_tokens": sum(w.search_tokens or 0 for w in where),
-        "probes": [{"fact": p.fact[:120], "status": w.status, "pointer": w.pointer,
-                    "recovery_tokens": w.recovery_tokens}
-                   for p, w in zip(wf.probes, where, strict=True)],
-    }
-
-
-def recall_roots(session: Any) -> list[Path]:
-    """Paths the model can follow: its session, workspace, and the simulator's source."""
-    sim_dirs = session.simulator.package_dirs() if session.simulator else []
-    return [session.paths.root, session.workspace, *getattr(session, "extra_roots", []),
-            *sim_dirs]
-
-
 def _step_counter(wf: Workflow, label: str,
                   progress: Callable[[str], None] | None) -> Callable[[Any], None]:
     """A TurnRunner event callback that reports ``label step k/N`` as tool calls finish."""
@@ -361,50 +319,67 @@ def enforced_twin(row: dict[str, Any]) -> dict[str, Any]:
             "enforced": True, "same_as": row["run"]}
 
 
-def run_bench(plan: BenchPlan, out_dir: Path,
-              progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Run every missing row of ``plan``; returns all rows for the plan (old and new)."""
-    from simagent.bench.kernel_recording import record
-
+def run_bench(plan: BenchPlan, out_dir: Path, progress: Callable[[str], None] | None = None,
+              jobs: int = 1) -> list[dict[str, Any]]:
+    """Run every missing row of ``plan``; returns all rows for the plan (old and new), in
+    plan order. ``jobs``: processes replaying workflows side by side (``bench.row_pool``;
+    the rows are the same for any number); a live bench runs one row at a time."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "records.jsonl"
     commit = git_commit()
-    done = {row_key(r): r for r in load_records(path)}
-    total = len(plan.keys())
-    n = 0
-    rows: list[dict[str, Any]] = []
-    say = progress or (lambda _m: None)
+    done = {row_key(r): r for r in load_records(out_dir / "records.jsonl")}
+    total, n = len(plan.keys()), 0
+    rows: list[list[dict[str, Any]]] = []  # per workflow: finished rows, then new ones
+    work: list[tuple[int, WorkflowJob]] = []
     for wf in plan.workflows:
         runs = [(win, enf, p, e) for win, enf in plan.windows_for(wf) for p in plan.policies
                 for e in range(plan.epochs)]
         keys = {(win, enf, p.name, e): (wf.id, p.name, e, plan.mode, commit, win, enf)
                 for win, enf, p, e in runs}
         todo = [r for r in runs if keys[(r[0], r[1], r[2].name, r[3])] not in done]
-        rows += [done[k] for k in keys.values() if k in done]
+        rows.append([done[k] for k in keys.values() if k in done])
         n += len(keys) - len(todo)
-        if not todo:
-            continue
-        recording = record(wf, out_dir / "recordings" / wf.id, progress=say) \
-            if plan.mode == "replay" else None
+        labelled = []
         for win, enforced, policy, epoch in todo:
             n += 1
-            at = replace(wf, window=win)
-            label = f"[{n}/{total}] {wf.id} / {policy.name}" + (
-                f" @{window_tag(win)}" if enforced else "") + (
-                f" / epoch {epoch}" if plan.epochs > 1 else "")
-            say(label)
-            twin = next((r for r in rows if r["workflow"] == wf.id and r["policy"] == policy.name
-                         and r["epoch"] == epoch and r.get("commit") == commit
-                         and unrefused_at(r, win)), None) if enforced and recording else None
-            if twin is not None:
-                row = enforced_twin(twin)
-            else:
-                row = run_replay(at, policy, epoch, recording, out_dir, say, label, commit,
-                                 enforced) if recording else \
-                    run_live(at, policy, epoch, plan.model or "", out_dir, commit, enforced)
-            append_record(path, row)
-            rows.append(row)
-    return rows
+            labelled.append((win, enforced, policy, epoch, f"[{n}/{total}] {wf.id} / "
+                             f"{policy.name}" + (f" @{window_tag(win)}" if enforced else "")
+                             + (f" / epoch {epoch}" if plan.epochs > 1 else "")))
+        if todo:
+            work.append((len(rows) - 1, WorkflowJob(wf, labelled, rows[-1])))
+    run = partial(run_workflow, mode=plan.mode, model=plan.model, out_dir=out_dir,
+                  commit=commit)
+    new = run_jobs(run, [job for _, job in work], jobs if plan.mode == "replay" else 1,
+                   progress or (lambda _m: None))
+    for (slot, _), got in zip(work, new, strict=True):
+        rows[slot] = [*rows[slot], *got]
+    return [r for wf_rows in rows for r in wf_rows]
+
+
+def run_workflow(job: Any, say: Callable[[str], None], *, mode: str, model: str | None,
+                 out_dir: Path, commit: str | None) -> list[dict[str, Any]]:
+    """One workflow's missing rows (``job``: a ``row_pool.WorkflowJob``): its kernel
+    recorded once, then each row, appended to ``records.jsonl`` as it finishes."""
+    from simagent.bench.kernel_recording import record
+
+    wf, rows, new = job.wf, list(job.done), []
+    recording = record(wf, out_dir / "recordings" / wf.id, progress=say) \
+        if mode == "replay" else None
+    for win, enforced, policy, epoch, label in job.runs:
+        say(label)
+        twin = next((r for r in rows if r["workflow"] == wf.id and r["policy"] == policy.name
+                     and r["epoch"] == epoch and r.get("commit") == commit
+                     and unrefused_at(r, win)), None) if enforced and recording else None
+        at = replace(wf, window=win)
+        if twin is not None:
+            row = enforced_twin(twin)
+        else:
+            row = run_replay(at, policy, epoch, recording, out_dir, say, label, commit,
+                             enforced) if recording else \
+                run_live(at, policy, epoch, model or "", out_dir, commit, enforced)
+        locked_append(append_record, out_dir / "records.jsonl", row)
+        rows.append(row)
+        new.append(row)
+    return new
 
 
 def append_record(path: Path, row: dict[str, Any]) -> None:

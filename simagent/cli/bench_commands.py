@@ -130,6 +130,7 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
 
     from simagent.bench.policies import resolve_policies
     from simagent.bench.report import short_table, write_report
+    from simagent.bench.row_pool import default_jobs
     from simagent.bench.workflow import WorkflowError, resolve_workflows
     from simagent.bench.workflow_runs import BenchPlan, run_bench
 
@@ -137,6 +138,10 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
         raise CliError("--mode live needs --model provider:model (replay needs no model)")
     if args.epochs < 1:
         raise CliError("--epochs must be at least 1")
+    if args.jobs is not None and args.jobs < 1:
+        raise CliError("--jobs must be at least 1")
+    if args.jobs is None:
+        args.jobs = default_jobs()
     try:
         plan = BenchPlan(resolve_workflows(args.workflows), resolve_policies(args.policy),
                          epochs=args.epochs, mode=args.mode, model=args.model,
@@ -149,7 +154,8 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
     from simagent.models import ModelError
 
     try:
-        rows = run_bench(plan, out, progress=None if args.json else _bench_progress)
+        rows = run_bench(plan, out, progress=None if args.json else _bench_progress,
+                         jobs=args.jobs)
     except ModelError as exc:  # live: a model that cannot be resolved (finished rows kept)
         raise CliError(str(exc), exc.code) from exc
     if args.mode == "replay":  # do the workflows' sessions export to notebooks that re-run?
@@ -325,6 +331,9 @@ def _add_bench_run(bench_sub: argparse._SubParsersAction) -> None:
                            "default: a workflow's `windows`, else its declared window, "
                            "not enforced")
     brun.add_argument("--out", default="bench-out", help="output folder (default: bench-out)")
+    brun.add_argument("--jobs", type=int, metavar="N",
+                      help="replay N workflows at a time in worker processes (default: one "
+                           "per core, at most 4); the records are the same for any N")
     brun.add_argument("--fresh", action="store_true", help="ignore finished rows in --out")
     brun.add_argument("--json", action="store_true", help="print one JSON summary")
     brun.set_defaults(handler=cmd_bench_run)
