@@ -27,7 +27,15 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
-from simagent.context.counting import count_messages
+from simagent.context.counting import count_message, count_messages
+from simagent.context.epoch_cost import (
+    EpochCost,
+    InputPrices,
+    epoch_cost,
+    first_change,
+    newest_reply,
+    stale_ages,
+)
 
 #: Results never cleared: the attempt log is referred to by value, subagent results are
 #: already digests, and the task record is tiny.
@@ -107,16 +115,21 @@ def candidates(messages: Sequence[BaseMessage], cleared: Collection[str], keep: 
     """
     names = tool_names(messages)
     results = [m for m in messages if isinstance(m, ToolMessage)]
+    older = results[: len(results) - kept_count(results, keep, keep_tokens)]
+    return [m for m in older
+            if m.tool_call_id not in cleared and names.get(m.tool_call_id) not in excluded
+            and not is_error(m) and not is_cleared(m)]
+
+
+def kept_count(results: Sequence[ToolMessage], keep: int, keep_tokens: int | None) -> int:
+    """How many of the newest ``results`` stay verbatim (see :func:`candidates`)."""
     kept, used = 0, 0
     for msg in reversed(results):
         size = count_messages([msg])
         if kept >= keep or (keep_tokens is not None and kept and used + size > keep_tokens):
             break
         kept, used = kept + 1, used + size
-    older = results[: len(results) - kept]
-    return [m for m in older
-            if m.tool_call_id not in cleared and names.get(m.tool_call_id) not in excluded
-            and not is_error(m) and not is_cleared(m)]
+    return kept
 
 
 def is_error(msg: ToolMessage) -> bool:
@@ -149,6 +162,57 @@ def plan_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *, tot
     if not todo or freed < max(1, min_freed):
         return None
     return frozenset(cleared) | {m.tool_call_id for m in todo}, freed
+
+
+def savings(messages: Sequence[BaseMessage], todo: Sequence[ToolMessage],
+            clear_inputs: bool = False) -> tuple[dict[str, int], frozenset[str]]:
+    """(call id -> tokens clearing it frees, the calls whose code goes with it): each
+    result's placeholder saving, plus with ``clear_inputs`` its call's code swapped for
+    a pointer."""
+    names = tool_names(messages)
+    out = {m.tool_call_id: count_messages([m]) - count_messages([_cleared_copy(m, names)])
+           for m in todo}
+    inputs = clearable_inputs(messages, list(out)) if clear_inputs and todo else frozenset()
+    pointers = input_pointers(messages, inputs)
+    for m in messages:
+        if _holds_any(m, pointers):
+            for call in m.tool_calls:
+                cid = call.get("id")
+                if cid in pointers:
+                    one = {cid: pointers[cid]}
+                    out[cid] += count_messages([m]) - count_messages([without_inputs(m, one)])
+    return out, inputs
+
+
+def decide_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *,
+                 total_tokens: int, trigger: int | None, keep: int, min_freed: int,
+                 prices: InputPrices, excluded: Collection[str] = EXCLUDED_TOOLS,
+                 keep_tokens: int | None = None, clear_inputs: bool = False,
+                 pinned: bool = True, card_tokens: int = 0
+                 ) -> tuple[frozenset[str] | None, str | None, EpochCost]:
+    """(the new cleared set or None, why: "window" | "cost", the cost figures).
+
+    The window decides first (over ``trigger`` with at least ``min_freed`` to free, as
+    :func:`plan_epoch`); below it the epoch is due when the candidates have cost in cache
+    reads, while stale, at least what its rewrite costs (``epoch_cost``), counting the
+    ``card_tokens`` of the state card that follows an epoch clearing kernel output."""
+    todo = candidates(messages, cleared, keep, excluded, keep_tokens)
+    saved, inputs = savings(messages, todo, clear_inputs)
+    results = [m for m in messages if isinstance(m, ToolMessage)]
+    ages = stale_ages(messages, saved, kept_count(results, keep, keep_tokens))
+    sizes = [count_message(m) for m in messages]
+    cost = epoch_cost(sizes, first_change(messages, saved, inputs), saved, ages, prices,
+                      pinned=pinned, new_from=newest_reply(messages),
+                      also_written=card_tokens if any(execution_of(m) is not None
+                                                      for m in todo) else 0)
+    if not todo:
+        return None, None, cost
+    new = frozenset(cleared) | set(saved)
+    if trigger is not None and total_tokens > trigger and cost.freed >= max(1, min_freed):
+        return new, "window", cost
+    if cost.pays:
+        return new, "cost", cost
+    return None, None, cost
 
 
 def _cleared_copy(msg: ToolMessage, names: dict[str, str]) -> ToolMessage:

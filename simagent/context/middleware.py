@@ -8,8 +8,8 @@ order, cheapest first:
    with the typed record the model filed (``task_records.close_task``);
 2. the latest boundary (summary / checkpoint / emergency) rebuilds the view from the raw
    messages; cleared results are swapped for placeholders;
-3. a clearing epoch runs if the request is over the clearing trigger and the epoch frees
-   enough;
+3. a clearing epoch runs when the window forces it (over the clearing trigger, freeing
+   enough) or when the prompt cache's prices pay for it (``epoch_cost.py``);
 4. summarization runs if the request is still over the tier's trigger, or over the
    history budget (``window - system - summary - tool_defs - max_output``);
 5. after any of these that took kernel output from view, a kernel state card read from
@@ -40,7 +40,7 @@ from langgraph.types import Command
 from simagent.context import thresholds as th
 from simagent.context.boundaries import turn_starts
 from simagent.context.capping import cap_tool_message
-from simagent.context.clearing import clearable_inputs, plan_epoch
+from simagent.context.clearing import clearable_inputs, decide_epoch
 from simagent.context.compaction import (
     BOUNDARY_KEY,
     CLEARED_INPUTS_KEY,
@@ -52,6 +52,7 @@ from simagent.context.compaction import (
     visible,
 )
 from simagent.context.counting import RequestSize, ai_message_of, calibrate, measure
+from simagent.context.epoch_cost import EpochCost, input_prices
 from simagent.context.overflow import is_context_overflow
 from simagent.context.prefix import pin_index, rewrite_tokens, with_cache_pin
 from simagent.context.prices import cache_rules
@@ -87,6 +88,32 @@ class Prepared:
     card: dict[str, Any] | None = None
     inputs: frozenset[str] = frozenset()  # calls whose code is cleared
     pin: int | None = None  # the view message carrying a pinned cache breakpoint
+
+
+@dataclass
+class _Pass:
+    """One call's layers while ``prepare`` runs them, and what they have changed."""
+
+    request: Any
+    state: dict[str, Any]
+    messages: list[BaseMessage]
+    boundary: dict[str, Any] | None
+    cleared: frozenset[str]
+    inputs: frozenset[str]
+    card: dict[str, Any] | None
+    update: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    card_reason: str | None = None
+    view: list[BaseMessage] = field(default_factory=list)
+    size: RequestSize = field(default_factory=RequestSize)
+    tokens: int = 0
+
+    @classmethod
+    def of(cls, request: Any) -> _Pass:
+        state = request.state or {}
+        return cls(request, state, list(request.messages), state.get(BOUNDARY_KEY),
+                   frozenset(state.get(CLEARED_KEY) or ()),
+                   frozenset(state.get(CLEARED_INPUTS_KEY) or ()), state.get(STATE_CARD_KEY))
 
 
 class ContextMiddleware(AgentMiddleware):
@@ -150,96 +177,122 @@ class ContextMiddleware(AgentMiddleware):
         return model_view(messages, boundary, cleared, card, inputs)
 
     def prepare(self, request: Any) -> Prepared:
-        state = request.state or {}
-        messages = list(request.messages)
-        boundary = state.get(BOUNDARY_KEY)
-        cleared = frozenset(state.get(CLEARED_KEY) or ())
-        inputs = frozenset(state.get(CLEARED_INPUTS_KEY) or ())
-        card = state.get(STATE_CARD_KEY)
-        before_layers = (boundary, cleared, card, inputs)  # what the previous request had
-        update: dict[str, Any] = {}
-        events: list[tuple[str, dict[str, Any]]] = []
-        card_reason: str | None = None
-
-        pending = state.get(PENDING_CHECKPOINT_KEY)
-        if pending and self.settings.checkpoints:
-            starts = [i for i in turn_starts(messages) if i >= int(pending.get("at", 0))]
-            if starts:
-                before = self._measure(request, self.view(messages, boundary, cleared, card,
-                                                          inputs))[1]
-                done = close_task(self.compactor, messages, boundary, starts[0],
-                                  source=FROM_TOOL, filed=pending_record(pending),
-                                  store=self.task_records)
-                update[PENDING_CHECKPOINT_KEY] = None
-                if done is not None:
-                    boundary = update[BOUNDARY_KEY] = done.boundary
-                    after = self._measure(request, self.view(messages, boundary, cleared,
-                                                             card, inputs))[1]
-                    events.append(("context_checkpoint", self.compaction_payload(
-                        done, before, after, note=None, source="tool",
-                        record=done.boundary["record"])))
-                    card_reason = "checkpoint"
-
-        view = self.view(messages, boundary, cleared, card, inputs)
-        size, tokens = self._measure(request, view)
-        thr = self.thresholds
-
-        epoch = plan_epoch(view, cleared, total_tokens=tokens, trigger=thr.clear_trigger,
-                           keep=thr.clear_keep, min_freed=thr.clear_min_freed,
-                           keep_tokens=thr.clear_keep_tokens,
-                           clear_inputs=self.settings.clear_inputs)
-        if epoch is not None:
-            new_cleared, _freed = epoch
-            newly = new_cleared - cleared
-            cleared = new_cleared
-            update[CLEARED_KEY] = sorted(cleared)
-            if self.settings.clear_inputs:  # decided with the results: one prefix change
-                inputs = inputs | clearable_inputs(messages, cleared)
-                update[CLEARED_INPUTS_KEY] = sorted(inputs)
-            view = self.view(messages, boundary, cleared, card, inputs)
-            before, (size, tokens) = tokens, self._measure(request, view)
-            events.append(("context_clear", {"cleared": len(newly),
-                                             "total_cleared": len(cleared),
-                                             "inputs_cleared": len(inputs),
-                                             "tokens_before": before, "tokens_after": tokens}))
-            events[-1][1].update(self.clear_ledger(messages, newly))
-            if card_reason is None and _has_kernel_results(messages, newly):
-                card_reason = "clear"
-
-        thr = thr.for_prompt(size.fixed)  # the summary trigger is a share of the room
-        due = thr.summary_trigger is not None and tokens >= thr.summary_trigger and \
-            th.summary_grown(tokens, boundary, thr)
-        if due or self.over_budget(size, tokens):
-            done = self.compactor.summarize(messages, boundary, thr.summary_keep)
-            if done is not None:
-                boundary = update[BOUNDARY_KEY] = done.boundary
-                view = self.view(messages, boundary, cleared, card, inputs)
-                before, (size, tokens) = tokens, self._measure(request, view)
-                events.append(("context_summary", self.compaction_payload(
-                    done, before, tokens, reason="threshold" if due else "budget", focus=None,
-                    summarizer=self.compactor.summarizer.name)))
-                card_reason = "summary"
-
-        if card_reason is not None:
-            new_card = self.make_card(messages, card, card_reason)
-            if new_card is not None:
-                card = update[STATE_CARD_KEY] = new_card
-                view = self.view(messages, boundary, cleared, card, inputs)
-                size, tokens = self._measure(request, view)
-                events[-1][1].update(tokens_after=tokens, state_card_tokens=new_card["tokens"])
-        if card_reason == "summary":  # where the next one may start from, card included
-            boundary["tokens_after"] = tokens
-        if events:  # what the change costs the provider's prompt cache
-            unchanged = self.view(messages, *before_layers)
-            events[-1][1]["cache_write_tokens"] = rewrite_tokens(unchanged, view, self.ruler,
-                                                                 self.cache_family)
-        for kind, payload in events:
+        """The view for this call: each layer in turn on one :class:`_Pass`, then what
+        changed is traced with what it costs the provider's cache."""
+        p = _Pass.of(request)
+        before_layers = (p.boundary, p.cleared, p.card, p.inputs)  # the previous request's
+        self.close_pending_task(p)
+        self.remeasure(p)
+        self.clear(p)
+        self.summarize(p)
+        self.add_card(p)
+        if p.events:  # what the change costs the provider's prompt cache
+            unchanged = self.view(p.messages, *before_layers)
+            p.events[-1][1]["cache_write_tokens"] = rewrite_tokens(
+                unchanged, p.view, self.ruler, self.cache_family)
+        for kind, payload in p.events:
             self._emit(kind, payload)
-        if card_reason is not None and update.get(STATE_CARD_KEY):
-            self._emit("context_state_card", card_event(card, self.agent))
-        cleared_before = before_layers[1]
-        pin = pin_index(view, cleared_before) if self.pins_cache else None
-        return Prepared(view, size, tokens, update, boundary, cleared, card, inputs, pin)
+        if p.card_reason is not None and p.update.get(STATE_CARD_KEY):
+            self._emit("context_state_card", card_event(p.card, self.agent))
+        pin = pin_index(p.view, before_layers[1]) if self.pins_cache else None
+        return Prepared(p.view, p.size, p.tokens, p.update, p.boundary, p.cleared, p.card,
+                        p.inputs, pin)
+
+    def remeasure(self, p: _Pass) -> None:
+        """Rebuild the view from the layers as they stand now and measure it."""
+        p.view = self.view(p.messages, p.boundary, p.cleared, p.card, p.inputs)
+        p.size, p.tokens = self._measure(p.request, p.view)
+
+    def close_pending_task(self, p: _Pass) -> None:
+        """Write the checkpoint ``mark_task_done`` left pending, at the new turn."""
+        pending = p.state.get(PENDING_CHECKPOINT_KEY)
+        if not (pending and self.settings.checkpoints):
+            return
+        starts = [i for i in turn_starts(p.messages) if i >= int(pending.get("at", 0))]
+        if not starts:
+            return
+        self.remeasure(p)
+        before = p.tokens
+        done = close_task(self.compactor, p.messages, p.boundary, starts[0], source=FROM_TOOL,
+                          filed=pending_record(pending), store=self.task_records)
+        p.update[PENDING_CHECKPOINT_KEY] = None
+        if done is None:
+            return
+        p.boundary = p.update[BOUNDARY_KEY] = done.boundary
+        self.remeasure(p)
+        p.events.append(("context_checkpoint", self.compaction_payload(
+            done, before, p.tokens, note=None, source="tool", record=done.boundary["record"])))
+        p.card_reason = "checkpoint"
+
+    def clear_decision(self, p: _Pass) -> tuple[frozenset[str] | None, str | None, EpochCost]:
+        """This call's clearing decision on the current view, priced at ``cost_model``'s
+        cache prices, else the model's (traced as ``context_clear_cost``)."""
+        thr, prices = self.thresholds, input_prices(self.settings.cost_model or self.model_id)
+        return decide_epoch(p.view, p.cleared, total_tokens=p.tokens,
+                            trigger=thr.clear_trigger, keep=thr.clear_keep,
+                            min_freed=thr.clear_min_freed, keep_tokens=thr.clear_keep_tokens,
+                            clear_inputs=self.settings.clear_inputs, prices=prices,
+                            pinned=self.settings.cache_pin,
+                            card_tokens=thr.state_card if self.state_source else 0)
+
+    def clear(self, p: _Pass) -> None:
+        """A clearing epoch, when the window forces one or the cache prices pay for it."""
+        if self.thresholds.clear_trigger is None:
+            return
+        new_cleared, reason, cost = self.clear_decision(p)
+        if reason == "cost" and not self.settings.clear_by_cost:
+            new_cleared = reason = None
+        if cost.candidates:  # the figures /context shows (a record, not a notice)
+            self.trace.append("context_clear_cost", {**cost.as_dict(), "due": reason,
+                                                     "agent": self.agent})
+        if new_cleared is None:
+            return
+        newly = new_cleared - p.cleared
+        p.cleared = new_cleared
+        p.update[CLEARED_KEY] = sorted(p.cleared)
+        if self.settings.clear_inputs:  # decided with the results: one prefix change
+            p.inputs = p.inputs | clearable_inputs(p.messages, p.cleared)
+            p.update[CLEARED_INPUTS_KEY] = sorted(p.inputs)
+        before = p.tokens
+        self.remeasure(p)
+        p.events.append(("context_clear", {
+            "cleared": len(newly), "total_cleared": len(p.cleared),
+            "inputs_cleared": len(p.inputs), "tokens_before": before,
+            "tokens_after": p.tokens, "reason": reason, "rent": round(cost.rent),
+            "price": round(cost.price), **self.clear_ledger(p.messages, newly)}))
+        if p.card_reason is None and _has_kernel_results(p.messages, newly):
+            p.card_reason = "clear"
+
+    def summarize(self, p: _Pass) -> None:
+        """A summary over the tier's trigger (once the conversation has grown enough
+        since the last one), or over the history budget."""
+        thr = self.thresholds.for_prompt(p.size.fixed)  # a share of the room
+        due = thr.summary_trigger is not None and p.tokens >= thr.summary_trigger and \
+            th.summary_grown(p.tokens, p.boundary, thr)
+        if not (due or self.over_budget(p.size, p.tokens)):
+            return
+        done = self.compactor.summarize(p.messages, p.boundary, thr.summary_keep)
+        if done is None:
+            return
+        p.boundary = p.update[BOUNDARY_KEY] = done.boundary
+        before = p.tokens
+        self.remeasure(p)
+        p.events.append(("context_summary", self.compaction_payload(
+            done, before, p.tokens, reason="threshold" if due else "budget", focus=None,
+            summarizer=self.compactor.summarizer.name)))
+        p.card_reason = "summary"
+
+    def add_card(self, p: _Pass) -> None:
+        """A kernel state card after a layer took kernel output from view."""
+        if p.card_reason is not None:
+            new_card = self.make_card(p.messages, p.card, p.card_reason)
+            if new_card is not None:
+                p.card = p.update[STATE_CARD_KEY] = new_card
+                self.remeasure(p)
+                p.events[-1][1].update(tokens_after=p.tokens,
+                                       state_card_tokens=new_card["tokens"])
+        if p.card_reason == "summary":  # where the next one may start from, card included
+            p.boundary["tokens_after"] = p.tokens
 
     @property
     def pins_cache(self) -> bool:

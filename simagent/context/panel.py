@@ -124,6 +124,8 @@ def _thresholds(s: ContextStats) -> list[str]:
     if th.clear_trigger is not None:
         lines.append(f"  old tool results start clearing at {_n(th.clear_trigger)} tokens "
                      f"({_share(th.clear_trigger, th.window)}), keeping {th.clear_keep}")
+        if th.clear_by_cost:
+            lines += _clear_cost(s)
     else:
         lines.append("  clearing of old tool results is off")
     if th.summary_trigger is not None:
@@ -136,6 +138,19 @@ def _thresholds(s: ContextStats) -> list[str]:
     if th.evict_tokens is not None:
         lines.append(f"  a single result over {_n(th.evict_tokens)} tokens is saved to disk")
     lines.append(f"  reserved for the reply: {_n(th.max_output)} tokens")
+    return lines
+
+
+def _clear_cost(s: ContextStats) -> list[str]:
+    """The cost rule and the latest call's figures for it (``context.epoch_cost``)."""
+    lines = ["  ... or sooner, once keeping them has cost in cache reads what clearing "
+             "costs in cache writes"]
+    c = s.clear_cost
+    if c:
+        due = f"; cleared ({c['due']})" if c.get("due") else ""
+        lines.append(f"  last call: {_n(c.get('candidates'))} old results, "
+                     f"{_n(c.get('freed'))} tokens, read for {_n(c.get('rent'))} of "
+                     f"{_n(c.get('price'))}{due} (in input tokens' worth)")
     return lines
 
 

@@ -150,6 +150,9 @@ class ContextStats:
     task_records: tuple[TaskRow, ...] = ()  # oldest first
     #: MCP tool schemas per server, loaded vs deferred (None: no MCP server)
     tools: ToolsView | None = None
+    #: the main agent's latest clearing decision (``context_clear_cost``: freed, rewrite,
+    #: rent, price, candidates, due), None before one
+    clear_cost: Mapping[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data (``simagent context --json``)."""
@@ -306,9 +309,12 @@ class _Walk:
     provider_ratio: float | None = None
     latest_ledger: LedgerView | None = None
     ledger_entries: int = 0
+    clear_cost: dict[str, Any] | None = None
 
     def feed(self, ev: Any) -> None:
         p = _payload(ev)
+        if ev.kind == "context_clear_cost" and _is_main(p):
+            self.clear_cost = p
         if ev.kind in ("session_start", "session_resume", "model_switch"):
             key = "to_model" if ev.kind == "model_switch" else "model"
             self.session_model = p.get(key) or self.session_model
@@ -404,7 +410,7 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
         limits={k: getattr(settings, k) for k in _LIMITS if getattr(settings, k) is not None},
         ruler=w.ruler, provider_ratio=w.provider_ratio, ledger=w.latest_ledger,
         ledger_entries=w.ledger_entries, task_records=_task_rows(events),
-        tools=tools_view_from_events(events))
+        tools=tools_view_from_events(events), clear_cost=w.clear_cost)
 
 
 def _task_rows(events: list[Any]) -> tuple[TaskRow, ...]:

@@ -145,11 +145,21 @@ class ContextSettings:
     clear_min_freed_fraction: float = CLEAR_MIN_FREED_FRACTION
     #: clear a run_python call's code with its result (a pointer to ``_out[n].code``)
     clear_inputs: bool = True
+    #: below the clearing trigger, an epoch also runs once the stale results have cost
+    #: in cache reads what its cache rewrite costs (``context.epoch_cost``)
+    clear_by_cost: bool = True
+    #: the model whose cache prices decide that (None: the model in use); the bench's
+    #: replay names the model it prices at, so it decides as that model would live
+    cost_model: str | None = None
     #: send deepagents' tools with simagent's slim descriptions (``agent/tool_text.py``)
     slim_tools: bool = True
     #: a small open-weight model gets a short prompt, skills by name, one or two tools and
     #: a forced first tool call (:func:`small_agent`, ``agent/small_tier.py``)
     small_agent: bool = True
+    #: force a small model's first call of a turn to ``run_python``, decoded by llama.cpp
+    #: under the tool's JSON-schema grammar; off: on the bench's 2 loaded cores a 0.5B
+    #: model's first forced call (151k-token vocabulary checked per token) ran 11+ minutes
+    small_agent_force_call: bool = False
     summary_fraction: float | None = None  # None: by tier
     summary_tiers: Mapping[str, float] = field(default_factory=lambda: dict(SUMMARY_TIERS))
     summary_keep_fraction: float = SUMMARY_KEEP_FRACTION
@@ -419,6 +429,7 @@ class Thresholds:
     max_output: int
     state_card: int = 0
     summary_fraction: float | None = None  # the tier's share (see summary_trigger_tokens)
+    clear_by_cost: bool = True  # an epoch may come sooner, by the cache prices
 
     def for_prompt(self, fixed: int) -> Thresholds:
         """These thresholds for a request whose fixed prompt is ``fixed`` tokens: the
@@ -439,6 +450,7 @@ def thresholds_for(model_window: int | None, model_id: str | None,
         evict_tokens=evict_tokens(settings, window),
         state_card=state_card_tokens(window, settings),
         clear_trigger=clear_trigger_tokens(window, settings, model_id),
+        clear_by_cost=settings.clear_by_cost,
         clear_keep=clear_keep(window, settings),
         clear_keep_tokens=clear_keep_tokens(window, settings),
         clear_min_freed=clear_min_freed_tokens(window, settings),

@@ -70,8 +70,12 @@ EVENT_KINDS: dict[str, str] = {
     "context_eviction": "tool_call_id, tool, path, chars, tokens_before, tokens_after, agent, "
                         "source ('user' when a person's message was saved to a file)",
     "context_clear": "cleared (newly cleared results), total_cleared, inputs_cleared "
-                     "(calls whose code is cleared too), tokens_before, tokens_after, agent"
+                     "(calls whose code is cleared too), tokens_before, tokens_after, reason "
+                     "(window|cost), rent, price, agent"
                      + _LEDGER,
+    "context_clear_cost": "the call's clearing decision (context/epoch_cost.py): freed, "
+                          "rewrite (tokens), rent, price (input-token units), candidates, "
+                          "due (window|cost, or null), agent",
     "context_summary": "cutoff_index, messages, path, reason (threshold|budget|manual), "
                        "focus, summarizer, tokens_before, tokens_after, summary_tokens, agent"
                        + _LEDGER,
