@@ -216,8 +216,9 @@ def replayed(wf: Workflow, policy: Policy, recording: Any, run_dir: Path,
         # results: view_figure sends the picture and it counts in the images layer
         model.profile = {**(model.profile or {}), "image_inputs": True}
         middleware = policy.middleware(wf.window, wf, lambda: recall_roots(session))
-        agent = build_agent(session, model, middleware=middleware,
-                            context_settings=policy.context_settings(wf.window))
+        # ... and clearing decides by that model's cache prices, as it would live
+        settings = replace(policy.context_settings(wf.window), cost_model=REFERENCE_MODEL)
+        agent = build_agent(session, model, middleware=middleware, context_settings=settings)
         started = time.monotonic()
         result = TurnRunner(session, agent).run(wf.prompt, on_event)
         yield SimpleNamespace(session=session, model=model, result=result,
