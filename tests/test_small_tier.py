@@ -1,5 +1,6 @@
 """A small open-weight model's request: short prompt, skills by name, one or two tools,
-and a first call forced to ``run_python`` (``agent/small_tier.py``).
+a reply limit, and (``small_agent_force_call``) a first call forced to ``run_python``
+(``agent/small_tier.py``).
 
 The real graph and a real kernel play a script; the model records what each call bound
 (tool names and ``tool_choice``), which is what an OpenAI-compatible server receives.
@@ -75,10 +76,9 @@ def test_the_tier_places_sub_billion_models_by_name() -> None:
     assert not small_agent("local:qwen2.5-coder-0.5b", ContextSettings(small_agent=False))
 
 
-def test_a_small_model_at_8k_sees_one_tool_a_short_prompt_and_a_forced_first_call(
-        workspace: Path) -> None:
+def test_a_small_model_at_8k_sees_one_tool_and_a_short_prompt(workspace: Path) -> None:
     model = play(workspace, "scripted:qwen2.5-coder-0.5b", 8192)
-    assert model.bindings == [(["run_python"], FORCED), (["run_python"], None)]
+    assert model.bindings == [(["run_python"], None), (["run_python"], None)]
     assert model.limits == [SMALL_REPLY_TOKENS] * 2
     prompt = system_text(model, 0)
     assert prompt.startswith(SMALL_RULES) and GROUND_RULES not in prompt
@@ -89,7 +89,13 @@ def test_a_small_model_at_8k_sees_one_tool_a_short_prompt_and_a_forced_first_cal
 
 def test_a_small_model_at_16k_also_sees_read_file(workspace: Path) -> None:
     model = play(workspace, "scripted:qwen2.5-coder-0.5b", 16384)
-    assert model.bindings[0] == (["read_file", "run_python"], FORCED)
+    assert model.bindings[0] == (["read_file", "run_python"], None)
+
+
+def test_with_force_call_the_first_call_of_a_turn_names_run_python(workspace: Path) -> None:
+    model = play(workspace, "scripted:qwen2.5-coder-0.5b", 8192,
+                 ContextSettings(small_agent_force_call=True))
+    assert model.bindings == [(["run_python"], FORCED), (["run_python"], None)]
 
 
 def test_the_stock_policy_and_a_large_model_get_the_full_request(tmp_path: Path) -> None:

@@ -176,12 +176,14 @@ def _usage_recorder(session: Session) -> Any:
     return record
 
 
-def small_model_middleware(session: Session, window: int) -> SmallModelMiddleware:
+def small_model_middleware(session: Session, window: int,
+                           settings: th.ContextSettings) -> SmallModelMiddleware:
     """The small model's prompt and tools for this session (``agent/small_tier.py``)."""
     sim = session.simulator
     sources = [content_dir("skills"), *([sim.skills_dir] if sim is not None else [])]
     return SmallModelMiddleware(small_prompt(sim, session.workspace, skill_names(sources)),
-                                th.small_agent_tools(window))
+                                th.small_agent_tools(window),
+                                force_call=settings.small_agent_force_call)
 
 
 @dataclass
@@ -222,7 +224,8 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
     if settings.slim_tools:  # outside the context layers: they measure what is sent
         middleware.insert(2, SlimToolsMiddleware())
     if agent == "main" and th.small_agent(model_id, settings):
-        middleware.insert(-1, small_model_middleware(session, context.thresholds.window))
+        middleware.insert(-1, small_model_middleware(session, context.thresholds.window,
+                                                     settings))
     if agent == "main":
         middleware += [WatchdogMiddleware(session.trace, settings, agent=agent),
                        CostCeilingMiddleware(session.trace, session.usage, settings),

@@ -12,9 +12,13 @@ So, for the models :func:`simagent.context.thresholds.small_agent` names:
   index the middleware above added;
 - the model is shown only :func:`~simagent.context.thresholds.small_agent_tools` (the
   tool node still runs any call of the others), with short descriptions;
-- until the turn has run a tool, ``tool_choice`` names ``run_python``: llama.cpp's server
-  then decodes the arguments under a grammar built from the tool's JSON schema, so the
-  first reply is a valid call that computes instead of a guessed answer;
+- with ``small_agent_force_call`` (off by default), until the turn has run a tool,
+  ``tool_choice`` names ``run_python``: llama.cpp's server then decodes the arguments
+  under a grammar built from the tool's JSON schema, so the first reply is a valid call
+  that computes instead of a guessed answer. Off because it was too slow where it was
+  measured: llama-cpp-python checks the grammar against all 151k tokens of Qwen's
+  vocabulary at every step, and on the bench's 2 loaded cores the first forced call of
+  a 0.5B model had not finished after 11 minutes;
 - each reply is limited to :data:`SMALL_REPLY_TOKENS` unless the request sets a limit.
 
 It sits just outside the context layers, so what they count and the recorder traces is
@@ -113,9 +117,9 @@ def ran_a_tool(messages: Sequence[Any]) -> bool:
 class SmallModelMiddleware(AgentMiddleware):
     """The small model's request (see the module docstring)."""
 
-    def __init__(self, prompt: str, tools: Sequence[str]) -> None:
+    def __init__(self, prompt: str, tools: Sequence[str], *, force_call: bool = False) -> None:
         super().__init__()
-        self.prompt, self.shown = prompt, tuple(tools)
+        self.prompt, self.shown, self.force_call = prompt, tuple(tools), force_call
         self._copies: dict[int, Any] = {}
 
     @property
@@ -132,7 +136,7 @@ class SmallModelMiddleware(AgentMiddleware):
                     self._copies[id(tool)] = short_tool(tool)
                 shown.append(self._copies[id(tool)])
         names = {getattr(t, "name", None) for t in shown}
-        force = FORCED_TOOL in names and not ran_a_tool(request.messages)
+        force = self.force_call and FORCED_TOOL in names and not ran_a_tool(request.messages)
         settings = {"max_tokens": SMALL_REPLY_TOKENS, **request.model_settings}
         return request.override(
             system_message=SystemMessage(prompt), tools=shown, model_settings=settings,
