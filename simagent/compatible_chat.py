@@ -20,6 +20,8 @@ server in ``tests/test_local_server.py``):
   configured ``max_output``, else :func:`reply_limit` of the window.
 - A system message whose content is a list of text blocks (simagent's prompt is built
   of blocks) fails validation there with an HTTP 500: text-only content goes as a string.
+  So does an assistant message whose content is null (what langchain sends for a reply
+  that is only tool calls, i.e. every turn after a tool call): it goes as ``""``.
 - Each streamed tool-call delta repeats the call's name and id, which langchain would
   concatenate (``set_unitset_unit…``): only the first delta keeps them; arguments cut
   off at the output limit are flagged (:class:`StreamedCalls`).
@@ -75,6 +77,8 @@ class CompatibleChatOpenAI(ChatOpenAI):
         payload["max_tokens"] = payload["max_completion_tokens"] = limit
         for message in payload.get("messages") or ():
             message["content"] = flat_text(message.get("content"))
+            if message["content"] is None:  # a call without text: the server wants a string
+                message["content"] = ""
         return payload
 
     def reply_tokens(self) -> int:

@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="needs the local extra: pip install 'simagent[local]'")
 
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.messages.utils import message_chunk_to_message
 from tiny_gguf import write_tiny_gguf
 
@@ -158,6 +158,18 @@ def test_tool_call_arguments_arrive_in_deltas(served) -> None:
     assert call["name"] == "set_unit" and call["args"]["unit"] in (
         "kelvin", "celsius", "fahrenheit")
     assert json.loads("".join(pieces)) == call["args"]
+
+
+def test_a_conversation_after_a_tool_call_is_accepted(served) -> None:
+    """The assistant message that carried the call has no text: langchain sends its
+    content as null, which the server refused (HTTP 500, a validation error, retried as
+    a provider fault) on every request after a tool call, so no turn could go on."""
+    call = {"name": "set_unit", "args": {"unit": "kelvin"}, "id": "call_1", "type": "tool_call"}
+    history = [HumanMessage("which unit?"), AIMessage(content="", tool_calls=[call]),
+               ToolMessage("unit set", tool_call_id="call_1")]
+    model = served.chat_model.bind_tools([UNIT_TOOL])
+    assert list(model.stream(history, max_tokens=2))
+    assert model.invoke(history, max_tokens=2).response_metadata.get("finish_reason")
 
 
 def test_a_streamed_request_past_n_ctx_raises_the_servers_own_overflow_error(served) -> None:
