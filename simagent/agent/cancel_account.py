@@ -20,7 +20,10 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
+from langchain_core.messages import ToolMessage
+
 from simagent.agent.events import Notice, ToolError, ToolFinished
+from simagent.agent.resume_repair import CANCELLED, repair
 from simagent.outcomes import outcome_of
 
 #: Kernel states in which a cell (or the ladder's restart and replay) is still running.
@@ -125,10 +128,6 @@ def settle(session: Any, graph: Any, emit: Callable[[Any], None], since_id: int,
     interfaces already have. Returns one ``{tool_call_id, name, outcome, account}`` per
     recorded call that did not end ok.
     """
-    from langchain_core.messages import ToolMessage
-
-    from simagent.agent.resume_repair import CANCELLED, repair
-
     if pump is not None and pump.is_alive():
         emit(Notice("waiting for the interrupted cell to stop (the kernel restarts it if "
                     "it ignores the interrupt) before this turn starts", level="warning"))

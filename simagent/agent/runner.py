@@ -46,6 +46,7 @@ from simagent.agent.events import (
     TurnResult,
 )
 from simagent.context.guards import ceiling_tripped, reset_ceiling
+from simagent.models import describe_provider_error
 from simagent.turns import ABANDON_AFTER_S
 
 if TYPE_CHECKING:
@@ -275,8 +276,6 @@ class TurnRunner:
             self.session.interrupt_kernel()
             result.status = "cancelled"
         except Exception as exc:  # provider and graph failures end the turn, not the app
-            from simagent.models import describe_provider_error
-
             if self._cancel.is_set():  # the cancel ended it (e.g. a provider-retry wait)
                 result.status = "cancelled"
             else:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.structured_output import ToolStrategy
 from langchain_core.messages import AIMessage
 from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # pydantic needs this one on Python < 3.12
@@ -214,8 +215,6 @@ def build_specs(defs: Mapping[str, SubagentDef], *, tools: Sequence[Any],
     ``layers_for(defn)`` returns ``(middleware, chat_model)`` for one subagent: its
     context layers, recovery and trace recorder, and the model it runs on.
     """
-    from langchain.agents.structured_output import ToolStrategy
-
     by_name = {getattr(t, "name", None): t for t in tools}
     specs = []
     for defn in defs.values():

@@ -25,6 +25,7 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 #: Descriptions by tool name (deepagents' filesystem tools and ``task``; ours are their
 #: docstrings in ``agent/tools.py``).
@@ -126,7 +127,6 @@ def slim_tool(tool: Any) -> Any:
     """A copy of ``tool`` carrying the slim text, for the request only (never run)."""
     if not isinstance(tool, BaseTool):
         return tool
-    from langchain_core.utils.function_calling import convert_to_openai_tool
 
     parameters = convert_to_openai_tool(tool)["function"].get("parameters") or {}
     return tool.model_copy(update={

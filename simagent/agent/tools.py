@@ -9,7 +9,9 @@ into typed events; none of them print.
 from __future__ import annotations
 
 import base64
+import io
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain.tools import ToolRuntime
@@ -17,8 +19,11 @@ from langchain_core.tools import BaseTool, tool
 
 from simagent.agent.cancel_account import lost_line
 from simagent.context import memory as memory_notes
+from simagent.context.ledger import recall_text
 from simagent.context.thresholds import ContextSettings, tool_cap
 from simagent.kernel.attach import MODEL_MAY_NOT_RESET
+from simagent.kernel.digesters import output_digester
+from simagent.kernel_api.figures import is_figure_id, render_caption
 from simagent.tool_names import (
     RECALL,
     RECORD_ATTEMPT,
@@ -95,8 +100,6 @@ def run_python_text(session: Session, code: str, *, cap: int | None, on_output: 
         result.notice = f"{result.notice}; {lost}" if result.notice else lost
     # over the cap, the simulator's digest of the raw output joins head and tail; only
     # under simagent's own cap (the raw and stock bench baselines keep plain head/tail)
-    from simagent.kernel.digesters import output_digester
-
     digest = output_digester(session.simulator, result.raw_path, session.trace) \
         if cap else None
     return result.model_text(cap, digest=digest), result
@@ -114,8 +117,6 @@ def make_view_figure(session: Session, images: bool, why: str = "") -> BaseTool:
         alone shows (layout, shapes, artefacts). A model that cannot take images gets the
         summary instead.
         """
-        from simagent.kernel_api.figures import render_caption
-
         found = find_figure(session, figure_id)
         if isinstance(found, str):
             return found
@@ -140,10 +141,6 @@ def make_view_figure(session: Session, images: bool, why: str = "") -> BaseTool:
 
 def find_figure(session: Session, figure_id: str) -> tuple[Any, dict[str, Any]] | str:
     """The figure's file and sidecar record, or a message naming the known ids."""
-    from pathlib import Path
-
-    from simagent.kernel_api.figures import is_figure_id
-
     folders = session.artifact_dirs
     key = Path(str(figure_id).strip()).stem
     if is_figure_id(key):
@@ -165,9 +162,7 @@ def _sendable_image(blob: bytes, mime: str) -> tuple[bytes, str]:
     """The image scaled to at most :data:`MAX_IMAGE_EDGE` pixels a side (Pillow, which
     matplotlib depends on); unchanged when already small or when Pillow is missing."""
     try:
-        import io
-
-        from PIL import Image
+        from PIL import Image  # Pillow comes with matplotlib; without it, the image as is
     except ImportError:
         return blob, ""
     try:
@@ -249,8 +244,6 @@ def make_recall(session: Session) -> BaseTool:
         e.g. "capacity Ah". Returns up to 12 lines, each with where its full text is:
         `_out[n]`, a file path, or a history file:line. Use before re-running code.
         """
-        from simagent.context.ledger import recall_text
-
         return recall_text(session.paths, query)
 
     return recall
