@@ -22,7 +22,10 @@ The shell around :class:`~simagent.mcp_server.service.KernelService`:
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -30,9 +33,11 @@ from io import TextIOWrapper
 from typing import Any
 
 import anyio
+import uvicorn
 from mcp.server.fastmcp import Context, FastMCP, Image
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.lowlevel.helper_types import ReadResourceContents
+from mcp.server.stdio import stdio_server
 
 from simagent.agent.tools import DEFAULT_RUN_TIMEOUT_S
 from simagent.mcp_server import ops
@@ -259,10 +264,6 @@ def serve_stdio(mcp: FastMCP) -> None:
     down. The process then exits at once with 128 + the signal: the SDK's stdin reader
     is a thread blocked in ``read`` that only the host closing stdin would end.
     """
-    import signal
-
-    from mcp.server.stdio import stdio_server
-
     sys.stdout.flush()
     protocol = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything else written to fd 1 now lands in stderr
@@ -297,8 +298,6 @@ def listen(host: str, port: int) -> Any:
     """A socket bound and listening on HOST:PORT now, so that a port in use or a host
     that is not this machine's fails before the address and token are announced
     (raises ``OSError``)."""
-    import socket
-
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     return socket.create_server((host, port), family=family)
 
@@ -322,10 +321,6 @@ def require_bearer(app: Any, token: str) -> Any:
 
 def serve_http(mcp: FastMCP, sock: Any, token: str) -> None:
     """Serve streamable HTTP at ``/mcp`` on ``sock`` (:func:`listen`) behind the token."""
-    import logging
-
-    import uvicorn
-
     logging.getLogger("mcp.server.streamable_http").addFilter(_closed_stream_noise)
     app = require_bearer(mcp.streamable_http_app(), token)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -28,6 +28,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
+from mcp import ClientSession, StdioServerParameters, types
+from mcp.client.stdio import stdio_client
+
+from simagent.context.tokens import Ruler
+
 #: (name, description, package it needs, code).
 CASES: list[tuple[str, str, str | None, str]] = [
     ("print_50mb", "50 MB print (500,000 lines)", None,
@@ -89,11 +95,6 @@ def _latest_raw(home: Path) -> Path | None:
 
 
 async def _measure(names: list[str]) -> list[dict[str, Any]]:
-    from mcp import ClientSession, StdioServerParameters, types
-    from mcp.client.stdio import stdio_client
-
-    from simagent.context.tokens import Ruler
-
     ruler = Ruler("o200k_base")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="mcp-tokens-") as tmp:
@@ -149,8 +150,6 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import anyio
-
     p = argparse.ArgumentParser(prog="python -m simagent.mcp_server.token_table",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print the rows as JSON")

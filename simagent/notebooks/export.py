@@ -29,6 +29,7 @@ from simagent.kernel import replay
 from simagent.kernel_api.outputs import HANDLE, number_of
 from simagent.notebooks.plan import Code, Plan, Text, plan
 from simagent.records import format_value
+from simagent.trace.log import TraceLog
 from simagent.trace.redact import redact_data
 
 #: Characters of a cell's stream text kept in the notebook (head and tail around a note).
@@ -49,8 +50,6 @@ class ExportError(Exception):
 def load(session_dir: Path) -> tuple[list[Any], list[dict[str, Any]]]:
     """The trace events and execution records of a session folder. Records live in the
     folder of each execution's raw output (a bench replay serves a recording's)."""
-    from simagent.trace.log import TraceLog
-
     with TraceLog(session_dir / "trace.sqlite", readonly=True) as log:
         events = log.events()
     folders = {Path(ev.payload["raw_path"]).parent for ev in events
@@ -274,8 +273,6 @@ def write(nb: nbformat.NotebookNode, path: Path) -> None:
 def record(session_dir: Path, path: Path, pl: Plan) -> None:
     """Say in the session's trace that a notebook was written (the transcript links it,
     ``simagent sessions`` shows it); appended, like every event."""
-    from simagent.trace.log import TraceLog
-
     with TraceLog(session_dir / "trace.sqlite") as log:
         log.append("notebook_written", {"path": str(path), "cells": len(pl.kept),
                                         "concerns": list(pl.concerns)})

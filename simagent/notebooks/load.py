@@ -91,8 +91,8 @@ class Notebook:
 
 def read_notebook(path: str | Path) -> Notebook:
     """The notebook at ``path``, validated (``nbformat.validate``); else NotebookError."""
-    import nbformat
-    from nbformat.reader import NotJSONError
+    import nbformat  # heavy (jsonschema): only when a notebook is read, not at TUI start
+    from nbformat.reader import NotJSONError  # heavy, as above
 
     p = Path(path).expanduser()
     if not p.exists():

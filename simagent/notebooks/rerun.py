@@ -26,7 +26,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 from simagent.kernel.result import strip_ansi
-from simagent.notebooks.export import stream_text
+from simagent.notebooks.export import build, load, stream_text
 from simagent.notebooks.plan import SKIP_TAG
 
 #: A number as printed (``2.30316``, ``-1.2e-05``, ``1637``).
@@ -203,8 +203,6 @@ def rerun_session(session_dir: Path, cwd: Path, *, timeout_s: int = CELL_TIMEOUT
                   ) -> tuple[Rerun, float]:
     """Export the session's notebook (not written anywhere) and re-run it in ``cwd``:
     (the result, seconds the export took)."""
-    from simagent.notebooks.export import build, load
-
     started = time.perf_counter()
     nb, _ = build(session_dir)
     export_s = time.perf_counter() - started

@@ -18,6 +18,7 @@ from typing import Any
 
 import ormsgpack
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.sqlite import SqliteSaver
 
 from simagent.trace.redact import Redactor
 
@@ -89,6 +90,4 @@ def _scrub_packed(data: bytes, redactor: Redactor) -> bytes:
 
 def redacting_sqlite_saver(conn: sqlite3.Connection) -> Any:
     """A ``SqliteSaver`` on ``conn`` whose serializer redacts (see the module docstring)."""
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
     return SqliteSaver(conn, serde=RedactingSerializer())
