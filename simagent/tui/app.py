@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from typing import Any
 
@@ -25,10 +26,13 @@ from prompt_toolkit.layout.menus import CompletionsMenu
 from prompt_toolkit.styles import Style
 from prompt_toolkit.widgets import TextArea
 
+from simagent import exit_codes
 from simagent.kernel.attach import left_running
 from simagent.outcomes import STYLES as OUTCOME_STYLES
-from simagent.tui import commands
+from simagent.paths import state_home
+from simagent.tui import commands, slash
 from simagent.tui.controller import TuiController
+from simagent.tui.history import redacting_file_history
 from simagent.tui.render import RenderCache
 from simagent.tui.status import status_fragments
 from simagent.tui.text import Line
@@ -66,8 +70,6 @@ class SlashCompleter(Completer):
         self.ctl = ctl
 
     def get_completions(self, document: Any, complete_event: Any) -> Any:
-        from simagent.tui import slash
-
         def source(name: str) -> list[tuple[str, str]]:
             try:
                 return getattr(slash, name)(self.ctl)
@@ -83,9 +85,6 @@ class SlashCompleter(Completer):
 
 def _history(ctl: TuiController) -> History:
     try:
-        from simagent.paths import state_home
-        from simagent.tui.history import redacting_file_history
-
         path = state_home() / "input_history"
         return redacting_file_history(str(path))  # a pasted key never reaches the file
     except Exception:
@@ -211,7 +210,7 @@ class TuiApp:
 
         @kb.add("s-tab")
         def _cycle(event: Any) -> None:
-            from simagent.agent.approval import next_mode
+            from simagent.agent.approval import next_mode  # langchain: not before first paint
 
             if self.ctl.session is None:
                 return
@@ -323,10 +322,6 @@ class TuiApp:
 
 def run_tui(opts: Any) -> int:
     """``simagent [tui]``: run the app in this terminal; the exit status for the CLI."""
-    import sys
-
-    from simagent import exit_codes
-
     ctl = TuiController(opts)
     ui = TuiApp(ctl)
     try:

@@ -7,6 +7,7 @@ handler and source exists, so the table cannot promise a command the UI lacks.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -105,8 +106,6 @@ def help_text(columns: int = 80) -> str:
 
 
 def _two_columns(left: str, width: int, text: str, columns: int) -> list[str]:
-    import textwrap
-
     indent = " " * (width + 4)
     room = max(20, columns - len(indent))
     body = textwrap.wrap(text, room) or [""]

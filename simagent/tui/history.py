@@ -11,9 +11,12 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from prompt_toolkit.history import FileHistory
+
 from simagent.agent.events import ContextEvent
 from simagent.context.reporting import CONTEXT_KINDS
 from simagent.outcomes import outcome_of
+from simagent.paths import private_dir, private_file
 from simagent.presentation.notices import context_line
 from simagent.trace.redact import redact
 from simagent.tui.entries import AssistantEntry, Entry, NoticeEntry, ToolCard, UserEntry
@@ -62,10 +65,6 @@ def redacting_file_history(path: str) -> Any:
     """prompt_toolkit's ``FileHistory`` for the input box, with secrets redacted before a
     line reaches the file (a pasted key stays usable in this session's prompt, but is
     never written to ``input_history``)."""
-    from prompt_toolkit.history import FileHistory
-
-    from simagent.paths import private_dir, private_file
-
     private_dir(os.path.dirname(path) or ".")
     private_file(path)  # FileHistory appends to it: created private here
 

@@ -8,6 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from simagent.config import SessionOptions
+from simagent.paths import SessionPaths
+from simagent.session import resolve_session_id
+from simagent.trace.log import TraceLog
+from simagent.trace.sessions import MODEL_EVENTS, latest_model
 
 NO_MODEL_HELP = (
     "No model is configured. Choose one with /model provider:model, e.g.\n"
@@ -35,11 +39,6 @@ def model_error_line(spec: str, exc: Any) -> str:
 
 def resumed_model(opts: SessionOptions) -> str | None:
     """The model the session to resume last used (None if unknown or unreadable)."""
-    from simagent.paths import SessionPaths
-    from simagent.session import resolve_session_id
-    from simagent.trace.log import TraceLog
-    from simagent.trace.sessions import MODEL_EVENTS, latest_model
-
     try:
         ws = Path(opts.workspace).expanduser().resolve()
         sid = resolve_session_id(ws, opts.resume)

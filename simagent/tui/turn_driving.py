@@ -11,15 +11,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simagent.agent.events import Interrupt, Retrying
 from simagent.tui.entries import ApprovalEntry
+from simagent.tui.render import action_preview
 
 
 class TurnDriving:
     """Turns, their events and approvals (see the module docstring)."""
 
     def _on_event(self, event: Any) -> None:
-        from simagent.agent.events import Interrupt, Retrying
-
         try:
             self.model_event(event)
             if isinstance(event, Retrying):
@@ -34,8 +34,6 @@ class TurnDriving:
                       .splitlines()[0], "error")
 
     def _preview(self, event: Any) -> None:
-        from simagent.tui.render import action_preview
-
         for i, req in enumerate(event.action_requests):
             args = dict(req.get("args") or {})
             current = None
