@@ -213,7 +213,7 @@ def test_summary_keep_and_growth():
 def test_thresholds_for_and_for_prompt():
     t = th.thresholds_for(None, "claude-sonnet-4-5", ContextSettings(), 1_234)
     assert t == th.Thresholds(
-        window=128_000, tier="mid", evict_tokens=10_000, clear_trigger=38_400, clear_keep=6,
+        window=128_000, tier="mid", evict_tokens=10_000, clear_trigger=38_400, clear_keep=1,
         clear_keep_tokens=12_800, clear_min_freed=12_800, summary_trigger=83_200,
         summary_keep=12_800, max_output=1_234, state_card=1_500, summary_fraction=0.65)
     assert t.for_prompt(28_000).summary_trigger == 28_000 + int(100_000 * 0.65)

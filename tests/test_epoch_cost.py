@@ -173,9 +173,9 @@ def test_below_the_window_trigger_an_epoch_comes_when_the_cache_prices_pay(works
         events = session.trace.events()
         text = render_context(stats_from_events(events, settings=settings), width=120)
         last = costs[-1]
-        assert (f"last call: {last['candidates']:,} old results, {last['freed']:,} tokens, "
-                f"read for {last['rent']:,} of {last['price']:,}") in text
-        assert "or sooner, once keeping them has cost in cache reads" in text
+        assert (f"last call {last['rent']:,} of {last['price']:,} input tokens' worth, "
+                f"{last['candidates']:,} results holding {last['freed']:,} tokens") in text
+        assert "or sooner, when keeping old results has cost (cached reads)" in text
     finally:
         session.close()
 

@@ -143,14 +143,14 @@ def _thresholds(s: ContextStats) -> list[str]:
 
 def _clear_cost(s: ContextStats) -> list[str]:
     """The cost rule and the latest call's figures for it (``context.epoch_cost``)."""
-    lines = ["  ... or sooner, once keeping them has cost in cache reads what clearing "
-             "costs in cache writes"]
     c = s.clear_cost
+    lines = ["  ... or sooner, when keeping old results has cost (cached reads) what",
+             "  clearing costs (cache writes)" + (":" if c else "")]
     if c:
         due = f"; cleared ({c['due']})" if c.get("due") else ""
-        lines.append(f"  last call: {_n(c.get('candidates'))} old results, "
-                     f"{_n(c.get('freed'))} tokens, read for {_n(c.get('rent'))} of "
-                     f"{_n(c.get('price'))}{due} (in input tokens' worth)")
+        lines.append(f"  last call {_n(c.get('rent'))} of {_n(c.get('price'))} input tokens' "
+                     f"worth, {_n(c.get('candidates'))} results holding "
+                     f"{_n(c.get('freed'))} tokens{due}")
     return lines
 
 

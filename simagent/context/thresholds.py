@@ -48,9 +48,19 @@ CLEAR_FRACTION = 0.30
 #: Clearing always gets its chance before summarization: its trigger stays below this
 #: share of the summary trigger (small-tier models summarize at 35 %).
 CLEAR_BEFORE_SUMMARY = 0.80
-#: Most recent tool results clearing always keeps verbatim ...
-CLEAR_KEEP = 6
-#: ... and in a small window, where six results may not fit.
+#: Most recent tool results an epoch keeps verbatim: one, the result the model is reading
+#: now. A result it has read costs a cached read on every request until the next epoch
+#: (~0.1 x its tokens x the 5-10 requests between cost-driven epochs at 128k), which is
+#: about what paging it back once costs (its pointer names ``_out[n]``), so an older one
+#: pays to keep only if it is nearly sure to be needed again. On the bench at 128k
+#: (replay, cost rule on), tuned long workflows: 0.41x stock's tokens and 0.61x/0.64x its
+#: dollars (Anthropic/OpenAI) with 1, 0.43x and 0.62x/0.65x with 2 (the seeds' 6 before
+#: the cost rule: 0.52x, 0.68x/0.71x); held-out: 0.48x and 0.76x/0.77x with 1, 0.56x and
+#: 0.82x with 2, 0.76x and 0.94x/0.93x with 6; recall 1.0 everywhere ...
+CLEAR_KEEP = 1
+#: ... and below a 100k window, where the window forces epochs every few requests, so
+#: keeping costs less, and the kept share below binds first (at 16k, 1 saves 1-2 %
+#: tokens on the tuned workflows but costs the held-out ones 3 % dollars: not taken).
 CLEAR_KEEP_SMALL = 3
 SMALL_WINDOW = 100_000
 #: ... while they fit in this share of the window (the newest one always stays).
