@@ -116,3 +116,23 @@ def test_the_live_table_has_one_line_per_workflow_policy_and_window() -> None:
     assert live_summary(rows).splitlines()[0] == (
         "simagent @8k: 1/1 passed, 4,321 input tokens, 96 s")
     assert live_table(rows[3:]) == ""
+
+
+def test_a_local_server_runs_the_configured_number_of_threads(tmp_path: Path) -> None:
+    """``[model] threads``: on a 2-core machine others share, a 2-thread llama.cpp server
+    crawled (the live bench's first reply had streamed 76 tokens after 8 minutes); the
+    server is started with the number asked."""
+    pytest.importorskip("llama_cpp", reason="needs the local extra")
+    from tiny_gguf import write_tiny_gguf
+
+    from simagent.models import ModelError, resolve_model
+
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    resolved = resolve_model(f"local:{model}", model_config={"window": 512, "threads": 1})
+    try:
+        first = Path(resolved.info["log"]).read_text().splitlines()[0]
+    finally:
+        resolved.close()
+    assert first.startswith("--- simagent: ") and first.endswith(" --threads 1")
+    with pytest.raises(ModelError, match="'threads' must be a whole number >= 1"):
+        resolve_model(f"local:{model}", model_config={"window": 512, "threads": 0})

@@ -29,7 +29,7 @@ from simagent.paths import state_home
 #: The window a local model gets when none is configured: small models live at 8-16k,
 #: and llama.cpp allocates the whole KV cache for it up front.
 DEFAULT_WINDOW = 8192
-LOCAL_KEYS = ("port", "chat_format")
+LOCAL_KEYS = ("port", "chat_format", "threads")
 
 
 def model_file(name: str) -> Path:
@@ -60,6 +60,11 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
                              or not 0 < port < 65536):
         raise ModelError(f"model config 'port' must be a TCP port number, got {port!r}",
                          code=USAGE)
+    threads = cfg.get("threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
+                                or threads < 1):
+        raise ModelError(f"model config 'threads' must be a whole number >= 1, got "
+                         f"{threads!r}", code=USAGE)
     if importlib.util.find_spec("llama_cpp") is None:
         raise ModelError("local: models need llama.cpp's server: pip install "
                          "'simagent[local]' (make install builds it)", code=PROVIDER)
@@ -68,7 +73,7 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
     alias = re.sub(r"[^A-Za-z0-9._-]+", "-", info.path.stem)[:60] or "local"
     server = start_server(info.path, alias=alias, n_ctx=window, port=port,
                           log_path=server_log_path(alias),
-                          chat_format=cfg.get("chat_format"))
+                          chat_format=cfg.get("chat_format"), threads=threads)
     try:
         from simagent.compatible_chat import reply_limit  # langchain: only when used
         from simagent.models import compatible_chat

@@ -137,7 +137,8 @@ def get_props(port: int, timeout: float = 2.0) -> dict[str, Any] | None:
 
 def start_server(model: Path, *, alias: str, n_ctx: int, log_path: Path,
                  port: int | None = None, chat_format: str | None = None,
-                 ready_timeout: float = READY_TIMEOUT_S) -> LlamaServer:
+                 ready_timeout: float = READY_TIMEOUT_S,
+                 threads: int | None = None) -> LlamaServer:
     """Start and wait for a server; ``ModelError`` (no process left) when it cannot."""
     if port is not None and port_in_use(port):
         raise ModelError(f"port {port} on {HOST} is in use: stop what listens there or "
@@ -145,7 +146,7 @@ def start_server(model: Path, *, alias: str, n_ctx: int, log_path: Path,
                          code=USAGE)
     for attempt in range(PORT_TRIES):
         chosen = port or free_port()
-        server = _spawn(model, alias, n_ctx, chosen, log_path, chat_format)
+        server = _spawn(model, alias, n_ctx, chosen, log_path, chat_format, threads)
         try:
             _wait_ready(server, ready_timeout)
             return server
@@ -165,12 +166,14 @@ class _PortTaken(Exception):
 
 
 def _spawn(model: Path, alias: str, n_ctx: int, port: int, log_path: Path,
-           chat_format: str | None) -> LlamaServer:
+           chat_format: str | None, threads: int | None = None) -> LlamaServer:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "simagent.local_model.serve", "--model", str(model),
            "--alias", alias, "--n-ctx", str(n_ctx), "--port", str(port)]
     if chat_format:
         cmd += ["--chat-format", chat_format]
+    if threads:  # else every core: on a machine others share, fewer threads wait less
+        cmd += ["--threads", str(threads)]
     with log_path.open("ab") as log:
         log.write(f"--- simagent: {' '.join(cmd)}\n".encode())
         log.flush()
