@@ -17,7 +17,7 @@ from simagent.local_model.packaged import (
     assembled_path,
     part_files,
 )
-from simagent.models import ModelError
+from simagent.models import ModelError, resolve_model
 
 
 def parts(folder: Path) -> list[Path]:
@@ -47,6 +47,37 @@ def test_a_checksum_mismatch_is_one_line_and_leaves_no_file(tmp_path: Path) -> N
     assert info.value.code == 2 and "\n" not in str(info.value)
     assert str(info.value).startswith("checksum mismatch assembling m.gguf: sha256 ")
     assert list(dest.parent.iterdir()) == []  # neither the file nor its partial copy
+
+
+def fake_part_packages(site: Path, *datas: bytes) -> tuple[str, ...]:
+    """Part packages as pip installs them: a module folder with the part and a dist-info
+    whose RECORD lists it (what ``part_files`` reads through importlib.metadata)."""
+    names = []
+    for i, data in enumerate(datas, 1):
+        (site / f"fakepart{i}").mkdir(parents=True)
+        (site / f"fakepart{i}" / "model.bin").write_bytes(data)
+        info = site / f"simagent_fake_part{i}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: simagent-fake-part{i}\nVersion: 1.0\n")
+        (info / "RECORD").write_text(f"fakepart{i}/model.bin,,\n{info.name}/METADATA,,\n")
+        names.append(f"simagent-fake-part{i}")
+    return tuple(names)
+
+
+def test_a_checksum_mismatch_of_a_packaged_model_is_one_line_before_any_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _state_home: Path) -> None:
+    """``local:NAME`` as the CLI resolves it: installed parts whose joined bytes do not
+    match the pinned sha256 (a damaged download) stop it before llama.cpp is started."""
+    dists = fake_part_packages(tmp_path / "site", b"GGUF" + b"a" * 100, b"b" * 50)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setitem(PACKAGED, "fake", PackagedModel("fake", "a test", dists, "0" * 64, 155))
+    with pytest.raises(ModelError) as info:
+        resolve_model("local:fake", environ={})
+    assert info.value.code == 2 and "\n" not in str(info.value)
+    assert str(info.value).startswith("checksum mismatch assembling fake-000000000000.gguf: ")
+    assert "pip install --force-reinstall" in str(info.value)
+    assert list((_state_home / "models").iterdir()) == []  # nothing a later run would trust
 
 
 def test_missing_part_packages_name_the_extra_to_install() -> None:

@@ -348,6 +348,13 @@ def test_a_missing_gguf_is_one_usage_line(tmp_path: Path) -> None:
                                    f"{tmp_path / 'nope.gguf'}"]
 
 
+def test_a_folder_given_as_the_model_is_one_usage_line(tmp_path: Path) -> None:
+    folder = tmp_path / "models.gguf"
+    folder.mkdir()
+    code, lines = bad_run(tmp_path, f"local:{folder}")  # it said "file not found"
+    assert code == 2 and lines == [f"simagent: error: {folder} is a folder, not a GGUF model file"]
+
+
 def test_a_file_that_is_not_gguf_or_is_cut_short_is_one_usage_line(
         tiny: Path, tmp_path: Path) -> None:
     text = tmp_path / "notes.gguf"

@@ -28,12 +28,18 @@ class GgufInfo:
 
 def inspect_gguf(path: Path) -> GgufInfo:
     """Read ``path``'s header; ``ModelError`` (usage) when it is missing or not a model."""
+    if path.is_dir():
+        raise ModelError(f"{path} is a folder, not a GGUF model file", code=USAGE)
     if not path.is_file():
         raise ModelError(f"local model file not found: {path}", code=USAGE)
-    with path.open("rb") as fh:
-        if fh.read(4) != MAGIC:
-            raise ModelError(f"{path} is not a GGUF model file (it does not start with "
-                             "'GGUF')", code=USAGE)
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:  # unreadable (permissions), or gone since
+        raise ModelError(f"cannot read {path}: {exc.strerror or exc}", code=USAGE) from exc
+    if head != MAGIC:
+        raise ModelError(f"{path} is not a GGUF model file (it does not start with "
+                         "'GGUF')", code=USAGE)
     try:
         from gguf import GGUFReader  # the local extra
 
