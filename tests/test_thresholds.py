@@ -15,7 +15,8 @@ def test_defaults_follow_the_seeds_except_the_earlier_lossless_clearing():
     # the seeds evict at 20k chars/4-tokens; re-derived on the bench with real tokens: 10k
     assert (t.window, t.tier, t.evict_tokens) == (200_000, "frontier", 10_000)
     # the seeds clear at 60 %; our placeholders keep a path, so we clear at 30 % (bench)
-    assert (t.clear_trigger, t.clear_keep, t.clear_min_freed) == (60_000, 6, 20_000)
+    # ... and keep the newest result, not the seeds' 6 (issue 31: the cost model)
+    assert (t.clear_trigger, t.clear_keep, t.clear_min_freed) == (60_000, 1, 20_000)
     assert (t.summary_trigger, t.summary_keep) == (170_000, 20_000)
 
 
@@ -33,9 +34,12 @@ def test_summary_trigger_by_tier(model, tier, fraction):
     assert trigger == int(100_000 * fraction)
 
 
-def test_small_windows_keep_fewer_results_and_unknown_windows_fall_back():
+def test_every_window_keeps_the_newest_result_and_unknown_windows_fall_back():
     s = th.ContextSettings()
-    assert th.clear_keep(99_999, s) == 3 and th.clear_keep(100_000, s) == 6
+    # one default since issue 31 (CLEAR_KEEP): the kept share of the window, not a count
+    # per window size, keeps fewer in a small window
+    assert th.clear_keep(99_999, s) == th.clear_keep(100_000, s) == th.CLEAR_KEEP == 1
+    assert th.clear_keep(16_000, th.ContextSettings(clear_keep=4)) == 4
     assert th.effective_window(None, s) == th.FALLBACK_WINDOW
     assert th.effective_window(None, th.ContextSettings(window=32_768)) == 32_768
 

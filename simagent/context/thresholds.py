@@ -50,19 +50,15 @@ CLEAR_FRACTION = 0.30
 CLEAR_BEFORE_SUMMARY = 0.80
 #: Most recent tool results an epoch keeps verbatim: one, the result the model is reading
 #: now. A result it has read costs a cached read on every request until the next epoch
-#: (~0.1 x its tokens x the 5-10 requests between cost-driven epochs at 128k), which is
-#: about what paging it back once costs (its pointer names ``_out[n]``), so an older one
-#: pays to keep only if it is nearly sure to be needed again. On the bench at 128k
-#: (replay, cost rule on), tuned long workflows: 0.41x stock's tokens and 0.61x/0.64x its
-#: dollars (Anthropic/OpenAI) with 1, 0.43x and 0.62x/0.65x with 2 (the seeds' 6 before
-#: the cost rule: 0.52x, 0.68x/0.71x); held-out: 0.48x and 0.76x/0.77x with 1, 0.56x and
-#: 0.82x with 2, 0.76x and 0.94x/0.93x with 6; recall 1.0 everywhere ...
+#: (~0.1 x its tokens x the requests between epochs), which is about what paging it back
+#: once costs (its pointer names ``_out[n]``), so an older one pays to keep only if it is
+#: nearly sure to be needed again. Bench (replay, cost rule on), 1 against the seeds' 6
+#: (3 below a 100k window), as multiples of stock's tokens and dollars (Anthropic/OpenAI):
+#: tuned long 128k 0.41x, 0.61x/0.64x (6 before the cost rule: 0.52x, 0.68x/0.71x),
+#: 32k 0.61x, 0.53x/0.70x (3: 0.64x, 0.54x/0.71x); held-out 128k 0.48x, 0.76x/0.77x
+#: (6: 0.76x, 0.94x/0.93x), 32k 0.53x, 0.78x/0.80x (3: 0.57x, 0.86x/0.86x); 16k equal
+#: within 1 %; recall 1.0 everywhere. Keeping 2 lies between at each.
 CLEAR_KEEP = 1
-#: ... and below a 100k window, where the window forces epochs every few requests, so
-#: keeping costs less, and the kept share below binds first (at 16k, 1 saves 1-2 %
-#: tokens on the tuned workflows but costs the held-out ones 3 % dollars: not taken).
-CLEAR_KEEP_SMALL = 3
-SMALL_WINDOW = 100_000
 #: ... while they fit in this share of the window (the newest one always stays).
 CLEAR_KEEP_FRACTION = 0.10
 #: A clearing epoch happens only when it frees at least this share of the window, so the
@@ -150,7 +146,7 @@ class ContextSettings:
 
     evict_tokens: int | None = EVICT_TOKENS
     clear_fraction: float | None = CLEAR_FRACTION
-    clear_keep: int | None = None  # None: CLEAR_KEEP, or CLEAR_KEEP_SMALL in a small window
+    clear_keep: int | None = None  # None: CLEAR_KEEP
     clear_keep_fraction: float | None = CLEAR_KEEP_FRACTION  # None: count only
     clear_min_freed_fraction: float = CLEAR_MIN_FREED_FRACTION
     #: clear a run_python call's code with its result (a pointer to ``_out[n].code``)
@@ -339,9 +335,8 @@ def clear_trigger_tokens(window: int, settings: ContextSettings,
 
 
 def clear_keep(window: int, settings: ContextSettings) -> int:
-    if settings.clear_keep is not None:
-        return settings.clear_keep
-    return CLEAR_KEEP_SMALL if window < SMALL_WINDOW else CLEAR_KEEP
+    """Newest results an epoch keeps (the kept share of ``window`` may keep fewer)."""
+    return CLEAR_KEEP if settings.clear_keep is None else settings.clear_keep
 
 
 def clear_keep_tokens(window: int, settings: ContextSettings) -> int | None:
