@@ -17,12 +17,24 @@ from typing import Any
 from simagent.bench.cost_report import FAMILIES
 from simagent.bench.figures import policy_order
 from simagent.bench.workflow_runs import provider_refused, window_tag
-from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
 
 GROUPS = ("tuned long", "held-out", "short")
 #: (reference policy, what it bounds): tokens against the oracle, dollars against the
 #: cache-aware oracle
 TOKEN_BOUND, DOLLAR_BOUND, PEER = "oracle", "oracle-cached", "stock"
+#: The excess table's rows (issue 31 §1): a reader's name for each part of a request, the
+#: counting categories it sums, and ``recovery`` (re-reading a by-pointer fact). The
+#: oracle keeps a result exactly as long as a later step or probe needs it, so a policy's
+#: extra tool-result tokens are results kept too long. Every row shows, zero included.
+EXCESS_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tool results kept too long", ("tool_results", "images")),
+    ("conversation", ("conversation",)),
+    ("summaries", ("summaries",)),
+    ("tool schemas", ("tool_schemas",)),
+    ("system prompt", ("system_prompt", "skills_index", "memory_index")),
+    ("state card", ("state_card",)),
+    ("recovery", ("recovery",)),
+)
 
 
 def group_of(row: dict[str, Any]) -> str:
@@ -153,14 +165,12 @@ def excess_table(rows: Sequence[dict[str, Any]], policy: str = "simagent") -> st
                     for cat, n in (r.get("layers") or {}).items():
                         acc.setdefault(cat, [0, 0])[i] += int(n)
                     acc.setdefault("recovery", [0, 0])[i] += int(r.get("recovery_tokens") or 0)
-            total = sum(a - b for a, b in acc.values()) or 1
-            for cat in [*CATEGORIES, "recovery"]:
-                if cat not in acc or abs(acc[cat][0] - acc[cat][1]) < 0.01 * abs(total):
-                    continue  # a layer both send alike
-                a, b = acc[cat]
-                out.append(f"| {group} | {_w(window)} | {CATEGORY_LABELS.get(cat, cat)} | "
-                           f"{a / 1000:,.1f}k | {b / 1000:,.1f}k | {(a - b) / 1000:+,.1f}k | "
-                           f"{(a - b) / total:.0%} |")
+            total = sum(a - b for a, b in acc.values())
+            for label, cats in EXCESS_LAYERS:
+                a, b = (sum(acc.get(c, [0, 0])[i] for c in cats) for i in (0, 1))
+                share = f"{round(100 * (a - b) / total) + 0}%" if total else "-"
+                out.append(f"| {group} | {_w(window)} | {label} | {a / 1000:,.1f}k | "
+                           f"{b / 1000:,.1f}k | {(a - b) / 1000:+,.1f}k | {share} |")
     return "\n".join(out) if len(out) > 2 else ""
 
 
@@ -173,9 +183,17 @@ def _pairs(picked: Sequence[dict[str, Any]], group: str, window: Any, policy: st
             if r["policy"] == policy and r["workflow"] in refs]
 
 
+#: Runs of one workflow differ by their folders' names and clock stamps in the paths the
+#: model reads, tokenised (subagents, which the oracle leaves alone, read many paths): a
+#: run under the oracle by less than this share is that noise, not a bug (measured: 0.2 %
+#: on cantera-source-subagent at 128k, where nothing is cleared at all).
+NAME_NOISE = 0.005
+
+
 def lower_bound_violations(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Runs that spend fewer tokens than the oracle at the same workflow and window while
-    passing with at least its recall: each one is a bug in the oracle."""
+    passing with at least its recall (beyond :data:`NAME_NOISE`): each one is a bug in the
+    oracle."""
     picked = by_window(rows)
     refs = {(r["workflow"], r.get("window")): r for r in picked if r["policy"] == TOKEN_BOUND
             and not provider_refused(r)}
@@ -185,7 +203,7 @@ def lower_bound_violations(rows: Sequence[dict[str, Any]]) -> list[str]:
         if ref is None or r["policy"] in (TOKEN_BOUND, DOLLAR_BOUND) or provider_refused(r):
             continue
         if r["verdict"] == "pass" and r["recall"] >= ref["recall"] \
-                and r["tokens_in"] < ref["tokens_in"]:
+                and r["tokens_in"] < ref["tokens_in"] * (1 - NAME_NOISE):
             out.append(f"{r['workflow']} @{_w(r.get('window'))}: {r['policy']} "
                        f"{r['tokens_in']:,} < oracle {ref['tokens_in']:,}")
     return out

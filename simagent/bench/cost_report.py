@@ -14,8 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simagent.bench.figures import color_of
-from simagent.bench.workflow_runs import run_label, sweep_order
+from simagent.bench.figures import (
+    FIGURE_DPI,
+    REFERENCES,
+    base_policy,
+    color_of,
+    line_style,
+    policy_order,
+)
+from simagent.bench.workflow_runs import run_label, sweep_order, window_tag
 
 FAMILIES = ("anthropic", "openai")
 
@@ -103,43 +110,57 @@ def _usd(x: float | None) -> str:
 
 def pareto_plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> str | None:
     """``pareto_cost_recall.png``: dollars per solved long workflow (Anthropic prices with
-    caching) against mean recall, one point per policy and window; policies that solved
-    nothing sit hollow at the right edge. None when no run is priced."""
+    caching) against mean recall, one panel per window and one point per policy in its
+    colour; the bounds are reference lines (``oracle`` dashed, ``oracle-cached`` dotted);
+    policies that solved nothing sit hollow at the right edge. None when no run is
+    priced."""
     # a sweep's points (its 128k run stands for the classic one); else every run
     summary = cost_summary([r for r in rows if r.get("enforced")] or rows)
-    points = [(label, s) for label, s in summary.items()
-              if s["anthropic"]["cost_usd"] is not None]
+    points = [s for s in summary.values() if s["anthropic"]["cost_usd"] is not None]
     if not points:
         return None
-    import matplotlib
+    import matplotlib  # heavy: only when there is a figure to draw
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"), as above
+    from matplotlib.lines import Line2D  # with pyplot
 
-    solved = [s["anthropic"]["per_solved_usd"] for _, s in points
+    windows = sorted({s["window"] for s in points}, key=lambda w: -(w or 10**9))
+    solved = [s["anthropic"]["per_solved_usd"] for s in points
               if s["anthropic"]["per_solved_usd"] is not None]
-    edge = max(solved) * 1.25 if solved else 1.0
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    colors = {s["policy"]: color_of(s["policy"]) for _, s in points}  # as in every figure
-    markers = {None: "o", 128_000: "o", 32_000: "s", 16_000: "^"}
-    for label, s in points:
-        per = s["anthropic"]["per_solved_usd"]
-        color = colors[s["policy"]]
-        ax.scatter([per if per is not None else edge], [s["mean_recall"]],
-                   marker=markers.get(s["window"], "D"), s=55, zorder=3,
-                   facecolors=color if per is not None else "none", edgecolors=color,
-                   label=label + ("" if per is not None else " (solved none)"))
-    if solved:
-        ax.axvline(edge, color="0.8", lw=0.8, zorder=1)
-        ax.annotate("solved none", (edge, -0.03), fontsize=7, ha="center", color="0.4")
-    ax.set(xlabel="$ per solved long workflow (Anthropic list prices, prompt caching)",
-           ylabel="mean recall of probe facts", ylim=(-0.06, 1.06),
-           title="Cost against recall: upper left (cheap, nothing forgotten) wins")
-    ax.set_xlim(left=0)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False,
-              title="policy @ window (o 128k, s 32k, ^ 16k)", title_fontsize=7)
+    edge = max(solved) * 1.15 if solved else 1.0
+    fig, axes = plt.subplots(1, len(windows), figsize=(2.6 * len(windows) + 1.6, 2.9),
+                             sharey=True, sharex=True, squeeze=False)
+    shown: list[str] = []
+    for ax, window in zip(axes[0], windows, strict=True):
+        here = [s for s in points if s["window"] == window]
+        for s in here:
+            per = s["anthropic"]["per_solved_usd"]
+            if base_policy(s["policy"]) in REFERENCES and per is not None:
+                ax.axvline(per, **{**line_style(s["policy"]), "lw": 1.2})
+            else:
+                color = color_of(s["policy"])
+                ax.scatter([per if per is not None else edge], [s["mean_recall"]], s=40,
+                           zorder=3, facecolors=color if per is not None else "none",
+                           edgecolors=color, linewidths=1.3)
+            shown.append(s["policy"])
+        ax.axvline(edge, color="0.85", lw=0.8, zorder=1)
+        ax.set_title(f"{window_tag(int(window))} window" if window else "declared window",
+                     fontsize=9)
+        ax.set_xlabel("$ per solved long workflow", fontsize=8)
+        ax.tick_params(labelsize=7)
+    axes[0][0].set(ylim=(-0.06, 1.06), xlim=(0, edge * 1.05))
+    axes[0][0].set_ylabel("mean recall of probe facts", fontsize=8)
+    handles = [Line2D([], [], **line_style(p)) if base_policy(p) in REFERENCES else
+               Line2D([], [], ls="", marker="o", color=color_of(p)) for p in
+               policy_order(shown)]
+    handles.append(Line2D([], [], ls="", marker="o", mfc="none", color="0.4"))
+    fig.legend(handles, [*policy_order(shown), "solved none (right edge)"],
+               loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+    fig.suptitle("Cost against recall (Anthropic list prices, prompt caching): "
+                 "upper left wins", fontsize=9)
     fig.tight_layout()
     name = "pareto_cost_recall.png"
-    fig.savefig(out_dir / name, dpi=110)
+    fig.savefig(out_dir / name, dpi=FIGURE_DPI, bbox_inches="tight")
     plt.close(fig)
     return name

@@ -53,6 +53,7 @@ from simagent.context.clearing import (
     without_inputs,
 )
 from simagent.context.counting import count_message
+from simagent.context.recall import request_text
 
 #: What counts as a value a later step can only have taken from a result.
 _VALUE = re.compile(r"(?<![\w.])-?(?:\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d{4,})(?![\w])"
@@ -256,7 +257,8 @@ class OraclePlan:
     decisions: list[Decision] = field(default_factory=list)
     _values: dict[str, set[str]] = field(default_factory=dict)
     _saving: dict[tuple[str, str], bool] = field(default_factory=dict)
-    _sources: dict[str, bool] = field(default_factory=dict)
+    _sources: dict[str, frozenset[str]] = field(default_factory=dict)
+    _paths: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def _vals(self, msg: ToolMessage) -> set[str]:
         got = self._values.get(msg.tool_call_id)
@@ -283,13 +285,41 @@ class OraclePlan:
             self._saving[(kind, cid)] = got
         return got
 
-    def _probe_source(self, messages: Sequence[BaseMessage], cid: str) -> bool:
-        """Whether the call ``cid`` or its result holds a probe fact (it keeps a pointer)."""
+    def _probe_source(self, messages: Sequence[BaseMessage], cid: str) -> frozenset[str]:
+        """The probe facts the call ``cid`` or its result holds (it keeps a pointer)."""
         got = self._sources.get(cid)
         if got is None:
-            pair = [m for m in messages if _id_of(m) == cid]
-            got = self._sources[cid] = any(_holds(m, f) for m in pair for f in self.probes)
+            pair = _pair_of(messages, cid)
+            got = self._sources[cid] = frozenset(f for f in self.probes
+                                                 if any(_holds(m, f) for m in pair))
         return got
+
+    def _named_sources(self, messages: Sequence[BaseMessage], ids: Sequence[str]
+                       ) -> tuple[frozenset[str], frozenset[str]]:
+        """For each probe fact no call or result holds verbatim, the latest call whose
+        arguments (else its result) name a file holding it (recall follows paths): (calls
+        that stay, code and all; results that stay too)."""
+        calls: set[str] = set()
+        results: set[str] = set()
+        if self.lost is None or not self.probes:
+            return frozenset(), frozenset()
+        for fact in self.probes:
+            if any(fact in self._probe_source(messages, i) for i in ids):
+                continue
+            for cid in reversed(ids):
+                found = self._paths.get((cid, fact))
+                if found is None:
+                    pair = _pair_of(messages, cid)
+                    where = [m for m in pair if isinstance(m, AIMessage)], pair
+                    found = self._paths[(cid, fact)] = next(
+                        (k for k, part in enumerate(where)
+                         if not self.lost(request_text(part), [fact])), -1)
+                if found >= 0:
+                    calls.add(cid)
+                    if found:
+                        results.add(cid)
+                    break
+        return frozenset(calls), frozenset(results)
 
     def needed(self, messages: Sequence[BaseMessage]) -> tuple[set[str], set[str], set[str]]:
         """(result ids, defining calls) the requests from here on need in view (results in
@@ -324,14 +354,16 @@ class OraclePlan:
         keep_results, defs, placed = self.needed(messages)
         # a call nothing needs again, not even in place, leaves with its result (a summary
         # drops it too); one holding a probe fact stays as a pointer
-        dropped = frozenset(i for i in ids if i not in placed | defs
+        named, named_results = self._named_sources(messages, ids)
+        dropped = frozenset(i for i in ids if i not in placed | defs | named
                             and call_key(i) is not None and not self._probe_source(messages, i))
-        results = frozenset(i for i in ids if i not in keep_results and i not in dropped)
+        results = frozenset(i for i in ids if i not in keep_results | named_results
+                            and i not in dropped)
         # code: the latest reply's stays; a definition a later step calls keeps its
         # signatures (what a call needs); the rest is cleared (its result says what it did)
         last_ai = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
         keep_code = {c.get("id") for c in (last_ai.tool_calls if last_ai else [])} | {
-            i for i in ids if call_key(i) is None}
+            i for i in ids if call_key(i) is None} | named
         signed = frozenset(i for i in ids if i in defs and i not in keep_code)
         inputs = frozenset(i for i in ids if i not in keep_code | defs | dropped
                            and _has_execution(messages, i))
@@ -358,8 +390,6 @@ class OraclePlan:
                      signed: frozenset[str]) -> tuple[Any, ...]:
         """Un-clear the latest result (or code, or words) holding each probe fact the
         pointers lose."""
-        from simagent.context.recall import request_text
-
         assert self.lost is not None
         restored: set[str] = set()
         for fact in self.lost(request_text(out), self.probes):
@@ -372,6 +402,12 @@ class OraclePlan:
             results, inputs, texts = results - {cid}, inputs - {cid}, texts - {cid}
             out = oracle_view(messages, results, inputs, texts, self.probes, dropped, signed)
         return out, results, inputs, texts, restored
+
+
+def _pair_of(messages: Sequence[BaseMessage], cid: str) -> list[BaseMessage]:
+    """The AI message carrying call ``cid`` and its result."""
+    return [m for m in messages if (isinstance(m, ToolMessage) and m.tool_call_id == cid)
+            or (isinstance(m, AIMessage) and any(c.get("id") == cid for c in m.tool_calls))]
 
 
 def _id_of(m: BaseMessage) -> str:

@@ -19,9 +19,15 @@ from simagent.bench.bounds_report import (
     opening_summary,
 )
 from simagent.bench.cost_report import cache_table, pareto_plot
-from simagent.bench.figures import request_size_plot
+from simagent.bench.figures import recall_plot, request_size_plot
 from simagent.bench.live_report import LIVE_NOTE, live_summary, live_table
-from simagent.bench.workflow_runs import provider_refused, run_label, summarize, sweep_order
+from simagent.bench.workflow_runs import (
+    provider_refused,
+    run_label,
+    summarize,
+    sweep_order,
+    window_tag,
+)
 from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
 from simagent.context.recall import CALL_OVERHEAD_TOKENS, PAGE_LINES
 from simagent.context.recall import STATUSES as SPLIT
@@ -319,12 +325,14 @@ def short_table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + (f"\n\n{live_summary(rows)}\n\n{live}" if live else "")
 
 
-def recall_parts(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Per policy, mean shares over all its runs: in view, by pointer, lost, and ``unsplit``
-    (kept, from records written before the split), plus tokens in and recovery tokens."""
+def recall_parts(rows: Sequence[dict[str, Any]], key: Any = run_label
+                 ) -> dict[str, dict[str, float]]:
+    """Per policy (``key`` of a row: its run label), mean shares over all its runs: in
+    view, by pointer, lost, and ``unsplit`` (kept, from records written before the split),
+    plus tokens in and recovery tokens."""
     acc: dict[str, dict[str, float]] = {}
     for r in rows:
-        a = acc.setdefault(run_label(r), {"n": 0, **{k: 0.0 for k in SPLIT}, "unsplit": 0.0,
+        a = acc.setdefault(key(r), {"n": 0, **{k: 0.0 for k in SPLIT}, "unsplit": 0.0,
                                          "tokens_in": 0, "recovery_tokens": 0})
         a["n"] += 1
         a["tokens_in"] += r["tokens_in"]
@@ -341,50 +349,28 @@ def recall_parts(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return acc
 
 
+def recall_groups(rows: Sequence[dict[str, Any]]
+                  ) -> list[tuple[str, dict[str, dict[str, float]]]]:
+    """The recall figure's panels: the runs at each workflow's declared window (all
+    workflows), then each enforced window, largest first (long workflows)."""
+    def by_policy(some: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+        return recall_parts(some, key=lambda r: r["policy"])
+
+    out = []
+    if declared := [r for r in rows if not r.get("enforced")]:
+        out.append(("declared window (not enforced)", by_policy(declared)))
+    for window in sorted({int(r["window"]) for r in rows if r.get("enforced")}, reverse=True):
+        out.append((f"{window_tag(window)} window",
+                    by_policy([r for r in rows if r.get("enforced") and r["window"] == window])))
+    return out
+
+
 def plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[str]:
     """tokens_per_call_<workflow>.png for long workflows and tokens_vs_recall.png
-    (recall split per policy beside its tokens, recovery included)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    (recall split per policy and window beside its tokens, recovery included)."""
     files = [request_size_plot(rows, wf, out_dir)
              for wf in dict.fromkeys(r["workflow"] for r in rows if r.get("long"))]
-    parts = recall_parts(rows)
-    names = list(parts)
-    fig, (left, right) = plt.subplots(1, 2, sharey=True,
-                                      figsize=(10, 1.2 + 0.45 * len(names)))
-    colors = {"in_view": "tab:green", "by_pointer": "tab:orange", "lost": "tab:red",
-              "unsplit": "tab:gray"}
-    labels = {"in_view": "in view", "by_pointer": "by pointer", "lost": "lost",
-              "unsplit": "kept (old record, not split)"}
-    start = [0.0] * len(names)
-    for k in ("in_view", "by_pointer", "unsplit", "lost"):
-        width = [parts[n][k] for n in names]
-        if k == "unsplit" and not any(width):
-            continue
-        left.barh(names, width, left=start, color=colors[k], label=labels[k])
-        start = [s0 + w for s0, w in zip(start, width, strict=True)]
-    above = {"loc": "lower center", "bbox_to_anchor": (0.5, 1.0), "fontsize": 7, "ncol": 4,
-             "frameon": False}
-    left.set(xlim=(0, 1), xlabel="recall: share of probe facts (mean over runs)")
-    left.invert_yaxis()
-    left.legend(**above)
-    sent = [parts[n]["tokens_in"] for n in names]
-    extra = [parts[n]["recovery_tokens"] for n in names]
-    right.barh(names, sent, color="tab:blue", label="input tokens")
-    right.barh(names, extra, left=sent, color="tab:orange", label="+ recovery (read_file)")
-    for y, (a, b) in enumerate(zip(sent, extra, strict=True)):
-        right.annotate(f" {_k(a)}" + (f" + {_k(b)}" if b else ""), (a + b, y),
-                       va="center", fontsize=7)
-    right.set(xlabel="tokens (all workflows)")
-    right.margins(x=0.25)
-    right.legend(**above)
-    fig.tight_layout()
-    fig.savefig(out_dir / "tokens_vs_recall.png", dpi=110)
-    plt.close(fig)
-    return [*files, "tokens_vs_recall.png"]
+    return [*files, recall_plot(recall_groups(rows), out_dir)]
 
 
 def write_report(rows: Sequence[dict[str, Any]], out_dir: Path, *, mode: str) -> Path:
