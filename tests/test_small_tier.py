@@ -20,7 +20,12 @@ from simagent.agent.builder import build_agent
 from simagent.agent.prompts import GROUND_RULES
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
-from simagent.agent.small_tier import SMALL_REPLY_TOKENS, SMALL_RULES, ran_a_tool
+from simagent.agent.small_tier import (
+    SMALL_REPLY_TOKENS,
+    SMALL_RULES,
+    code_in_text,
+    ran_a_tool,
+)
 from simagent.bench.policies import POLICIES
 from simagent.context.thresholds import ContextSettings, model_tier, small_agent
 from simagent.session import Session
@@ -45,8 +50,8 @@ class BindingRecorder(ScriptedChatModel):
 
 
 def play(workspace: Path, name: str, window: int,
-         settings: ContextSettings | None = None) -> BindingRecorder:
-    model = BindingRecorder.from_steps(STEPS, window=window, name=name)
+         settings: ContextSettings | None = None, steps: list | None = None) -> BindingRecorder:
+    model = BindingRecorder.from_steps(steps or STEPS, window=window, name=name)
     session = Session.create(workspace, simulator="scipy", approval="auto")
     try:
         agent = build_agent(session, model, front_end="headless",
@@ -121,3 +126,39 @@ def test_the_first_call_of_a_turn_is_the_one_forced(kinds: list[str], ran: bool)
             "tool": lambda: ToolMessage("r", tool_call_id="1"),
             "nudge": lambda: HumanMessage("n", additional_kwargs={"lc_source": "x"})}
     assert ran_a_tool([make[k]() for k in kinds]) is ran
+
+
+#: Qwen2.5-Coder-0.5B's whole reply to the canary on the live bench (8k): two calls of
+#: tools it made up, the first one's code string never closed
+CANARY_REPLY = (
+    '{"name": "mean_reading", "arguments": {"code": "import numpy as np; data = '
+    "np.loadtxt('data/measurements.csv'); mean_reading = np.mean(data); "
+    'print(mean_reading)}}\n{"name": "slope_of_linear_fit", "arguments": {"code": "import '
+    "numpy as np; data = np.loadtxt('data/measurements.csv'); x = data[:,0]; y = data[:,1]; "
+    'slope = np.polyfit(x, y, 1); print(slope)"}}')
+
+
+def test_code_written_as_text_is_read_from_calls_and_blocks() -> None:
+    code = code_in_text(CANARY_REPLY, blocks=False)
+    assert code is not None and code.splitlines() == [
+        "import numpy as np; data = np.loadtxt('data/measurements.csv'); "
+        "mean_reading = np.mean(data); print(mean_reading)",
+        "import numpy as np; data = np.loadtxt('data/measurements.csv'); x = data[:,0]; "
+        "y = data[:,1]; slope = np.polyfit(x, y, 1); print(slope)"]
+    assert code_in_text('{"name": "f", "arguments": {"code": "a = 1\\nprint(a)"}}',
+                        blocks=False) == "a = 1\nprint(a)"
+    block = "Run this:\n```python\nprint(2)\n```"
+    assert code_in_text(block, blocks=True) == "print(2)"
+    assert code_in_text(block, blocks=False) is None  # after a run, an answer may quote code
+    assert code_in_text("The mean is 6.25 mV.", blocks=True) is None
+
+
+def test_a_small_models_code_written_as_text_runs_as_run_python(workspace: Path) -> None:
+    steps = [{"final": '{"name": "compute", "arguments": {"code": "x = 6 * 7\\n'
+                       "print('x =', x)\"}}"}, {"final": "x is 42."}]
+    session_model = play(workspace, "scripted:qwen2.5-coder-0.5b", 8192, steps=steps)
+    assert len(session_model.bindings) == 2  # the text became a call; its result went back
+    from langchain_core.messages import ToolMessage
+
+    (result,) = [m for m in session_model.requests[1] if isinstance(m, ToolMessage)]
+    assert "x = 42" in result.text

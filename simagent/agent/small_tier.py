@@ -19,7 +19,11 @@ So, for the models :func:`simagent.context.thresholds.small_agent` names:
   measured: llama-cpp-python checks the grammar against all 151k tokens of Qwen's
   vocabulary at every step, and on the bench's 2 loaded cores the first forced call of
   a 0.5B model had not finished after 11 minutes;
-- each reply is limited to :data:`SMALL_REPLY_TOKENS` unless the request sets a limit.
+- each reply is limited to :data:`SMALL_REPLY_TOKENS` unless the request sets a limit;
+- a reply that writes its code as text (calls of invented tools, broken JSON, or a
+  fenced Python block before anything ran) is read as the ``run_python`` call it meant
+  (:func:`code_in_text`); an exact call of an offered tool is already read as one by
+  ``simagent.compatible_chat``.
 
 It sits just outside the context layers, so what they count and the recorder traces is
 the request as sent. Request only: the state and the graph's tools are untouched.
@@ -27,12 +31,14 @@ the request as sent. Request only: the state and the graph's tools are untouched
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
 
 from simagent.context.counting import MEMORY_MARKER
@@ -96,6 +102,38 @@ def memory_index(system_text: str) -> str:
     return f"Workspace notes (read one if it matters):\n{body}"
 
 
+#: ``"code": "..."`` in a call written as text; the string may lack its closing quote
+_CODE_ARG = re.compile(r'"code"\s*:\s*"((?:[^"\\\n]|\\.)*)(?:"|(?=\}\s*\}))')
+_PY_BLOCK = re.compile(r"```(?:python|py)\s*\n(.*?)```", re.DOTALL)
+#: ``response_metadata`` key on a reply whose code was read from its text
+CODE_TEXT_KEY = "simagent_code_from_text"
+
+
+def code_in_text(text: str, *, blocks: bool) -> str | None:
+    """The code a small model wrote as text instead of calling ``run_python``: the
+    ``code`` arguments of calls it wrote out (any name, even cut-off JSON: a 0.5B model
+    answered the canary with two calls of tools it invented), or, with ``blocks``, its
+    fenced Python blocks. None when there is none."""
+    found = []
+    for raw in _CODE_ARG.findall(text or ""):
+        try:
+            found.append(json.loads(f'"{raw}"'))
+        except ValueError:
+            found.append(raw)
+    if not found and blocks:
+        found = [b.strip() for b in _PY_BLOCK.findall(text or "") if b.strip()]
+    return "\n".join(found) if found else None
+
+
+def as_run_python(msg: AIMessage, code: str) -> AIMessage:
+    """``msg`` as the ``run_python`` call its text meant."""
+    return AIMessage(content="", id=msg.id, tool_calls=[{
+        "name": FORCED_TOOL, "args": {"code": code}, "id": f"call_text_code_{msg.id or ''}",
+        "type": "tool_call"}], response_metadata={**(msg.response_metadata or {}),
+                                                  CODE_TEXT_KEY: True},
+        usage_metadata=msg.usage_metadata)
+
+
 def short_tool(tool: Any) -> Any:
     """A copy of ``tool`` with its short description (request only)."""
     text = SHORT_DESCRIPTIONS.get(getattr(tool, "name", ""))
@@ -143,8 +181,26 @@ class SmallModelMiddleware(AgentMiddleware):
             tool_choice={"type": "function", "function": {"name": FORCED_TOOL}}
             if force else request.tool_choice)
 
+    def read_code(self, request: Any, response: Any) -> Any:
+        """A reply that wrote its code as text becomes the ``run_python`` call it meant
+        (fenced blocks only before the turn ran anything: later, an answer may quote
+        code)."""
+        messages = getattr(response, "result", None)
+        if FORCED_TOOL not in self.shown or not messages:
+            return response
+        last = messages[-1]
+        if not isinstance(last, AIMessage) or last.tool_calls:
+            return response
+        code = code_in_text(last.text, blocks=not ran_a_tool(request.messages))
+        if code is None:
+            return response
+        response.result = [*messages[:-1], as_run_python(last, code)]
+        return response
+
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        return handler(self.rewrite(request))
+        request = self.rewrite(request)
+        return self.read_code(request, handler(request))
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        return await handler(self.rewrite(request))
+        request = self.rewrite(request)
+        return self.read_code(request, await handler(request))
