@@ -31,6 +31,7 @@ from simagent.bench.workflow import load_workflow, resolve_workflows
 from simagent.bench.workflow_runs import BenchPlan, run_bench
 from simagent.context.clearing import is_cleared
 from simagent.context.counting import CATEGORIES
+from simagent.context.recall import locate, request_text
 
 TAG = "abc123"
 STEPS = [
@@ -89,6 +90,27 @@ def test_a_call_nothing_needs_leaves_with_its_result_unless_a_later_quote_counts
     assert [r.splitlines()[0] for r in results] == ["beta 9.87654", "[cleared]", "delta"]
     assert fill_template(steps[-1]["final"], tool_outputs(view)) == "beta was 9.87654"
     assert plan.decisions[-1].dropped == {f"call_{TAG}_0_0"}
+
+
+def test_a_call_naming_the_file_of_a_probe_fact_stays(tmp_path):
+    """pybamm-rate-capability at 16k: the probe's only source was the path a read_file
+    call named (its result showed a truncation notice); dropping the call lost it."""
+    params = tmp_path / "Chen2020.py"
+    params.write_text('values = {\n    "Negative particle diffusivity": 3.3e-14,\n}\n')
+    fact = '"Negative particle diffusivity": 3.3e-14'
+    steps = [{"tool": "read_file", "args": {"file_path": str(params)}}, *STEPS[1:4],
+             {"final": "done"}]
+    msgs = history(4, steps, ["[Output was truncated due to size limits]", *OUTPUTS[1:4]])
+    msgs[1] = AIMessage("", tool_calls=[{"name": "read_file", "id": f"call_{TAG}_0_0",
+                                         "args": steps[0]["args"]}])
+
+    def lost(text: str, facts) -> list[str]:
+        return [f for f in facts if locate(f, text, [tmp_path]).status == "lost"]
+
+    plan = OraclePlan(Script.of("task", steps), probes=(fact,), lost=lost)
+    view = plan.view(msgs, final=True)
+    assert lost(request_text(view), [fact]) == []
+    assert f"call_{TAG}_0_0" not in plan.decisions[-1].dropped
 
 
 def test_code_defining_what_a_later_step_calls_keeps_only_its_signatures():
