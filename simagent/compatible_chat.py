@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
 from typing import Any
 
 import httpx
@@ -162,7 +162,7 @@ class StreamedCalls:
             message.additional_kwargs.pop("function_call", None)
         return chunk
 
-    def written_as_text(self, tools: set[str]) -> Any:
+    def written_as_text(self, tools: Collection[str]) -> Any:
         """A last chunk carrying the call the reply wrote as its whole text, or None
         (:mod:`simagent.text_tool_calls`)."""
         found = None if self.names else text_tool_call(self.text, tools)

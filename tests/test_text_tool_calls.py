@@ -31,6 +31,25 @@ def test_anything_else_stays_text() -> None:
         assert text_tool_call(text, TOOLS) is None, text
 
 
+def test_a_lone_tool_takes_a_made_up_name_whose_arguments_fit_it() -> None:
+    run_python = offered_tools([{"type": "function", "function": {
+        "name": "run_python", "parameters": {"type": "object", "properties": {
+            "code": {"type": "string"}, "timeout_s": {"type": "number"}},
+            "required": ["code"]}}}])
+    # what Qwen2.5-Coder-0.5B wrote in the TUI, offered run_python alone
+    seen = ('{\n  "name": "sum_of_squares",\n  "arguments": {\n    "code": "print(sum(i*i '
+            'for i in range(1, 101)))"\n  }\n}')
+    assert text_tool_call(seen, run_python) == (
+        "run_python", {"code": "print(sum(i*i for i in range(1, 101)))"})
+    for args in ('{"cmd": "ls"}', '{"timeout_s": 5}', '{}'):  # not its parameters, or short
+        assert text_tool_call(f'{{"name": "x", "arguments": {args}}}', run_python) is None
+    two = {**run_python, "read_file": {"properties": {"code": {}}}}
+    assert text_tool_call(seen, two) is None  # more than one tool: whose would it be?
+    assert text_tool_call(seen, {"run_python"}) is None  # names alone: no schema to fit
+
+
 def test_offered_tools_reads_a_chat_completions_tools_list() -> None:
-    tools = [{"type": "function", "function": {"name": "a"}}, {"type": "x"}, "junk"]
-    assert offered_tools(tools) == {"a"} and offered_tools(None) == set()
+    tools = [{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}},
+             {"type": "function", "function": {"name": "b"}}, {"type": "x"}, "junk"]
+    assert offered_tools(tools) == {"a": {"type": "object"}, "b": {}}
+    assert offered_tools(None) == {}
