@@ -9,7 +9,7 @@ import json
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
-from simagent.bench import oracle
+from simagent.bench import oracle, workflow_runs
 from simagent.bench.caching import CacheUse
 from simagent.bench.oracle import OraclePlan, Script
 from simagent.bench.oracle_cached import Bill, Family, schedule, timeline
@@ -134,7 +134,10 @@ SHAPE = ("workflow", "policy", "window", "enforced", "verdict", "failed_scorers"
 
 
 @pytest.mark.slow
-def test_workflows_in_worker_processes_give_the_serial_rows_in_plan_order(tmp_path):
+def test_workflows_in_worker_processes_give_the_serial_rows_in_plan_order(tmp_path,
+                                                                       monkeypatch):
+    # rows are reused for the same commit; others commit to this checkout while it runs
+    monkeypatch.setattr(workflow_runs, "git_commit", lambda: "pinned")
     wfs = []
     for wid, a in (("par-one", 6), ("par-two", 8)):
         path = tmp_path / "workflows" / f"{wid}.toml"
@@ -143,8 +146,9 @@ def test_workflows_in_worker_processes_give_the_serial_rows_in_plan_order(tmp_pa
         wfs.append(load_workflow(path))
     plan = BenchPlan(wfs, resolve_policies("raw,simagent,oracle-cached"))
     said: list[str] = []
+    # workers first: this process runs one thread yet, so they are forked (row_pool)
+    parallel = run_bench(plan, tmp_path / "parallel", said.append, jobs=2, notebooks=True)
     serial = run_bench(plan, tmp_path / "serial", jobs=1)
-    parallel = run_bench(plan, tmp_path / "parallel", said.append, jobs=2)
     assert [r["run"] for r in parallel] == [r["run"] for r in serial]
     assert [[r[k] for k in SHAPE] for r in parallel] == [[r[k] for k in SHAPE] for r in serial]
     assert all(r["verdict"] == "pass" for r in parallel)
@@ -156,7 +160,12 @@ def test_workflows_in_worker_processes_give_the_serial_rows_in_plan_order(tmp_pa
             x["run"] for x in written].index(r["run"]))]
     # progress lines came back from both workers, labelled as a serial run labels them
     assert {f"[{n}/6]" for n in range(1, 7)} <= {m.split()[0] for m in said}
+    # each worker re-ran its workflow's notebook after its rows (bench.notebook_rerun)
+    books = load_records(tmp_path / "parallel" / "notebooks.jsonl")
+    assert sorted((b["workflow"], b["ok"], b["commit"]) for b in books) == \
+        [("par-one", True, "pinned"), ("par-two", True, "pinned")], books
     # a resumed bench redoes nothing and returns the same rows
-    again = run_bench(plan, tmp_path / "parallel", said.append, jobs=2)
+    again = run_bench(plan, tmp_path / "parallel", said.append, jobs=2, notebooks=True)
     assert again == parallel
     assert len(load_records(tmp_path / "parallel" / "records.jsonl")) == len(parallel)
+    assert len(load_records(tmp_path / "parallel" / "notebooks.jsonl")) == 2

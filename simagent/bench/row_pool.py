@@ -1,15 +1,16 @@
 """Bench workflows in worker processes: ``make run`` on every core, same records.
 
-A replayed row is CPU work in this process (the graph, the context layers, counting,
-the oracle's repricing) and a recording is CPU work in a kernel; one process kept one
-core busy. Rows of different workflows share nothing: each workflow records its own
-kernel and replays into its own folders, and a row's figures depend only on the
-recording and the script. So whole workflows go to ``workers`` processes (spawned, so no
-thread or kernel state is inherited), largest first so the last one to finish is a
-short one. Each worker appends its rows to ``records.jsonl`` as they finish, under a
-file lock, so an interrupted bench still resumes row by row; the caller gets the rows
-back in plan order, as a serial run returns them. Progress lines reach the caller's
-callback through a queue.
+A replayed row is CPU work in this process (the graph, the context layers, counting, the
+oracle's repricing) and a recording is CPU work in a kernel; one process kept one core
+busy. Rows of different workflows share nothing: each workflow records its own kernel
+and replays into its own folders, and a row's figures depend only on the recording and
+the script. So whole workflows go to ``workers`` processes, largest first so the last
+one to finish is a short one. Workers are forked while the bench has started no thread
+or kernel yet (they start at once, with everything imported), else spawned. Each worker
+appends its rows to ``records.jsonl`` as they finish, under a file lock, so an
+interrupted bench still resumes row by row; the caller gets the rows back in plan order,
+as a serial run returns them. Progress lines reach the caller's callback through a
+queue.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import multiprocessing
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
@@ -87,17 +89,17 @@ def run_jobs(fn: Callable[[WorkflowJob, Say], list[dict[str, Any]]],
     workers = min(workers, len(jobs))
     if workers <= 1:
         return [fn(job, say) for job in jobs]
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context(start_method())
     queue = ctx.Queue()
     relay = threading.Thread(target=_relay, args=(queue, say), daemon=True,
                              name="bench-progress")
-    relay.start()
     results: list[list[dict[str, Any]] | None] = [None] * len(jobs)
     order = sorted(range(len(jobs)), key=lambda i: -jobs[i].weight)
     try:
         with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                  initargs=(queue,)) as pool:
             futures = {pool.submit(_run_in_worker, fn, jobs[i]): i for i in order}
+            relay.start()  # after the workers started: a fork copies no running thread
             done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = next((f for f in done if f.exception() is not None), None)
             if failed is not None:
@@ -106,9 +108,17 @@ def run_jobs(fn: Callable[[WorkflowJob, Say], list[dict[str, Any]]],
             for future, i in futures.items():
                 results[i] = future.result()
     finally:
-        queue.put(None)
-        relay.join(timeout=5)
+        if relay.is_alive():
+            queue.put(None)
+            relay.join(timeout=5)
     return [r or [] for r in results]
+
+
+def start_method() -> str:
+    """``fork`` on Linux while this process runs one thread (forking copies no other
+    thread's locks); ``spawn`` otherwise (macOS frameworks are not fork-safe)."""
+    return "fork" if sys.platform.startswith("linux") and threading.active_count() == 1 \
+        else "spawn"
 
 
 def _relay(queue: Any, say: Say) -> None:

@@ -321,10 +321,11 @@ def enforced_twin(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_bench(plan: BenchPlan, out_dir: Path, progress: Callable[[str], None] | None = None,
-              jobs: int = 1) -> list[dict[str, Any]]:
+              jobs: int = 1, notebooks: bool = False) -> list[dict[str, Any]]:
     """Run every missing row of ``plan``; returns all rows for the plan (old and new), in
     plan order. ``jobs``: processes replaying workflows side by side (``bench.row_pool``;
-    the rows are the same for any number); a live bench runs one row at a time."""
+    the rows are the same for any number); a live bench runs one row at a time.
+    ``notebooks``: each workflow's notebook check runs in its worker after its rows."""
     out_dir.mkdir(parents=True, exist_ok=True)
     commit = git_commit()
     done = {row_key(r): r for r in load_records(out_dir / "records.jsonl")}
@@ -348,7 +349,7 @@ def run_bench(plan: BenchPlan, out_dir: Path, progress: Callable[[str], None] | 
         if todo:
             work.append((len(rows) - 1, WorkflowJob(wf, labelled, rows[-1])))
     run = partial(run_workflow, mode=plan.mode, model=plan.model, out_dir=out_dir,
-                  commit=commit)
+                  commit=commit, notebooks=notebooks and plan.mode == "replay")
     new = run_jobs(run, [job for _, job in work], jobs if plan.mode == "replay" else 1,
                    progress or (lambda _m: None))
     for (slot, _), got in zip(work, new, strict=True):
@@ -357,9 +358,11 @@ def run_bench(plan: BenchPlan, out_dir: Path, progress: Callable[[str], None] | 
 
 
 def run_workflow(job: Any, say: Callable[[str], None], *, mode: str, model: str | None,
-                 out_dir: Path, commit: str | None) -> list[dict[str, Any]]:
+                 out_dir: Path, commit: str | None, notebooks: bool = False
+                 ) -> list[dict[str, Any]]:
     """One workflow's missing rows (``job``: a ``row_pool.WorkflowJob``): its kernel
-    recorded once, then each row, appended to ``records.jsonl`` as it finishes."""
+    recorded once, then each row, appended to ``records.jsonl`` as it finishes; then,
+    with ``notebooks``, its notebook check."""
     from simagent.bench.kernel_recording import record
 
     wf, rows, new = job.wf, list(job.done), []
@@ -380,7 +383,25 @@ def run_workflow(job: Any, say: Callable[[str], None], *, mode: str, model: str 
         locked_append(append_record, out_dir / "records.jsonl", row)
         rows.append(row)
         new.append(row)
+    if notebooks:
+        rerun_notebook(wf, out_dir, commit, say)
     return new
+
+
+def rerun_notebook(wf: Workflow, out_dir: Path, commit: str | None,
+                   say: Callable[[str], None]) -> None:
+    """``bench.notebook_rerun``'s check of ``wf`` unless done at ``commit`` (in a worker)."""
+    from simagent.bench import notebook_rerun as nb  # nbclient: only a replay bench needs it
+
+    path = out_dir / nb.RESULTS
+    if any(r.get("workflow") == wf.id and r.get("commit") == commit for r in read_jsonl(path)):
+        return
+    session = nb.policy_session(out_dir, wf.id)
+    if session is None:
+        return
+    say(f"notebook of {wf.id}: export and re-run")
+    row = nb.rerun_workflow(wf, session, out_dir / "notebook-runs" / wf.id) | {"commit": commit}
+    locked_append(lambda p, r: append_jsonl(p, json.dumps(r, default=str)), path, row)
 
 
 def append_record(path: Path, row: dict[str, Any]) -> None:

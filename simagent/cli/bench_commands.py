@@ -155,7 +155,7 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
 
     try:
         rows = run_bench(plan, out, progress=None if args.json else _bench_progress,
-                         jobs=args.jobs)
+                         jobs=args.jobs, notebooks=True)
     except ModelError as exc:  # live: a model that cannot be resolved (finished rows kept)
         raise CliError(str(exc), exc.code) from exc
     if args.mode == "replay":  # do the workflows' sessions export to notebooks that re-run?
