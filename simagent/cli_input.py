@@ -5,8 +5,12 @@ Standard library only, like ``simagent.cli``: these run before any heavy import.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
+from pathlib import Path
+
+from simagent.paths import state_home
 
 
 def argv_text(text: str) -> str:
@@ -58,13 +62,9 @@ def unwritable(exc: OSError, workspace: str | os.PathLike[str] | None = None) ->
 
     A configuration problem of the machine, not a bug: exit 2 (design.md §3).
     """
-    import errno
-    from pathlib import Path
-
     if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC,
                          errno.EDQUOT) or not exc.filename:
         return None
-    from simagent.paths import state_home
 
     path = Path(exc.filename)
     home = state_home()

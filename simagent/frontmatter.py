@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 _FRONTMATTER = re.compile(r"^---\n(.*?)\n---\n(.*)$", re.S)
 
 
@@ -20,8 +22,6 @@ class FrontmatterError(ValueError):
 
 def read_frontmatter(path: Path) -> tuple[dict[str, Any], str]:
     """``(metadata, body)`` of a markdown file with YAML frontmatter."""
-    import yaml
-
     match = _FRONTMATTER.match(path.read_text(encoding="utf-8"))
     if not match:
         raise FrontmatterError(f"{path}: no YAML frontmatter between --- lines")

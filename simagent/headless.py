@@ -26,9 +26,20 @@ from simagent.agent.events import (
     ToolOutput,
     ToolStarted,
 )
-from simagent.config import SessionOptions
+from simagent.agent.mcp_tools import open_notices
+from simagent.agent.subagents import SubagentError
+from simagent.agent.turn_setup import turn_runner_for
+from simagent.config import Config, ConfigError, SessionOptions
+from simagent.exit_codes import CliError
+from simagent.kernel import KernelStartError
+from simagent.models import ModelError, resolve_model
+from simagent.notebooks import load
+from simagent.notebooks.export import ExportError, export, target
+from simagent.notebooks.load import NotebookError, first_prompt, read_notebook
 from simagent.outcomes import mark, outcome_of
 from simagent.presentation.notices import GUARD_NOTICES, context_line, one_line
+from simagent.session import Session, SessionNotFound
+from simagent.simulators import SimulatorError
 from simagent.trace.redact import RedactingWriter
 
 
@@ -94,11 +105,6 @@ class StreamPrinter:
 
 
 def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    from simagent.agent.subagents import SubagentError
-    from simagent.agent.turn_setup import turn_runner_for
-    from simagent.exit_codes import CliError
-    from simagent.kernel import KernelStartError
-
     if opts.reset_cost_ceiling and not opts.resuming:
         raise CliError("--reset-cost-ceiling clears the ceiling of an existing session: add "
                        "--resume ID or --continue", exit_codes.USAGE)
@@ -112,8 +118,6 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             runner = turn_runner_for(session, resolved, front_end="headless")
         except SubagentError as exc:
             raise CliError(str(exc), exc.code) from exc
-        from simagent.agent.mcp_tools import open_notices
-
         for line in open_notices(session):  # servers that could not start: said at open
             print(f"! {line}", file=err, flush=True)
         try:
@@ -136,8 +140,6 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             result = runner.resume(decisions, printer, pending=pending)
         else:
             started = True
-            from simagent.notebooks.load import first_prompt
-
             result = runner.run(first_prompt(account, opts.prompt or ""), printer)
         report_turn(opts, session, result, printer, out, err)
         if export_to is not None:
@@ -162,12 +164,6 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
 def open_session(opts: RunOptions, notebook: Any) -> tuple[Any, Any]:
     """(the resolved model, the new or resumed session) ``opts`` ask for; every problem
     a one-line ``CliError`` before any session exists."""
-    from simagent.config import Config, ConfigError
-    from simagent.exit_codes import CliError
-    from simagent.models import ModelError, resolve_model
-    from simagent.session import Session, SessionNotFound
-    from simagent.simulators import SimulatorError
-
     try:
         config = Config.load(opts.workspace)
         spec, _where = config.model_spec(opts.model)
@@ -236,8 +232,6 @@ def notebook_target(opts: RunOptions) -> Any:
     one-line usage error before any session exists."""
     if not opts.notebook:
         return None
-    from simagent.exit_codes import CliError
-    from simagent.notebooks.export import ExportError, target
 
     try:
         return target(opts.notebook, opts.workspace, "session")
@@ -248,8 +242,6 @@ def notebook_target(opts: RunOptions) -> Any:
 def write_notebook(session: Any, path: Any, err: TextIO) -> None:
     """Write the session's notebook after the turn; a session with nothing to export
     says so on stderr and keeps the turn's exit code."""
-    from simagent.notebooks.export import ExportError, export
-
     try:
         _, _, message = export(session.paths.root, path, session.workspace)
     except ExportError as exc:
@@ -262,8 +254,6 @@ def read_start_notebook(opts: SessionOptions) -> Any:
     one-line usage error before any session or kernel exists."""
     if opts.from_notebook is None:
         return None
-    from simagent.exit_codes import CliError
-    from simagent.notebooks.load import NotebookError, read_notebook
 
     try:
         return read_notebook(opts.from_notebook)
@@ -277,9 +267,6 @@ def run_start_notebook(session: Any, notebook: Any, err: TextIO, window: int | N
     A failing cell (exit 7) or ctrl+C (130) ends the run before any model call, and the
     caller discards the new session: nothing half-made is left to ``--continue``.
     """
-    from simagent.exit_codes import CliError
-    from simagent.notebooks import load
-
     print(f"simagent: running {notebook.path.name} ({len(notebook.code_cells)} code cells; "
           "ctrl+C stops)", file=err, flush=True)
     with load.sigint_stops(session):

@@ -121,8 +121,8 @@ def refused_locally(exc: BaseException) -> bool:
     """A connection refused by a loopback address: nothing listens on that port of this
     machine. Unlike a remote refusal (a balancer between instances), no retry within a
     turn changes that, so the retry layer fails at once and the line says what to do."""
-    import ipaddress
-    from urllib.parse import urlsplit
+    import ipaddress  # not at import: `simagent --help` loads this module
+    from urllib.parse import urlsplit  # likewise
 
     chain = exception_chain(exc)
     if not any(isinstance(e, ConnectionRefusedError) or "refused" in str(e).lower()

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
+import tempfile
 import threading
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simagent.config import Config, SessionOptions
 from simagent.context.memory import ensure_memory
 from simagent.context.thresholds import ContextSettings
+from simagent.kernel import ExecResult, Kernel, ladder, snapshot
 from simagent.kernel.replay import budget_of as replay_budget_of
 from simagent.paths import (
     SessionPaths,
@@ -31,12 +35,12 @@ from simagent.paths import (
 from simagent.simulators import Simulator, get_simulator
 from simagent.trace import TraceLog
 from simagent.trace.attempts import AttemptLog
-from simagent.trace.sessions import MODEL_EVENTS, latest_model
+from simagent.trace.redact import register_config
+from simagent.trace.sessions import MODEL_EVENTS, find_session, latest_model
 from simagent.trace.usage import UsageTotals
 from simagent.turns import TurnRegistry
 
 if TYPE_CHECKING:
-    from simagent.kernel import ExecResult, Kernel
     from simagent.kernel.ladder import Recovery
 
 
@@ -54,8 +58,6 @@ class ResumeInfo:
 
 def resolve_session_id(workspace: str | os.PathLike[str], prefix: str | None) -> str:
     """A full session id from a prefix, or the last session when ``prefix`` is None."""
-    from simagent.trace.sessions import find_session
-
     try:
         return find_session(workspace, prefix).name
     except LookupError as exc:
@@ -68,8 +70,6 @@ def _check_writable(folder: Path) -> None:
     A resumed session's SQLite files in a read-only state home fail with a bare
     "unable to open database file"; this turns that into an error the CLI can explain.
     """
-    import tempfile
-
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
@@ -84,8 +84,6 @@ class Session:
                  simulator: Simulator | None, approval: str,
                  kernel: Kernel | None = None, resume: ResumeInfo | None = None,
                  kernel_existing: str | None = None) -> None:
-        from simagent.trace.redact import register_config
-
         register_config(config)  # its secrets are redacted from everything any front end writes
         self.workspace = workspace
         self.id = session_id
@@ -172,7 +170,6 @@ class Session:
         sim_name = first.payload.get("simulator") if first else None
         sim = get_simulator(sim_name) if sim_name else None
         keep_kernel = kernel is not None and kernel.is_alive()
-        from datetime import datetime
 
         info = ResumeInfo(resumed_at=datetime.now().strftime("%Y-%m-%d %H:%M"),
                           kernel_restarted=not keep_kernel and not kernel_existing)
@@ -227,7 +224,7 @@ class Session:
         the writer. ``tests/test_kill_property.py`` SIGKILLs sessions to prove it.
         """
         if self._checkpointer is None:
-            from simagent.trace.checkpoint_redaction import redacting_sqlite_saver
+            from simagent.trace.checkpoint_redaction import redacting_sqlite_saver  # langgraph
 
             conn = sqlite3.connect(private_file(self.paths.checkpoints),
                                    check_same_thread=False)
@@ -281,8 +278,6 @@ class Session:
         """Close this new session and delete its folder: a run that failed before its
         first turn (the kernel did not start, a bad subagent file) leaves no empty
         session behind in ``simagent sessions`` or for ``--continue``."""
-        import shutil
-
         if self.resume_info is not None:  # never delete a session someone worked in
             self.close("error")
             return
@@ -316,8 +311,6 @@ class Session:
     def kernel(self) -> Kernel:
         with self._kernel_lock:
             if self._kernel is None:
-                from simagent.kernel import Kernel
-
                 env = dict(self.simulator.env) if self.simulator else {}
                 env.update(self.config_kernel_env)
                 self._kernel = Kernel(self.paths, cwd=self.workspace,
@@ -358,8 +351,6 @@ class Session:
         """
         self._warm_up()
         if self.cancel_requested.is_set():
-            from simagent.kernel import ExecResult
-
             return ExecResult(status="interrupted",
                               notice="not run: the user cancelled the turn")
         return self._traced_execute(code, on_output, timeout, tool_call_id)
@@ -406,8 +397,6 @@ class Session:
         Never starts a kernel, never waits on a running cell: what cannot be read is
         reported as such.
         """
-        from simagent.kernel import snapshot
-
         if self._started_at is None:
             self._started_at = snapshot.session_start(self.trace)
         registry = list(self.simulator.state_registry) if self.simulator else []
@@ -437,8 +426,6 @@ class Session:
     def run_offered(self, ns: list[int]) -> list[dict[str, Any]]:
         """Run cells a replay left out for their effects (the user said yes to
         ``/restore``'s offer); traced as ``kernel_replay_offered``."""
-        from simagent.kernel import ladder
-
         done = ladder.run_offered(self.kernel, ns)
         self.trace.append("kernel_replay_offered", {"cells": done})
         return done

@@ -15,6 +15,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,6 @@ class Simulator:
 
     def versions(self) -> dict[str, str | None]:
         """Installed distribution version per pip name (None when not installed)."""
-        from importlib.metadata import PackageNotFoundError, version
-
         out: dict[str, str | None] = {}
         for req in self.pip:
             name = re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0]
@@ -180,8 +179,6 @@ def _state_registry(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], .
 
 
 def _entry_point_folders() -> list[Path]:
-    from importlib.metadata import entry_points
-
     folders = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:

@@ -23,6 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simagent.kernel import Kernel
+from simagent.paths import SessionPaths
 from simagent.simulators import Simulator, discover
 
 _FENCE = re.compile(r"^```python[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
@@ -102,9 +104,6 @@ def run_skill(skill_md: Path, *, workdir: Path | None = None) -> Iterator[Outcom
 
     A failing block stops the skill: later blocks depend on its state.
     """
-    from simagent.kernel import Kernel
-    from simagent.paths import SessionPaths
-
     skill_md = Path(skill_md)
     blocks = examples(skill_md.read_text(encoding="utf-8"), str(skill_md))
     sim = simulator_of(skill_md)

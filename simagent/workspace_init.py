@@ -13,10 +13,12 @@ import json
 import re
 import shlex
 import tempfile
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simagent.paths import workspace_config_path
+from simagent.kernel import Kernel, KernelStartError
+from simagent.paths import SessionPaths, content_dir, workspace_config_path
 from simagent.simulators import Simulator
 
 _PROBE = """
@@ -59,8 +61,6 @@ class KernelCheck:
 
 def install_hint(sim: Simulator) -> str:
     """The one-line fix for a simulator whose packages are missing (paste-safe)."""
-    from simagent.paths import content_dir
-
     names = " ".join(shlex.quote(p) for p in (sim.pip or sim.packages))
     if sim.root.resolve().is_relative_to(content_dir("simulators").resolve()):
         return f"pip install 'simagent[{sim.name}]'  (or: pip install {names})"
@@ -83,8 +83,6 @@ def _set_key(text: str, key: str, value: str) -> str:
 
 def write_workspace_config(workspace: Path, simulator: str, model: str | None = None) -> Path:
     """Write (or update) ``<workspace>/.simagent/config.toml``; returns its path."""
-    import tomllib
-
     path = workspace_config_path(workspace)
     text = path.read_text(encoding="utf-8") if path.exists() else (
         "# simagent workspace config (see README: Configuration)\n")
@@ -109,9 +107,6 @@ def write_workspace_config(workspace: Path, simulator: str, model: str | None = 
 def check_in_kernel(sims: list[Simulator], *, workspace: Path, kernel_name: str | None = None,
                     warmup: bool = True) -> dict[str, KernelCheck]:
     """Import every simulator's packages (and run their warm-ups) in one real kernel."""
-    from simagent.kernel import Kernel, KernelStartError
-    from simagent.paths import SessionPaths
-
     env: dict[str, str] = {}
     for sim in sims:
         env.update(dict(sim.env))
