@@ -368,7 +368,7 @@ def test_the_interrupt_cleanup_ignores_further_sigints():
 
 
 def test_bench_kernel_always_uses_the_local_cluster(monkeypatch):
-    import simagent.kernel
+    from simagent.bench import ensemble_bench
     from simagent.bench.ensemble_bench import run_ensemble_bench
 
     seen = {}
@@ -384,7 +384,7 @@ def test_bench_kernel_always_uses_the_local_cluster(monkeypatch):
             raise Stop
 
     monkeypatch.setenv(SCHEDULER_ENV, "tcp://somewhere:8786")
-    monkeypatch.setattr(simagent.kernel, "Kernel", FakeKernel)
+    monkeypatch.setattr(ensemble_bench, "Kernel", FakeKernel)
     with pytest.raises(Stop):
         run_ensemble_bench(cases=1, seconds=0.01, workers=1, rounds=1)
     assert seen["env"][SCHEDULER_ENV] == ""

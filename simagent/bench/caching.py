@@ -38,8 +38,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
-from simagent.context.prefix import message_key
+from langchain_core.messages import SystemMessage, ToolMessage
+
+from simagent.context.clearing import is_cleared
+from simagent.context.counting import count_message
+from simagent.context.prefix import message_key, pin_index
 from simagent.context.prices import CacheRules, cache_rules, cached_cost_usd
+from simagent.context.tokens import DEFAULT_ENCODING, Ruler
 
 #: The OpenAI model the bench prices a replayed run at, beside the reference model.
 OPENAI_REFERENCE_MODEL = "openai:gpt-5"
@@ -163,8 +168,6 @@ def totals(uses: Sequence[CacheUse]) -> CacheUse:
 
 # ------------------------------------------------------------------ from messages
 def message_block(msg: Any, ruler: Any = None) -> Block:
-    from simagent.context.counting import count_message
-
     content = msg.content if isinstance(msg.content, list) else [msg.content]
     calls = len(getattr(msg, "tool_calls", None) or ())
     return Block(message_key(msg), count_message(msg, ruler),
@@ -176,8 +179,6 @@ def request_of(messages: Sequence[Any], total_tokens: int, tool_names: Sequence[
     """A request the model received: tool schemas (the tokens ``total_tokens`` leaves over
     the messages), the system message, then the other messages; ``pin``: the index of a
     message carrying a pinned breakpoint."""
-    from langchain_core.messages import SystemMessage
-
     blocks = [message_block(m, ruler) for m in messages]
     fixed = 1 if blocks and isinstance(messages[0], SystemMessage) else 0
     schemas = total_tokens - sum(b.tokens for b in blocks)
@@ -191,10 +192,6 @@ def request_of(messages: Sequence[Any], total_tokens: int, tool_names: Sequence[
 
 def cleared_ids(messages: Sequence[Any]) -> frozenset[str]:
     """The call ids of the cleared placeholders among ``messages``."""
-    from langchain_core.messages import ToolMessage
-
-    from simagent.context.clearing import is_cleared
-
     return frozenset(m.tool_call_id for m in messages
                      if isinstance(m, ToolMessage) and is_cleared(m))
 
@@ -203,8 +200,6 @@ def pins(requests: Sequence[Sequence[Any]]) -> list[int | None]:
     """The pinned breakpoint of each request (``context.prefix.pin_index`` with the
     placeholders of the same agent's previous request; agents told apart by their system
     prompt), as the middleware places it for a model with an explicit cache."""
-    from simagent.context.prefix import message_key, pin_index
-
     before: dict[str, frozenset[str]] = {}
     out = []
     for msgs in requests:
@@ -218,8 +213,6 @@ def scripted_requests(model: Any, pinned: bool = False) -> list[Request] | None:
     """Every request a scripted model received, as blocks (``pinned``: with the breakpoint
     the middleware pins for an explicit cache); None for a model without a request log
     (a live run)."""
-    from simagent.context.tokens import DEFAULT_ENCODING, Ruler
-
     cursor = getattr(model, "cursor", None)
     if cursor is None or not hasattr(cursor, "request_tokens"):
         return None

@@ -19,10 +19,20 @@ thresholds were off by). Figures are medians in milliseconds; nothing here is as
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from langchain_core.messages.utils import count_tokens_approximately
+
+from simagent.bench.kernel_recording import record
+from simagent.bench.policies import resolve_policies
+from simagent.bench.workflow import resolve_workflows
+from simagent.bench.workflow_runs import replayed
+from simagent.context.counting import measure, tool_schema
+from simagent.context.tokens import Ruler, clear_cache
 
 #: The workflow with the most raw input tokens in the bundled bench.
 DEFAULT_WORKFLOW = "scipy-stiff-kinetics"
@@ -33,9 +43,6 @@ def replay_requests(wf: Any, policy: Any, out_dir: Path,
                     progress: Callable[[str], None] | None = None
                     ) -> list[tuple[list[Any], list[Any]]]:
     """Every (messages, tools) request the model received in one replayed run."""
-    from simagent.bench.kernel_recording import record
-    from simagent.bench.workflow_runs import replayed
-
     recording = record(wf, out_dir / "recordings" / wf.id, progress=progress or (lambda _m: None))
     with replayed(wf, policy, recording, out_dir / "runs" / f"{wf.id}--counting") as run:
         tools = list(run.model.bound_tools)
@@ -43,18 +50,11 @@ def replay_requests(wf: Any, policy: Any, out_dir: Path,
 
 
 def _approx(messages: Sequence[Any], tools: Sequence[Any]) -> int:
-    from langchain_core.messages.utils import count_tokens_approximately
-
-    from simagent.context.counting import tool_schema
-
     n = sum(count_tokens_approximately([m]) for m in messages)
     return n + count_tokens_approximately([], tools=[tool_schema(t) for t in tools])
 
 
 def _real(messages: Sequence[Any], tools: Sequence[Any]) -> int:
-    from simagent.context.counting import measure
-    from simagent.context.tokens import Ruler
-
     system = messages[0] if messages and messages[0].type == "system" else None
     rest = list(messages[1:] if system is not None else messages)
     return measure(system, rest, tools, Ruler("o200k_base")).total
@@ -69,8 +69,6 @@ def _time(fn: Callable[[], Any]) -> float:
 def time_counting(requests: Sequence[tuple[list[Any], list[Any]]],
                   runs: int = RUNS) -> dict[str, Any]:
     """Median ms per request for each ruler, and the real/approx token ratio."""
-    from simagent.context.tokens import clear_cache
-
     approx_ms, cold_ms, warm_ms, ratios = [], [], [], []
     for messages, tools in requests:
         for _ in range(runs):
@@ -101,11 +99,6 @@ def time_counting(requests: Sequence[tuple[list[Any], list[Any]]],
 def run_counting_bench(workflow: str | None = None, policy: str = "simagent",
                        out_dir: Path | None = None,
                        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    import tempfile
-
-    from simagent.bench.policies import resolve_policies
-    from simagent.bench.workflow import resolve_workflows
-
     wf = resolve_workflows([workflow or DEFAULT_WORKFLOW])[0]
     pol = resolve_policies(policy)[0]
     with tempfile.TemporaryDirectory(prefix="simagent-counting-") as tmp:

@@ -32,6 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from simagent.config import SCHEDULER_ENV
+from simagent.kernel import Kernel
+from simagent.kernel_api.cluster import default_workers as cluster_workers
 from simagent.paths import SessionPaths
 
 DEFAULT_SECONDS = 1.0
@@ -91,17 +93,13 @@ print("{mark}" + json.dumps({{
 
 
 def default_workers() -> int:
-    from simagent.kernel_api.cluster import default_workers as workers
-
-    return workers()
+    return cluster_workers()
 
 
 def run_ensemble_bench(cases: int | None = None, seconds: float = DEFAULT_SECONDS,
                        workers: int | None = None, rounds: int = DEFAULT_ROUNDS,
                        progress: Callable[[str], None] | None = None) -> dict:
     """Run the bench in a fresh kernel; returns the JSON figures (see the module doc)."""
-    from simagent.kernel import Kernel
-
     say = progress or (lambda _m: None)
     workers = workers or default_workers()
     cases = cases or 4 * workers

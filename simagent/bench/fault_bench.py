@@ -35,6 +35,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from simagent.agent.builder import build_agent
+from simagent.agent.events import ToolFinished, ToolStarted
+from simagent.agent.runner import TurnRunner
+from simagent.agent.scripted import ScriptedChatModel
+from simagent.context.boundaries import orphans
+from simagent.session import Session
+
 if TYPE_CHECKING:
     from simagent.agent.runner import TurnRunner
     from simagent.session import Session
@@ -101,8 +108,6 @@ class Clock:
     retries: list[Any] = field(default_factory=list)
 
     def __call__(self, event: Any) -> None:
-        from simagent.agent.events import ToolFinished, ToolStarted
-
         now = time.monotonic()
         if isinstance(event, ToolStarted):
             self.started[event.id] = now
@@ -124,8 +129,6 @@ class Lab:
         self._count = 0
 
     def session(self) -> Session:
-        from simagent.session import Session
-
         self._count += 1
         ws = self.root / f"ws{self._count:02d}"
         ws.mkdir(parents=True, exist_ok=True)
@@ -137,10 +140,6 @@ class Lab:
                  settings: Any = None, front_end: str = "headless") -> TurnRunner:
         """A runner whose model plays ``steps``; the bench runs as ``simagent run`` does
         (headless) unless a case says otherwise."""
-        from simagent.agent.builder import build_agent
-        from simagent.agent.runner import TurnRunner
-        from simagent.agent.scripted import ScriptedChatModel
-
         model = ScriptedChatModel.from_steps(list(steps))
         return TurnRunner(session, build_agent(session, model, context_settings=settings,
                                                front_end=front_end))
@@ -217,8 +216,6 @@ def _sha_prefix(path: Path, size: int) -> str:
 def no_orphans(runner: TurnRunner) -> bool:
     """No tool call without its result and no result without its call, in the checkpoint
     (``context.boundaries.orphans``: what a provider would reject)."""
-    from simagent.context.boundaries import orphans
-
     state = runner.agent.graph.get_state(runner.session.thread_config)
     return not orphans(state.values.get("messages", []))
 

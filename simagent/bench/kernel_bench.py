@@ -18,6 +18,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from jupyter_client.manager import KernelManager
+
+from simagent.kernel import Kernel
+from simagent.kernel_api.outputs import raw_name, write_record
 from simagent.paths import SessionPaths
 
 ROUNDTRIP_RUNS = 200
@@ -102,8 +106,6 @@ class _PeakRss:
 def _out_grep_growth(kernel, paths: SessionPaths, n_mb: int) -> float:
     """Peak RSS growth of the *kernel* while ``_out[n].grep`` scans an ``n_mb`` MB output
     (written straight to ``outputs/`` as an earlier execution's): grep must stream."""
-    from simagent.kernel_api.outputs import raw_name, write_record
-
     n = 9_999  # past any execution of this bench
     line = "step {:9d} residual=1.234567e-04 dt=1.0e-02 CFL=0.93 T=1234.5678 K\n"
     block = "".join(line.format(i) for i in range(10_000))
@@ -161,10 +163,6 @@ def run_kernel_bench(progress: Callable[[str], None] | None = None,
                      out_grep_mb: int = OUT_GREP_MB,
                      ) -> tuple[dict, dict]:
     """Run every kernel micro-benchmark: (JSON figures with the six keys, details)."""
-    from jupyter_client.manager import KernelManager
-
-    from simagent.kernel import Kernel
-
     say = progress or (lambda _m: None)
     with tempfile.TemporaryDirectory(prefix="simagent-bench-") as tmp:
         paths = SessionPaths(Path(tmp) / "session")

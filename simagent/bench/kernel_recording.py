@@ -11,6 +11,7 @@ so files the steps wrote are there for ``read_file`` and scorers.
 from __future__ import annotations
 
 import shutil
+import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from simagent.agent.tools import RUN_PYTHON
 from simagent.config import Config
-from simagent.paths import new_session_id
+from simagent.kernel import ErrorInfo, ExecResult
+from simagent.paths import new_session_id, workspace_state_dir
 from simagent.session import Session
 from simagent.simulators import get_simulator
 
@@ -58,8 +60,6 @@ class Recording:
 
 def record(wf: Workflow, root: Path, progress: Any = None) -> Recording:
     """Run ``wf``'s kernel steps in a real session under ``root``; return the results."""
-    import time
-
     workspace = root / "workspace"
     if root.exists():
         shutil.rmtree(root)
@@ -116,8 +116,6 @@ class ReplaySession(Session):
 
     def execute(self, code: str, *, on_output: Any = None, timeout: float | None = None,
                 tool_call_id: str | None = None) -> ExecResult:
-        from simagent.kernel import ErrorInfo, ExecResult
-
         queue = self._queues.get(code)
         if not queue:
             result = ExecResult(status="error", error=ErrorInfo(
@@ -147,8 +145,6 @@ def policy_workspace(recording: Recording, dest: Path) -> Path:
     earlier run of the same folder: its memory notes (``remember``) and sessions live in
     the state home under the folder's path, and a rerun of the bench into the same
     ``--out`` would otherwise start with a bigger memory index than the first run."""
-    from simagent.paths import workspace_state_dir
-
     shutil.rmtree(workspace_state_dir(dest), ignore_errors=True)
     if dest.exists():
         shutil.rmtree(dest)

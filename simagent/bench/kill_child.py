@@ -32,6 +32,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +59,6 @@ def kill_context() -> Any:
     ``__main__`` must be import-safe (``if __name__ == "__main__":``), as for any
     forkserver.
     """
-    from multiprocessing import forkserver
-
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([*HEAVY_MODULES, __name__])
     os.environ[_WARM_ENV] = "1"
@@ -72,7 +71,7 @@ def kill_context() -> Any:
 
 def _warm() -> None:
     try:
-        from simagent.context.tokens import encoding
+        from simagent.context.tokens import encoding  # in the fork server only (see above)
 
         encoding()
     except Exception:  # a cold child is slower, not wrong
@@ -282,8 +281,8 @@ def _absorb(report: ChildReport, item: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------- child side
 def _die_after_writes(node: str) -> None:
-    from langchain_core.messages import AIMessage, ToolMessage
-    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langchain_core.messages import AIMessage, ToolMessage  # child side: HEAVY_MODULES
+    from langgraph.checkpoint.sqlite import SqliteSaver  # child side, as above
 
     original = SqliteSaver.put_writes
     wanted = {"model": lambda m: isinstance(m, AIMessage) and bool(m.tool_calls),
@@ -323,12 +322,12 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
 
 
 def _play(spec: ChildSpec) -> None:
-    from simagent.agent.resume_repair import repair
-    from simagent.agent.scripted import ScriptedChatModel
-    from simagent.agent.turn_setup import turn_runner_for
-    from simagent.kernel import Kernel
-    from simagent.session import Session
-    from simagent.trace.log import TraceLog
+    from simagent.agent.resume_repair import repair  # child side: the parent never loads these
+    from simagent.agent.scripted import ScriptedChatModel  # child side
+    from simagent.agent.turn_setup import turn_runner_for  # child side
+    from simagent.kernel import Kernel  # child side
+    from simagent.session import Session  # child side
+    from simagent.trace.log import TraceLog  # child side
 
     original = TraceLog.append
 

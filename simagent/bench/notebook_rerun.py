@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from simagent.jsonl import append_jsonl, read_jsonl
+from simagent.notebooks.export import ExportError, build
+from simagent.notebooks.rerun import rerun_session
+from simagent.trace.sessions import find_session
 
 RESULTS = "notebooks.jsonl"
 #: The policy whose session is exported (the one simagent users get).
@@ -34,8 +37,6 @@ MAX_CELL_S = 60.0
 
 def policy_session(out_dir: Path, workflow: str) -> Path | None:
     """The session folder of ``workflow``'s ``simagent`` run (epoch 0), if it ran."""
-    from simagent.trace.sessions import find_session
-
     workspace = out_dir / "runs" / f"{workflow}--{POLICY}--0" / "workspace"
     if not workspace.is_dir():
         return None
@@ -48,9 +49,6 @@ def policy_session(out_dir: Path, workflow: str) -> Path | None:
 def rerun_workflow(wf: Any, session_dir: Path, scratch: Path, max_s: float = MAX_CELL_S
                    ) -> dict[str, Any]:
     """Export and re-run one workflow's session; a row for ``notebooks.jsonl``."""
-    from simagent.notebooks.export import ExportError, build
-    from simagent.notebooks.rerun import rerun_session
-
     row: dict[str, Any] = {"workflow": wf.id, "session": session_dir.name}
     try:
         _, plan = build(session_dir)

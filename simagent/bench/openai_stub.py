@@ -58,6 +58,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -132,8 +133,6 @@ class _QuietServer(ThreadingHTTPServer):
     of the faults this server plays: no traceback on stderr for it."""
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
         if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
             super().handle_error(request, client_address)
 

@@ -10,16 +10,23 @@ synthetic history without a graph. Adding a policy is a few lines in :data:`POLI
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from langchain.agents.middleware import AgentMiddleware
+from langchain.agents.middleware import AgentMiddleware, ClearToolUsesEdit, ContextEditingMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from simagent.bench.oracle import oracle_middleware
+from simagent.bench.oracle_cached import reprice
 from simagent.context.boundaries import safe_cuts
 from simagent.context.counting import count_messages
-from simagent.context.thresholds import REPL_WATCHDOG_BY_FRONT_END, ContextSettings
+from simagent.context.thresholds import (
+    REPL_WATCHDOG_BY_FRONT_END,
+    ContextConfigError,
+    ContextSettings,
+)
 
 #: Baseline numbers, from the peers' documented defaults (seeds 000-003, design §9.3).
 STOCK_EVICT_TOKENS = 20_000
@@ -157,21 +164,15 @@ def truncate(messages: list[BaseMessage], window: int, pressure: float = TRUNCAT
 
 def _stock_clearing(window: int) -> list[Any]:
     """langchain's own ClearToolUsesEdit, as deepagents/jutul-agent configure it."""
-    from langchain.agents.middleware import ClearToolUsesEdit, ContextEditingMiddleware
-
     return [ContextEditingMiddleware(edits=[ClearToolUsesEdit(
         trigger=int(STOCK_CLEAR_FRACTION * window), keep=STOCK_CLEAR_KEEP)])]
 
 
 def _oracle(workflow: Any, roots: Callable[[], list[Any]]) -> list[Any]:
-    from simagent.bench.oracle import oracle_middleware
-
     return [oracle_middleware(workflow, roots)[0]]
 
 
 def _reprice(row: dict[str, Any], run: Any) -> dict[str, Any]:
-    from simagent.bench.oracle_cached import reprice
-
     return reprice(row, run)
 
 
@@ -214,10 +215,6 @@ def with_settings(policy: Policy, overrides: str) -> Policy:
     """``policy`` with ``[context]`` settings changed, e.g. ``clear_fraction=0.3;
     tool_cap_chars=4000`` (TOML values, ``;``-separated): how thresholds are tuned from
     the bench, side by side with the defaults in one run."""
-    import tomllib
-
-    from simagent.context.thresholds import ContextConfigError
-
     try:
         data = tomllib.loads("\n".join(p.strip() for p in overrides.split(";") if p.strip()))
         checked = ContextSettings.from_mapping(data)

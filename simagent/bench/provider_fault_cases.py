@@ -12,9 +12,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from langchain_core.messages import AIMessage
+
+from simagent.agent.builder import build_agent
+from simagent.agent.provider_retry import MAX_RETRIES
+from simagent.agent.runner import TurnRunner
+
 # the kernel's side of a case (state set up, read back, lost) is the kernel cases' protocol
 from simagent.bench import fault_bench as kernel_probe
 from simagent.bench.fault_bench import Clock, FaultCase, Lab, Outcome
+from simagent.bench.openai_stub import OpenAIStub, Reply, error_reply, fault_reply
+from simagent.models import resolve_model
 
 #: The client's read timeout in the provider cases (a "hang" reply outlasts it).
 CLIENT_TIMEOUT_S = 3.0
@@ -22,16 +30,10 @@ PARTIAL_TEXT = "a reply the connection loses halfway"
 
 
 def _call(code: str) -> Any:
-    from simagent.bench.openai_stub import Reply
-
     return Reply(tool_calls=[("run_python", json.dumps({"code": code}))])
 
 
 def _stub_runner(lab: Lab, session: Any, stub: Any, **config: Any) -> Any:
-    from simagent.agent.builder import build_agent
-    from simagent.agent.runner import TurnRunner
-    from simagent.models import resolve_model
-
     model = resolve_model(f"openai-compatible:stub-model@{stub.base_url}",
                           model_config={"timeout": CLIENT_TIMEOUT_S, "window": 64_000,
                                         **config})
@@ -39,8 +41,6 @@ def _stub_runner(lab: Lab, session: Any, stub: Any, **config: Any) -> Any:
 
 
 def _partial_in_checkpoint(runner: Any) -> bool:
-    from langchain_core.messages import AIMessage
-
     state = runner.agent.graph.get_state(runner.session.thread_config)
     return any(isinstance(m, AIMessage) and PARTIAL_TEXT[:12] in m.text
                for m in state.values.get("messages", []))
@@ -51,8 +51,6 @@ def provider_fault(lab: Lab, faults: list[Any], *, gives_up: bool = False,
     """Set up kernel state, then a turn whose first model calls meet ``faults`` over real
     HTTP; the turn must go on to read the state back (or, when ``gives_up``, end as one
     clear provider error), and a turn after it must work."""
-    from simagent.bench.openai_stub import OpenAIStub, Reply
-
     session = lab.session()
     with OpenAIStub([_call(kernel_probe.SETUP_CODE), Reply(text="ready")]) as stub:
         runner = _stub_runner(lab, session, stub, **config)
@@ -96,36 +94,25 @@ def provider_fault(lab: Lab, faults: list[Any], *, gives_up: bool = False,
 
 def _status(code: int, **kw: Any) -> Callable[[Lab, bool], Outcome]:
     def run(lab: Lab, fast: bool) -> Outcome:
-        from simagent.bench.openai_stub import error_reply
-
         return provider_fault(lab, [error_reply(code, f"stub {code}", **kw)])
     return run
 
 
 def _wire(fault: str, **kw: Any) -> Callable[[Lab, bool], Outcome]:
     def run(lab: Lab, fast: bool) -> Outcome:
-        from simagent.bench.openai_stub import fault_reply
-
         return provider_fault(lab, [fault_reply(fault, PARTIAL_TEXT, **kw)])
     return run
 
 
 def _bad_json(lab: Lab, fast: bool) -> Outcome:
-    from simagent.bench.openai_stub import Reply
-
     return provider_fault(lab, [Reply(tool_calls=[("run_python", '{"code": "print(1)"')])])
 
 
 def _empty(lab: Lab, fast: bool) -> Outcome:
-    from simagent.bench.openai_stub import Reply
-
     return provider_fault(lab, [Reply(text="")])
 
 
 def _down(lab: Lab, fast: bool) -> Outcome:
-    from simagent.agent.provider_retry import MAX_RETRIES
-    from simagent.bench.openai_stub import error_reply
-
     return provider_fault(lab, [error_reply(503, "stub down")] * (MAX_RETRIES + 1),
                           gives_up=True)
 

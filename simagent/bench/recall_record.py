@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from simagent.bench.workflow import Workflow
+from simagent.context.ledger import ledger_recall
+from simagent.context.recall import locate, request_text
+from simagent.context.stats import BOUNDARY_KINDS
 
 
 def recall_fields(wf: Workflow, session: Any, model: Any, events: Sequence[Any]
@@ -18,10 +21,6 @@ def recall_fields(wf: Workflow, session: Any, model: Any, events: Sequence[Any]
     """Where each probe fact stands in the last request (in view, by pointer, lost), what
     reading it back would cost, what the ledger's ``recall`` finds of those out of view,
     and whether every compaction wrote a ledger entry."""
-    from simagent.context.ledger import ledger_recall
-    from simagent.context.recall import locate, request_text
-    from simagent.context.stats import BOUNDARY_KINDS
-
     last = model.requests[-1] if getattr(model, "requests", None) else []
     where = [locate(p.fact, request_text(last), recall_roots(session)) for p in wf.probes]
     kept = [w.status != "lost" for w in where]

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simagent.agent.scripted import call_step
+from simagent.bench.support_sources import check_run
+from simagent.context.task_records import check_record, records_from_events
 
 if TYPE_CHECKING:
     from simagent.bench.support import SupportReport
@@ -34,8 +36,6 @@ class RunView:
     def support(self) -> SupportReport:
         """The final answer's numbers vs what the run saw (``support.py``); computed once
         for the record and the ``supported_numbers`` scorer (it reads raw output files)."""
-        from simagent.bench.support_sources import check_run
-
         return check_run(self.final, self.events)
 
 
@@ -162,8 +162,6 @@ def supported_numbers(sc: dict[str, Any], run: RunView) -> Verdict:
 
 def task_record(sc: dict[str, Any], run: RunView) -> Verdict:
     """The latest task record (of ``source``, when given) graded on one field."""
-    from simagent.context.task_records import check_record, records_from_events
-
     filed = [f for f in records_from_events(run.events)
              if sc.get("source") is None or sc["source"] in f.record.source]
     name = f"task_record:{sc['field']}"

@@ -6,6 +6,7 @@ file is unchanged, since a bench replays one recording under every policy.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,6 @@ def corpus_from_events(events: Sequence[Any]) -> tuple[Corpus, list[Number]]:
     made up earlier must not back itself later. Simulator warm-up cells are no one's claim
     and are skipped.
     """
-    import json
-
     seen, prompt = Corpus(), []
     for e in events:
         p = e.payload

@@ -98,7 +98,7 @@ _PKG = re.compile(r"\{pkg:([A-Za-z_][\w.]*)\}")
 
 def package_dir(name: str) -> str:
     """The installed folder of import package ``name`` (for ``{pkg:NAME}`` in steps)."""
-    from simagent.simulators import package_dirs
+    from simagent.simulators import package_dirs  # not at CLI start (replay: kind)
 
     dirs = package_dirs(name)
     if not dirs:
@@ -137,7 +137,7 @@ def load_workflow(path: str | Path) -> Workflow:
                                           f"{path.stem!r}")
     sim = data.get("simulator")
     if sim is not None:
-        from simagent.simulators import SimulatorError, get_simulator
+        from simagent.simulators import SimulatorError, get_simulator  # not at CLI start
 
         try:
             get_simulator(sim)
@@ -174,7 +174,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def _steps(steps_raw: Any, where: str) -> list[dict[str, Any]]:
     """The flattened steps, ``{pkg:...}`` expanded, checked to end in a final answer and
     never to template kernel code."""
-    from simagent.agent.scripted import ScriptError, flatten_steps
+    from simagent.agent.scripted import ScriptError, flatten_steps  # langchain: heavy
 
     _need(isinstance(steps_raw, list) and steps_raw, where, "`steps` must be a non-empty list")
     try:
@@ -249,7 +249,7 @@ def _scorers(raw: list[Any], n_steps: int, where: str) -> tuple[dict[str, Any], 
             _need(("expected" in sc) != ("expected_from" in sc), w,
                   "numeric needs exactly one of `expected` or `expected_from`")
         if sc["kind"] == "task_record":
-            from simagent.context.task_records import GRADED_FIELDS
+            from simagent.context.task_records import GRADED_FIELDS  # not at CLI start
 
             f = sc["field"]
             _need(isinstance(f, str) and (f in GRADED_FIELDS or f.startswith("key_values.")),
