@@ -98,9 +98,13 @@ def run_jobs(fn: Callable[[WorkflowJob, Say], list[dict[str, Any]]],
     try:
         with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
                                  initargs=(queue,)) as pool:
-            futures = {pool.submit(_run_in_worker, fn, jobs[i]): i for i in order}
-            relay.start()  # after the workers started: a fork copies no running thread
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            try:
+                futures = {pool.submit(_run_in_worker, fn, jobs[i]): i for i in order}
+                relay.start()  # after the workers started: a fork copies no running thread
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            except BaseException:  # ctrl+C: no queued workflow may start after it
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
             failed = next((f for f in done if f.exception() is not None), None)
             if failed is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
