@@ -162,7 +162,8 @@ def cmd_bench_run(args: argparse.Namespace) -> int:
         from simagent.bench import notebook_rerun
         from simagent.bench.workflow_runs import git_commit
 
-        notebook_rerun.run(plan.workflows, out, git_commit(),
+        # the rows' commit: the workers checked notebooks under it (HEAD may move meanwhile)
+        notebook_rerun.run(plan.workflows, out, rows[0].get("commit") if rows else git_commit(),
                            None if args.json else _bench_progress)
     report = write_report(rows, out, mode=args.mode)
     if args.json:
