@@ -36,6 +36,7 @@ from simagent.context.epoch_cost import (
     newest_reply,
     stale_ages,
 )
+from simagent.kernel_api.outputs import handle, number_of
 
 #: Results never cleared: the attempt log is referred to by value, subagent results are
 #: already digests, and the task record is tiny.
@@ -67,8 +68,6 @@ def raw_path_of(msg: ToolMessage) -> str | None:
 
 def execution_of(msg: ToolMessage) -> int | None:
     """The kernel execution ``n`` a result came from (its ``_out[n]``), if it names one."""
-    from simagent.kernel_api.outputs import number_of
-
     return number_of(raw_path_of(msg))
 
 
@@ -76,8 +75,6 @@ def recovery_hint(msg: ToolMessage, tool_name: str | None) -> str:
     """How the model gets a cleared result back: a path on disk, or re-running the call."""
     path = raw_path_of(msg)
     if path:
-        from simagent.kernel_api.outputs import handle, number_of
-
         if (n := number_of(path)) is not None:
             return (f"the full output is at {path}; query it in the kernel with "
                     f"`{handle(n)}.tail(k)`, `.grep(pattern)` or `.head(k)` "
@@ -243,8 +240,6 @@ def apply_cleared(messages: Sequence[BaseMessage], cleared: Collection[str],
 # ------------------------------------------------------------------- inputs
 def input_pointer(n: int) -> str:
     """What a cleared cell's ``code`` becomes: still Python, and one kernel line away."""
-    from simagent.kernel_api.outputs import handle
-
     return f"# code cleared from view: {handle(n)}.code"
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage
 
 from simagent.context.boundaries import cut_keeping_messages, cut_keeping_tokens, safe_cuts
+from simagent.context.clearing import apply_cleared
 from simagent.context.counting import count_messages
 from simagent.context.summary import ExtractiveSummarizer, Summarizer, boundary_message, offload
 
@@ -56,8 +57,6 @@ def visible(messages: Sequence[BaseMessage], boundary: dict[str, Any] | None,
             cleared: Collection[str], inputs: Collection[str] = ()) -> list[BaseMessage]:
     """The model's view: the boundary's view with cleared results as placeholders and
     cleared inputs as pointers."""
-    from simagent.context.clearing import apply_cleared
-
     return apply_cleared(view_of(messages, boundary), cleared, inputs)
 
 

@@ -25,6 +25,8 @@ from langchain_core.messages import (
     HumanMessage,
     ToolMessage,
 )
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from simagent.context.tokens import Ruler, active_ruler
 
@@ -124,9 +126,6 @@ _SCHEMAS_MAX = 512
 def tool_schema(tool: Any) -> dict[str, Any]:
     """The tool as a provider receives it (OpenAI function format), memoized by content
     (never by object: tools close over their session, which must be free to go)."""
-    from langchain_core.tools import BaseTool
-    from langchain_core.utils.function_calling import convert_to_openai_tool
-
     if isinstance(tool, dict):
         return tool
     if not isinstance(tool, BaseTool):  # a function or a model class: no stable key

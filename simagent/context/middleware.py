@@ -53,6 +53,7 @@ from simagent.context.compaction import (
 )
 from simagent.context.counting import RequestSize, ai_message_of, calibrate, measure
 from simagent.context.epoch_cost import EpochCost, input_prices
+from simagent.context.ledger import calls_by_id, trace_fields
 from simagent.context.overflow import is_context_overflow
 from simagent.context.prefix import pin_index, rewrite_tokens, with_cache_pin
 from simagent.context.prices import cache_rules
@@ -322,8 +323,6 @@ class ContextMiddleware(AgentMiddleware):
 
     def compaction_payload(self, done: Compaction, before: int, after: int,
                            **extra: Any) -> dict[str, Any]:
-        from simagent.context.ledger import trace_fields
-
         return {"cutoff_index": done.boundary["cutoff"], "messages": done.dropped,
                 "path": str(done.path), "tokens_before": before, "tokens_after": after,
                 **extra, **trace_fields(done.ledger)}
@@ -334,7 +333,6 @@ class ContextMiddleware(AgentMiddleware):
         ledger = self.compactor.ledger
         if ledger is None or not newly:
             return {}
-        from simagent.context.ledger import calls_by_id, trace_fields
 
         results = [m for m in messages if isinstance(m, ToolMessage) and m.tool_call_id in newly]
         return trace_fields(ledger.record("clear", results, calls=calls_by_id(messages)))
@@ -345,8 +343,6 @@ class ContextMiddleware(AgentMiddleware):
 
     def emergency(self, request: Any, prep: Prepared, error: Exception) -> Prepared:
         """Truncate to a safe boundary keeping half; raise ``error`` if nothing can go."""
-        from simagent.context.ledger import trace_fields
-
         messages = list(request.messages)
         done = self.compactor.emergency(messages, prep.boundary, th.EMERGENCY_MIN_MESSAGES)
         if done is None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import textwrap
 from datetime import datetime
 
-from simagent.context.counting import CATEGORIES, CATEGORY_LABELS
+from simagent.context.counting import CALIBRATION_BOUNDS, CATEGORIES, CATEGORY_LABELS
 from simagent.context.stats import ContextStats, TokenRow
 from simagent.context.tool_deferral import tools_lines
+from simagent.records import format_value
 
 BAR_CELLS = 24
 #: Status-bar levels: dim below 70 % of the window, warning from 70 %, alert from 90 %.
@@ -206,7 +207,6 @@ def _tasks(s: ContextStats, width: int) -> list[str]:
     """The typed records of closed tasks, newest last: answer, key values, files."""
     if not s.task_records:
         return []
-    from simagent.records import format_value
 
     shown = s.task_records[-_MAX_TASKS:]
     more = len(s.task_records) - len(shown)
@@ -287,7 +287,6 @@ def ruler_line(s: ContextStats) -> str:
     what = "chars/4 (approximate)" if s.ruler == "approx" else f"the {s.ruler} tokenizer"
     if s.provider_ratio is None:
         return f"Counted with {what}; the provider reported no usage to check it against"
-    from simagent.context.counting import CALIBRATION_BOUNDS
 
     low, high = CALIBRATION_BOUNDS
     used = min(high, max(low, s.provider_ratio))

@@ -17,11 +17,14 @@ import hashlib
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from langchain_core.messages import SystemMessage, ToolMessage
+
+from simagent.context.clearing import is_cleared
+from simagent.context.counting import count_message, message_parts
+
 
 def message_key(msg: Any) -> str:
     """A hash of what the provider receives for ``msg`` (role, texts, media, calls)."""
-    from simagent.context.counting import message_parts
-
     texts, extra = message_parts(msg)
     data = "\x1f".join([msg.type, str(extra), *texts])
     return hashlib.blake2b(data.encode("utf-8", "replace"), digest_size=16).hexdigest()
@@ -48,10 +51,6 @@ def rewrite_tokens(old_view: Sequence[Any], new_view: Sequence[Any], ruler: Any 
     ``simagent.bench.caching``), all of which but the first two lie after the change, so
     for ``family="anthropic"`` the write is everything after the system prompt.
     """
-    from langchain_core.messages import SystemMessage
-
-    from simagent.context.counting import count_message
-
     start = first_change(old_view, new_view)
     if start >= len(old_view):
         return 0
@@ -76,10 +75,6 @@ def pin_index(view: Sequence[Any], cleared_before: Collection[str]) -> int | Non
     it, so a breakpoint there is read back exactly when that epoch comes; using the
     placeholders of the previous request (not of an epoch made for this one) means the
     entry already exists when it is needed. None when nothing was cleared before."""
-    from langchain_core.messages import ToolMessage
-
-    from simagent.context.clearing import is_cleared
-
     for i in range(len(view) - 1, -1, -1):
         msg = view[i]
         if isinstance(msg, ToolMessage) and msg.tool_call_id in cleared_before \

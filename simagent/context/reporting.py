@@ -22,7 +22,7 @@ def write_stream(item: dict[str, Any]) -> None:
     """Hand ``item`` to the running graph's stream (``TurnRunner._on_custom`` reads it);
     nothing outside a streamed run (manual /compact, a plain invoke, the bench)."""
     try:
-        from langgraph.config import get_stream_writer
+        from langgraph.config import get_stream_writer  # heavy; the TUI imports this early
 
         get_stream_writer()(item)
     except Exception:  # no runnable context or no stream consumer

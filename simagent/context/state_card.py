@@ -30,6 +30,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 from simagent.context.counting import STATE_CARD_SOURCE, is_state_card
 from simagent.context.tokens import Ruler, active_ruler
+from simagent.kernel_api.effects import describe_all
 
 #: Graph-state key of the current card (private: never passed to subagents).
 STATE_CARD_KEY = "simagent_state_card"
@@ -211,8 +212,6 @@ def _fit(assemble: Callable[[int, int, int], str], budget: int, ruler: Ruler,
 def effects_line(cells: Sequence[dict[str, Any]], base: str | None = None) -> str:
     """``cells' effects outside the kernel (newest first): _out[3] appended results.csv;
     …`` ("" when none): one line, so the model knows which files its cells changed."""
-    from simagent.kernel_api.effects import describe_all
-
     items = [f"_out[{c['n']}] {describe_all(c.get('effects') or [], base, past=True)}"
              for c in reversed(cells) if c.get("effects")]
     return "cells' effects outside the kernel (newest first): " + _joined(items, sep="; ") \

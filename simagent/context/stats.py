@@ -19,9 +19,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simagent.context import prices
 from simagent.context.counting import CATEGORIES, RequestSize
+from simagent.context.task_records import records_from_events
 from simagent.context.thresholds import ContextSettings, Thresholds, thresholds_for
 from simagent.context.tool_deferral import ToolsView, tools_view_from_events
+from simagent.trace.log import TraceLog
 from simagent.trace.usage import UsageTotals, token_count
 
 #: Events that move the boundary of what the model sees, with their short names.
@@ -260,11 +263,6 @@ def _detail(kind: str, p: Mapping[str, Any]) -> str:
 def _costs(totals: UsageTotals) -> tuple[dict[str, float | None], float | None, float,
                                          tuple[str, ...]]:
     """Per-model USD, total (None if any model is unpriced), priced part, unpriced models."""
-    models = sorted(totals.by_model)
-    try:
-        from simagent.context import prices
-    except ImportError:  # no price table: show tokens only
-        return {m: None for m in models}, None, 0.0, tuple(models)
     per_model = {m: prices.cost_usd(m, u) for m, u in totals.by_model.items()}
     usd, unknown = prices.totals_cost(totals)
     unknown = tuple(sorted(str(m) for m in unknown))
@@ -273,10 +271,6 @@ def _costs(totals: UsageTotals) -> tuple[dict[str, float | None], float | None, 
 
 def _agent_costs(usage_events: list[Any]) -> dict[str, float | None]:
     """USD per subagent (None once any of its calls used an unpriced model)."""
-    try:
-        from simagent.context import prices
-    except ImportError:
-        return {}
     out: dict[str, float | None] = {}
     for ev in usage_events:
         p = _payload(ev)
@@ -414,8 +408,6 @@ def stats_from_events(events: Iterable[Any], *, settings: ContextSettings,
 
 
 def _task_rows(events: list[Any]) -> tuple[TaskRow, ...]:
-    from simagent.context.task_records import records_from_events
-
     return tuple(TaskRow(f.ts, f.record.source, f.record.model_dump(), f.written)
                  for f in records_from_events(events))
 
@@ -423,8 +415,6 @@ def _task_rows(events: list[Any]) -> tuple[TaskRow, ...]:
 def stats_from_trace(trace_path: str | Path, settings: ContextSettings, *,
                      model_id: str | None = None, window: int | None = None) -> ContextStats:
     """:func:`stats_from_events` over a ``trace.sqlite`` opened read-only."""
-    from simagent.trace.log import TraceLog
-
     with TraceLog(trace_path, readonly=True) as log:
         events = log.events()
     return stats_from_events(events, settings=settings, model_id=model_id, window=window)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from simagent.config import ConfigError
+from simagent.context.tokens import RULERS
 
 #: Window assumed when a model reports none (a cautious mid-size window).
 FALLBACK_WINDOW = 128_000
@@ -228,7 +229,6 @@ class ContextSettings:
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise ContextConfigError(f"[context] {key} must be a whole number of cells "
                                          "(0 switches that signal off)")
-        from simagent.context.tokens import RULERS
 
         if data.get("tokenizer", "auto") not in ("auto", *RULERS):
             raise ContextConfigError(f"[context] tokenizer must be one of auto, "

@@ -22,10 +22,13 @@ deepagents does) and for before/after comparisons.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
+import logging
 import re
 import threading
+import types
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,8 +73,6 @@ _ENCODINGS: dict[str, Any] = {}
 
 def _shipped_ranks(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
     """Stands in for tiktoken's downloader: the shipped file named like the URL's."""
-    import base64
-
     name = url.rsplit("/", 1)[-1]
     path = ENCODINGS_DIR / f"{name}.gz"
     try:
@@ -99,10 +100,8 @@ def encoding(name: str = DEFAULT_ENCODING) -> Any:
         return enc
     with _LOCK:
         if name not in _ENCODINGS:
-            import types
-
-            import tiktoken
-            from tiktoken_ext import openai_public
+            import tiktoken  # heavy: loads with the first real count, not with this module
+            from tiktoken_ext import openai_public  # with tiktoken, as above
 
             # tiktoken's own constructor, run with the shipped-file loader in its globals
             # (a copy: patching the module would race other threads that load encodings)
@@ -164,8 +163,6 @@ _BROKEN: dict[str, str] = {}  # encodings that failed to load, with the reason
 
 
 def _broken(name: str, exc: Exception) -> None:
-    import logging
-
     with _LOCK:
         first = name not in _BROKEN
         _BROKEN[name] = str(exc)
