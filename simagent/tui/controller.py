@@ -18,8 +18,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from simagent.config import SessionOptions
-from simagent.tui.entries import Conversation, NoticeEntry, PanelEntry
+from simagent.cli_input import unwritable
+from simagent.config import Config, ConfigError, SessionOptions
+from simagent.kernel import KernelStartError
+from simagent.models import ModelError, resolve_model
+from simagent.session import Session, SessionNotFound
+from simagent.simulators import SimulatorError
+from simagent.tui import commands, slash
+from simagent.tui.entries import Conversation, NoticeEntry, PanelEntry, UserEntry
+from simagent.tui.history import history_entries
 from simagent.tui.model_choice import NO_MODEL_HELP, model_error_line, resumed_model
 from simagent.tui.status_feed import FirstToken, StatusFeed
 from simagent.tui.turn_driving import TurnDriving
@@ -59,10 +66,7 @@ class TuiController(StatusFeed, TurnDriving):
     # ------------------------------------------------------------ lifecycle
     def open(self) -> bool:
         """Open the session (new or resumed); False when it cannot open at all."""
-        from simagent.config import Config, ConfigError
-        from simagent.notebooks.load import NotebookError, read_notebook
-        from simagent.session import Session, SessionNotFound
-        from simagent.simulators import SimulatorError
+        from simagent.notebooks.load import NotebookError, read_notebook  # heavy: langchain
 
         try:  # the notebook first: a bad file leaves no session behind
             if self.opts.from_notebook is not None:
@@ -80,16 +84,12 @@ class TuiController(StatusFeed, TurnDriving):
             self.conversation.note(f"cannot open the session: {exc}", "error")
             return False
         except Exception as exc:  # a broken state folder, an unreadable fixture...
-            from simagent.cli_input import unwritable
-
             line = unwritable(exc, self.opts.workspace) if isinstance(exc, OSError) else None
             self.conversation.note(f"cannot open the session: {line or type(exc).__name__}"
                                    f"{'' if line else f': {exc}'}".splitlines()[0], "error")
             return False
         self._welcome()
         if self.session.resume_info is not None:
-            from simagent.tui.history import history_entries
-
             for entry in history_entries(self.session.trace.events()):
                 self.conversation.add(entry)
             self.conversation.note(
@@ -129,8 +129,6 @@ class TuiController(StatusFeed, TurnDriving):
 
     def _resolve(self, spec: str) -> str | None:
         """Resolve ``spec`` into ``self.resolved``; a one-line error, or None when fine."""
-        from simagent.models import ModelError, resolve_model
-
         try:
             resolved = resolve_model(spec, model_config=self.config.model_settings)
         except ModelError as exc:
@@ -142,8 +140,8 @@ class TuiController(StatusFeed, TurnDriving):
         return None
 
     def _build_runner(self) -> str | None:
-        from simagent.agent.subagents import SubagentError
-        from simagent.agent.turn_setup import agent_for, turn_runner_for
+        from simagent.agent.subagents import SubagentError  # langchain: after the first paint
+        from simagent.agent.turn_setup import agent_for, turn_runner_for  # likewise
 
         try:
             if self.runner is not None:  # /model: the same runner drives the new graph
@@ -153,7 +151,7 @@ class TuiController(StatusFeed, TurnDriving):
         except (SubagentError, ValueError) as exc:
             self.conversation.note(f"cannot build the agent: {exc}", "error")
             return str(exc)
-        from simagent.agent.mcp_tools import open_notices
+        from simagent.agent.mcp_tools import open_notices  # langchain, likewise
 
         for line in open_notices(self.session):  # MCP servers that could not start
             self.conversation.note(line, "warning")
@@ -166,8 +164,6 @@ class TuiController(StatusFeed, TurnDriving):
             self._on_event(intr)
 
     def _start_kernel(self) -> None:
-        from simagent.kernel import KernelStartError
-
         session = self.session
         self._kernel_ready.clear()
         session.on_kernel_consent = self._ask_kernel_restart
@@ -200,7 +196,7 @@ class TuiController(StatusFeed, TurnDriving):
         """Run the starting notebook's cells (on the kernel thread), progress in one
         notice; the account waits in ``preface`` for the first prompt. A failing cell or
         ctrl+C stops the run and keeps the kernel's state: the session goes on."""
-        from simagent.notebooks import load
+        from simagent.notebooks import load  # heavy (langchain): --from-notebook only
 
         shown = [NoticeEntry(f"running {self.notebook.path.name} "
                              f"({len(self.notebook.code_cells)} code cells; ctrl+C stops)")]
@@ -308,8 +304,6 @@ class TuiController(StatusFeed, TurnDriving):
         True when it was taken (the input line may be cleared); False when it was
         refused with a notice, so the user's text stays where it was typed.
         """
-        from simagent.tui import commands, slash
-
         text = text.strip()
         if not text:
             return False
@@ -352,8 +346,7 @@ class TuiController(StatusFeed, TurnDriving):
                       "provider:model and your message comes back to the input line "
                       "(/help lists commands)", "warning")
             return True
-        from simagent.notebooks.load import first_prompt
-        from simagent.tui.entries import UserEntry
+        from simagent.notebooks.load import first_prompt  # heavy (langchain), as in open
 
         self.conversation.add(UserEntry(text))
         prompt, self.preface = first_prompt(self.preface, text), ""  # the account goes once
@@ -407,8 +400,6 @@ class TuiController(StatusFeed, TurnDriving):
 
     def new_conversation(self) -> bool:
         """A new session (new thread) that keeps the running kernel and its state."""
-        from simagent.session import Session
-
         old = self.session
         kernel = old.detach_kernel()
         try:

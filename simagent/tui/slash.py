@@ -11,7 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from simagent.config import APPROVAL_MODES
+from simagent.context.memory import list_notes, read_note, render_notes
+from simagent.kernel.ladder import offer_text
 from simagent.models import kind_suggestions
+from simagent.presentation.transcript import render_html, render_markdown
+from simagent.trace.sessions import format_sessions_table, list_sessions
+from simagent.tui.commands import help_text
+from simagent.tui.text import clip
 
 if TYPE_CHECKING:
     from simagent.tui.controller import TuiController
@@ -34,13 +41,11 @@ def _width(ctl: TuiController) -> int:
 
 # ----------------------------------------------------------------- commands
 def cmd_help(ctl: TuiController, arg: str) -> None:
-    from simagent.tui.commands import help_text
-
     ctl.panel("Help", help_text(_width(ctl)))
 
 
 def cmd_context(ctl: TuiController, arg: str) -> None:
-    from simagent.context.panel import render_context
+    from simagent.context.panel import render_context  # langchain: not at first paint
 
     if ctl.session is None:
         ctl.note("no session", "warning")
@@ -50,7 +55,7 @@ def cmd_context(ctl: TuiController, arg: str) -> None:
 
 
 def _manual(ctl: TuiController, arg: str, which: str) -> None:
-    from simagent.context.manual import checkpoint_now, compact_now
+    from simagent.context.manual import checkpoint_now, compact_now  # heavy (langchain), as above
 
     if ctl.runner is None or ctl.runner.agent.context is None:
         ctl.note(f"/{which} needs a model (choose one with /model)", "warning")
@@ -130,7 +135,6 @@ def cmd_restore(ctl: TuiController, arg: str) -> None:
         if not rec.offered:
             return rec.message()
         # left out for what they did outside the kernel: show it, then ask
-        from simagent.kernel.ladder import offer_text
 
         text, ns = offer_text(rec, ctl.session.workspace), [s.n for s in rec.offered]
         ctl.post(lambda: ctl.note(rec.message(), "info"))
@@ -161,8 +165,6 @@ def cmd_interrupt(ctl: TuiController, arg: str) -> None:
 
 
 def cmd_memory(ctl: TuiController, arg: str) -> None:
-    from simagent.context.memory import list_notes, read_note, render_notes
-
     folder = ctl.session.memory_dir
     if not arg:
         ctl.panel("", render_notes(list_notes(folder), folder))
@@ -177,7 +179,7 @@ def cmd_memory(ctl: TuiController, arg: str) -> None:
 
 def skill_rows(sources: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
     """``(source label, name, description)`` of every skill folder in ``sources``."""
-    from simagent.frontmatter import read_frontmatter
+    from simagent.frontmatter import read_frontmatter  # yaml: /skills only
 
     rows = []
     for folder, label in sources:
@@ -192,8 +194,7 @@ def skill_rows(sources: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
 
 
 def cmd_skills(ctl: TuiController, arg: str) -> None:
-    from simagent.agent.builder import skill_sources
-    from simagent.tui.text import clip
+    from simagent.agent.builder import skill_sources  # heavy (langchain), as above
 
     rows = skill_rows(skill_sources(ctl.session))
     if not rows:
@@ -211,16 +212,12 @@ def cmd_skills(ctl: TuiController, arg: str) -> None:
 
 
 def cmd_sessions(ctl: TuiController, arg: str) -> None:
-    from simagent.trace.sessions import format_sessions_table, list_sessions
-
     infos = list_sessions(ctl.session.workspace)
     ctl.panel("Sessions (resume one with: simagent --resume ID)",
               format_sessions_table(infos) if infos else "no sessions yet")
 
 
 def cmd_transcript(ctl: TuiController, arg: str) -> None:
-    from simagent.presentation.transcript import render_html, render_markdown
-
     fmt = (arg or "md").lower()
     if fmt not in ("md", "html"):
         ctl.note("/transcript takes md or html", "warning")
@@ -235,7 +232,7 @@ def cmd_transcript(ctl: TuiController, arg: str) -> None:
 
 
 def cmd_notebook(ctl: TuiController, arg: str) -> None:
-    from simagent.notebooks.export import ExportError, export
+    from simagent.notebooks.export import ExportError, export  # nbformat: /notebook only
 
     s = ctl.session
     try:
@@ -247,10 +244,8 @@ def cmd_notebook(ctl: TuiController, arg: str) -> None:
 
 
 def cmd_approval(ctl: TuiController, arg: str) -> None:
-    from simagent.config import APPROVAL_MODES
-
     if not arg:
-        from simagent.agent.approval import MODE_HELP, NEVER_GATED
+        from simagent.agent.approval import MODE_HELP, NEVER_GATED  # langchain: not at first paint
 
         lines = [f"now: {ctl.session.approval} (shift+Tab cycles; /approval MODE sets it)",
                  *[f"{m}: {h}" for m, h in MODE_HELP.items()], f"every mode: {NEVER_GATED}"]
@@ -299,8 +294,6 @@ def complete_models(ctl: TuiController) -> list[tuple[str, str]]:
 
 
 def complete_memory(ctl: TuiController) -> list[tuple[str, str]]:
-    from simagent.context.memory import list_notes
-
     if ctl.session is None:
         return []
     return [(Path(n.file).stem, n.title) for n in list_notes(ctl.session.memory_dir)]
@@ -311,6 +304,6 @@ def complete_transcript(ctl: TuiController) -> list[tuple[str, str]]:
 
 
 def complete_approval(ctl: TuiController) -> list[tuple[str, str]]:
-    from simagent.agent.approval import MODE_HELP
+    from simagent.agent.approval import MODE_HELP  # langchain: not at first paint
 
     return list(MODE_HELP.items())

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from simagent.agent.events import ReasoningDelta, TextDelta, ToolFinished, ToolRequested
+from simagent.tui.entries import AssistantEntry
 from simagent.tui.status import StatusSnapshot
 
 #: How often a provider retry's countdown, or the wait for a first token, redraws the bar
@@ -58,7 +59,7 @@ class StatusFeed:
     """The status bar's data (see the module docstring)."""
 
     def snapshot(self) -> StatusSnapshot:
-        from simagent.context.panel import status_label
+        from simagent.context.panel import status_label  # heavy (langchain): not at first paint
 
         s = self.session
         label, level = status_label(self.stats) if self.stats is not None else ("ctx –", "dim")
@@ -100,8 +101,6 @@ class StatusFeed:
 
     def _retrying(self, event: Any) -> None:
         """Start the countdown for ``event`` and take back the failed attempt's text."""
-        from simagent.tui.entries import AssistantEntry
-
         state = (event, time.monotonic() + event.delay_s)
         self._retry = state
         entries = self.conversation.entries
@@ -123,7 +122,7 @@ class StatusFeed:
         self.spawn(tick)
 
     def context_stats(self) -> Any:
-        from simagent.context.stats import stats_from_trace
+        from simagent.context.stats import stats_from_trace  # heavy (langchain), as above
 
         s = self.session
         window = self.runner.agent.window if self.runner is not None else None
