@@ -43,6 +43,8 @@ from collections.abc import AsyncIterator, Collection, Iterator
 from typing import Any
 
 import httpx
+from langchain_core.messages import AIMessageChunk
+from langchain_core.outputs import ChatGenerationChunk
 from langchain_openai import ChatOpenAI
 
 from simagent.provider_errors import INCOMPLETE_CALLS_KEY, EmptyReplyStream
@@ -168,8 +170,6 @@ class StreamedCalls:
         found = None if self.names else text_tool_call(self.text, tools)
         if found is None:
             return None
-        from langchain_core.messages import AIMessageChunk
-        from langchain_core.outputs import ChatGenerationChunk
 
         name, args = found
         return ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[{
@@ -186,8 +186,6 @@ class StreamedCalls:
                 bad.append({"index": index, "name": name})
         if not bad:
             return None
-        from langchain_core.messages import AIMessageChunk
-        from langchain_core.outputs import ChatGenerationChunk
 
         return ChatGenerationChunk(message=AIMessageChunk(
             content="", response_metadata={INCOMPLETE_CALLS_KEY: bad}))

@@ -7,6 +7,7 @@ diagnose is useless. The rendering is a pure function of the checks.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 import time
@@ -14,7 +15,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from simagent.paths import private_dir, state_home
+from simagent.config import Config, ConfigError
+from simagent.context.tokens import REAL_ENCODINGS, EncodingFileError, encoding
+from simagent.kernel import Kernel, KernelStartError
+from simagent.kernel.attach import running_kernels, runtime_dir
+from simagent.models import ModelError, resolve_model
+from simagent.paths import SessionPaths, private_dir, state_home
+from simagent.simulators import SimulatorError, discover, package_found
+from simagent.workspace_init import check_in_kernel, install_hint
 
 
 @dataclass(frozen=True)
@@ -52,8 +60,6 @@ def check_state_home() -> Check:
 
 def check_tokenizer() -> Check:
     """The shipped encodings load and count offline (every token figure depends on them)."""
-    from simagent.context.tokens import REAL_ENCODINGS, EncodingFileError, encoding
-
     try:
         counts = {name: len(encoding(name).encode("hello world")) for name in REAL_ENCODINGS}
     except EncodingFileError as exc:
@@ -64,8 +70,6 @@ def check_tokenizer() -> Check:
 
 
 def check_model(workspace: Path) -> Check:
-    from simagent.config import Config, ConfigError
-
     try:
         config = Config.load(workspace)
         spec, where = config.model_spec()
@@ -75,7 +79,6 @@ def check_model(workspace: Path) -> Check:
         return Check("model", False, "no model chosen", "pass --model provider:model, set "
                      "SIMAGENT_MODEL, or add model = \"...\" to .simagent/config.toml "
                      "(scripted:PATH and the bench's replay need no key)", level="warn")
-    from simagent.models import ModelError, resolve_model
 
     try:
         resolved = resolve_model(spec, model_config=config.model_settings)
@@ -87,10 +90,6 @@ def check_model(workspace: Path) -> Check:
 
 
 def check_kernel(workspace: Path) -> tuple[Check, float | None]:
-    from simagent.config import Config
-    from simagent.kernel import Kernel, KernelStartError
-    from simagent.paths import SessionPaths
-
     name = Config.load(workspace).kernel_name()
     with tempfile.TemporaryDirectory(prefix="simagent-doctor-") as tmp:
         kernel = Kernel(SessionPaths(Path(tmp) / "s"), cwd=workspace, kernel_name=name)
@@ -113,8 +112,6 @@ def check_kernel(workspace: Path) -> tuple[Check, float | None]:
 def check_attachable() -> list[Check]:
     """The running Jupyter kernels ``--kernel`` can attach to (one line each, newest
     first), from the connection files in the Jupyter runtime directory."""
-    from simagent.kernel.attach import running_kernels, runtime_dir
-
     folder = runtime_dir()
     kernels = running_kernels(folder)
     live = [k for k in kernels if k.running]
@@ -129,10 +126,6 @@ def check_attachable() -> list[Check]:
 
 def check_simulators(workspace: Path, *, in_kernel: bool = True) -> list[Check]:
     """One check per discovered simulator: packages import (in a real kernel)."""
-    from simagent.config import Config
-    from simagent.simulators import SimulatorError, discover, package_found
-    from simagent.workspace_init import check_in_kernel, install_hint
-
     try:
         sims = discover()
     except SimulatorError as exc:
@@ -172,8 +165,6 @@ def check_simulators(workspace: Path, *, in_kernel: bool = True) -> list[Check]:
 
 
 def check_tmux() -> Check:
-    import shutil
-
     path = shutil.which("tmux")
     return Check("tmux", bool(path), path or "not found (only the TUI end-to-end tests "
                  "need it)", "" if path else "apt install tmux", level="warn")
@@ -182,7 +173,6 @@ def check_tmux() -> Check:
 def check_mcp(workspace: Path) -> list[Check]:
     """Each ``[mcp.servers.NAME]``: reachable, and how many tools it offers."""
     from simagent.agent.mcp_tools import probe_servers  # the MCP SDK: only when asked
-    from simagent.config import Config, ConfigError
 
     try:
         servers = Config.load(workspace).mcp_servers()

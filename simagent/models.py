@@ -275,7 +275,7 @@ def _no_sdk_retries(provider: str, cfg: Mapping[str, Any], kwargs: dict[str, Any
 
 
 def _provider(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> KindModel:
-    from langchain.chat_models import init_chat_model
+    from langchain.chat_models import init_chat_model  # heavy: `simagent --help` loads models
 
     kwargs = {k: cfg[k] for k in PASSTHROUGH if k in cfg}
     if spec.provider in KEY_VARS:
@@ -344,7 +344,7 @@ def compatible_chat(model: str, base_url: str, api_key: str, cfg: Mapping[str, A
     """A Chat Completions client for an OpenAI-compatible server (also what ``local:``
     talks to); ``cfg["window"]`` and ``cfg["max_output"]`` become its profile's input
     window and reply limit (see ``CompatibleChatOpenAI.reply_tokens``)."""
-    from simagent.compatible_chat import CompatibleChatOpenAI
+    from simagent.compatible_chat import CompatibleChatOpenAI  # langchain_openai: heavy, as above
 
     kwargs: dict[str, Any] = {k: cfg[k] for k in PASSTHROUGH if k in cfg}
     _no_sdk_retries("openai", cfg, kwargs)

@@ -39,9 +39,18 @@ from simagent.agent.provider_retry import ProviderRetryMiddleware
 from simagent.agent.recorder import TraceRecorder
 from simagent.agent.recovery import RecoveryMiddleware
 from simagent.agent.secrets import ToolResultRedaction
+from simagent.agent.subagents import (
+    FILE_TOOLS,
+    SubagentError,
+    build_specs,
+    discover_subagents,
+    model_spec_for,
+    runtime_note,
+)
 from simagent.agent.tool_deferral import mcp_tooling
 from simagent.agent.tools import make_view_figure, session_tools
 from simagent.context.memory import INDEX
+from simagent.models import ModelError, image_support, resolve_model
 from simagent.paths import CONTENT_FOLDERS, content_dir
 
 if TYPE_CHECKING:
@@ -135,15 +144,6 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
     Each runs on its configured model (resolved once per model string, so subagents
     naming the same one share it) with its own context layers and trace recorder.
     """
-    from simagent.agent.subagents import (
-        FILE_TOOLS,
-        SubagentError,
-        build_specs,
-        model_spec_for,
-        runtime_note,
-    )
-    from simagent.models import ModelError, resolve_model
-
     resolved: dict[str, tuple[Any, str, int | None, int | None, Any]] = {}
 
     def model_for(defn: Any) -> tuple[Any, str, int | None, int | None, Any]:
@@ -275,7 +275,6 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     source_dirs = sim.package_dirs() if sim else []
     backend = workspace_backend(session, source_dirs)
     prompt = build_system_prompt(sim, runtime_context(session, source_dirs))
-    from simagent.models import image_support
 
     # view_figure knows whether this model can be sent images (a switch rebuilds the graph)
     images = image_support(chat_model)
@@ -298,7 +297,6 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
 
     own, layers = stack("main", front_end=front_end)
     general = general_purpose_spec(tools, stack(GENERAL_PURPOSE)[0])
-    from simagent.agent.subagents import discover_subagents
 
     defined = build_defined_subagents(
         session, discover_subagents(sim), tools=tools, backend=backend,

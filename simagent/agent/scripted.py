@@ -47,6 +47,9 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, Tool
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field
 
+from simagent.context.counting import count_request, count_text
+from simagent.context.tokens import DEFAULT_ENCODING, Ruler
+
 PROVIDER = "scripted"
 DEFAULT_WINDOW = 128_000
 EXHAUSTED = "(scripted model: the script has no more steps)"
@@ -252,16 +255,11 @@ class ScriptedChatModel(BaseChatModel):
     def count_request(self, messages: Sequence[BaseMessage]) -> int:
         """Tokens of the exact request (messages plus bound tool schemas), counted with
         the default ruler (o200k), as a provider counts what it receives."""
-        from simagent.context.counting import count_request
-        from simagent.context.tokens import DEFAULT_ENCODING, Ruler
-
         return count_request(list(messages), self.bound_tools, Ruler(DEFAULT_ENCODING))
 
     @staticmethod
     def count_reply(content: str, tool_calls: Sequence[dict[str, Any]]) -> int:
         """Output tokens of a reply: its text and each call's name and JSON arguments."""
-        from simagent.context.counting import count_text
-
         return count_text(content) + sum(
             count_text(str(c["name"])) + count_text(json.dumps(c["args"], ensure_ascii=False))
             for c in tool_calls)

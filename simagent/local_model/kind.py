@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from simagent.exit_codes import PROVIDER, USAGE
-from simagent.models import KindModel, ModelError, ModelKind, ModelSpec, register_kind
+from simagent.models import (
+    KindModel,
+    ModelError,
+    ModelKind,
+    ModelSpec,
+    compatible_chat,
+    register_kind,
+)
 from simagent.paths import state_home
 
 #: The window a local model gets when none is configured: small models live at 8-16k,
@@ -36,7 +43,7 @@ def model_file(name: str) -> Path:
     """``name`` as a GGUF path (``*.gguf`` or anything with a slash) or a packaged model."""
     if name.lower().endswith(".gguf") or "/" in name or os.sep in name:
         return Path(name).expanduser().resolve()
-    from simagent.local_model.packaged import assembled_path
+    from simagent.local_model.packaged import assembled_path  # not at CLI start, which loads kind
 
     return assembled_path(name, state_home())
 
@@ -47,7 +54,7 @@ def server_log_path(alias: str) -> Path:
 
 
 def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> KindModel:
-    from simagent.local_model.gguf_file import inspect_gguf
+    from simagent.local_model.gguf_file import inspect_gguf  # not at CLI start (as above)
 
     info = inspect_gguf(model_file(spec.name))
     window = cfg.get("window") or min(DEFAULT_WINDOW, info.trained_window or DEFAULT_WINDOW)
@@ -68,7 +75,7 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
     if importlib.util.find_spec("llama_cpp") is None:
         raise ModelError("local: models need llama.cpp's server: pip install "
                          "'simagent[local]' (make install builds it)", code=PROVIDER)
-    from simagent.local_model.server import start_server
+    from simagent.local_model.server import start_server  # not at CLI start (as above)
 
     alias = re.sub(r"[^A-Za-z0-9._-]+", "-", info.path.stem)[:60] or "local"
     server = start_server(info.path, alias=alias, n_ctx=window, port=port,
@@ -76,7 +83,6 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
                           chat_format=cfg.get("chat_format"), threads=threads)
     try:
         from simagent.compatible_chat import reply_limit  # langchain: only when used
-        from simagent.models import compatible_chat
 
         loaded = int(server.props.get("n_ctx") or window)
         chat_cfg = {k: v for k, v in cfg.items() if k not in LOCAL_KEYS}

@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     _exit_with_parent()
 
-    import uvicorn
-    from llama_cpp.server import app as server_app
-    from llama_cpp.server.settings import ModelSettings, ServerSettings
+    import uvicorn  # the optional [local] extra (llama-cpp-python[server])
+    from llama_cpp.server import app as server_app  # the [local] extra
+    from llama_cpp.server.settings import ModelSettings, ServerSettings  # the [local] extra
 
     model = ModelSettings(model=args.model, model_alias=args.alias, n_ctx=args.n_ctx,
                           n_threads=args.threads, n_threads_batch=args.threads,
