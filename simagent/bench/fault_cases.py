@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simagent.agent.resume_repair import repair
 from simagent.bench.fault_bench import (
     ALIVE,
     ALIVE_CODE,
@@ -36,8 +37,13 @@ from simagent.bench.fault_bench import (
     snapshot,
 )
 from simagent.bench.kernel_bench import rss_bytes
-from simagent.bench.kill_child import alive
+from simagent.bench.kill_child import ChildSpec, alive, kill_context, run_child
+from simagent.bench.kill_series import run_series
 from simagent.bench.provider_fault_cases import PROVIDER_CASES
+from simagent.context.thresholds import ContextSettings
+from simagent.kernel_api.outputs import raw_name
+from simagent.presentation.transcript import render_html, render_markdown
+from simagent.session import Session
 
 #: Resident memory at which the bench's stand-in for the kernel OOM killer sends SIGKILL.
 OOM_LIMIT_MB = 512
@@ -283,8 +289,6 @@ def watchdog_case(lab: Lab, signal_name: str, mode: str) -> Outcome:
     """A model stuck on failing cells: ``enforce`` must end the turn before the next
     stuck call runs, ``warn`` must nudge once and let the turn go on; either way nothing
     is orphaned, the kernel keeps its state and the next turn works."""
-    from simagent.context.thresholds import ContextSettings
-
     cells = STUCK_CELLS[signal_name]
     session = lab.session()
     stuck = [_py(c) for c in cells]
@@ -342,9 +346,6 @@ SECRET_VAR, SECRET = "FAULTBENCH_API_KEY", "sk-faultbench-5f1e9d3c7b2a4e6f8091"
 def _sigkill_series(lab: Lab, fast: bool) -> Outcome:
     """Random SIGKILLs of scripted multi-turn sessions (mid-stream, mid-cell, mid-
     compaction, mid-write), each resumed and checked (``simagent.bench.kill_series``)."""
-    from simagent.bench.kill_child import kill_context
-    from simagent.bench.kill_series import run_series
-
     kills = KILLS_FAST if fast else KILLS
     series = run_series(lab.root / "kills", kills, kill_context())
     survived = not series.problems and not series.left_running
@@ -361,10 +362,6 @@ def _sigkill_series(lab: Lab, fast: bool) -> Outcome:
 def _sigkill_restore(lab: Lab, fast: bool) -> Outcome:
     """simagent SIGKILLed mid-cell after it set up state; the session is resumed as
     ``--continue`` does and ``/restore`` brings the kernel state back."""
-    from simagent.agent.resume_repair import repair
-    from simagent.bench.kill_child import ChildSpec, kill_context, run_child
-    from simagent.session import Session
-
     ws = lab.root / "killed"
     ws.mkdir()
     turns = [[_py(SETUP_CODE), {"final": "ready"}],
@@ -395,8 +392,6 @@ def _sigkill_restore(lab: Lab, fast: bool) -> Outcome:
 def _disk_full(lab: Lab, fast: bool) -> Outcome:
     """The raw output of a cell cannot be written (``/dev/full``: ENOSPC on every write):
     one clear notice, the model gets the capped text, the session goes on."""
-    from simagent.kernel_api.outputs import raw_name
-
     session = lab.session()
     big = "for i in range(20000):\n    print('row', i, 'x' * 40)\n"
     steps = [_py(SETUP_CODE), {"final": "ready"}, _py(big), _py(CHECK_CODE),
@@ -422,8 +417,6 @@ def _disk_full(lab: Lab, fast: bool) -> Outcome:
 def _secrets(lab: Lab, fast: bool) -> Outcome:
     """A key in the environment, printed by a cell and quoted in the answer, must reach
     no file simagent writes: trace, checkpoints, raw outputs, transcripts, records."""
-    from simagent.presentation.transcript import render_html, render_markdown
-
     os.environ[SECRET_VAR] = SECRET
     try:
         session = lab.session()

@@ -76,11 +76,11 @@ def panels(rows: Sequence[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any
 def request_size_plot(rows: Sequence[dict[str, Any]], workflow: str, out_dir: Path) -> str:
     """``tokens_per_call_<workflow>.png``: request tokens per model call, one panel per
     window, one line per policy (the oracle dashed black), legend to the right."""
-    import matplotlib
+    import matplotlib  # heavy: only when a figure is drawn (figures' helpers are light)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    import matplotlib.pyplot as plt  # after use("Agg"), as above
+    from matplotlib.ticker import MaxNLocator  # with pyplot, as above
 
     groups = panels([r for r in rows if r["workflow"] == workflow])
     fig, axes = plt.subplots(1, len(groups), figsize=(2.7 * len(groups) + 1.5, 2.9),

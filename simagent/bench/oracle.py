@@ -53,7 +53,7 @@ from simagent.context.clearing import (
     without_inputs,
 )
 from simagent.context.counting import count_message
-from simagent.context.recall import request_text
+from simagent.context.recall import locate, request_text
 
 #: What counts as a value a later step can only have taken from a result.
 _VALUE = re.compile(r"(?<![\w.])-?(?:\d+\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d{4,})(?![\w])"
@@ -478,8 +478,6 @@ class OracleMiddleware(AgentMiddleware):
 def oracle_middleware(wf: Any, roots: Callable[[], list[Path]]) -> tuple[OracleMiddleware,
                                                                          OraclePlan]:
     """The oracle for workflow ``wf``; ``roots`` gives the folders recall follows paths in."""
-    from simagent.context.recall import locate
-
     def lost(text: str, facts: Sequence[str]) -> list[str]:
         where = roots()
         return [f for f in facts if locate(f, text, where).status == "lost"]

@@ -38,6 +38,7 @@ from simagent.bench.oracle import Decision, OracleMiddleware, oracle_view, words
 from simagent.context.counting import count_message
 from simagent.context.prefix import message_key
 from simagent.context.prices import cache_rules, cache_write_per_mtok, price_for
+from simagent.context.tokens import DEFAULT_ENCODING, Ruler
 
 Item = tuple[str, str]  # ("result" | "input" | "text" | "drop" | "signed", tool_call_id)
 
@@ -298,8 +299,6 @@ def improve(epochs: list[int], price: Any) -> list[int]:
 def reprice(row: dict[str, Any], run: Any) -> dict[str, Any]:
     """``row`` (an oracle run) as ``oracle-cached``: tokens and dollars of the cheapest
     schedule per family; everything the view decides about recall stays the oracle's."""
-    from simagent.context.tokens import DEFAULT_ENCODING, Ruler
-
     mw = next(m for m in run.middleware if isinstance(m, OracleMiddleware))
     cursor = run.model.cursor
     main_key = message_key(cursor.requests[0][0])

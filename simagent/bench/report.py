@@ -21,6 +21,7 @@ from simagent.bench.bounds_report import (
 from simagent.bench.cost_report import cache_table, pareto_plot
 from simagent.bench.figures import recall_plot, request_size_plot
 from simagent.bench.live_report import LIVE_NOTE, live_summary, live_table
+from simagent.bench.notebook_rerun import report_section
 from simagent.bench.workflow_runs import (
     provider_refused,
     run_label,
@@ -378,7 +379,6 @@ def write_report(rows: Sequence[dict[str, Any]], out_dir: Path, *, mode: str) ->
     if rows and (pareto := pareto_plot(rows, out_dir)):
         plots.append(pareto)
     path = out_dir / "report.md"
-    from simagent.bench.notebook_rerun import report_section
 
     notebooks = report_section(out_dir, sorted({str(r["workflow"]) for r in rows}))
     path.write_text(render_report(rows, mode=mode, plots=plots) + notebooks, encoding="utf-8")

@@ -19,11 +19,32 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from langchain.agents.middleware import ModelCallLimitMiddleware
+
+from simagent.agent.builder import build_agent
+from simagent.agent.events import ToolFinished
+from simagent.agent.runner import TurnRunner
+from simagent.agent.scripted import ScriptedChatModel
+from simagent.bench.caching import cache_fields
+from simagent.bench.kernel_recording import ReplaySession, policy_workspace, record
+from simagent.bench.live import (
+    RequestTap,
+    call_limit,
+    final_view,
+    live_config,
+    live_verdict,
+    server_timings,
+)
 from simagent.bench.policies import Policy
 from simagent.bench.recall_record import recall_fields, recall_roots
 from simagent.bench.row_pool import WorkflowJob, locked_append, run_jobs
+from simagent.bench.scorers import RunView, grade, step_results
 from simagent.bench.workflow import Workflow
+from simagent.context.prices import cost_usd
+from simagent.context.recall import STATUSES as split
 from simagent.jsonl import append_jsonl, read_jsonl
+from simagent.models import resolve_model
+from simagent.session import Session
 from simagent.trace.redact import redact
 
 #: Cost of replayed tokens is shown at this model's list price (the scripted model is free).
@@ -107,10 +128,6 @@ def measure_run(wf: Workflow, policy: Policy, epoch: int, *, session: Any, model
                 result: Any, wall: float, mode: str, model_id: str,
                 commit: str | None = None, enforced: bool = False) -> dict[str, Any]:
     """The record of one finished run, from its trace and the model's last request."""
-    from simagent.bench.caching import cache_fields
-    from simagent.bench.scorers import RunView, grade, step_results
-    from simagent.context.prices import cost_usd
-
     events = session.trace.events()
     usage = [e.payload for e in events if e.kind == "model_usage"]
     main = [u for u in usage if u.get("agent") == "main"]
@@ -182,8 +199,6 @@ def request_layers(usage: Sequence[dict[str, Any]]) -> dict[str, int]:
 def _step_counter(wf: Workflow, label: str,
                   progress: Callable[[str], None] | None) -> Callable[[Any], None]:
     """A TurnRunner event callback that reports ``label step k/N`` as tool calls finish."""
-    from simagent.agent.events import ToolFinished
-
     done = [0]
 
     def on_event(event: Any) -> None:
@@ -202,11 +217,6 @@ def replayed(wf: Workflow, policy: Policy, recording: Any, run_dir: Path,
     inside the block: ``.session``, ``.model`` (every request it received), ``.result``,
     ``.wall``. The bench run, ``bench counting`` and the accuracy tests share it.
     ``enforce``: the model refuses a request over ``wf.window`` as a provider does."""
-    from simagent.agent.builder import build_agent
-    from simagent.agent.runner import TurnRunner
-    from simagent.agent.scripted import ScriptedChatModel
-    from simagent.bench.kernel_recording import ReplaySession, policy_workspace
-
     session = ReplaySession(policy_workspace(recording, run_dir / "workspace"), recording, wf)
     session.extra_roots = [recording.session_dir, recording.workspace]
     try:
@@ -251,21 +261,6 @@ def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
     shapes the context. ``enforced`` (``--window``): the model is configured with
     ``wf.window``, so a ``local:`` server loads that ``n_ctx``. The model is closed after
     the run (its server stops); its server's timings come from its log."""
-    from langchain.agents.middleware import ModelCallLimitMiddleware
-
-    from simagent.agent.builder import build_agent
-    from simagent.agent.runner import TurnRunner
-    from simagent.bench.live import (
-        RequestTap,
-        call_limit,
-        final_view,
-        live_config,
-        live_verdict,
-        server_timings,
-    )
-    from simagent.models import resolve_model
-    from simagent.session import Session
-
     run_dir = out_dir / "runs" / (f"{wf.id}--{policy.slug}--{epoch}--live"
                                   + (f"--{window_tag(wf.window)}" if enforced else ""))
     workspace = run_dir / "workspace"
@@ -363,8 +358,6 @@ def run_workflow(job: Any, say: Callable[[str], None], *, mode: str, model: str 
     """One workflow's missing rows (``job``: a ``row_pool.WorkflowJob``): its kernel
     recorded once, then each row, appended to ``records.jsonl`` as it finishes; then,
     with ``notebooks``, its notebook check."""
-    from simagent.bench.kernel_recording import record
-
     wf, rows, new = job.wf, list(job.done), []
     recording = record(wf, out_dir / "recordings" / wf.id, progress=say) \
         if mode == "replay" else None
@@ -432,7 +425,6 @@ def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 if r["policy"] == "raw" and r.get("long") and not provider_refused(r)}
     stock_long = {at(r): r["tokens_in"] for r in rows
                   if r["policy"] == "stock" and r.get("long") and not provider_refused(r)}
-    from simagent.context.recall import STATUSES as split
 
     for r in rows:
         s = out.setdefault(run_label(r), _zero_totals(r, split))
