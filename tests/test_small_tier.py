@@ -147,6 +147,10 @@ def test_code_written_as_text_is_read_from_calls_and_blocks() -> None:
         "y = data[:,1]; slope = np.polyfit(x, y, 1); print(slope)"]
     assert code_in_text('{"name": "f", "arguments": {"code": "a = 1\\nprint(a)"}}',
                         blocks=False) == "a = 1\nprint(a)"
+    # its second reply on scipy-plot-decay: the arguments double-encoded as a string
+    double = ('{"name": "run_python", "arguments": "{\\"code\\": \\"import numpy\\\\n'
+              'tau = 20.0\\"}"}')
+    assert code_in_text(double, blocks=False) == "import numpy\ntau = 20.0"
     block = "Run this:\n```python\nprint(2)\n```"
     assert code_in_text(block, blocks=True) == "print(2)"
     assert code_in_text(block, blocks=False) is None  # after a run, an answer may quote code

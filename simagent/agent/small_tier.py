@@ -115,14 +115,25 @@ def code_in_text(text: str, *, blocks: bool) -> str | None:
     answered the canary with two calls of tools it invented), or, with ``blocks``, its
     fenced Python blocks. None when there is none."""
     found = []
-    for raw in _CODE_ARG.findall(text or ""):
-        try:
-            found.append(json.loads(f'"{raw}"'))
-        except ValueError:
-            found.append(raw)
+    text = text or ""
+    # arguments double-encoded as a JSON string: {"arguments": "{\\"code\\": \\"...\\"}"}
+    raws, twice = _CODE_ARG.findall(text), False
+    if not raws:
+        raws, twice = _CODE_ARG.findall(text.replace('\\"', '"')), True
+    for raw in raws:
+        code = _unescape(raw)
+        found.append(_unescape(code.replace("\n", "\\n")) if twice else code)
     if not found and blocks:
-        found = [b.strip() for b in _PY_BLOCK.findall(text or "") if b.strip()]
+        found = [b.strip() for b in _PY_BLOCK.findall(text) if b.strip()]
     return "\n".join(found) if found else None
+
+
+def _unescape(raw: str) -> str:
+    """A JSON string body's text; as written when it is not valid JSON."""
+    try:
+        return json.loads(f'"{raw}"')
+    except ValueError:
+        return raw
 
 
 def as_run_python(msg: AIMessage, code: str) -> AIMessage:
