@@ -15,7 +15,10 @@ from simagent.bench.bounds_report import (
     lower_bound_violations,
     opening_summary,
 )
-from simagent.bench.figures import (
+from simagent.bench.oracle import OraclePlan, Script
+from simagent.bench.policies import resolve_policies
+from simagent.bench.report import recall_groups, short_table
+from simagent.bench.report_figures import (
     POLICY_COLORS,
     RECALL_COLORS,
     REFERENCES,
@@ -24,9 +27,6 @@ from simagent.bench.figures import (
     panels,
     policy_order,
 )
-from simagent.bench.oracle import OraclePlan, Script
-from simagent.bench.policies import resolve_policies
-from simagent.bench.report import recall_groups, short_table
 from simagent.bench.workflow import load_workflow, resolve_workflows
 from simagent.bench.workflow_runs import BenchPlan, run_bench
 from simagent.context.clearing import is_cleared

@@ -22,9 +22,7 @@ from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.config import ConfigError, parse_mcp_servers
 from simagent.context import thresholds as th
-from simagent.context.panel import render_context
-from simagent.context.stats import stats_from_trace
-from simagent.context.tool_deferral import (
+from simagent.context.deferral_policy import (
     FIND_TOOLS,
     LOADED_PREFIX,
     display_name,
@@ -32,6 +30,8 @@ from simagent.context.tool_deferral import (
     loaded_names,
     search,
 )
+from simagent.context.panel import render_context
+from simagent.context.stats import stats_from_trace
 from simagent.session import Session
 
 SERVER = Path(__file__).parent / "mcp_servers" / "forty_tools.py"

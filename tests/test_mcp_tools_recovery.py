@@ -22,8 +22,8 @@ from test_mcp_tools import server_pids, tool_messages, write_config
 from simagent.agent.events import ContextEvent, ToolFinished, ToolOutput
 from simagent.agent.mcp_tools import START_TIMEOUT_S, open_notices
 from simagent.context import thresholds as th
+from simagent.context.deferral_policy import FIND_TOOLS
 from simagent.context.stats import stats_from_trace
-from simagent.context.tool_deferral import FIND_TOOLS
 
 NO_DEFER = th.ContextSettings(defer_tools=False)
 opened, http_server = base.opened, base.http_server  # the fixtures, shared

@@ -27,7 +27,7 @@ from typing import Any
 
 from simagent.agent import confine
 from simagent.config import APPROVAL_MODES
-from simagent.context.tool_deferral import FIND_TOOLS
+from simagent.context.deferral_policy import FIND_TOOLS
 
 SHELL_TOOLS = ("execute",)
 KERNEL_TOOLS = ("run_python", "reset_kernel")

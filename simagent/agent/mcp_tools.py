@@ -8,7 +8,7 @@ owns the hub (``Session.closers``): servers start with the session's first agent
 and stop when it closes; none is left behind.
 
 A server's tools become ordinary langchain tools named ``NAME__tool`` (shown as
-``NAME.tool``; ``context.tool_deferral`` says why), so they pass the same layers as the
+``NAME.tool``; ``context.deferral_policy`` says why), so they pass the same layers as the
 built-in ones: per-tool cap, eviction, clearing, ledger, approval (an MCP call is an
 external action: it waits in ``ask`` and ``workspace``). Whatever goes wrong on the
 server's side (it cannot start, dies mid-call, hangs past ``timeout_s``, answers with
@@ -52,8 +52,8 @@ from simagent.agent.mcp_transport import McpFault, stdio_session, unless_gone
 from simagent.agent.mcp_transport import closed_error as _closed
 from simagent.agent.mcp_transport import why as _why
 from simagent.config import McpServer
+from simagent.context.deferral_policy import exposed_name
 from simagent.context.reporting import write_stream
-from simagent.context.tool_deferral import exposed_name
 
 if TYPE_CHECKING:
     from simagent.session import Session

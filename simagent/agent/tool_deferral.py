@@ -1,7 +1,7 @@
 """``find_tools`` and the middleware that sends only loaded MCP tool schemas (issue 28.3).
 
 The policy (names, search, what counts as loaded, the ``/context`` view) is pure and lives
-in ``simagent.context.tool_deferral``; the share of the window above which deferral is on
+in ``simagent.context.deferral_policy``; the share of the window above which deferral is on
 lives with the other thresholds (``thresholds.defer_tools``). This module wires them:
 ``ToolDeferral`` sits outermost in an agent's stack, so every layer inside it (the
 context budget, the trace recorder, the model) sees the request with the deferred
@@ -32,13 +32,13 @@ from simagent.agent.approval import DECISIONS, waits
 from simagent.agent.mcp_tools import CALL_CONTEXT, McpHub, hub_for
 from simagent.context import thresholds as th
 from simagent.context.counting import count_tools
-from simagent.context.middleware import current_view
-from simagent.context.tool_deferral import (
+from simagent.context.deferral_policy import (
     FIND_TOOLS,
     find_tools_text,
     loaded_names,
     search,
 )
+from simagent.context.middleware import current_view
 
 if TYPE_CHECKING:
     from simagent.context.thresholds import ContextSettings

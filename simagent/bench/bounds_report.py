@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from simagent.bench.cost_report import FAMILIES
-from simagent.bench.figures import policy_order
+from simagent.bench.report_figures import policy_order
 from simagent.bench.workflow_runs import provider_refused, window_tag
 
 GROUPS = ("tuned long", "held-out", "short")
@@ -105,11 +105,11 @@ def group_lines(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _x(v: float | None) -> str:
+def _times(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
-def _w(window: Any) -> str:
+def _window_label(window: Any) -> str:
     return window_tag(int(window)) if window else "-"
 
 
@@ -123,10 +123,11 @@ def opening_summary(rows: Sequence[dict[str, Any]]) -> str:
            "|---|---|---|---|---|---|---|---|"]
     for s in lines:
         out.append(
-            f"| {s['group']} | {_w(s['window'])} | {s['passed']}/{s['runs']} | "
-            f"{s['min_recall']:.2f} | {_x(s['tokens_x_stock'])} | {_x(s['tokens_x_oracle'])} "
-            f"| {_x(s['usd_anthropic_x_stock'])} / {_x(s['usd_openai_x_stock'])} "
-            f"| {_x(s['usd_anthropic_x_bound'])} / {_x(s['usd_openai_x_bound'])} |")
+            f"| {s['group']} | {_window_label(s['window'])} | {s['passed']}/{s['runs']} | "
+            f"{s['min_recall']:.2f} | {_times(s['tokens_x_stock'])} | "
+            f"{_times(s['tokens_x_oracle'])} "
+            f"| {_times(s['usd_anthropic_x_stock'])} / {_times(s['usd_openai_x_stock'])} "
+            f"| {_times(s['usd_anthropic_x_bound'])} / {_times(s['usd_openai_x_bound'])} |")
     return "\n".join(out)
 
 
@@ -137,12 +138,13 @@ def group_table(rows: Sequence[dict[str, Any]]) -> str:
            "| x oracle-cached |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in group_lines(rows):
         out.append(
-            f"| {s['group']} | {_w(s['window'])} | {s['policy']} | {s['passed']}/{s['runs']} "
+            f"| {s['group']} | {_window_label(s['window'])} | {s['policy']} | "
+            f"{s['passed']}/{s['runs']} "
             f"| {s['refused']} | {s['min_recall']:.2f} | {s['tokens_in'] / 1000:,.0f}k | "
-            f"{_x(s['tokens_x_stock'])} | {_x(s['tokens_x_oracle'])} | "
-            f"${s['usd_anthropic']:,.2f} | {_x(s['usd_anthropic_x_stock'])} | "
-            f"{_x(s['usd_anthropic_x_bound'])} | ${s['usd_openai']:,.2f} | "
-            f"{_x(s['usd_openai_x_stock'])} | {_x(s['usd_openai_x_bound'])} |")
+            f"{_times(s['tokens_x_stock'])} | {_times(s['tokens_x_oracle'])} | "
+            f"${s['usd_anthropic']:,.2f} | {_times(s['usd_anthropic_x_stock'])} | "
+            f"{_times(s['usd_anthropic_x_bound'])} | ${s['usd_openai']:,.2f} | "
+            f"{_times(s['usd_openai_x_stock'])} | {_times(s['usd_openai_x_bound'])} |")
     return "\n".join(out) if len(out) > 2 else ""
 
 
@@ -169,7 +171,7 @@ def excess_table(rows: Sequence[dict[str, Any]], policy: str = "simagent") -> st
             for label, cats in EXCESS_LAYERS:
                 a, b = (sum(acc.get(c, [0, 0])[i] for c in cats) for i in (0, 1))
                 share = f"{round(100 * (a - b) / total) + 0}%" if total else "-"
-                out.append(f"| {group} | {_w(window)} | {label} | {a / 1000:,.1f}k | "
+                out.append(f"| {group} | {_window_label(window)} | {label} | {a / 1000:,.1f}k | "
                            f"{b / 1000:,.1f}k | {(a - b) / 1000:+,.1f}k | {share} |")
     return "\n".join(out) if len(out) > 2 else ""
 
@@ -204,6 +206,6 @@ def lower_bound_violations(rows: Sequence[dict[str, Any]]) -> list[str]:
             continue
         if r["verdict"] == "pass" and r["recall"] >= ref["recall"] \
                 and r["tokens_in"] < ref["tokens_in"] * (1 - NAME_NOISE):
-            out.append(f"{r['workflow']} @{_w(r.get('window'))}: {r['policy']} "
+            out.append(f"{r['workflow']} @{_window_label(r.get('window'))}: {r['policy']} "
                        f"{r['tokens_in']:,} < oracle {ref['tokens_in']:,}")
     return out

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simagent.bench.figures import (
+from simagent.bench.report_figures import (
     FIGURE_DPI,
     REFERENCES,
     base_policy,
@@ -27,7 +27,8 @@ from simagent.bench.workflow_runs import run_label, sweep_order, window_tag
 FAMILIES = ("anthropic", "openai")
 
 
-def _k(n: float) -> str:
+def kilo(n: float) -> str:
+    """Tokens as the report's tables show them: ``12.3k`` from a thousand up."""
     return f"{n / 1000:,.1f}k" if n >= 1000 else f"{n:,.0f}"
 
 
@@ -97,8 +98,8 @@ def cache_table(rows: Sequence[dict[str, Any]]) -> str:
 
         read_share = o["cache_read"] / s["tokens_in"] if s["tokens_in"] else 0.0
         lines.append(
-            f"| {label} | {s['passed']}/{s['runs']} | {_k(s['tokens_in'])} | "
-            f"{_k(a['uncached'])} / {_k(a['cache_write'])} / {_k(a['cache_read'])} | "
+            f"| {label} | {s['passed']}/{s['runs']} | {kilo(s['tokens_in'])} | "
+            f"{kilo(a['uncached'])} / {kilo(a['cache_write'])} / {kilo(a['cache_read'])} | "
             f"{_usd(a['cost_usd'])} | {vs('anthropic')} | {read_share:.0%} | "
             f"{_usd(o['cost_usd'])} | {vs('openai')} | {_usd(a['per_solved_usd'])} |")
     return "\n".join(lines)

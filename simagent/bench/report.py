@@ -18,10 +18,10 @@ from simagent.bench.bounds_report import (
     lower_bound_violations,
     opening_summary,
 )
-from simagent.bench.cost_report import cache_table, pareto_plot
-from simagent.bench.figures import recall_plot, request_size_plot
+from simagent.bench.cost_report import cache_table, kilo, pareto_plot
 from simagent.bench.live_report import LIVE_NOTE, live_summary, live_table
 from simagent.bench.notebook_rerun import report_section
+from simagent.bench.report_figures import recall_plot, request_size_plot
 from simagent.bench.workflow_runs import (
     provider_refused,
     run_label,
@@ -47,10 +47,6 @@ RECOVERY_DEFINITION = (
     f"then the fact; +{CALL_OVERHEAD_TOKENS} tokens a call; a kernel's raw output may "
     "instead be paged back from its end with `_out[n].tail`, whichever is cheaper). The "
     "grep figure is a lower bound and does not rank.")
-
-
-def _k(n: float) -> str:
-    return f"{n / 1000:,.1f}k" if n >= 1000 else f"{n:,.0f}"
 
 
 def _ratio(n: float, base: float | None) -> str:
@@ -90,9 +86,9 @@ def policy_table(rows: Sequence[dict[str, Any]]) -> str:
         has_long = bool(s["long_runs"])
         with_rec = s.get("long_tokens_with_recovery")
         lines.append(
-            f"| {i} | {name} | {s['passed']}/{s['runs']} | {_k(s['tokens_in'])} | "
-            f"{_k(s['long_tokens_in'])} | {_num(s['long_ratio_to_raw'])} | "
-            f"{_k(with_rec) if has_long and with_rec is not None else '-'} | "
+            f"| {i} | {name} | {s['passed']}/{s['runs']} | {kilo(s['tokens_in'])} | "
+            f"{kilo(s['long_tokens_in'])} | {_num(s['long_ratio_to_raw'])} | "
+            f"{kilo(with_rec) if has_long and with_rec is not None else '-'} | "
             f"{_num(s.get('long_ratio_with_recovery'))} | "
             + " | ".join(_num(s.get(f"long_{k}_mean"), ".3f") for k in SPLIT) + " | "
             f"{s['min_long_recall'] if s['min_long_recall'] is not None else '-'} "
@@ -112,8 +108,8 @@ def recall_split_table(rows: Sequence[dict[str, Any]]) -> str:
         cells = [_num(r.get(f"recall_{k}"), ".2f") if split else "-" for k in SPLIT]
         lines.append(
             f"| {r['workflow']} | {run_label(r)} | " + " | ".join(cells) + " | "
-            f"{_k(r.get('recovery_tokens') or 0) if split else '-'} | "
-            f"{_k(r.get('recovery_search_tokens') or 0) if split else '-'} |")
+            f"{kilo(r.get('recovery_tokens') or 0) if split else '-'} | "
+            f"{kilo(r.get('recovery_search_tokens') or 0) if split else '-'} |")
     return "\n".join(lines) if len(lines) > 2 else "(no long workflows in these records)"
 
 
@@ -135,9 +131,9 @@ def window_table(rows: Sequence[dict[str, Any]]) -> str:
     for label, s in sweep_order(summary):
         mine = runs.get(label, [])
         lines.append(
-            f"| {_k(s['window'] or 0)} | {s['policy']} | {s['passed']}/{s['runs']} | "
+            f"| {kilo(s['window'] or 0)} | {s['policy']} | {s['passed']}/{s['runs']} | "
             f"{s['provider_errors']} | {s.get('summaries', 0)} | {s['emergencies']} "
-            f"({s.get('max_emergencies', 0)}) | {_k(s['long_tokens_in'])} | "
+            f"({s.get('max_emergencies', 0)}) | {kilo(s['long_tokens_in'])} | "
             f"{_num(s.get('long_ratio_to_stock'))} | "
             + " | ".join(_num(s.get(f"long_{k}_mean"), ".3f") for k in SPLIT) + " | "
             f"{s['min_long_recall'] if s['min_long_recall'] is not None else '-'} | "
@@ -185,11 +181,11 @@ def workflow_tables(rows: Sequence[dict[str, Any]]) -> str:
             raw, orc, cch = raws.get(at), oracles.get(at), cached.get(at)
             usd, bound = dollars(r, "anthropic"), dollars(cch, "anthropic") if cch else None
             out.append(
-                f"| {run_label(r)} | {r['verdict']} | {_k(r['tokens_in'])} | "
+                f"| {run_label(r)} | {r['verdict']} | {kilo(r['tokens_in'])} | "
                 f"{_ratio(r['tokens_in'], raw['tokens_in'] if raw else None)} | "
                 f"{_ratio(r['tokens_in'], orc['tokens_in'] if orc else None)} | "
                 f"{_ratio(usd, bound) if usd is not None else '-'} | "
-                f"{_k(r['peak_tokens'])} | {r['model_calls']} "
+                f"{kilo(r['peak_tokens'])} | {r['model_calls']} "
                 f"| {r['tool_calls']} | {r['evictions']} | {r['clears']} | {r['summaries']} | "
                 f"{r['recall']:.2f} | {r['wall_s']:.1f} | "
                 f"{', '.join(r['failed_scorers']) or '-'} |")
@@ -233,7 +229,7 @@ def layer_table(rows: Sequence[dict[str, Any]]) -> str:
     for name, acc in by_policy.items():
         total = sum(acc.values()) or 1
         lines.append(f"| {name} | " + " | ".join(
-            f"{_k(acc.get(c, 0))} ({_share(acc.get(c, 0), total)})" for c in cats) + " |")
+            f"{kilo(acc.get(c, 0))} ({_share(acc.get(c, 0), total)})" for c in cats) + " |")
     return "\n".join(lines)
 
 
@@ -317,7 +313,7 @@ def short_table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [f"{'policy':<30} {'passed':>7} {'tokens in':>11} {'long x raw':>10} "
              f"{'x stock':>8} {'+recovery':>10} {'min recall':>10}"]
     for name, s in sweep_order(summary):
-        lines.append(f"{name:<30} {s['passed']:>3}/{s['runs']:<3} {_k(s['tokens_in']):>11} "
+        lines.append(f"{name:<30} {s['passed']:>3}/{s['runs']:<3} {kilo(s['tokens_in']):>11} "
                      f"{_num(s['long_ratio_to_raw']):>10} "
                      f"{_num(s.get('long_ratio_to_stock')):>8} "
                      f"{_num(s.get('long_ratio_with_recovery')):>10} "

@@ -12,8 +12,8 @@ import textwrap
 from datetime import datetime
 
 from simagent.context.counting import CALIBRATION_BOUNDS, CATEGORIES, CATEGORY_LABELS
+from simagent.context.deferral_policy import tools_lines
 from simagent.context.stats import ContextStats, TokenRow
-from simagent.context.tool_deferral import tools_lines
 from simagent.records import format_value
 
 BAR_CELLS = 24
@@ -34,7 +34,7 @@ def format_tokens(n: int | None) -> str:
     return f"{n / 1000:.1f}k" if abs(n) >= 1000 else str(n)
 
 
-def _n(n: int | None) -> str:
+def _num(n: int | None) -> str:
     return "?" if n is None else f"{n:,}"
 
 
@@ -96,9 +96,9 @@ def status_label(stats: ContextStats) -> tuple[str, str]:
 def _headline(s: ContextStats) -> list[str]:
     est = " (estimated)" if s.estimated else ""
     if not s.window_known:
-        return [f"{_n(s.used)} tokens in context{est} (window size unknown; thresholds "
-                f"assume {_n(s.window)})"]
-    lines = [f"{bar(s.percent)}  {whole_percent(s)}% — {_n(s.used)} of {_n(s.window)} "
+        return [f"{_num(s.used)} tokens in context{est} (window size unknown; thresholds "
+                f"assume {_num(s.window)})"]
+    lines = [f"{bar(s.percent)}  {whole_percent(s)}% — {_num(s.used)} of {_num(s.window)} "
              f"tokens{est}"]
     if s.estimated and s.estimated_after:
         lines.append(f"  estimated after a {s.estimated_after} — refined on the next model call")
@@ -110,12 +110,13 @@ def _headline(s: ContextStats) -> list[str]:
 def _categories(s: ContextStats) -> list[str]:
     lines = ["Usage by category:"]
     if s.categories is None:
-        lines.append(f"  (no split recorded for this session) {_n(s.used)} in all")
+        lines.append(f"  (no split recorded for this session) {_num(s.used)} in all")
     else:
         for cat in CATEGORIES:
             tokens, label = getattr(s.categories, cat), CATEGORY_LABELS[cat]
-            lines.append(f"  {label:<15}{_n(tokens):>10}  {_pct(tokens, s.window):>6}")
-    lines.append(f"  {'free space':<15}{_n(s.free_tokens):>10}  {_pct(s.free_tokens, s.window):>6}")
+            lines.append(f"  {label:<15}{_num(tokens):>10}  {_pct(tokens, s.window):>6}")
+    free = s.free_tokens
+    lines.append(f"  {'free space':<15}{_num(free):>10}  {_pct(free, s.window):>6}")
     return lines
 
 
@@ -123,7 +124,7 @@ def _thresholds(s: ContextStats) -> list[str]:
     th = s.thresholds
     lines = ["Thresholds:"]
     if th.clear_trigger is not None:
-        lines.append(f"  old tool results start clearing at {_n(th.clear_trigger)} tokens "
+        lines.append(f"  old tool results start clearing at {_num(th.clear_trigger)} tokens "
                      f"({_share(th.clear_trigger, th.window)}), keeping {th.clear_keep}")
         if th.clear_by_cost:
             lines += _clear_cost(s)
@@ -131,14 +132,14 @@ def _thresholds(s: ContextStats) -> list[str]:
         lines.append("  clearing of old tool results is off")
     if th.summary_trigger is not None:
         tier = f"tier {th.tier}" if th.tier else "tier unknown"
-        lines.append(f"  summary at {_n(th.summary_trigger)} tokens "
+        lines.append(f"  summary at {_num(th.summary_trigger)} tokens "
                      f"({_share(th.summary_trigger, th.window)}, {tier}), keeping "
-                     f"{_n(th.summary_keep)} verbatim")
+                     f"{_num(th.summary_keep)} verbatim")
     else:
         lines.append("  summarization is off")
     if th.evict_tokens is not None:
-        lines.append(f"  a single result over {_n(th.evict_tokens)} tokens is saved to disk")
-    lines.append(f"  reserved for the reply: {_n(th.max_output)} tokens")
+        lines.append(f"  a single result over {_num(th.evict_tokens)} tokens is saved to disk")
+    lines.append(f"  reserved for the reply: {_num(th.max_output)} tokens")
     return lines
 
 
@@ -149,9 +150,9 @@ def _clear_cost(s: ContextStats) -> list[str]:
              "  clearing costs (cache writes)" + (":" if c else "")]
     if c:
         due = f"; cleared ({c['due']})" if c.get("due") else ""
-        lines.append(f"  last call {_n(c.get('rent'))} of {_n(c.get('price'))} input tokens' "
-                     f"worth, {_n(c.get('candidates'))} results holding "
-                     f"{_n(c.get('freed'))} tokens{due}")
+        lines.append(f"  last call {_num(c.get('rent'))} of {_num(c.get('price'))} input tokens' "
+                     f"worth, {_num(c.get('candidates'))} results holding "
+                     f"{_num(c.get('freed'))} tokens{due}")
     return lines
 
 
@@ -252,7 +253,7 @@ def _models_and_cost(s: ContextStats, width: int) -> list[str]:
     if s.models:
         lines.append("Models (by cost):" if len(s.models) > 1 else "Model:")
         lines += _rows(s.models, with_cost=True, width=width)
-    tokens = f"{_n(s.total_input_tokens)} in / {_n(s.total_output_tokens)} out"
+    tokens = f"{_num(s.total_input_tokens)} in / {_num(s.total_output_tokens)} out"
     if s.models and s.cost_usd is not None:
         lines.append(f"Cost: {_usd(s.cost_usd)} ({tokens} tokens)")
     elif s.models:
@@ -266,7 +267,7 @@ def _models_and_cost(s: ContextStats, width: int) -> list[str]:
     if s.ceiling is not None:
         c = s.ceiling
         amount = (f"{_usd(c.spent)} of {_usd(c.limit)}" if c.unit == "usd" else
-                  f"{_n(_int(c.spent))} of {_n(_int(c.limit))} tokens")
+                  f"{_num(_int(c.spent))} of {_num(_int(c.limit))} tokens")
         lines.append(f"  last: {c.action} ({c.scope or '?'}: {amount}) at {_when(c.ts)}")
         if c.action in ("tripped", "refused"):
             lines.append("  /resume-after-cost-ceiling lets the next turn run")
@@ -274,8 +275,8 @@ def _models_and_cost(s: ContextStats, width: int) -> list[str]:
 
 
 def _before_any_call(s: ContextStats, width: int) -> list[str]:
-    window = (f"Window: {_n(s.window)} tokens." if s.window_known else
-              f"Window size unknown; the thresholds assume {_n(s.window)} tokens.")
+    window = (f"Window: {_num(s.window)} tokens." if s.window_known else
+              f"Window size unknown; the thresholds assume {_num(s.window)} tokens.")
     return _wrap(f"No model call yet — nothing measured. {window} Every request will hold "
                  "the system prompt, the tool schemas, the skills index and the memory index "
                  "(fixed), then the conversation: your messages, the replies, tool results, "
@@ -307,8 +308,8 @@ def render_context(stats: ContextStats, width: int = 60) -> str:
     else:
         lines += _headline(s)
         lines += ["", *_categories(s)]
-        lines += _wrap(f"Last call: input {_n(s.last_input_tokens)} (cache read "
-                       f"{_n(s.last_cache_read)}) · output {_n(s.last_output_tokens)} · "
+        lines += _wrap(f"Last call: input {_num(s.last_input_tokens)} (cache read "
+                       f"{_num(s.last_cache_read)}) · output {_num(s.last_output_tokens)} · "
                        f"{s.main_calls} main-agent call{'s' if s.main_calls != 1 else ''}",
                        width)
         lines += _wrap(ruler_line(s), width) if s.ruler else []

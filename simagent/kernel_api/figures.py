@@ -405,11 +405,11 @@ def render_summary(summary: dict, max_chars: int = MAX_SUMMARY_CHARS) -> str:
     """Indented lines: figure title, one per axes, one per series (bounded)."""
     lines: list[str] = []
     if title := summary.get("title"):
-        lines.append(f"  title {_q(title)}")
+        lines.append(f"  title {_quoted(title)}")
     axes = summary.get("axes") or []
     for i, ax in enumerate(axes):
         name = f"axes {i + 1}" if len(axes) > 1 else "axes"
-        head = f"  {name}" + (f" {_q(ax['title'])}" if ax.get("title") else "") + ":"
+        head = f"  {name}" + (f" {_quoted(ax['title'])}" if ax.get("title") else "") + ":"
         parts = [_axis_text(axis, ax[axis]) for axis in ("x", "y", "z") if axis in ax]
         lines.append(f"{head} {', '.join(p for p in parts if p)}".rstrip(": ")
                      if parts else head.rstrip(":"))
@@ -417,13 +417,13 @@ def render_summary(summary: dict, max_chars: int = MAX_SUMMARY_CHARS) -> str:
         if more := ax.get("more_series"):
             lines.append(f"    … {more} more series not summarised")
         if texts := ax.get("texts"):
-            lines.append("    text: " + "; ".join(_q(t) for t in texts))
+            lines.append("    text: " + "; ".join(_quoted(t) for t in texts))
     if more := summary.get("more_axes"):
         lines.append(f"  … {more} more axes not summarised")
     for cb in summary.get("colorbars") or []:
         rng = cb.get("range")
-        lines.append("  colorbar" + (f" {_q(cb['label'])}" if cb.get("label") else "")
-                     + (f" {_r(rng)}" if rng else ""))
+        lines.append("  colorbar" + (f" {_quoted(cb['label'])}" if cb.get("label") else "")
+                     + (f" {_range_text(rng)}" if rng else ""))
     text = "\n".join(lines)
     if len(text) > max_chars:
         cut = text[:max_chars].rsplit("\n", 1)[0]
@@ -431,11 +431,11 @@ def render_summary(summary: dict, max_chars: int = MAX_SUMMARY_CHARS) -> str:
     return text
 
 
-def _q(text: Any) -> str:
+def _quoted(text: Any) -> str:
     return '"' + str(text).replace('"', "'") + '"'
 
 
-def _r(pair: list) -> str:
+def _range_text(pair: list) -> str:
     return f"{_fmt(pair[0])}…{_fmt(pair[1])}"
 
 
@@ -446,9 +446,9 @@ def _fmt(v: Any) -> str:
 def _axis_text(axis: str, entry: dict) -> str:
     out = axis
     if entry.get("label"):
-        out += f" {_q(entry['label'])}"
+        out += f" {_quoted(entry['label'])}"
     if entry.get("lim"):
-        out += f" {_r(entry['lim'])}"
+        out += f" {_range_text(entry['lim'])}"
     if entry.get("categories"):
         out += " [" + ", ".join(entry["categories"]) + "]"
     if entry.get("scale"):
@@ -458,7 +458,7 @@ def _axis_text(axis: str, entry: dict) -> str:
 
 def _series_text(s: dict) -> str:
     kind = s.get("kind", "series")
-    out = kind + (f" {_q(s['label'])}" if s.get("label") else "")
+    out = kind + (f" {_quoted(s['label'])}" if s.get("label") else "")
     if kind in ("hline", "vline"):
         axis = "y" if kind == "hline" else "x"
         return f"{out} at {axis}={_fmt(s.get(axis))}"
@@ -468,14 +468,14 @@ def _series_text(s: dict) -> str:
     if "shape" in s:
         bits.append("x".join(str(d) for d in s["shape"]))
     if "x" in s:
-        bits.append(f"x {_r(s['x'])}")
+        bits.append(f"x {_range_text(s['x'])}")
     if "y" in s:
-        y = f"{'value' if kind.startswith('bar') else 'y'} {_r(s['y'])}"
+        y = f"{'value' if kind.startswith('bar') else 'y'} {_range_text(s['y'])}"
         if s.get("last") is not None and kind == "line":
             y += f" last {_fmt(s['last'])}"
         bits.append(y)
     if "values" in s:
-        bits.append(f"values {_r(s['values'])}")
+        bits.append(f"values {_range_text(s['values'])}")
     if "levels" in s:
         n, lo, hi = s["levels"]
         bits.append(f"{n} levels {_fmt(lo)}…{_fmt(hi)}")

@@ -75,7 +75,7 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
     if importlib.util.find_spec("llama_cpp") is None:
         raise ModelError("local: models need llama.cpp's server: pip install "
                          "'simagent[local]' (make install builds it)", code=PROVIDER)
-    from simagent.local_model.server import start_server  # not at CLI start (as above)
+    from simagent.local_model.llama_server import start_server  # not at CLI start (as above)
 
     alias = re.sub(r"[^A-Za-z0-9._-]+", "-", info.path.stem)[:60] or "local"
     server = start_server(info.path, alias=alias, n_ctx=window, port=port,

@@ -26,7 +26,7 @@ def one_line(args: dict[str, Any], width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _n(value: Any) -> str:
+def _count(value: Any) -> str:
     """A token or char count with thousands separators ("?" when missing)."""
     try:
         return f"{int(value):,}"
@@ -35,7 +35,7 @@ def _n(value: Any) -> str:
 
 
 def _tokens(detail: dict[str, Any]) -> str:
-    return f"{_n(detail.get('tokens_before'))} → {_n(detail.get('tokens_after'))} tokens"
+    return f"{_count(detail.get('tokens_before'))} → {_count(detail.get('tokens_after'))} tokens"
 
 
 def _amount(value: Any, unit: Any) -> str:
@@ -67,15 +67,15 @@ def context_line(event: Any) -> str | None:
         return f"~ context: {who}summary ({why}{_tokens(d)}{_history(d)})"
     if kind == "context_clear":
         n = d.get("cleared")
-        what = "1 old tool result" if n == 1 else f"{_n(n)} old tool results"
+        what = "1 old tool result" if n == 1 else f"{_count(n)} old tool results"
         return f"~ context: {who}cleared {what} ({_tokens(d)})"
     if kind == "context_eviction" and d.get("source") == "user":
-        return (f"~ context: {who}your message ({_n(d.get('chars'))} chars) is saved to "
+        return (f"~ context: {who}your message ({_count(d.get('chars'))} chars) is saved to "
                 f"{d.get('path')}; the model sees its first and last lines and reads the "
                 "rest from that file")
     if kind == "context_eviction":
         where = f" to {d['path']}" if d.get("path") else ""
-        return (f"~ context: {who}evicted a {_n(d.get('chars'))}-char result of "
+        return (f"~ context: {who}evicted a {_count(d.get('chars'))}-char result of "
                 f"{d.get('tool') or 'a tool'}{where}")
     if kind == "context_checkpoint":
         note = str(d.get("note") or "").strip().splitlines()
@@ -83,7 +83,7 @@ def context_line(event: Any) -> str | None:
         return f"~ context: {who}checkpoint{label} ({_tokens(d)}{_history(d)})"
     if kind == "context_emergency":
         return (f"~ context: {who}emergency compaction after a context-length error: kept "
-                f"{_n(d.get('kept'))}, dropped {_n(d.get('dropped'))} messages "
+                f"{_count(d.get('kept'))}, dropped {_count(d.get('dropped'))} messages "
                 f"({_tokens(d)}{_history(d)})")
     if kind == "context_state_card":
         if d.get("restarted"):
@@ -91,17 +91,17 @@ def context_line(event: Any) -> str | None:
             return (f"! context: {who}kernel state card: the kernel was restarted since the "
                     f"last card; lost: {lost}")
         return (f"~ context: {who}kernel state card after the {d.get('reason') or 'compaction'}"
-                f" ({_n(d.get('names'))} names, {_n(d.get('tokens'))} tokens)")
+                f" ({_count(d.get('names'))} names, {_count(d.get('tokens'))} tokens)")
     if kind == "mcp_server":
         return f"! mcp: {d['notice']}" if d.get("notice") else None
     if kind == "watchdog_alert":
         stopped = "; turn stopped" if d.get("mode") == "enforce" else ""
-        return (f"! watchdog: {who}{d.get('tool') or 'a tool'} called {_n(d.get('repeats'))} "
+        return (f"! watchdog: {who}{d.get('tool') or 'a tool'} called {_count(d.get('repeats'))} "
                 f"times in a row with the same arguments{stopped}")
     if kind == "repl_watchdog":
         stopped = "; turn stopped" if d.get("stopped") else ""
-        what = {"same_error": f"same error {_n(d.get('count'))} times in a row",
-                "failed_run": f"{_n(d.get('count'))} failing cells in a row",
+        what = {"same_error": f"same error {_count(d.get('count'))} times in a row",
+                "failed_run": f"{_count(d.get('count'))} failing cells in a row",
                 "whitespace_rerun": "failed cell re-run with only whitespace changes"}.get(
                     str(d.get("signal")), str(d.get("signal")))
         sig = f": {d['signature']}" if d.get("signature") else ""

@@ -34,11 +34,11 @@ _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 # --------------------------------------------------------------------------- payload helpers
-def _p(ev: Event) -> dict[str, Any]:
+def _data(ev: Event) -> dict[str, Any]:
     return ev.payload if isinstance(ev.payload, dict) else {}
 
 
-def _s(value: Any, compact: bool = False) -> str:
+def _text(value: Any, compact: bool = False) -> str:
     """Any payload value as display text (JSON for structures; one line when ``compact``)."""
     if value is None:
         return ""
@@ -80,7 +80,7 @@ def _cap(text: str, raw_path: Any = None) -> tuple[str, str | None]:
 
 
 def _summary(payload: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={_s(v)}" for k, v in payload.items()
+    return ", ".join(f"{k}={_text(v)}" for k, v in payload.items()
                      if not isinstance(v, (dict, list)) and v not in (None, ""))
 
 
@@ -92,24 +92,24 @@ def _walk(events: Sequence[Event]) -> Iterator[tuple[str, str | None, dict[str, 
     ``kernel_exec`` and its artifacts, and those are not shown again at their own place.
     Consecutive ``attempt`` events become one table. Unknown kinds are dropped.
     """
-    call_ids = {_key(_p(e).get("id")) for e in events if e.kind == "tool_call"} - {None}
+    call_ids = {_key(_data(e).get("id")) for e in events if e.kind == "tool_call"} - {None}
     results: dict[Any, dict[str, Any]] = {}
     execs: dict[Any, dict[str, Any]] = {}
     arts: dict[Any, list[dict[str, Any]]] = {}
     for e in events:
-        cid = _key(_p(e).get("tool_call_id"))
+        cid = _key(_data(e).get("tool_call_id"))
         if cid not in call_ids:
             continue
         if e.kind == "tool_result":
-            results.setdefault(cid, _p(e))
+            results.setdefault(cid, _data(e))
         elif e.kind == "kernel_exec":
-            execs.setdefault(cid, _p(e))
+            execs.setdefault(cid, _data(e))
         elif e.kind == "artifact":
-            arts.setdefault(cid, []).append(_p(e))
+            arts.setdefault(cid, []).append(_data(e))
     used: set[Any] = set()
     attempts: list[dict[str, Any]] = []
     for e in events:
-        p, kind = _p(e), e.kind
+        p, kind = _data(e), e.kind
         if kind != "attempt" and attempts:
             yield "attempts", None, {"rows": attempts}
             attempts = []
@@ -121,8 +121,8 @@ def _walk(events: Sequence[Event]) -> Iterator[tuple[str, str | None, dict[str, 
         elif kind == "session_resume":
             yield "resume", None, {**p, "ts": e.ts}
         elif kind == "model_switch":
-            yield "notice", None, {"text": f"Model switched: {_s(p.get('from_model')) or '?'} "
-                                           f"→ {_s(p.get('to_model')) or '?'}"}
+            yield "notice", None, {"text": f"Model switched: {_text(p.get('from_model')) or '?'} "
+                                           f"→ {_text(p.get('to_model')) or '?'}"}
         elif kind == "message_user":
             yield "user", None, p
         elif kind in ("message_assistant", "message_reasoning"):
@@ -146,20 +146,22 @@ def _walk(events: Sequence[Event]) -> Iterator[tuple[str, str | None, dict[str, 
         elif kind in ("hitl_request", "hitl_response", "error"):
             yield kind, _agent(p), p
         elif kind == "recovery":
-            yield "notice", _agent(p), {"text": f"Recovery: {_s(p.get('reason'))} "
-                                                f"(attempt {_s(p.get('attempt')) or '?'})"}
+            yield "notice", _agent(p), {"text": f"Recovery: {_text(p.get('reason'))} "
+                                                f"(attempt {_text(p.get('attempt')) or '?'})"}
         elif kind in _CONTEXT_KINDS:
             yield "notice", _agent(p), {"text": f"{kind}: {_summary(p)}"}
         elif kind in ("subagent_start", "subagent_end"):
-            what = "started" if kind == "subagent_start" else f"ended ({_s(p.get('status'))})"
-            desc = _s(p.get("description")).splitlines()[:1] if kind == "subagent_start" else []
-            text = f"Subagent {_s(p.get('name')) or '?'} {what}" + (f": {desc[0]}" if desc else "")
+            what = "started" if kind == "subagent_start" else f"ended ({_text(p.get('status'))})"
+            desc = _text(p.get("description")).splitlines()[:1] if kind == "subagent_start" else []
+            text = f"Subagent {_text(p.get('name')) or '?'} {what}" + (
+                f": {desc[0]}" if desc else "")
             yield "notice", None, {"text": text}
         elif kind == "memory_write":
-            yield "notice", None, {"text": f"Memory written: {_s(p.get('title'))} "
-                                           f"({_s(p.get('path'))})"}
+            yield "notice", None, {"text": f"Memory written: {_text(p.get('title'))} "
+                                           f"({_text(p.get('path'))})"}
         elif kind == "session_end":
-            yield "notice", None, {"text": f"Session ended ({_s(p.get('reason')) or 'no reason'})"
+            reason = _text(p.get("reason")) or "no reason"
+            yield "notice", None, {"text": f"Session ended ({reason})"
                                            f" at {e.ts}"}
     if attempts:
         yield "attempts", None, {"rows": attempts}
@@ -184,13 +186,13 @@ _ATTEMPT_COLS = ("index", "outcome", "rationale", "parameters", "metrics")
 
 def _header_fields(p: dict[str, Any]) -> list[tuple[str, str]]:
     keys = ("workspace", "simulator", "model", "approval")
-    return [(k, _s(p.get(k)) or "?") for k in keys] + [("started", _s(p.get("ts")))]
+    return [(k, _text(p.get(k)) or "?") for k in keys] + [("started", _text(p.get("ts")))]
 
 
 def _resume_text(p: dict[str, Any]) -> str:
-    text = f"Session resumed at {_s(p.get('ts'))}"
+    text = f"Session resumed at {_text(p.get('ts'))}"
     if p.get("model"):
-        text += f" with model {_s(p.get('model'))}"
+        text += f" with model {_text(p.get('model'))}"
     if p.get("kernel_restarted"):
         text += "; the kernel was restarted, so earlier kernel state is lost"
     return text
@@ -198,28 +200,28 @@ def _resume_text(p: dict[str, Any]) -> str:
 
 def _session_id(events: Sequence[Event], session_dir: Path | None) -> str:
     for e in events:
-        if e.kind in ("session_start", "session_resume") and _p(e).get("session_id"):
-            return _s(_p(e)["session_id"])
+        if e.kind in ("session_start", "session_resume") and _data(e).get("session_id"):
+            return _text(_data(e)["session_id"])
     return session_dir.name if session_dir else "session"
 
 
 def _tool_parts(d: dict[str, Any]) -> dict[str, Any]:
     """What a tool card shows, independent of the output format."""
     call, result, ex = d["call"] or {}, d["result"] or {}, d["exec"] or {}
-    name = _s(call.get("name") or result.get("name")) or "tool"
+    name = _text(call.get("name") or result.get("name")) or "tool"
     args = call.get("args")
     code = args.get("code") if name == "run_python" and isinstance(args, dict) else None
     outcome = result.get("outcome") or (outcome_of(result.get("status"), ex.get("status"))
                                         if d["result"] is not None or ex.get("status") else "")
     # the mark every interface shows (simagent.outcomes), then the status it comes from
-    status = [f"{mark(outcome).glyph} status {_s(outcome)}" if outcome else "",
-              f"{_s(ex.get('elapsed_s'))} s" if ex.get("elapsed_s") is not None else "",
+    status = [f"{mark(outcome).glyph} status {_text(outcome)}" if outcome else "",
+              f"{_text(ex.get('elapsed_s'))} s" if ex.get("elapsed_s") is not None else "",
               "kernel state lost" if ex.get("state_lost") else "",
-              *(f"shown to the user: {_s(h)}" for h in ex.get("human") or [])]
-    out, note = (_cap(_s(result.get("content")), ex.get("raw_path"))
+              *(f"shown to the user: {_text(h)}" for h in ex.get("human") or [])]
+    out, note = (_cap(_text(result.get("content")), ex.get("raw_path"))
                  if d["result"] is not None else ("", None))
-    return {"name": name, "code": None if code is None else _s(code),
-            "args": None if code is not None or args in (None, {}, "") else _s(args),
+    return {"name": name, "code": None if code is None else _text(code),
+            "args": None if code is not None or args in (None, {}, "") else _text(args),
             "status": ", ".join(s for s in status if s), "has_result": d["result"] is not None,
             "output": out, "note": note, "error": result.get("status") == "error"}
 
@@ -227,24 +229,25 @@ def _tool_parts(d: dict[str, Any]) -> dict[str, Any]:
 def _fmt_decisions(p: dict[str, Any]) -> str:
     ds = p.get("decisions")
     if isinstance(ds, list):
-        parts = [(_s(d.get("type") or d.get("decision")) or _s(d)) if isinstance(d, dict)
-                 else _s(d) for d in ds]
+        parts = [(_text(d.get("type") or d.get("decision")) or _text(d)) if isinstance(d, dict)
+                 else _text(d) for d in ds]
         return ", ".join(parts) or "(none)"
-    return _s(ds) or "(none)"
+    return _text(ds) or "(none)"
 
 
 def _fmt_requests(p: dict[str, Any]) -> list[str]:
     reqs = p.get("action_requests")
     if not isinstance(reqs, list):
-        return [_s(reqs)] if reqs else []
+        return [_text(reqs)] if reqs else []
     lines = []
     for r in reqs:
         if isinstance(r, dict):
-            name = _s(r.get("name") or r.get("action") or "?")
+            name = _text(r.get("name") or r.get("action") or "?")
             args = r.get("args", r.get("arguments"))
-            lines.append(f"{name}({_s(args, True).replace(chr(10), ' ')[:300]})" if args else name)
+            shown = _text(args, True).replace(chr(10), " ")[:300]
+            lines.append(f"{name}({shown})" if args else name)
         else:
-            lines.append(_s(r))
+            lines.append(_text(r))
     return lines
 
 
@@ -268,12 +271,12 @@ def _md_item(item: str, data: dict[str, Any], expand: bool) -> str:
     if item == "notice":
         return f"*{data['text']}*"
     if item == "user":
-        turn = f" (turn {_s(data.get('turn'))})" if data.get("turn") is not None else ""
-        return f"## User{turn}\n\n{_s(data.get('content'))}"
+        turn = f" (turn {_text(data.get('turn'))})" if data.get("turn") is not None else ""
+        return f"## User{turn}\n\n{_text(data.get('content'))}"
     if item == "assistant":
-        return f"## Assistant\n\n{_s(data.get('content'))}"
+        return f"## Assistant\n\n{_text(data.get('content'))}"
     if item == "reasoning":
-        return "\n".join("> " + line for line in (_s(data.get("content")) or " ").splitlines())
+        return "\n".join("> " + line for line in (_text(data.get("content")) or " ").splitlines())
     if item == "tool":
         t = _tool_parts(data)
         status = f" ({t['status']})" if t["status"] else ""
@@ -292,18 +295,18 @@ def _md_item(item: str, data: dict[str, Any], expand: bool) -> str:
         parts += [_md_item("artifact", a, expand) for a in data["artifacts"]]
         return "\n\n".join(parts)
     if item == "artifact":
-        return f"![artifact]({_s(data.get('path'))})"
+        return f"![artifact]({_text(data.get('path'))})"
     if item == "attempts":
-        rows = [[_s(a.get(k), True) for k in _ATTEMPT_COLS] for a in data["rows"]]
+        rows = [[_text(a.get(k), True) for k in _ATTEMPT_COLS] for a in data["rows"]]
         return "### Attempts\n\n" + _md_table(["#", *_ATTEMPT_COLS[1:]], rows)
     if item == "hitl_request":
         reqs = "".join(f"\n- `{r}`" for r in _fmt_requests(data))
-        return f"**Approval requested** ({_s(data.get('interrupt_id'))}):{reqs}"
+        return f"**Approval requested** ({_text(data.get('interrupt_id'))}):{reqs}"
     if item == "hitl_response":
-        return f"**Approval decision** ({_s(data.get('interrupt_id'))}): {_fmt_decisions(data)}"
+        return f"**Approval decision** ({_text(data.get('interrupt_id'))}): {_fmt_decisions(data)}"
     if item == "error":
-        where = f" in {_s(data.get('where'))}" if data.get("where") else ""
-        return f"**Error**{where}: {_s(data.get('message'))}"
+        where = f" in {_text(data.get('where'))}" if data.get("where") else ""
+        return f"**Error**{where}: {_text(data.get('message'))}"
     return ""
 
 
@@ -346,7 +349,7 @@ def _resolve(path_text: str, session_dir: Path | None) -> Path:
 
 
 def _html_artifact(p: dict[str, Any], session_dir: Path | None, embed: bool) -> str:
-    raw = _s(p.get("path"))
+    raw = _text(p.get("path"))
     if not raw:
         return '<div class="notice">artifact without a path</div>'
     path = _resolve(raw, session_dir)
@@ -372,15 +375,15 @@ def _html_item(item: str, data: dict[str, Any], sd: Path | None, embed: bool) ->
         text = _resume_text(data) if item == "resume" else data["text"]
         return f'<div class="notice">{e(text)}</div>'
     if item == "user":
-        turn = f" (turn {e(_s(data.get('turn')))})" if data.get("turn") is not None else ""
+        turn = f" (turn {e(_text(data.get('turn')))})" if data.get("turn") is not None else ""
         return (f'<div class="card user"><div class="label">User{turn}</div>'
-                f"<pre>{e(_s(data.get('content')))}</pre></div>")
+                f"<pre>{e(_text(data.get('content')))}</pre></div>")
     if item == "assistant":
         return (f'<div class="card"><div class="label">Assistant</div>'
-                f"{safe_markdown(_s(data.get('content')))}</div>")
+                f"{safe_markdown(_text(data.get('content')))}</div>")
     if item == "reasoning":
         return (f"<details><summary class=meta>reasoning</summary>"
-                f"<pre>{e(_s(data.get('content')))}</pre></details>")
+                f"<pre>{e(_text(data.get('content')))}</pre></details>")
     if item == "tool":
         t = _tool_parts(data)
         parts = [f'<div class="card tool{" err" if t["error"] else ""}"><div class="label">'
@@ -400,20 +403,20 @@ def _html_item(item: str, data: dict[str, Any], sd: Path | None, embed: bool) ->
     if item == "artifact":
         return _html_artifact(data, sd, embed)
     if item == "attempts":
-        rows = [[_s(a.get(k), True) for k in _ATTEMPT_COLS] for a in data["rows"]]
+        rows = [[_text(a.get(k), True) for k in _ATTEMPT_COLS] for a in data["rows"]]
         return (f'<div class="card"><div class="label">Attempts</div>'
                 f"{html_table(['#', *_ATTEMPT_COLS[1:]], rows)}</div>")
     if item == "hitl_request":
         reqs = "".join(f"<li><code>{e(r)}</code></li>" for r in _fmt_requests(data))
         return (f'<div class="card"><div class="label">Approval requested '
-                f"({e(_s(data.get('interrupt_id')))})</div><ul>{reqs}</ul></div>")
+                f"({e(_text(data.get('interrupt_id')))})</div><ul>{reqs}</ul></div>")
     if item == "hitl_response":
         return (f'<div class="card"><div class="label">Approval decision '
-                f"({e(_s(data.get('interrupt_id')))})</div>{e(_fmt_decisions(data))}</div>")
+                f"({e(_text(data.get('interrupt_id')))})</div>{e(_fmt_decisions(data))}</div>")
     if item == "error":
-        where = f" in {e(_s(data.get('where')))}" if data.get("where") else ""
+        where = f" in {e(_text(data.get('where')))}" if data.get("where") else ""
         return (f'<div class="card err"><div class="label">Error{where}</div>'
-                f"<pre>{e(_s(data.get('message')))}</pre></div>")
+                f"<pre>{e(_text(data.get('message')))}</pre></div>")
     return ""
 
 
@@ -423,7 +426,7 @@ def render_html(events: Sequence[Event], *, session_dir: Path | None = None,
     events = _redacted(events)
     sid = html.escape(_session_id(events, session_dir))
     body = [f"<h1>Session {sid}</h1>"]
-    if nb := next((_s(e.payload.get("path")) for e in reversed(events)
+    if nb := next((_text(e.payload.get("path")) for e in reversed(events)
                    if e.kind == "notebook_written" and isinstance(e.payload, dict)), None):
         href = Path(nb).resolve().as_uri() if Path(nb).is_absolute() else nb
         body.append(f'<p class="meta">Notebook: <a href="{html.escape(href)}">'
