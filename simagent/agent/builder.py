@@ -28,7 +28,7 @@ from simagent.agent import (
 from simagent.agent.abandon_guard import AbandonGuard
 from simagent.agent.approval import interrupt_on_for_mode
 from simagent.agent.backend import WorkspacePathsMiddleware, build_backend
-from simagent.agent.context_layers import context_layers
+from simagent.agent.context_layers import context_layers, skill_sources
 from simagent.agent.prompts import (
     MEMORY_PROMPT,
     SKILLS_PROMPT,
@@ -110,14 +110,6 @@ class BuiltAgent:
     tools: list[Any] = field(default_factory=list)
     #: The main agent's ContextMiddleware (manual /compact and /done use it).
     context: ContextMiddleware | None = None
-
-
-def skill_sources(session: Session) -> list[tuple[str, str]]:
-    sources = [(str(content_dir("skills").resolve()), "Shared")]
-    sim = session.simulator
-    if sim is not None and sim.skills_dir.is_dir():
-        sources.append((str(sim.skills_dir.resolve()), sim.display_name))
-    return sources
 
 
 def runtime_context(session: Session, source_dirs: Sequence[Path] = ()) -> RuntimeContext:

@@ -11,6 +11,7 @@ the exact request instead. The guards (watchdog, cost ceiling) ride along.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deepagents.middleware._message_eviction import (
@@ -176,12 +177,22 @@ def _usage_recorder(session: Session) -> Any:
     return record
 
 
+def skill_sources(session: Session) -> list[tuple[str, str]]:
+    """The skill folders (path, label), shared first: the skills index and the small
+    tier's skill names read the same list."""
+    sources = [(str(content_dir("skills").resolve()), "Shared")]
+    sim = session.simulator
+    if sim is not None and sim.skills_dir.is_dir():
+        sources.append((str(sim.skills_dir.resolve()), sim.display_name))
+    return sources
+
+
 def small_model_middleware(session: Session, window: int,
                            settings: th.ContextSettings) -> SmallModelMiddleware:
     """The small model's prompt and tools for this session (``agent/small_tier.py``)."""
-    sim = session.simulator
-    sources = [content_dir("skills"), *([sim.skills_dir] if sim is not None else [])]
-    return SmallModelMiddleware(small_prompt(sim, session.workspace, skill_names(sources)),
+    sources = [Path(path) for path, _label in skill_sources(session)]
+    return SmallModelMiddleware(small_prompt(session.simulator, session.workspace,
+                                             skill_names(sources)),
                                 th.small_agent_tools(window),
                                 force_call=settings.small_agent_force_call)
 

@@ -194,7 +194,7 @@ def skill_rows(sources: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
 
 
 def cmd_skills(ctl: TuiController, arg: str) -> None:
-    from simagent.agent.builder import skill_sources  # heavy (langchain), as above
+    from simagent.agent.context_layers import skill_sources  # heavy (langchain), as above
 
     rows = skill_rows(skill_sources(ctl.session))
     if not rows:
