@@ -125,7 +125,10 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
         resolved = resolve_model(f"openai-compatible:local@{stub.base_url}",
                                  model_config={"window": WINDOW})
         session = Session.create(tmp_path_factory.mktemp("ws"), approval="auto",
-                                 model=resolved.id, config=Config())
+                                 model=resolved.id,
+                                 # a growing request (what this checks), as before the
+                                 # cache-price rule could clear below the trigger (issue 31)
+                                 config=Config(data={"context": {"clear_by_cost": False}}))
         try:
             agent = build_agent(session, resolved)
             session.start_kernel()
