@@ -1,28 +1,22 @@
 """MCP servers' tools inside simagent (issue 28, part 2): ``[mcp.servers.NAME]`` in config.
 
-``McpHub`` owns one asyncio loop on a thread of its own and, per server, one held-open
-client session (a stdio server process, or a streamable-HTTP connection): each call
-through langchain-mcp-adapters' ``get_tools()`` would start a new server process, and
-its tools are async only while simagent's graph runs tools synchronously. The session
-owns the hub (``Session.closers``): servers start with the session's first agent build
-and stop when it closes; none is left behind.
+``McpHub`` owns one asyncio loop on its own thread and one held-open client session per
+server (a stdio process or a streamable-HTTP connection): langchain-mcp-adapters'
+``get_tools()`` would start a server per call, and its tools are async only. The session
+owns the hub (``Session.closers``): servers start with its first agent build and stop
+when it closes; none is left behind.
 
-A server's tools become ordinary langchain tools named ``NAME__tool`` (shown as
-``NAME.tool``; ``context.deferral_policy`` says why), so they pass the same layers as the
-built-in ones: per-tool cap, eviction, clearing, ledger, approval (an MCP call is an
-external action: it waits in ``ask`` and ``workspace``). Whatever goes wrong on the
-server's side (it cannot start, dies mid-call, hangs past ``timeout_s``, answers with
-something that is not a tool result) gives the model one error it can read, a notice for
-the person, and a trace event; the session goes on, and the next call starts the server
-afresh. Tool errors the server reports itself (``isError``) are plain tool errors.
+A server's tools become langchain tools named ``NAME__tool`` (shown as ``NAME.tool``;
+``context.deferral_policy`` says why), so they pass the built-in ones' layers: cap,
+eviction, clearing, ledger, approval (an external action: it waits in ``ask`` and
+``workspace``). A server that cannot start, dies mid-call, hangs past ``timeout_s`` or
+answers with no tool result gives the model one readable error, the person a notice and
+the trace an event; the next call starts it afresh. ``isError`` results are tool errors.
 
-A server that fails when the session opens is said once, at open, by the front end
-(:meth:`McpHub.start_notices`), and retried: in the background when a turn begins and,
-waited for, when the model calls ``find_tools``; once it starts, its tools join the
-catalog (``agent.tool_deferral`` serves them to the running graph). Progress
-notifications of a call reach the person as the tool card's live output (the same
-``tool_output`` stream records as ``run_python``'s); results become blocks
-(``agent.mcp_results``), images included.
+A server down at open is said once (:meth:`McpHub.start_notices`), retried when a turn
+begins and waited for by ``find_tools``; its tools then join the catalog, which
+``agent.tool_deferral`` serves to the running graph. Progress reaches the tool card
+(``tool_output``); results are ``agent.mcp_results`` blocks.
 """
 
 from __future__ import annotations
@@ -184,21 +178,28 @@ class McpHub:
         return [n for n, s in self.status.items() if s != "ok"]
 
     def retry_failed(self, *, wait: bool) -> list[str]:
-        """Start again each server that failed (one retry at a time); with ``wait``,
-        bounded by the start timeout, the names that came up, else [] at once."""
+        """Retry each failed server, one retry at a time: with ``wait``, the names that came up."""
         if self.closed or not self.failed():
             return []
-        with self._lock:
-            fut = self._retry
-            if fut is None or fut.done():
-                fut = self._retry = asyncio.run_coroutine_threadsafe(
-                    self._start(self.failed(), first=False), self._loop)
-        if not wait:
-            return []
-        try:
+        fut, joined = self._retry_future()
+        came = self._wait_retry(fut) if wait else []
+        if wait and joined and self.failed():  # the joined one may predate the fix: once more
+            came += self._wait_retry(self._retry_future()[0])
+        return came
+
+    def _retry_future(self) -> tuple[Any, bool]:
+        with self._lock:  # (the retry in flight, True), else (a new one, False)
+            if self._retry is not None and not self._retry.done():
+                return self._retry, True
+            self._retry = asyncio.run_coroutine_threadsafe(
+                self._start(self.failed(), first=False), self._loop)
+            return self._retry, False
+
+    @staticmethod
+    def _wait_retry(fut: Any) -> list[str]:
+        with contextlib.suppress(Exception):  # a failed retry leaves the status as it was
             return list(fut.result(START_TIMEOUT_S + STOP_TIMEOUT_S + 5))
-        except Exception:  # a failed retry leaves the status as it was
-            return []
+        return []
 
     def close(self) -> None:
         """Stop every server and the loop; bounded, and safe to call twice."""
