@@ -15,6 +15,8 @@ import shutil
 import sqlite3
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -447,3 +449,17 @@ class Session:
     def interrupt_kernel(self) -> None:
         if self._kernel is not None:
             self._kernel.interrupt()
+
+    def keep_interrupting(self, going: Callable[[], bool], period_s: float = 0.25,
+                          limit_s: float = 15.0) -> None:
+        """Re-send the interrupt while ``going()`` and a cell runs: one that reaches the
+        kernel just before a sent cell starts is lost, and a cell can start just after
+        (a cancelled turn's next call, a notebook's next cell). The check follows the
+        sleep, so what started meanwhile under a new ``going`` is left alone."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            time.sleep(period_s)
+            if not going():
+                return
+            if self.kernel_state == "busy":
+                self.interrupt_kernel()

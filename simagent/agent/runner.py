@@ -190,7 +190,8 @@ class TurnRunner:
         self._cancel.set()
         self.session.cancel_requested.set()
         self.session.interrupt_kernel()
-        threading.Thread(target=self._keep_interrupting, daemon=True).start()
+        threading.Thread(target=self.session.keep_interrupting, daemon=True,
+                         args=(lambda: self.busy and self._cancel.is_set(),)).start()
 
     @contextlib.contextmanager
     def _sigint_cancels(self) -> Iterator[None]:
@@ -214,19 +215,6 @@ class TurnRunner:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
-
-    def _keep_interrupting(self, period_s: float = 0.25, limit_s: float = 15.0) -> None:
-        """Re-send the interrupt while the cancelled turn runs: a cell may start just
-        after the first one (the kernel was still starting), and a SIGINT can land between
-        cells. The check follows the sleep: a next turn may have started meanwhile (it
-        clears the cancel), and its cells are not to be interrupted."""
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            time.sleep(period_s)
-            if not (self.busy and self._cancel.is_set()):
-                return
-            if self.session.kernel_state == "busy":
-                self.session.interrupt_kernel()
 
     # ------------------------------------------------------------ internals
     def _refuse_if_tripped(self, on_event: OnEvent | None) -> TurnResult | None:

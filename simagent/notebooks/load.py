@@ -260,7 +260,9 @@ def sigint_stops(session: Any) -> Iterator[None]:
 
     def on_sigint(_signum: int, _frame: Any) -> None:
         session.cancel_requested.set()
-        threading.Thread(target=_keep_interrupting, args=(session, done), daemon=True).start()
+        threading.Thread(target=session.interrupt_kernel, daemon=True).start()
+        threading.Thread(target=session.keep_interrupting, daemon=True,
+                         args=(lambda: not done.is_set(),)).start()
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
@@ -268,18 +270,6 @@ def sigint_stops(session: Any) -> Iterator[None]:
     finally:
         done.set()
         signal.signal(signal.SIGINT, previous)
-
-
-def _keep_interrupting(session: Any, done: threading.Event, period_s: float = 0.25,
-                       limit_s: float = 15.0) -> None:
-    """Interrupt now and again while a cell runs: a SIGINT that reaches the kernel just
-    before the sent cell starts is lost, and the cell then ran to its end (seen under load:
-    a 30 s cell finished after ctrl+C). Stops when the run ends or after ``limit_s``."""
-    session.interrupt_kernel()
-    deadline = time.monotonic() + limit_s
-    while not done.wait(period_s) and time.monotonic() < deadline:
-        if session.kernel_state == "busy":
-            session.interrupt_kernel()
 
 
 def card_budget(session: Any, window: int | None) -> int:
