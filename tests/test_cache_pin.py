@@ -16,7 +16,7 @@ from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.bench.caching import scripted_requests, simulate, totals
 from simagent.context import thresholds as th
-from simagent.context.clearing import placeholder
+from simagent.context.placeholders import placeholder
 from simagent.context.prefix import EPHEMERAL, pin_index, with_cache_pin
 from simagent.context.prices import cache_rules
 from simagent.models import ResolvedModel, parse_model_spec

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import ToolMessage
 
-from simagent.context.clearing import recovery_hint
+from simagent.context.placeholders import recovery_hint
 from simagent.kernel import Kernel
 from simagent.kernel_api.outputs import (
     Outputs,

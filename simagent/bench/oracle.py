@@ -45,14 +45,9 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from simagent.agent.scripted import call_step, out_indices
-from simagent.context.clearing import (
-    INPUT_ARGS,
-    apply_cleared,
-    execution_of,
-    raw_path_of,
-    without_inputs,
-)
+from simagent.context.clearing import INPUT_ARGS, apply_cleared, without_inputs
 from simagent.context.counting import count_message
+from simagent.context.placeholders import execution_of, raw_path_of
 from simagent.context.recall import locate, request_text
 
 #: What counts as a value a later step can only have taken from a result.

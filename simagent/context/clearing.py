@@ -21,7 +21,6 @@ clearing alone changes it.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -36,55 +35,17 @@ from simagent.context.epoch_cost import (
     newest_reply,
     stale_ages,
 )
-from simagent.kernel_api.outputs import handle, number_of
+from simagent.context.placeholders import execution_of, placeholder
+from simagent.kernel_api.outputs import handle
 
 #: Results never cleared: the attempt log is referred to by value, subagent results are
 #: already digests, and the task record is tiny.
 EXCLUDED_TOOLS = frozenset({"record_attempt", "task", "mark_task_done", "remember"})
-#: Paths a result may name for its full content (run_python's raw output, an eviction
-#: file, a capped result).
-_PATH_RE = re.compile(r"(?:full output: |saved in the filesystem at this path: |full result: )"
-                      r"(\S+?)[\]\s;,)]")
-_REREAD = {"read_file": "read the file again with `read_file` (same arguments)",
-           "grep": "run `grep` again", "glob": "run `glob` again", "ls": "run `ls` again"}
-
 
 #: Tools whose bulky input is swapped for a pointer once their result is cleared, and
 #: the argument that holds it. Only the kernel's code: it is saved with each execution's
 #: record, so ``_out[n].code`` returns it in one line.
 INPUT_ARGS = {"run_python": "code"}
-
-
-def raw_path_of(msg: ToolMessage) -> str | None:
-    """The file holding a result's full content: the kernel's raw output, or the path an
-    eviction or a cap marker names."""
-    artifact = msg.artifact if isinstance(msg.artifact, dict) else {}
-    path = artifact.get("raw_path")
-    if not path:
-        found = _PATH_RE.search(msg.text + " ")
-        path = found.group(1) if found else None
-    return path or None
-
-
-def execution_of(msg: ToolMessage) -> int | None:
-    """The kernel execution ``n`` a result came from (its ``_out[n]``), if it names one."""
-    return number_of(raw_path_of(msg))
-
-
-def recovery_hint(msg: ToolMessage, tool_name: str | None) -> str:
-    """How the model gets a cleared result back: a path on disk, or re-running the call."""
-    path = raw_path_of(msg)
-    if path:
-        if (n := number_of(path)) is not None:
-            return (f"the full output is at {path}; query it in the kernel with "
-                    f"`{handle(n)}.tail(k)`, `.grep(pattern)` or `.head(k)` "
-                    f"(or page it with `read_file` offset/limit)")
-        return f"the full output is at {path} (page it with `read_file` offset/limit)"
-    return _REREAD.get(tool_name or "", "re-run the call above if you need it")
-
-
-def placeholder(msg: ToolMessage, tool_name: str | None) -> str:
-    return f"[result cleared to save context; {recovery_hint(msg, tool_name)}]"
 
 
 def tool_names(messages: Sequence[BaseMessage]) -> dict[str, str]:

@@ -32,7 +32,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from simagent.context.clearing import _PATH_RE, is_cleared
+from simagent.context.clearing import is_cleared
+from simagent.context.placeholders import _PATH_RE
 from simagent.context.summary import _PATH as FILE_PATH
 from simagent.context.task_records import PLUS_MINUS
 from simagent.jsonl import append_jsonl, read_jsonl
