@@ -246,12 +246,17 @@ async def _answered(url: str) -> None:
                 await anyio.sleep(0.1)
 
 
-def test_ctrl_c_stops_the_http_server_with_130(workspace: Path) -> None:
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_ctrl_c_stops_the_http_server_with_130(workspace: Path, inherited: str) -> None:
+    """Also when it inherits SIGINT ignored, as a script's background job does: the
+    SIGINT uvicorn raises again after its shutdown was then lost, and it exited 0."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([SIMAGENT, "mcp", "--workspace", str(workspace), "--http",
-                               str(port)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    command = [SIMAGENT, "mcp", "--workspace", str(workspace), "--http", str(port)]
+    if inherited == "ignored":  # exec keeps the ignored disposition
+        command = ["sh", "-c", 'trap "" INT; exec "$0" "$@"', *command]
+    server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
     try:
         assert server.stderr is not None

@@ -320,9 +320,16 @@ def require_bearer(app: Any, token: str) -> Any:
 
 
 def serve_http(mcp: FastMCP, sock: Any, token: str) -> None:
-    """Serve streamable HTTP at ``/mcp`` on ``sock`` (:func:`listen`) behind the token."""
+    """Serve streamable HTTP at ``/mcp`` on ``sock`` (:func:`listen`) behind the token.
+
+    uvicorn catches SIGINT and SIGTERM, shuts down, then restores the handlers it found
+    and raises the signal again, so the exit status comes from those handlers. One
+    inherited as ignored (a background job of a script, some test runners) would make
+    a ctrl+C'ed server exit 0: the defaults go in first (KeyboardInterrupt, 130)."""
     logging.getLogger("mcp.server.streamable_http").addFilter(_closed_stream_noise)
     app = require_bearer(mcp.streamable_http_app(), token)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
