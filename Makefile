@@ -52,8 +52,9 @@ bench-kernel: $(STAMP)
 	$(VENV)/bin/simagent bench kernel
 
 # A real model (issue 29): the packaged Qwen2.5-Coder-0.5B through llama.cpp's server on three
-# short scipy workflows, simagent vs stock deepagents, at 8k and 16k (12 runs; not yet timed).
-LIVE_WORKFLOWS ?= canary scipy-plot-decay scipy-fit-report
+# short scipy workflows tagged `live` (one clear number each, graded in any phrasing), simagent
+# vs stock deepagents, at 8k and 16k (12 runs; duration and success rate: README).
+LIVE_WORKFLOWS ?= live-mean live-decay live-root
 bench-live: $(STAMP)
 	$(VENV)/bin/simagent bench run --mode live --model local:qwen2.5-coder-0.5b \
 	  --policy simagent,stock --window 8k,16k --out bench-live-out $(LIVE_WORKFLOWS)

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from simagent.bench.support import SupportReport
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+#: How far (characters, either side) a ``value`` scorer's ``near`` match reaches.
+NEAR_CHARS = 60
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,34 @@ def numeric(sc: dict[str, Any], run: RunView) -> Verdict:
     return Verdict("numeric", ok, f"answer {got:g} vs expected {expected:g}")
 
 
+def _numbers(text: str) -> list[float]:
+    return [float(m) for m in re.findall(_NUMBER, text.replace(",", ""))]
+
+
+def value(sc: dict[str, Any], run: RunView) -> Verdict:
+    """The expected value stated anywhere in the final answer, in any phrasing: a live
+    model writes its own sentences, so this reads every number of the answer (or, with
+    ``near``, those within :data:`NEAR_CHARS` of a match of that regex) and passes when
+    one is within ``rel_tol``/``abs_tol`` of ``expected``, a constant computed from the
+    workflow's data, never from a script's printout."""
+    text = run.final or ""
+    if "near" in sc:
+        spans = [m.span() for m in re.finditer(sc["near"], text, re.I)]
+        got = [n for a, b in spans
+               for n in _numbers(text[max(0, a - NEAR_CHARS):b + NEAR_CHARS])]
+    else:
+        got = _numbers(text)
+    expected = float(sc["expected"])
+    hit = next((n for n in got if math.isclose(
+        n, expected, rel_tol=float(sc.get("rel_tol", 1e-6)),
+        abs_tol=float(sc.get("abs_tol", 0.0)))), None)
+    where = f" near {sc['near']!r}" if "near" in sc else ""
+    if hit is not None:
+        return Verdict("value", True, f"answer states {hit:g}{where} (expected {expected:g})")
+    return Verdict("value", False, f"no number{where} in the answer within tolerance of "
+                                   f"{expected:g} ({len(got)} number(s) read)")
+
+
 def cites(sc: dict[str, Any], run: RunView) -> Verdict:
     texts = run.step_texts.get(int(sc["from_step"]), [])
     value = next((g for t in texts if (g := _group(sc["regex"], t)) is not None), None)
@@ -175,7 +205,7 @@ def task_record(sc: dict[str, Any], run: RunView) -> Verdict:
     return Verdict(name, ok, detail)
 
 
-SCORERS = {"numeric": numeric, "cites": cites, "tool_used": tool_used,
+SCORERS = {"numeric": numeric, "value": value, "cites": cites, "tool_used": tool_used,
            "tool_avoided": tool_avoided, "artifact": artifact, "file_exists": file_exists,
            "subagent": subagent, "supported_numbers": supported_numbers,
            "task_record": task_record}

@@ -19,6 +19,7 @@ DEFAULT_WINDOW = 128_000
 SCORER_FIELDS: dict[str, tuple[set[str], set[str]]] = {
     # kind: (required fields, optional fields)
     "numeric": ({"answer_regex"}, {"expected", "expected_from", "rel_tol", "abs_tol"}),
+    "value": ({"expected"}, {"near", "rel_tol", "abs_tol"}),
     "cites": ({"from_step", "regex"}, set()),
     "tool_used": ({"tool"}, {"min", "agent"}),
     "tool_avoided": ({"tool"}, set()),
