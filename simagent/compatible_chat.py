@@ -17,7 +17,7 @@ server in ``tests/test_local_server.py``):
   the classic ``max_tokens`` is sent beside it. A request with neither makes the server
   write until the model ends its reply or ``n_ctx`` is full (minutes for a small model on
   a few cores, and a random one may never end), so every request carries a limit: the
-  configured ``max_output``, else :func:`reply_limit` of the window.
+  configured ``max_output``, else ``context.thresholds.reply_limit`` of the window.
 - A system message whose content is a list of text blocks (simagent's prompt is built
   of blocks) fails validation there with an HTTP 500: text-only content goes as a string.
   So does an assistant message whose content is null (what langchain sends for a reply
@@ -47,6 +47,7 @@ from langchain_core.messages import AIMessageChunk
 from langchain_core.outputs import ChatGenerationChunk
 from langchain_openai import ChatOpenAI
 
+from simagent.context.thresholds import reply_limit
 from simagent.provider_errors import INCOMPLETE_CALLS_KEY, EmptyReplyStream
 from simagent.text_tool_calls import offered_tools, text_tool_call
 
@@ -55,17 +56,6 @@ TEXT_CALL_KEY = "simagent_text_tool_call"
 
 #: How long resolving a model may wait for a server to say its window (seconds).
 PROBE_TIMEOUT_S = 2.0
-#: The longest reply asked of a server when no ``max_output`` is configured (tokens);
-#: smaller windows get a quarter of theirs (:func:`reply_limit`).
-DEFAULT_REPLY_TOKENS = 2048
-
-
-def reply_limit(window: int | None) -> int:
-    """The reply limit sent when none is configured: a quarter of the window, at most
-    :data:`DEFAULT_REPLY_TOKENS` (the whole of it when the window is unknown)."""
-    if not window:
-        return DEFAULT_REPLY_TOKENS
-    return max(1, min(DEFAULT_REPLY_TOKENS, window // 4))
 
 
 class CompatibleChatOpenAI(ChatOpenAI):

@@ -21,13 +21,18 @@ from simagent.agent.prompts import GROUND_RULES
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.agent.small_tier import (
-    SMALL_REPLY_TOKENS,
     SMALL_RULES,
     code_in_text,
     ran_a_tool,
 )
 from simagent.bench.policies import POLICIES
-from simagent.context.thresholds import ContextSettings, model_tier, small_agent
+from simagent.context.thresholds import (
+    SMALL_REPLY_TOKENS,
+    ContextSettings,
+    model_tier,
+    reply_limit,
+    small_agent,
+)
 from simagent.session import Session
 
 FORCED = {"type": "function", "function": {"name": "run_python"}}
@@ -90,6 +95,17 @@ def test_a_small_model_at_8k_sees_one_tool_and_a_short_prompt(workspace: Path) -
     assert str(workspace) in prompt
     assert "scipy-overview:" in prompt and "SKILL.md" in prompt  # skills by name and path
     assert len(prompt) < 2500
+
+
+def test_a_small_models_reply_limit_fits_what_the_budget_reserves(workspace: Path) -> None:
+    """At a 2k window the budget reserves a quarter (512) for the reply; the small tier
+    asked for its 1,024 regardless, so a full request could not fit. A configured
+    ``max_output`` is what the budget reserves, and the limit too."""
+    model = play(workspace, "scripted:qwen2.5-coder-0.5b", 2048)
+    assert model.limits == [reply_limit(2048)] * 2 == [512] * 2
+    model = play(workspace, "scripted:qwen2.5-coder-0.5b", 8192,
+                 ContextSettings(max_output_tokens=300))
+    assert model.limits == [300] * 2
 
 
 def test_a_small_model_at_16k_also_sees_read_file(workspace: Path) -> None:

@@ -187,14 +187,18 @@ def skill_sources(session: Session) -> list[tuple[str, str]]:
     return sources
 
 
-def small_model_middleware(session: Session, window: int,
+def small_model_middleware(session: Session, thresholds: th.Thresholds,
                            settings: th.ContextSettings) -> SmallModelMiddleware:
-    """The small model's prompt and tools for this session (``agent/small_tier.py``)."""
+    """The small model's prompt, tools and reply limit for this session
+    (``agent/small_tier.py``); the limit never passes the output the budget reserves."""
     sources = [Path(path) for path, _label in skill_sources(session)]
+    window = thresholds.window
     return SmallModelMiddleware(small_prompt(session.simulator, session.workspace,
                                              skill_names(sources)),
                                 th.small_agent_tools(window),
-                                force_call=settings.small_agent_force_call)
+                                force_call=settings.small_agent_force_call,
+                                reply_tokens=th.reply_limit(window, small=True,
+                                                            reserved=thresholds.max_output))
 
 
 @dataclass
@@ -235,8 +239,7 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
     if settings.slim_tools:  # outside the context layers: they measure what is sent
         middleware.insert(2, SlimToolsMiddleware())
     if agent == "main" and th.small_agent(model_id, settings):
-        middleware.insert(-1, small_model_middleware(session, context.thresholds.window,
-                                                     settings))
+        middleware.insert(-1, small_model_middleware(session, context.thresholds, settings))
     if agent == "main":
         middleware += [WatchdogMiddleware(session.trace, settings, agent=agent),
                        CostCeilingMiddleware(session.trace, session.usage, settings),

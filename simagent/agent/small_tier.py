@@ -19,7 +19,8 @@ So, for the models :func:`simagent.context.thresholds.small_agent` names:
   measured: llama-cpp-python checks the grammar against all 151k tokens of Qwen's
   vocabulary at every step, and on the bench's 2 loaded cores the first forced call of
   a 0.5B model had not finished after 11 minutes;
-- each reply is limited to :data:`SMALL_REPLY_TOKENS` unless the request sets a limit;
+- each reply is limited to ``thresholds.reply_limit(window, small=True)`` unless the
+  request sets a limit;
 - a reply that writes its code as text (calls of invented tools, broken JSON, or a
   fenced Python block before anything ran) is read as the ``run_python`` call it meant
   (:func:`code_in_text`); an exact call of an offered tool is already read as one by
@@ -60,11 +61,6 @@ SHORT_DESCRIPTIONS = {
     "read_file": "Read a text file (absolute path); `offset` and `limit` page it.",
 }
 FORCED_TOOL = "run_python"
-#: A small model's reply limit (tokens): a code cell or a short answer fits; without one a
-#: 0.5B model decoding a string under a grammar can write until the window is full (at a
-#: few tokens a second on a loaded CPU, half an hour). A call cut here gets the recovery
-#: nudge (``agent/recovery.py``).
-SMALL_REPLY_TOKENS = 1024
 
 
 def skill_names(sources: Sequence[str | Path]) -> list[tuple[str, Path]]:
@@ -166,9 +162,11 @@ def ran_a_tool(messages: Sequence[Any]) -> bool:
 class SmallModelMiddleware(AgentMiddleware):
     """The small model's request (see the module docstring)."""
 
-    def __init__(self, prompt: str, tools: Sequence[str], *, force_call: bool = False) -> None:
+    def __init__(self, prompt: str, tools: Sequence[str], *, reply_tokens: int,
+                 force_call: bool = False) -> None:
         super().__init__()
         self.prompt, self.shown, self.force_call = prompt, tuple(tools), force_call
+        self.reply_tokens = reply_tokens
         self._copies: dict[int, Any] = {}
 
     @property
@@ -186,7 +184,7 @@ class SmallModelMiddleware(AgentMiddleware):
                 shown.append(self._copies[id(tool)])
         names = {getattr(t, "name", None) for t in shown}
         force = self.force_call and FORCED_TOOL in names and not ran_a_tool(request.messages)
-        settings = {"max_tokens": SMALL_REPLY_TOKENS, **request.model_settings}
+        settings = {"max_tokens": self.reply_tokens, **request.model_settings}
         return request.override(
             system_message=SystemMessage(prompt), tools=shown, model_settings=settings,
             tool_choice={"type": "function", "function": {"name": FORCED_TOOL}}

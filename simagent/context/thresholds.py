@@ -107,6 +107,14 @@ DEFER_TOOLS_FRACTION = 0.02
 DEFAULT_TOOL_CAPS = {"read_file": 0}
 #: Output reserved for the reply when the model reports no maximum.
 MAX_OUTPUT_FALLBACK = 4_096
+#: The longest reply asked of an OpenAI-compatible server when no ``max_output`` is
+#: configured (tokens): without one it writes until the model ends or ``n_ctx`` is full.
+REPLY_TOKENS = 2_048
+#: A small model's (``agent/small_tier.py``): a code cell or a short answer fits; without
+#: it a 0.5B model decoding a string under a grammar can write until the window is full
+#: (at a few tokens a second on a loaded CPU, half an hour). A call cut here gets the
+#: recovery nudge (``agent/recovery.py``).
+SMALL_REPLY_TOKENS = 1_024
 #: Emergency compaction keeps half of what the failed request held, never fewer messages.
 EMERGENCY_MIN_MESSAGES = 4
 #: Watchdog: this many identical consecutive tool calls (same name, same literal args).
@@ -277,6 +285,20 @@ def effective_window(model_window: int | None, settings: ContextSettings) -> int
 
 def max_output(model_max_output: int | None, settings: ContextSettings) -> int:
     return settings.max_output_tokens or model_max_output or MAX_OUTPUT_FALLBACK
+
+
+def reply_limit(window: int | None, *, small: bool = False,
+                reserved: int | None = None) -> int:
+    """The reply limit a request carries when none is configured: a quarter of the
+    window, at most :data:`REPLY_TOKENS` (:data:`SMALL_REPLY_TOKENS` for a small model;
+    the cap alone when the window is unknown), and never more than ``reserved``, the
+    output the budget set aside (a reply past it would not fit the window)."""
+    limit = SMALL_REPLY_TOKENS if small else REPLY_TOKENS
+    if window:
+        limit = min(limit, window // 4)
+    if reserved:
+        limit = min(limit, reserved)
+    return max(1, limit)
 
 
 def history_budget(window: int, *, system: int, summary: int, tool_defs: int,

@@ -5,7 +5,7 @@ llama.cpp's server for it with ``n_ctx`` = the configured window (``window`` in 
 ``[model]`` config, else :data:`DEFAULT_WINDOW` or the model's trained window if that is
 smaller), and reads back the window the server really loaded: that is the window (and so
 the tier) simagent budgets against. Each reply is limited to ``max_output`` (else a quarter
-of the window, at most ``compatible_chat.DEFAULT_REPLY_TOKENS``), which the budget
+of the window, at most ``context.thresholds.REPLY_TOKENS``), which the budget
 reserves: without a limit the server writes until ``n_ctx`` is full.
 ``ResolvedModel.close`` stops the server. Optional ``[model]`` keys: ``port`` (else a
 free one), ``chat_format`` (else the model's own template). Imports only the standard
