@@ -8,6 +8,7 @@ assumed. Windows are small so that a few dozen kernel calls cross every threshol
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from simagent.context.manual import checkpoint_now, compact_now
 from simagent.context.middleware import current_view
 from simagent.context.recall import recall, request_text
 from simagent.context.summary import CHECKPOINT_SECTIONS
+from simagent.kernel_api.outputs import count_lines
 from simagent.session import Session
 
 BIG = 120_000
@@ -82,6 +84,11 @@ def test_run_python_cap_keeps_head_tail_and_the_error(opened):
     raw = result.artifact["raw_path"]
     assert f"full output: {raw}" in text and Path(raw).read_text().count("\nline ") >= 2999
     assert result.artifact["status"] == "error"
+    # the marker names the omitted lines (tests/test_cut_lines.py pages them back) and the
+    # artifact the output's length, for the placeholder that replaces it later
+    assert result.artifact["lines"] == count_lines(raw) > 3001
+    assert re.search(rf"lines \d+-\d+ of {count_lines(raw)} not shown: _out\[\d+\]\.slice",
+                     text)
 
 
 def test_generic_tool_cap_saves_the_full_result(opened):
@@ -182,10 +189,12 @@ def test_clearing_happens_in_epochs_and_keeps_the_prefix_stable(opened):
     last = reqs[-1]
     placeholders = [m for m in last if isinstance(m, ToolMessage) and "result cleared" in m.text]
     assert placeholders
-    for m in placeholders:  # each names the raw output file, which exists, and its handle
-        path = m.text.split("full output is at ")[1].split(";")[0]
+    for m in placeholders:  # each names the raw output file, which exists, its handle
+        path = m.text.split("full output is at ")[1].split(" ")[0]  # and its true length
         assert Path(path).is_file()
-        assert f"`_out[{int(Path(path).stem)}].tail(k)`" in m.text
+        n, lines = int(Path(path).stem), count_lines(path)
+        assert f"(_out[{n}]: {lines} line" in m.text
+        assert f"`_out[{n}].slice(first, last)`" in m.text
     recent = [m for m in last if isinstance(m, ToolMessage)][-3:]
     assert all("result cleared" not in m.text for m in recent)
 

@@ -8,7 +8,6 @@ import json
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from simagent.context import clearing as cl
-from simagent.context import placeholders as ph
 from simagent.context.counting import count_messages
 
 RAW = "/s/outputs/0007.txt"
@@ -21,35 +20,6 @@ def call(cid: str, name: str = "run_python", code: str = "x = 1") -> AIMessage:
 
 def result(cid: str, text: str = "out", **kw) -> ToolMessage:
     return ToolMessage(text, tool_call_id=cid, **kw)
-
-
-def test_raw_path_from_the_artifact_or_the_markers():
-    assert ph.raw_path_of(result("a", artifact={"raw_path": RAW})) == RAW
-    assert ph.raw_path_of(result("a", "x [full output: /p/outputs/0003.txt]")) == \
-        "/p/outputs/0003.txt"
-    assert ph.raw_path_of(result("a", "see full result: /tmp/r.txt")) == "/tmp/r.txt"
-    assert ph.raw_path_of(result("a", "saved in the filesystem at this path: /l/x.txt, ok")) \
-        == "/l/x.txt"
-    assert ph.raw_path_of(result("a", "nothing here")) is None
-    assert ph.raw_path_of(result("a", "x", artifact={"raw_path": ""})) is None
-    assert ph.raw_path_of(result("a", "x", artifact="not a dict")) is None
-    assert ph.execution_of(result("a", artifact={"raw_path": RAW})) == 7
-    assert ph.execution_of(result("a", "see full result: /tmp/r.txt")) is None
-
-
-def test_recovery_hints_name_the_handle_the_path_or_the_call():
-    assert ph.recovery_hint(result("a", artifact={"raw_path": RAW}), "run_python") == (
-        f"the full output is at {RAW}; query it in the kernel with `_out[7].tail(k)`, "
-        "`.grep(pattern)` or `.head(k)` (or page it with `read_file` offset/limit)")
-    assert ph.recovery_hint(result("a", "full result: /tmp/r.txt "), "grep") == \
-        "the full output is at /tmp/r.txt (page it with `read_file` offset/limit)"
-    assert ph.recovery_hint(result("a"), "read_file") == \
-        "read the file again with `read_file` (same arguments)"
-    assert ph.recovery_hint(result("a"), "glob") == "run `glob` again"
-    assert ph.recovery_hint(result("a"), None) == "re-run the call above if you need it"
-    assert ph.recovery_hint(result("a"), "other") == "re-run the call above if you need it"
-    assert ph.placeholder(result("a"), "ls") == \
-        "[result cleared to save context; run `ls` again]"
 
 
 def test_tool_names_and_cleared_marks():

@@ -7,6 +7,7 @@ written here; everything else runs in a real ipykernel started by simagent's sup
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,8 +95,9 @@ def test_out_in_the_kernel_survives_a_restart(kernel: Kernel) -> None:
     first = kernel.execute("for k in range(3000):\n    print(f'row {k} val={k * 1.5:.3e}')\n"
                            "print('final=42')")
     assert first.ok
-    # the model-facing text names the handle next to the path
-    assert "in the kernel: _out[1].tail(k) / .grep(pattern)" in first.model_text(cap=2000)
+    # the model-facing text names the handle next to the path, with the omitted lines
+    assert re.search(r"not shown: _out\[1\]\.slice\(\d+, \d+\) or \.grep\(pattern\)",
+                     first.model_text(cap=2000))
     kernel.execute("1/0")
     r = kernel.execute("print(_out[1].grep('final'), _out[-1].status)\n"
                        "print(_out[-1].error.splitlines()[-1]); print(_out[-2].code[:8])\n"
@@ -121,7 +123,7 @@ def test_a_cleared_result_names_its_handle() -> None:
     msg = ToolMessage("...", tool_call_id="c1",
                       artifact={"raw_path": "/s/sessions/x/outputs/0007.txt"})
     hint = recovery_hint(msg, "run_python")
-    assert "`_out[7].tail(k)`" in hint and "/s/sessions/x/outputs/0007.txt" in hint
+    assert "`_out[7].slice(first, last)`" in hint and "/s/sessions/x/outputs/0007.txt" in hint
     other = ToolMessage("...", tool_call_id="c2", artifact={"raw_path": "/s/evicted/c2"})
     assert "_out" not in recovery_hint(other, "execute")
 

@@ -24,6 +24,7 @@ from simagent.context.thresholds import ContextSettings, tool_cap
 from simagent.kernel.attach import MODEL_MAY_NOT_RESET
 from simagent.kernel.digesters import output_digester
 from simagent.kernel_api.figures import is_figure_id, render_caption
+from simagent.kernel_api.outputs import count_lines
 from simagent.tool_names import (
     RECALL,
     RECORD_ATTEMPT,
@@ -79,7 +80,9 @@ def make_run_python(session: Session, settings: ContextSettings | None = None) -
         text, result = run_python_text(session, code, cap=cap, on_output=on_output,
                                        timeout_s=timeout_s, tool_call_id=call_id)
         raw = str(result.raw_path) if result.raw_path else None
-        return text, {"raw_path": raw, "status": result.status, "recovery": result.recovery}
+        # the line count lets a placeholder say how long the output is once cleared
+        return text, {"raw_path": raw, "status": result.status, "recovery": result.recovery,
+                      "lines": count_lines(raw) if raw else None}
 
     return run_python
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from langchain_core.messages import ToolMessage
 
 from simagent.head_tail import head_and_tail
+from simagent.kernel.cut_lines import cut_note, file_slice, text_cut
 from simagent.paths import private_dir, write_private
 from simagent.tool_names import SELF_CAPPING
 from simagent.trace.redact import redact
@@ -29,13 +30,16 @@ def safe_name(call_id: str) -> str:
 
 
 def cap_text(text: str, cap: int, where: str) -> str:
-    """Head + tail of ``text`` in at most about ``cap`` chars, with a marker naming ``where``."""
+    """Head + tail of ``text`` in at most about ``cap`` chars, with a marker naming ``where``
+    and, when it is a saved file, the ``read_file`` page holding the omitted lines."""
     if len(text) <= cap:
         return text
     head, tail = head_and_tail(text, cap)
     omitted = len(text) - len(head) - len(tail)
+    cut = text_cut(text, head, tail) if not where.startswith("(") else None
+    page = cut_note(cut, file_slice(cut)) if cut else "read_file with offset/limit"
     return (f"{head}\n[... {omitted:,} of {len(text):,} chars not shown; full result: {where} "
-            f"(read_file with offset/limit) ...]\n{tail}")
+            f"({page}) ...]\n{tail}")
 
 
 def cap_tool_message(msg: ToolMessage, cap: int, folder: Path | str | None) -> ToolMessage:

@@ -12,6 +12,7 @@ import re
 
 from langchain_core.messages import ToolMessage
 
+from simagent.kernel.cut_lines import parse_cut
 from simagent.kernel_api.outputs import handle, number_of
 
 #: Paths a result may name for its full content (run_python's raw output, an eviction
@@ -39,16 +40,37 @@ def execution_of(msg: ToolMessage) -> int | None:
 
 
 def recovery_hint(msg: ToolMessage, tool_name: str | None) -> str:
-    """How the model gets a cleared result back: a path on disk, or re-running the call."""
+    """How the model gets a cleared result back: where the output is, how long it is,
+    which of its lines the result showed, and the cheapest call that pages lines back (a
+    kernel one-liner for ``_out[n]``, ``read_file`` for a file); else re-running the call."""
     path = raw_path_of(msg)
-    if path:
-        if (n := number_of(path)) is not None:
-            return (f"the full output is at {path}; query it in the kernel with "
-                    f"`{handle(n)}.tail(k)`, `.grep(pattern)` or `.head(k)` "
-                    f"(or page it with `read_file` offset/limit)")
-        return f"the full output is at {path} (page it with `read_file` offset/limit)"
-    return _REREAD.get(tool_name or "", "re-run the call above if you need it")
+    if not path:
+        return _REREAD.get(tool_name or "", "re-run the call above if you need it")
+    facts = line_facts(msg)
+    if (n := number_of(path)) is not None:
+        about = f"{handle(n)}: {facts}" if facts else handle(n)
+        return (f"the full output is at {path} ({about}); page it back with "
+                f"`{handle(n)}.slice(first, last)`, `.grep(pattern)` or `.tail(k)`")
+    about = f"{facts}; " if facts else ""
+    return f"the full output is at {path} ({about}page it with `read_file` offset/limit)"
+
+
+def line_facts(msg: ToolMessage) -> str:
+    """``1002 lines; shown: 1-24, 926-1002``: the output's length and, when a cap cut
+    it, the line ranges the result kept (what the model read, so what it may want back);
+    "" when neither is known."""
+    cut = parse_cut(msg.text)
+    artifact = msg.artifact if isinstance(msg.artifact, dict) else {}
+    total = cut.total if cut else artifact.get("lines")
+    if not isinstance(total, int):
+        return ""
+    facts = f"{total} line{'s' * (total != 1)}"
+    if cut and cut.shown:
+        facts += "; shown: " + ", ".join(f"{a}-{b}" if a < b else str(a)
+                                            for a, b in cut.shown)
+    return facts
 
 
 def placeholder(msg: ToolMessage, tool_name: str | None) -> str:
+    """The text a cleared result becomes (sent on every later request: keep it short)."""
     return f"[result cleared to save context; {recovery_hint(msg, tool_name)}]"

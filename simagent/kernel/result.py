@@ -2,7 +2,8 @@
 
 Caps live here and nowhere else: the model-facing text is tail-capped (the end of a
 run is where results and errors are), values and errors are capped at 64 KiB, and the
-marker always says how much was dropped and where the full raw output is on disk.
+marker always says how much was dropped and where the full raw output is on disk, and
+which of its lines were left out when the raw file shows that for sure (``cut_lines``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from simagent.head_tail import head_and_tail
+from simagent.kernel.cut_lines import Cut, cut_note, kernel_slice, locate_cut
 from simagent.kernel.terminal import ESC_SEQ_RE
 from simagent.kernel_api.outputs import handle, number_of
 
@@ -182,18 +184,28 @@ class ExecResult:
                          f"[end of digest; the output's end follows]\n")
                 budget = max(budget - len(block), cap // 8)
             head, kept = head_and_tail(streams, budget, with_head=self.rows_dropped == 0)
-            marker = self.truncation_marker(len(head) + len(kept))
+            marker = self.truncation_marker(len(head) + len(kept),
+                                            self._cut(streams, head, kept))
             streams = f"{head}{marker}\n{block}{kept}" if head else f"{marker}\n{block}{kept}"
         text = "\n".join(p for p in (streams, tail) if p)
         if not text:
             return "(no output)" if self.status == "ok" else f"[{self.status}]"
         return text
 
-    def truncation_marker(self, shown_chars: int) -> str:
+    def _cut(self, streams: str, head: str, tail: str) -> Cut | None:
+        """The raw lines the cut left out, when the raw file shows them as the model's
+        head and tail (stderr interleaves there, so only stdout-only output is tried)."""
+        if self.stderr or number_of(self.raw_path) is None:
+            return None
+        whole = len(tail) == len(streams) or streams[-len(tail) - 1] == "\n"
+        return locate_cut(self.raw_path, head, tail, tail_whole=whole)  # type: ignore[arg-type]
+
+    def truncation_marker(self, shown_chars: int, cut: Cut | None = None) -> str:
         where = f"full output: {self.raw_path}" if self.raw_path else "full output not kept"
 
         if (n := number_of(self.raw_path)) is not None:
-            where += f"; in the kernel: {handle(n)}.tail(k) / .grep(pattern)"
+            where += (f"; {cut_note(cut, kernel_slice(n, cut))} or .grep(pattern)" if cut
+                      else f"; in the kernel: {handle(n)}.tail(k) / .grep(pattern)")
         if self.rows_dropped == 0:
             return (f"[output truncated: {_size(shown_chars)} of {_size(self.raw_chars)} "
                     f"printed are shown (head and tail); {where}]")

@@ -220,15 +220,7 @@ class OutputRecord:
 
     def line_count(self) -> int:
         """Lines in the output (streams the file once)."""
-        n, last = 0, b"\n"
-        try:
-            with open(self.path, "rb") as fh:
-                while block := fh.read(_BLOCK):
-                    n += block.count(b"\n")
-                    last = block[-1:]
-        except OSError:
-            return 0
-        return n + (last != b"\n")
+        return count_lines(self.path)
 
     def grep(self, pattern: str, context: int = 0, *, ignore_case: bool = False,
              max_matches: int = GREP_MAX) -> Lines:
@@ -326,6 +318,19 @@ class Outputs:
         span = f"{nums[0]}..{nums[-1]}" if nums else "none yet"
         return (f"_out: {len(nums)} execution(s) ({span}); _out[n].tail(k), .head(k), "
                 f".grep(pattern, context=0), .text, .code, .error, .figures")
+
+
+def count_lines(path: str | os.PathLike[str]) -> int:
+    """Lines in a raw output file, as ``_out[n]`` numbers them (0 if it cannot be read)."""
+    n, last = 0, b"\n"
+    try:
+        with open(path, "rb") as fh:
+            while block := fh.read(_BLOCK):
+                n += block.count(b"\n")
+                last = block[-1:]
+    except OSError:
+        return 0
+    return n + (last != b"\n")
 
 
 def _split(text: str) -> list[str]:
