@@ -17,7 +17,7 @@ server in ``tests/test_local_server.py``):
   the classic ``max_tokens`` is sent beside it. A request with neither makes the server
   write until the model ends its reply or ``n_ctx`` is full (minutes for a small model on
   a few cores, and a random one may never end), so every request carries a limit: the
-  configured ``max_output``, else ``context.thresholds.reply_limit`` of the window.
+  configured ``max_output``, else :func:`reply_limit` of the window.
 - A system message whose content is a list of text blocks (simagent's prompt is built
   of blocks) fails validation there with an HTTP 500: text-only content goes as a string.
   So does an assistant message whose content is null (what langchain sends for a reply
@@ -30,6 +30,11 @@ server in ``tests/test_local_server.py``):
   call of an offered tool is read as that call (:mod:`simagent.text_tool_calls`).
 - Streamed chunks never carry ``usage``; the trace then records simagent's own count
   (``source: estimated``), as for any provider that reports none.
+- The server generates a streamed reply for as long as its connection is open, and
+  looks only between chunks: a reply the user abandoned (ctrl+C, ``simagent.turns``)
+  would run to its token limit, holding the one model every later request waits for.
+  The stream raises ``TurnAbandoned`` at its next chunk and closes the response, so the
+  server stops generating there.
 
 :func:`server_window` reads the window a running server really loaded, where it says it.
 """
@@ -47,15 +52,26 @@ from langchain_core.messages import AIMessageChunk
 from langchain_core.outputs import ChatGenerationChunk
 from langchain_openai import ChatOpenAI
 
-from simagent.context.thresholds import reply_limit
 from simagent.provider_errors import INCOMPLETE_CALLS_KEY, EmptyReplyStream
 from simagent.text_tool_calls import offered_tools, text_tool_call
+from simagent.turns import check_abandoned
 
 #: ``response_metadata`` key on a reply whose tool call was read from its text.
 TEXT_CALL_KEY = "simagent_text_tool_call"
 
 #: How long resolving a model may wait for a server to say its window (seconds).
 PROBE_TIMEOUT_S = 2.0
+#: The longest reply asked of a server when no ``max_output`` is configured (tokens);
+#: smaller windows get a quarter of theirs (:func:`reply_limit`).
+DEFAULT_REPLY_TOKENS = 2048
+
+
+def reply_limit(window: int | None) -> int:
+    """The reply limit sent when none is configured: a quarter of the window, at most
+    :data:`DEFAULT_REPLY_TOKENS` (the whole of it when the window is unknown)."""
+    if not window:
+        return DEFAULT_REPLY_TOKENS
+    return max(1, min(DEFAULT_REPLY_TOKENS, window // 4))
 
 
 class CompatibleChatOpenAI(ChatOpenAI):
@@ -86,15 +102,25 @@ class CompatibleChatOpenAI(ChatOpenAI):
     def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None,
                 **kwargs: Any) -> Iterator[Any]:
         calls = StreamedCalls()
-        for chunk in super()._stream(messages, stop, run_manager, **kwargs):
-            yield calls.see(chunk)
+        stream = super()._stream(messages, stop, run_manager, **kwargs)
+        try:
+            for chunk in stream:
+                check_abandoned()  # closing the stream (below) stops the server generating
+                yield calls.see(chunk)
+        finally:
+            stream.close()
         yield from self._after_stream(calls, messages, stop, kwargs)
 
     async def _astream(self, messages: Any, stop: Any = None, run_manager: Any = None,
                        **kwargs: Any) -> AsyncIterator[Any]:
         calls = StreamedCalls()
-        async for chunk in super()._astream(messages, stop, run_manager, **kwargs):
-            yield calls.see(chunk)
+        stream = super()._astream(messages, stop, run_manager, **kwargs)
+        try:
+            async for chunk in stream:
+                check_abandoned()
+                yield calls.see(chunk)
+        finally:
+            await stream.aclose()
         for chunk in self._after_stream(calls, messages, stop, kwargs):
             yield chunk
 

@@ -8,7 +8,9 @@ in a socket read that no flag or signal reaches. So ``TurnRunner`` runs the grap
 pump thread and, when a cancelled turn does not stop within ``ABANDON_AFTER_S``, returns
 without it: the turn is *abandoned*.
 
-The pump goes on until the blocked call returns. Its late reply must not land in the
+The pump goes on until the blocked call returns; a streaming model client ends it at the
+reply's next chunk (:func:`check_abandoned`), closing the stream so that a server which
+generates only for the connection (llama.cpp's) stops too. Its late reply must not land in the
 thread's state, where a newer turn may be running by then. Each graph run carries its
 turn number in a context variable (langgraph and langchain copy the context into the
 threads that run nodes and tools); ``AbandonGuard``, the outermost middleware of every
@@ -30,8 +32,9 @@ import threading
 #: How long a cancelled turn may take to stop before it is abandoned (seconds).
 ABANDON_AFTER_S = 1.5
 
-_CURRENT: contextvars.ContextVar[int | None] = contextvars.ContextVar("simagent_turn",
-                                                                      default=None)
+#: The graph run the calling context belongs to: its registry and turn number.
+_CURRENT: contextvars.ContextVar[tuple[TurnRegistry, int] | None] = contextvars.ContextVar(
+    "simagent_turn", default=None)
 
 
 class TurnAbandoned(BaseException):
@@ -89,17 +92,31 @@ class TurnRegistry:
         with self._lock:
             return turn is not None and turn in self._abandoned
 
-    @staticmethod
-    def bind(turn: int) -> None:
-        """Mark the calling thread's context as running ``turn``."""
-        _CURRENT.set(turn)
+    def bind(self, turn: int) -> None:
+        """Mark the calling thread's context as running ``turn`` of this registry."""
+        _CURRENT.set((self, turn))
+
+    def _current(self) -> int | None:
+        """The turn of this registry the calling context runs, if any."""
+        bound = _CURRENT.get()
+        return bound[1] if bound is not None and bound[0] is self else None
 
     def current_abandoned(self) -> bool:
-        """Whether the calling context runs a turn that was abandoned."""
-        return self.is_abandoned(_CURRENT.get())
+        """Whether the calling context runs a turn of this registry that was abandoned."""
+        return self.is_abandoned(self._current())
 
     def check(self) -> None:
         """Raise ``TurnAbandoned`` inside a run of an abandoned turn; else nothing."""
-        turn = _CURRENT.get()
+        turn = self._current()
         if self.is_abandoned(turn):
             raise TurnAbandoned(f"turn {turn} was abandoned")
+
+
+def check_abandoned() -> None:
+    """Raise ``TurnAbandoned`` when the calling context runs an abandoned turn, whichever
+    registry numbered it. For the code that holds no registry but can stop an abandoned
+    call's work: a model client closes its reply stream with it, so the server stops
+    generating (``simagent.compatible_chat``)."""
+    bound = _CURRENT.get()
+    if bound is not None:
+        bound[0].check()
