@@ -13,7 +13,7 @@ import pytest
 from simagent.context.capping import cap_text
 from simagent.head_tail import head_and_tail
 from simagent.kernel import Kernel
-from simagent.kernel.cut_lines import Cut, locate_cut, parse_cut, text_cut
+from simagent.kernel.cut_lines import MAX_END_BYTES, Cut, locate_cut, parse_cut, text_cut
 from simagent.kernel.terminal import render_text
 from simagent.paths import SessionPaths
 
@@ -101,6 +101,17 @@ def test_the_latest_place_the_tail_matches_wins(tmp_path: Path) -> None:
     block = "".join(f"iter {i}\n" for i in range(5))
     raw = _write(tmp_path, "start\n" + block * 4)
     assert locate_cut(raw, "start\n", block, tail_whole=True) == Cut(2, 16, 21)
+
+
+def test_the_tail_is_searched_from_the_end_within_a_bound(tmp_path: Path) -> None:
+    rows = [f"row {i}" for i in range(100)]
+    head, tail = "\n".join(rows[:10]) + "\n", "\n".join(rows[90:]) + "\n"
+    after = "".join(f"display {i} " + "d" * 80 + "\n" for i in range(15_000))  # ~1.4 MB
+    raw = _write(tmp_path, "\n".join(rows) + "\n" + after)
+    assert locate_cut(raw, head, tail, tail_whole=True) == Cut(11, 90, 15_100)
+    raw.write_text("\n".join(rows) + "\n" + after * 4)  # past MAX_END_BYTES: not searched
+    assert len(after * 4) > MAX_END_BYTES
+    assert locate_cut(raw, head, tail, tail_whole=True) is None
 
 
 @pytest.fixture(scope="module")

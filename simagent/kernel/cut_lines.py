@@ -18,18 +18,17 @@ useless read, a missing one only the old marker.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from simagent.kernel.digesters import DigestTimeout, iter_raw_lines
+from simagent.kernel.digesters import iter_raw_lines
 from simagent.kernel.terminal import ESC_SEQ_RE, collapse_cr
-from simagent.kernel_api.outputs import handle
+from simagent.kernel_api.outputs import count_lines, handle
 
-#: Consecutive tail rows searched for in the raw file to find where the tail starts.
-PROBE_ROWS = 3
-#: Seconds the search may take (it streams the file once: a 200 MB log takes a few).
-LOCATE_TIMEOUT_S = 20.0
+#: Bytes of the file's end first searched for the tail (x4 per try, up to the max: a
+#: tail's raw bytes may hold progress redraws, and displays or a traceback follow it).
+_END_BYTES = 1 << 20
+MAX_END_BYTES = 4 << 20
 #: The note as a marker or placeholder writes it; ``CUT_RE`` reads it back.
 CUT_RE = re.compile(r"lines (\d+)-(\d+) of (\d+) not shown")
 
@@ -95,13 +94,15 @@ def _norm(raw: str) -> str:
     return line.rstrip()
 
 
-def locate_cut(raw_path: str | Path, head: str, tail: str, *, tail_whole: bool,
-               timeout_s: float = LOCATE_TIMEOUT_S) -> Cut | None:
+def locate_cut(raw_path: str | Path, head: str, tail: str, *,
+               tail_whole: bool) -> Cut | None:
     """The raw lines between a rendered ``head`` and ``tail``, or None unless the head is
     the file's first lines and the tail a run of its lines after them, row for row.
 
     ``tail_whole``: the tail starts at a line start (else its first row is the end of a
-    line, which then counts as not shown). The latest place the tail matches wins.
+    line, which then counts as not shown). The latest place the tail matches wins. Only
+    the head's lines and the file's end are read (and its newlines counted), so a 200 MB
+    log costs about what its tail does.
     """
     heads = head.split("\n")[:-1]  # whole rows; a partial last one is part of the cut
     rows = tail.split("\n")
@@ -109,30 +110,61 @@ def locate_cut(raw_path: str | Path, head: str, tail: str, *, tail_whole: bool,
         rows.pop()
     lead = 0 if tail_whole else 1
     want = rows[lead:]
-    probe = want[:PROBE_ROWS]
-    if not probe:
+    if not want or not _starts_with(raw_path, heads):
         return None
-    recent: list[str] = []  # the last len(probe) lines
-    start, after, total = 0, [], 0
-    try:
-        for i, raw in enumerate(iter_raw_lines(raw_path, time.monotonic() + timeout_s), 1):
-            line = _norm(raw)
-            total = i
-            if i <= len(heads):
-                if line != heads[i - 1]:
-                    return None
-                continue
-            if len(after) < len(want):
-                after.append(line)
-            recent.append(line)
-            if len(recent) > len(probe):
-                del recent[0]
-            if recent == probe and i - len(probe) + 1 > len(heads) + lead:
-                start = i - len(probe) + 1
-                after = list(probe)
-    except (OSError, DigestTimeout):
-        return None
-    if not start or after != want:
-        return None
+    total = count_lines(raw_path)
+    room = _END_BYTES
+    while True:
+        end, whole = _last_lines(raw_path, room)
+        start = _last_match(end, want)
+        if start is not None:
+            start += total - len(end) + 1  # a 1-based line number in the file
+            break
+        if whole or room >= MAX_END_BYTES:
+            return None
+        room *= 4
     first, last = len(heads) + 1, start - 1
-    return Cut(first, last, total) if first <= last else None
+    return Cut(first, last, total) if first <= last and start > len(heads) + lead else None
+
+
+def _starts_with(raw_path: str | Path, heads: list[str]) -> bool:
+    """Whether the file's first lines are ``heads`` (as rendered)."""
+    if not heads:
+        return Path(raw_path).is_file()
+    try:
+        for i, raw in enumerate(iter_raw_lines(raw_path)):
+            if _norm(raw) != heads[i]:
+                return False
+            if i + 1 == len(heads):
+                return True
+    except OSError:
+        return False
+    return False
+
+
+def _last_lines(raw_path: str | Path, room: int) -> tuple[list[str], bool]:
+    """The file's last whole lines within about ``room`` bytes, rendered, and whether
+    that is the whole file."""
+    try:
+        with open(raw_path, "rb") as fh:
+            size = fh.seek(0, 2)
+            pos = max(0, size - room)
+            fh.seek(pos)
+            data = fh.read()
+    except OSError:
+        return [], True
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if pos > 0:
+        lines = lines[1:]  # it may start inside a line
+    return [_norm(x) for x in lines], pos == 0
+
+
+def _last_match(lines: list[str], want: list[str]) -> int | None:
+    """The index of the last run of ``lines`` equal to ``want``."""
+    n = len(want)
+    for j in range(len(lines) - n, -1, -1):
+        if lines[j] == want[0] and lines[j:j + n] == want:
+            return j
+    return None
