@@ -15,7 +15,12 @@ CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def write_tiny_gguf(path: Path, *, trained_window: int = 65536, seed: int = 0) -> Path:
+def write_tiny_gguf(path: Path, *, trained_window: int = 65536, seed: int = 0,
+                    favour: bytes = b"") -> Path:
+    """``favour``: bytes the model writes often (about one token in five at temperature
+    0.7, each), whatever the prompt: every embedding carries a constant feature that only
+    these bytes' output rows read. A string argument decoded under a grammar then ends
+    within a few tokens when ``favour`` is ``b'"'``, so a forced call is complete."""
     import gguf
     import numpy as np
 
@@ -49,7 +54,14 @@ def write_tiny_gguf(path: Path, *, trained_window: int = 65536, seed: int = 0) -
               ("blk.0.ffn_down", (emb, ff))]
     shapes += [(f"blk.0.attn_{x}", (emb, emb)) for x in ("q", "k", "v", "output")]
     for name, shape in shapes:
-        w.add_tensor(name + ".weight", rnd(*shape))
+        weights = rnd(*shape)
+        if favour and name == "token_embd":
+            weights[:, 0] = 1.0  # dominates the normed state: about 8 after RMS norm
+        elif favour and name == "output":
+            weights[:, 0] = 0.0
+            for byte in favour:
+                weights[3 + byte, 0] = 0.38  # a logit of about 3 over the others' 0
+        w.add_tensor(name + ".weight", weights)
     for name in ("output_norm", "blk.0.attn_norm", "blk.0.ffn_norm"):
         w.add_tensor(name + ".weight", np.ones(emb, np.float32))
     w.write_header_to_file()

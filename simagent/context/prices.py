@@ -35,7 +35,7 @@ class Price(NamedTuple):
 FREE = Price(0.0, 0.0, 0.0)
 
 #: Providers (the ``provider:`` prefix of a model id) whose calls cost nothing here.
-FREE_PROVIDERS = frozenset({"scripted", "replay", "ollama", "openai-compatible"})
+FREE_PROVIDERS = frozenset({"scripted", "replay", "ollama", "openai-compatible", "local"})
 
 #: Keys are matched as whole words inside the model name; the longest match wins, so
 #: ``gpt-4o-mini`` beats ``gpt-4o`` and ``claude-sonnet-4-5-20250929`` finds sonnet-4-5.
