@@ -3,7 +3,11 @@
 A placeholder is sent on every later request, so it stays short; it names where the
 content lives and the cheapest way to page it back (a kernel one-liner on ``_out[n]``,
 ``read_file`` on a path, or the call again), because re-reading a fact is part of what
-clearing costs.
+clearing costs. It says how long the output is and which lines the result showed, so the
+model can ask for just those (``_out[7].slice(926, 1002)``). Everything in it comes from
+the result itself (its text, whose cap marker names the cut, and its artifact, which
+carries the line count), never from the disk now: it is the same bytes on every request,
+as the prompt cache needs.
 """
 
 from __future__ import annotations
