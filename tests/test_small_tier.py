@@ -22,6 +22,7 @@ from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.agent.small_tier import (
     SMALL_RULES,
+    SmallModelMiddleware,
     code_in_text,
     ran_a_tool,
 )
@@ -52,6 +53,11 @@ class BindingRecorder(ScriptedChatModel):
         self.bindings.append((names, tool_choice))
         self.limits.append(kwargs.get("max_tokens"))
         return super().bind_tools(tools, tool_choice=tool_choice, **kwargs)
+
+    def bind(self, **kwargs: Any) -> Any:  # a request without tools (the answer step)
+        self.bindings.append(([], None))
+        self.limits.append(kwargs.get("max_tokens"))
+        return super().bind(**kwargs)
 
 
 def play(workspace: Path, name: str, window: int,
@@ -88,7 +94,7 @@ def test_the_tier_places_sub_billion_models_by_name() -> None:
 
 def test_a_small_model_at_8k_sees_one_tool_and_a_short_prompt(workspace: Path) -> None:
     model = play(workspace, "scripted:qwen2.5-coder-0.5b", 8192)
-    assert model.bindings == [(["run_python"], None), (["run_python"], None)]
+    assert model.bindings == [(["run_python"], FORCED), ([], None)]
     assert model.limits == [SMALL_REPLY_TOKENS] * 2
     prompt = system_text(model, 0)
     assert prompt.startswith(SMALL_RULES) and GROUND_RULES not in prompt
@@ -110,13 +116,26 @@ def test_a_small_models_reply_limit_fits_what_the_budget_reserves(workspace: Pat
 
 def test_a_small_model_at_16k_also_sees_read_file(workspace: Path) -> None:
     model = play(workspace, "scripted:qwen2.5-coder-0.5b", 16384)
-    assert model.bindings[0] == (["read_file", "run_python"], None)
+    assert model.bindings[0] == (["read_file", "run_python"], FORCED)
 
 
-def test_with_force_call_the_first_call_of_a_turn_names_run_python(workspace: Path) -> None:
-    model = play(workspace, "scripted:qwen2.5-coder-0.5b", 8192,
-                 ContextSettings(small_agent_force_call=True))
-    assert model.bindings == [(["run_python"], FORCED), (["run_python"], None)]
+def test_the_answer_step_is_a_plain_question_with_what_the_code_printed(
+        workspace: Path) -> None:
+    """Shown its exchange as tool calls, the 0.5B model re-sent the call that had printed
+    the answer until its reply limit (live bench, every live workflow); asked plainly, it
+    answered (live-mean passed)."""
+    from langchain_core.messages import HumanMessage
+
+    for force in (True, False):
+        ws = workspace / str(force)
+        ws.mkdir()
+        model = play(ws, "scripted:qwen2.5-coder-0.5b", 8192,
+                     ContextSettings(small_agent_force_call=force))
+        assert model.bindings == [(["run_python"], FORCED if force else None), ([], None)]
+        system, ask = model.requests[1]
+        assert isinstance(ask, HumanMessage) and system.text.startswith(SMALL_RULES)
+        assert ask.text.startswith("What is 6 times 7? Compute it.")
+        assert "Your code printed:\nx = 42" in ask.text
 
 
 def test_the_stock_policy_and_a_large_model_get_the_full_request(tmp_path: Path) -> None:
@@ -142,6 +161,19 @@ def test_the_first_call_of_a_turn_is_the_one_forced(kinds: list[str], ran: bool)
             "tool": lambda: ToolMessage("r", tool_call_id="1"),
             "nudge": lambda: HumanMessage("n", additional_kwargs={"lc_source": "x"})}
     assert ran_a_tool([make[k]() for k in kinds]) is ran
+
+
+@pytest.mark.parametrize(("results", "forced_after"), [
+    ([], True), (["error"], True), (["error", "ok"], False), (["ok"], False)])
+def test_a_call_stays_forced_until_a_result_is_not_an_error(results: list[str],
+                                                            forced_after: bool) -> None:
+    """The 0.5B model's forced first call ended its code string early (a SyntaxError);
+    unforced, its fix was prose and JSON until the reply limit (live bench, live-mean)."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    history = [HumanMessage("q"), *(ToolMessage(
+        "r", tool_call_id=str(i), artifact={"status": s}) for i, s in enumerate(results))]
+    assert ran_a_tool(history, ok=True) is not forced_after
 
 
 #: Qwen2.5-Coder-0.5B's whole reply to the canary on the live bench (8k): two calls of
@@ -178,7 +210,28 @@ def test_a_small_models_code_written_as_text_runs_as_run_python(workspace: Path)
                        "print('x =', x)\"}}"}, {"final": "x is 42."}]
     session_model = play(workspace, "scripted:qwen2.5-coder-0.5b", 8192, steps=steps)
     assert len(session_model.bindings) == 2  # the text became a call; its result went back
-    from langchain_core.messages import ToolMessage
+    assert "x = 42" in session_model.requests[1][-1].text
 
-    (result,) = [m for m in session_model.requests[1] if isinstance(m, ToolMessage)]
-    assert "x = 42" in result.text
+
+def test_text_that_repeats_code_which_ran_is_not_run_again() -> None:
+    """After a call printed the answer, the 0.5B model wrote that same call as text
+    (live-mean, 8k); run again, it only loops to the budget."""
+    from types import SimpleNamespace
+
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    code = "print('x =', 6 * 7)"
+    ran = AIMessage("", tool_calls=[{"name": "run_python", "args": {"code": code},
+                                     "id": "c1", "type": "tool_call"}])
+    history = [HumanMessage("q"), ran, ToolMessage("x = 42", tool_call_id="c1",
+                                                   artifact={"status": "ok"})]
+    text = '{"name": "run_python", "arguments": {"code": "' + code + '"}}'
+    middleware = SmallModelMiddleware("p", ["run_python"], reply_tokens=100)
+    same = middleware.read_code(SimpleNamespace(messages=history),
+                                SimpleNamespace(result=[AIMessage(text)]))
+    assert not same.result[-1].tool_calls  # left as the reply
+    failed = [*history[:2], ToolMessage("NameError", tool_call_id="c1",
+                                        artifact={"status": "error"})]
+    again = middleware.read_code(SimpleNamespace(messages=failed),
+                                 SimpleNamespace(result=[AIMessage(text)]))
+    assert again.result[-1].tool_calls[0]["args"] == {"code": code}  # a retry runs

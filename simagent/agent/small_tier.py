@@ -12,19 +12,23 @@ So, for the models :func:`simagent.context.thresholds.small_agent` names:
   index the middleware above added;
 - the model is shown only :func:`~simagent.context.thresholds.small_agent_tools` (the
   tool node still runs any call of the others), with short descriptions;
-- with ``small_agent_force_call`` (off by default), until the turn has run a tool,
-  ``tool_choice`` names ``run_python``: llama.cpp's server then decodes the arguments
-  under a grammar built from the tool's JSON schema, so the first reply is a valid call
-  that computes instead of a guessed answer. Off because it was too slow where it was
-  measured: llama-cpp-python checks the grammar against all 151k tokens of Qwen's
-  vocabulary at every step, and on the bench's 2 loaded cores the first forced call of
-  a 0.5B model had not finished after 11 minutes;
+- with ``small_agent_force_call`` (on by default), until a call of the turn ran without
+  an error, ``tool_choice`` names ``run_python``: llama.cpp's server then decodes the
+  arguments under a grammar built from the tool's JSON schema, so the reply is a valid
+  call that computes instead of a guessed answer (on the live bench, 0.5B at 8k, about
+  6 s for the call; unforced it guessed a number or wrote prose and code until its reply
+  limit). It was off while a forced call took 11+ minutes on a loaded machine; given
+  its CPU share there, the same call took seconds, so the grammar was not the cost;
+- once a call printed without an error, the next request is the answer step, asked as a
+  plain question (:func:`answer_request`: the question and what the code printed, no
+  tools), which a 0.5B model answers; shown the exchange as tool calls, it re-sent the
+  same call instead;
 - each reply is limited to ``thresholds.reply_limit(window, small=True)`` unless the
   request sets a limit;
 - a reply that writes its code as text (calls of invented tools, broken JSON, or a
   fenced Python block before anything ran) is read as the ``run_python`` call it meant
-  (:func:`code_in_text`); an exact call of an offered tool is already read as one by
-  ``simagent.compatible_chat``.
+  (:func:`code_in_text`), unless it repeats code that already ran without an error;
+  an exact call of an offered tool is already read as one by ``simagent.compatible_chat``.
 
 It sits just outside the context layers, so what they count and the recorder traces is
 the request as sent. Request only: the state and the graph's tools are untouched.
@@ -42,17 +46,27 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
 
+from simagent.context.clearing import is_error
 from simagent.context.counting import MEMORY_MARKER
 from simagent.simulators import Simulator
 
 SMALL_RULES = """\
 You are simagent, a scientist's assistant with a persistent Python kernel.
-Answer by computing: call `run_python` with code that loads the data, computes and \
-prints each result with a label and units. Every number you report must be one your \
-code printed. The kernel keeps variables between calls. If a call fails, fix the code \
-and run it again.
-When the printed output answers the question, reply without a tool call: one or two \
-sentences with the numbers and units, and the files you saved."""
+Answer by computing: first call `run_python` with short code that computes the result \
+and prints it with a label and units; write strings in the code with single quotes. \
+Write no explanation before the call. Every \
+number you report must be one your code printed. The kernel keeps variables between \
+calls. If the code fails, read the error and call `run_python` again with fixed code.
+When the printed output answers the question, reply without a tool call: one sentence \
+with the printed numbers and units, and the files you saved.
+
+Example. Question: "data/run.csv has columns t (s) and T (K). What is the largest T?"
+Call run_python with:
+import pandas as pd
+df = pd.read_csv('data/run.csv')
+print('max T =', df['T'].max(), 'K')
+It prints: max T = 312.5 K
+Reply: The largest T is 312.5 K."""
 
 #: Short model-facing descriptions for the tools a small model is shown.
 SHORT_DESCRIPTIONS = {
@@ -149,14 +163,55 @@ def short_tool(tool: Any) -> Any:
     return tool.model_copy(update={"description": text})
 
 
-def ran_a_tool(messages: Sequence[Any]) -> bool:
-    """Whether the current turn (since the person's last message) has a tool result."""
+def ran_a_tool(messages: Sequence[Any], *, ok: bool = False) -> bool:
+    """Whether the current turn (since the person's last message) has a tool result;
+    with ``ok``, one that is not an error (``clearing.is_error``)."""
     for msg in reversed(messages):
-        if isinstance(msg, ToolMessage):
+        if isinstance(msg, ToolMessage) and not (ok and is_error(msg)):
             return True
         if isinstance(msg, HumanMessage) and not msg.additional_kwargs.get("lc_source"):
             return False
     return False
+
+
+def turn_messages(messages: Sequence[Any]) -> list[Any]:
+    """The current turn's messages (after the person's last message)."""
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if isinstance(msg, HumanMessage) and not msg.additional_kwargs.get("lc_source"):
+            return list(messages[i + 1:])
+    return list(messages)
+
+
+def answer_due(messages: Sequence[Any]) -> bool:
+    """Whether the last message is a tool result that is not an error."""
+    return bool(messages) and isinstance(messages[-1], ToolMessage) \
+        and not is_error(messages[-1])
+
+
+ANSWER_ASK = ("Your code printed:\n{output}\n\nAnswer the question in one sentence, with "
+              "the printed numbers and units.")
+
+
+def answer_request(messages: Sequence[Any]) -> list[Any]:
+    """The answer step as a plain question: the person's question and what the code just
+    printed, no tool calls, no tools. Shown the exchange as tool calls, the 0.5B model
+    re-sent the call that had just printed the answer (as text, until its reply limit),
+    with or without tool schemas, on every live workflow. A call it still writes as text
+    is run unless it repeats code that ran (:func:`ran_ok_code`)."""
+    question = next((m for m in reversed(messages) if isinstance(m, HumanMessage)
+                     and not m.additional_kwargs.get("lc_source")), None)
+    output = messages[-1].text if hasattr(messages[-1], "text") else str(messages[-1].content)
+    ask = ANSWER_ASK.format(output=output.strip())
+    return [HumanMessage(f"{question.text}\n\n{ask}" if question else ask)]
+
+
+def ran_ok_code(messages: Sequence[Any]) -> set[str]:
+    """The ``run_python`` code of this turn's calls whose result was not an error."""
+    turn = turn_messages(messages)
+    ok = {m.tool_call_id for m in turn if isinstance(m, ToolMessage) and not is_error(m)}
+    return {str(c["args"].get("code", "")).strip() for m in turn if isinstance(m, AIMessage)
+            for c in m.tool_calls if c["name"] == FORCED_TOOL and c.get("id") in ok}
 
 
 class SmallModelMiddleware(AgentMiddleware):
@@ -182,18 +237,23 @@ class SmallModelMiddleware(AgentMiddleware):
                 if id(tool) not in self._copies:
                     self._copies[id(tool)] = short_tool(tool)
                 shown.append(self._copies[id(tool)])
+        messages = request.messages
+        if answer_due(messages):
+            shown, messages = [], answer_request(messages)
         names = {getattr(t, "name", None) for t in shown}
-        force = self.force_call and FORCED_TOOL in names and not ran_a_tool(request.messages)
+        force = self.force_call and FORCED_TOOL in names \
+            and not ran_a_tool(request.messages, ok=True)
         settings = {"max_tokens": self.reply_tokens, **request.model_settings}
         return request.override(
             system_message=SystemMessage(prompt), tools=shown, model_settings=settings,
+            messages=messages,
             tool_choice={"type": "function", "function": {"name": FORCED_TOOL}}
-            if force else request.tool_choice)
+            if force else request.tool_choice if shown else None)
 
     def read_code(self, request: Any, response: Any) -> Any:
         """A reply that wrote its code as text becomes the ``run_python`` call it meant
         (fenced blocks only before the turn ran anything: later, an answer may quote
-        code)."""
+        code), unless that code already ran without an error in this turn."""
         messages = getattr(response, "result", None)
         if FORCED_TOOL not in self.shown or not messages:
             return response
@@ -201,8 +261,8 @@ class SmallModelMiddleware(AgentMiddleware):
         if not isinstance(last, AIMessage) or last.tool_calls:
             return response
         code = code_in_text(last.text, blocks=not ran_a_tool(request.messages))
-        if code is None:
-            return response
+        if code is None or code.strip() in ran_ok_code(request.messages):
+            return response  # a repeat of code that ran is not run again
         response.result = [*messages[:-1], as_run_python(last, code)]
         return response
 
