@@ -16,11 +16,19 @@ one-line pointer; the call keeps its id, name and argument keys, so every provid
 pairs it with its result. Which calls lose their code is decided at the same epoch as
 the results (and kept in state beside them), so the prefix changes no more often than
 clearing alone changes it.
+
+The model's words go the same way (``clear_words``): once every call an AI message made
+has its result cleared, what the model wrote beside those calls (its reading of results
+the view no longer shows) is cut to its first sentence, the headline it led with. Its
+conclusions live on in the attempt log, the state card and its later words; a summary
+drops the same text. The cut is keyed in the cleared inputs (``words:<first call id>``),
+so it is decided, kept and applied with them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -46,6 +54,11 @@ EXCLUDED_TOOLS = frozenset({"record_attempt", "task", "mark_task_done", "remembe
 #: the argument that holds it. Only the kernel's code: it is saved with each execution's
 #: record, so ``_out[n].code`` returns it in one line.
 INPUT_ARGS = {"run_python": "code"}
+#: How a cleared-inputs entry names an AI message whose words are cut (by its first call).
+WORDS = "words:"
+#: The most of a cut message's words that stay: its first sentence, up to this many chars.
+WORDS_KEEP_CHARS = 160
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s|\n")
 
 
 def tool_names(messages: Sequence[BaseMessage]) -> dict[str, str]:
@@ -123,10 +136,12 @@ def plan_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *, tot
 
 
 def savings(messages: Sequence[BaseMessage], todo: Sequence[ToolMessage],
-            clear_inputs: bool = False) -> tuple[dict[str, int], frozenset[str]]:
-    """(call id -> tokens clearing it frees, the calls whose code goes with it): each
-    result's placeholder saving, plus with ``clear_inputs`` its call's code swapped for
-    a pointer."""
+            clear_inputs: bool = False, cleared: Collection[str] = (),
+            words: bool = False) -> tuple[dict[str, int], frozenset[str]]:
+    """(call id -> tokens clearing it frees, the inputs that go with it): each result's
+    placeholder saving, plus with ``clear_inputs`` its call's code swapped for a pointer,
+    and with ``words`` the words of each message whose calls' results are then all
+    cleared (``cleared`` before, or in ``todo``), counted on its first call in ``todo``."""
     names = tool_names(messages)
     out = {m.tool_call_id: count_messages([m]) - count_messages([_cleared_copy(m, names)])
            for m in todo}
@@ -139,6 +154,15 @@ def savings(messages: Sequence[BaseMessage], todo: Sequence[ToolMessage],
                 if cid in pointers:
                     one = {cid: pointers[cid]}
                     out[cid] += count_messages([m]) - count_messages([without_inputs(m, one)])
+    if words and clear_inputs and todo:
+        cut = clearable_words(messages, set(cleared) | set(out))
+        for m in messages:
+            if isinstance(m, AIMessage) and words_key(m) in cut:
+                gain = count_message(m) - count_message(without_words(m))
+                mine = next((c.get("id") for c in m.tool_calls if c.get("id") in out), None)
+                if gain > 0 and mine is not None:
+                    out[mine] += gain
+                    inputs |= {words_key(m) or ""}
     return out, inputs
 
 
@@ -146,20 +170,22 @@ def decide_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *,
                  total_tokens: int, trigger: int | None, keep: int, min_freed: int,
                  prices: InputPrices, excluded: Collection[str] = EXCLUDED_TOOLS,
                  keep_tokens: int | None = None, clear_inputs: bool = False,
-                 pinned: bool = True, card_tokens: int = 0
+                 pinned: bool = True, card_tokens: int = 0, words: bool = False
                  ) -> tuple[frozenset[str] | None, str | None, EpochCost]:
     """(the new cleared set or None, why: "window" | "cost", the cost figures).
 
     The window decides first (over ``trigger`` with at least ``min_freed`` to free, as
     :func:`plan_epoch`); below it the epoch is due when the candidates have cost in cache
     reads, while stale, at least what its rewrite costs (``epoch_cost``), counting the
-    ``card_tokens`` of the state card that follows an epoch clearing kernel output."""
+    ``card_tokens`` of the state card that follows an epoch clearing kernel output;
+    ``words``: the model's words beside calls whose results all go count as freed."""
     todo = candidates(messages, cleared, keep, excluded, keep_tokens)
-    saved, inputs = savings(messages, todo, clear_inputs)
+    saved, inputs = savings(messages, todo, clear_inputs, cleared, words)
     results = [m for m in messages if isinstance(m, ToolMessage)]
     ages = stale_ages(messages, saved, kept_count(results, keep, keep_tokens))
     sizes = [count_message(m) for m in messages]
-    cost = epoch_cost(sizes, first_change(messages, saved, inputs), saved, ages, prices,
+    calls = {i.removeprefix(WORDS) for i in inputs}  # a cut message changes where it is
+    cost = epoch_cost(sizes, first_change(messages, saved, calls), saved, ages, prices,
                       pinned=pinned, new_from=newest_reply(messages),
                       also_written=card_tokens if any(execution_of(m) is not None
                                                       for m in todo) else 0)
@@ -183,17 +209,22 @@ def _cleared_copy(msg: ToolMessage, names: dict[str, str]) -> ToolMessage:
 def apply_cleared(messages: Sequence[BaseMessage], cleared: Collection[str],
                   inputs: Collection[str] = ()) -> list[BaseMessage]:
     """The model's view: cleared results replaced by their placeholders and the inputs of
-    the calls in ``inputs`` by pointers (copies only; ``messages`` stay as they are)."""
+    the calls in ``inputs`` by pointers, the words of the messages keyed there
+    (:data:`WORDS`) cut (copies only; ``messages`` stay as they are)."""
     if not cleared and not inputs:
         return list(messages)
+    inputs = frozenset(inputs)
     names = tool_names(messages)
     pointers = input_pointers(messages, inputs)
     out: list[BaseMessage] = []
     for m in messages:
         if isinstance(m, ToolMessage) and m.tool_call_id in cleared and not is_cleared(m):
             m = _cleared_copy(m, names)
-        elif pointers and _holds_any(m, pointers):
-            m = without_inputs(m, pointers)
+        elif isinstance(m, AIMessage):
+            if pointers and _holds_any(m, pointers):
+                m = without_inputs(m, pointers)
+            if words_key(m) in inputs:
+                m = without_words(m)
         out.append(m)
     return out
 
@@ -204,17 +235,19 @@ def input_pointer(n: int) -> str:
     return f"# code cleared from view: {handle(n)}.code"
 
 
-def clearable_inputs(messages: Sequence[BaseMessage], cleared: Collection[str]
-                     ) -> frozenset[str]:
+def clearable_inputs(messages: Sequence[BaseMessage], cleared: Collection[str],
+                     words: bool = False) -> frozenset[str]:
     """Calls whose input may leave the view: a tool in :data:`INPUT_ARGS` whose result is
-    in ``cleared`` and names its kernel execution (so the code can be had back).
+    in ``cleared`` and names its kernel execution (so the code can be had back); with
+    ``words``, the :func:`clearable_words` of ``cleared`` too.
     ``messages`` are the raw ones: a placeholder no longer carries the result's path."""
     names = tool_names(messages)
     wanted = set(cleared)
-    return frozenset(m.tool_call_id for m in messages
+    code = frozenset(m.tool_call_id for m in messages
                      if isinstance(m, ToolMessage) and m.tool_call_id in wanted
                      and names.get(m.tool_call_id) in INPUT_ARGS
                      and execution_of(m) is not None)
+    return code | clearable_words(messages, wanted) if words else code
 
 
 def input_pointers(messages: Sequence[BaseMessage], inputs: Collection[str]) -> dict[str, str]:
@@ -290,3 +323,58 @@ def without_inputs(msg: AIMessage, pointers: Mapping[str, str]) -> AIMessage:
             fixed.append(tc)
         update["additional_kwargs"] = {**msg.additional_kwargs, "tool_calls": fixed}
     return msg.model_copy(update=update)
+
+
+# ------------------------------------------------------------------- words
+def words_key(msg: BaseMessage) -> str | None:
+    """The cleared-inputs entry that cuts ``msg``'s words: an AI message with calls."""
+    if isinstance(msg, AIMessage) and msg.tool_calls and msg.tool_calls[0].get("id"):
+        return WORDS + str(msg.tool_calls[0]["id"])
+    return None
+
+
+def clearable_words(messages: Sequence[BaseMessage], cleared: Collection[str]
+                    ) -> frozenset[str]:
+    """The :func:`words_key` of each AI message with words whose every call has its
+    result in ``cleared`` (a message with a call kept, such as the attempt log's, or the
+    newest reply, keeps its words)."""
+    wanted = set(cleared)
+    return frozenset(key for m in messages
+                     if (key := words_key(m)) and _text_of(m).strip()
+                     and all(c.get("id") in wanted for c in m.tool_calls))
+
+
+def headline(text: str, limit: int = WORDS_KEEP_CHARS) -> str:
+    """The first sentence (or line) of ``text``, at most ``limit`` characters, marked
+    ``…`` when anything was cut; what stays of the words of a cleared exchange."""
+    text = text.strip()
+    if text.endswith(" …") and len(text) <= limit + 2:  # already a headline
+        return text
+    end = _SENTENCE_END.search(text)
+    first = text[: end.start()].rstrip() if end else text
+    if len(first) > limit:
+        first = first[:limit].rsplit(" ", 1)[0].rstrip()
+    return first if first == text else f"{first} …"
+
+
+def _text_of(msg: AIMessage) -> str:
+    if isinstance(msg.content, str):
+        return msg.content
+    return "".join(b.get("text", "") for b in msg.content
+                   if isinstance(b, dict) and b.get("type") == "text")
+
+
+def without_words(msg: AIMessage) -> AIMessage:
+    """A copy of ``msg`` whose text is its :func:`headline` (in a list of blocks, the
+    first text block carries it and later ones go; calls and other blocks stay)."""
+    if isinstance(msg.content, str):
+        return msg.model_copy(update={"content": headline(msg.content)})
+    short, blocks = headline(_text_of(msg)), []
+    for b in msg.content:
+        if isinstance(b, dict) and b.get("type") == "text":
+            if short:
+                blocks.append({**b, "text": short})
+            short = ""
+            continue
+        blocks.append(b)
+    return msg.model_copy(update={"content": blocks})

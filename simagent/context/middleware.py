@@ -40,7 +40,7 @@ from langgraph.types import Command
 from simagent.context import thresholds as th
 from simagent.context.boundaries import turn_starts
 from simagent.context.capping import cap_tool_message
-from simagent.context.clearing import clearable_inputs, decide_epoch
+from simagent.context.clearing import WORDS, clearable_inputs, decide_epoch
 from simagent.context.compaction import (
     BOUNDARY_KEY,
     CLEARED_INPUTS_KEY,
@@ -233,6 +233,7 @@ class ContextMiddleware(AgentMiddleware):
                             trigger=thr.clear_trigger, keep=thr.clear_keep,
                             min_freed=thr.clear_min_freed, keep_tokens=thr.clear_keep_tokens,
                             clear_inputs=self.settings.clear_inputs, prices=prices,
+                            words=self.settings.clear_words,
                             pinned=self.settings.cache_pin,
                             card_tokens=thr.state_card if self.state_source else 0)
 
@@ -252,13 +253,15 @@ class ContextMiddleware(AgentMiddleware):
         p.cleared = new_cleared
         p.update[CLEARED_KEY] = sorted(p.cleared)
         if self.settings.clear_inputs:  # decided with the results: one prefix change
-            p.inputs = p.inputs | clearable_inputs(p.messages, p.cleared)
+            p.inputs = p.inputs | clearable_inputs(p.messages, p.cleared,
+                                                   self.settings.clear_words)
             p.update[CLEARED_INPUTS_KEY] = sorted(p.inputs)
         before = p.tokens
         self.remeasure(p)
         p.events.append(("context_clear", {
             "cleared": len(newly), "total_cleared": len(p.cleared),
-            "inputs_cleared": len(p.inputs), "tokens_before": before,
+            "inputs_cleared": sum(not i.startswith(WORDS) for i in p.inputs),
+            "words_cut": sum(i.startswith(WORDS) for i in p.inputs), "tokens_before": before,
             "tokens_after": p.tokens, "reason": reason, "rent": round(cost.rent),
             "price": round(cost.price), **self.clear_ledger(p.messages, newly)}))
         if p.card_reason is None and _has_kernel_results(p.messages, newly):

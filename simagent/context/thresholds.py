@@ -160,6 +160,9 @@ class ContextSettings:
     clear_min_freed_fraction: float = CLEAR_MIN_FREED_FRACTION
     #: clear a run_python call's code with its result (a pointer to ``_out[n].code``)
     clear_inputs: bool = True
+    #: with it, cut the model's words beside calls whose results are all cleared to their
+    #: first sentence (``clearing.without_words``)
+    clear_words: bool = True
     #: below the clearing trigger, an epoch also runs once the stale results have cost
     #: in cache reads what its cache rewrite costs (``context.epoch_cost``)
     clear_by_cost: bool = True

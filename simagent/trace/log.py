@@ -70,7 +70,8 @@ EVENT_KINDS: dict[str, str] = {
     "context_eviction": "tool_call_id, tool, path, chars, tokens_before, tokens_after, agent, "
                         "source ('user' when a person's message was saved to a file)",
     "context_clear": "cleared (newly cleared results), total_cleared, inputs_cleared "
-                     "(calls whose code is cleared too), tokens_before, tokens_after, reason "
+                     "(calls whose code is cleared too), words_cut (AI messages whose words "
+                     "are cut to their first sentence), tokens_before, tokens_after, reason "
                      "(window|cost), rent, price, agent"
                      + _LEDGER,
     "context_clear_cost": "the call's clearing decision (context/epoch_cost.py): freed, "
