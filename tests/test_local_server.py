@@ -47,6 +47,10 @@ UNIT_TOOL = {"type": "function", "function": {
         "required": ["unit"]}}}
 UNITS = ("kelvin", "celsius", "fahrenheit")
 FORCE_UNIT = {"type": "function", "function": {"name": "set_unit"}}
+#: The tiny model's servers run one thread: on the suite's 2 loaded cores a server with
+#: one per core waits on its other thread at every step (measured beside the suite: a
+#: 2.5k-token request took 20-25 s with two threads, 4-5 s with one).
+ONE_THREAD = {"threads": 1}
 
 
 def servers_of(model: Path) -> list[int]:
@@ -81,7 +85,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def served(tiny: Path, tmp_path_factory: pytest.TempPathFactory):
     with pytest.MonkeyPatch.context() as mp:  # the server's log goes under this state home
         mp.setenv("SIMAGENT_HOME", str(tmp_path_factory.mktemp("home")))
-        resolved = resolve_model(f"local:{tiny}", model_config={"window": 1000}, environ={})
+        resolved = resolve_model(f"local:{tiny}", model_config={"window": 1000, **ONE_THREAD},
+                                 environ={})
     yield resolved
     resolved.close()
     assert servers_of(tiny) == []
@@ -237,7 +242,7 @@ def run(workspace: Path, *args: str, timeout: float = 420) -> subprocess.Complet
 def configure(workspace: Path, model: str, **model_cfg: object) -> None:
     (workspace / ".simagent").mkdir(exist_ok=True)
     lines = ["[model]", f"id = {json.dumps(model)}"]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in model_cfg.items()]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in {**ONE_THREAD, **model_cfg}.items()]
     lines += ["[context]", "summarize = false"]  # the emergency path alone, no summary call
     (workspace / ".simagent" / "config.toml").write_text("\n".join(lines) + "\n")
 
