@@ -317,12 +317,15 @@ def test_capped_run_python_result_carries_the_digest_beside_head_and_tail(worksp
     # within the cap the plain head/tail had (the marker rides on top of it, as before)
     assert len(raw) > 5 * cap and len(text) <= cap + MARKER_SLACK
     assert "[digest of " in text and "by the cantera digester" in text
-    assert re.search(r"_out\[\d+\]\.tail\(k\)", text)  # the marker still names the handle
+    # the marker still names the handle, with the call returning the lines it left out
+    assert re.search(r"not shown: _out\[\d+\]\.slice\(\d+, \d+\)", text)
     digest = text[text.index("[digest of "):text.index("[end of digest")]
     # the warning in the middle (not in head or tail) is in the digest, verbatim
     warning = lines_matching(raw, r"^WARNING at step")[0]
     rows = lines_matching(raw, r"^\s*\d\.\d{6}e[-+]\d\d\s")
     assert warning in digest and warning not in text.replace(digest, "")
+    # with its line in the raw output, for ``_out[n].slice`` around it
+    assert f"{warning}  [line {raw.split(chr(10)).index(warning) + 1:,}]" in digest
     # the table is collapsed (one table, the warning between its rows does not split it)
     assert f"[table: {len(rows):,} rows" in digest and rows[-1] in digest
     assert lines_matching(raw, r"^done: ")[0] in text

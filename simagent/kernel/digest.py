@@ -7,7 +7,8 @@ paging the raw file. A digest says what the middle held in a few hundred tokens:
 lines that share a shape (the same text once numbers are masked) collapse into one
 summary per table (rows, the first and last row verbatim, per column first -> last and
 any interior min/max with where it happened), while warnings, errors and final lines are
-kept verbatim. Short tables (results: one row per metal, per C-rate) stay verbatim, since
+kept verbatim, each with its line number (``_out[n].slice`` pages back what surrounds
+it). Short tables (results: one row per metal, per C-rate) stay verbatim, since
 collapsing them would lose the numbers a user asked for.
 
 Simulator folders add knowledge through :class:`Rules` (which lines are warnings, which
@@ -353,8 +354,11 @@ class Digester:
                 continue
             # a continuation carries the record's message ("Experiment is infeasible:
             # ..." under a WARNING line): it is clipped like the line it continues
-            body = "\n".join(clip(t, 2 * width) for t in (k.text, *k.more[:more]))
-            items.append((k.no, 2, f"{body}  [×{k.count:,}]" if k.count > 1 else body))
+            # with its line number: ``_out[n].slice`` pages back what surrounds it
+            where = f"×{k.count:,} from line {k.no:,}" if k.count > 1 else f"line {k.no:,}"
+            body = "\n".join([f"{clip(k.text, 2 * width)}  [{where}]",
+                               *(clip(t, 2 * width) for t in k.more[:more])])
+            items.append((k.no, 2, body))
         if self.noise:
             kinds = ", ".join(f"{key} ×{n:,}" for key, n in
                               sorted(self.noise.items(), key=lambda kv: -kv[1])[:8])
