@@ -8,6 +8,7 @@ import json
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from test_bench import wf_file
 
 from simagent.bench import oracle, workflow_runs
 from simagent.bench.caching import CacheUse
@@ -140,10 +141,7 @@ def test_workflows_in_worker_processes_give_the_serial_rows_in_plan_order(tmp_pa
     monkeypatch.setattr(workflow_runs, "git_commit", lambda: "pinned")
     wfs = []
     for wid, a in (("par-one", 6), ("par-two", 8)):
-        path = tmp_path / "workflows" / f"{wid}.toml"
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(TWO.format(id=wid, a=a, v=a * 7))
-        wfs.append(load_workflow(path))
+        wfs.append(load_workflow(wf_file(tmp_path, TWO.format(id=wid, a=a, v=a * 7), wid)))
     plan = BenchPlan(wfs, resolve_policies("raw,simagent,oracle-cached"))
     said: list[str] = []
     # workers first: this process runs one thread yet, so they are forked (row_pool)
