@@ -68,7 +68,11 @@ def test_a_local_model_turn_with_a_forced_tool_call_in_the_tui(
         assert cells[0]["code"] == forced[0]["args"]["code"]
         assert len(servers_of(model)) == 1
         pane.type("/exit")
-        pane.wait_for(lambda s: "SIMAGENT-EXITED-0" in s, timeout=EXIT_S)
+        after = pane.wait_for(lambda s: "SIMAGENT-EXITED-0" in s, timeout=EXIT_S)
+        # the line the terminal showed while the server loaded, before the TUI could draw
+        # (the TUI drew on the alternate screen; this one is the terminal's own)
+        assert f"simagent: starting llama.cpp's server for local:{model}" in after.replace(
+            "\n", "")
     finally:
         pane.close()
     deadline = time.monotonic() + EXIT_S  # stopped by simagent, else on its stdin's end

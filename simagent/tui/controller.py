@@ -13,6 +13,7 @@ Its parts: start-up, input and commands here; running turns and routing their ev
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -75,6 +76,10 @@ class TuiController(StatusFeed, TurnDriving):
             spec, _where = self.config.model_spec(self.opts.model)
             if self.opts.resuming and not self.opts.model:  # the conversation's own model
                 spec = resumed_model(self.opts) or spec
+            if spec and spec.startswith("local:") and sys.stderr.isatty():
+                # the screen stays blank until the server has loaded the model (minutes)
+                print(f"simagent: starting llama.cpp's server for {spec} (a packaged "
+                      "model is first assembled, once)…", file=sys.stderr, flush=True)
             model_error = self._resolve(spec) if spec else None
             self.session = Session.open(  # a replay workflow brings its simulator
                 self.opts, model=self.model_id, config=self.config,
