@@ -46,14 +46,22 @@ def test_headline_is_the_first_sentence_within_the_limit_and_stable():
 
 
 def test_only_messages_whose_calls_are_all_cleared_lose_their_words():
+    attempt = {"name": "record_attempt", "id": "a", "args": {"rationale": "r"}}
     msgs = [HumanMessage("go"),
             AIMessage(WORDS, tool_calls=[_call(0)]), _result(0),
-            AIMessage(WORDS, tool_calls=[_call(1), _call(2, "record_attempt")]), _result(1),
-            ToolMessage("attempt #1 recorded", tool_call_id="c2"),
-            AIMessage("", tool_calls=[_call(3)]), _result(3)]
-    cut = cl.clearable_words(msgs, {"c0", "c1", "c3"})
-    # c1's message also made the attempt log's call, which is never cleared; c3 said nothing
-    assert cut == {"words:c0"}
+            AIMessage(WORDS, tool_calls=[_call(1), _call(2, "grep")]), _result(1),
+            ToolMessage("no match", tool_call_id="c2"),
+            AIMessage(WORDS, tool_calls=[attempt]), ToolMessage("attempt #1", tool_call_id="a"),
+            AIMessage("", tool_calls=[_call(3)]), _result(3),
+            AIMessage(WORDS, tool_calls=[{**attempt, "id": "b"}]),
+            ToolMessage("attempt #2", tool_call_id="b")]
+    # c1's message also made c2's call, which is not cleared; c3's said nothing; the
+    # attempt log's call is never cleared: its words go once a result after it is (a),
+    # not before (b)
+    assert cl.clearable_words(msgs, {"c0", "c1", "c3"}) == {"words:c0", "words:a"}
+    assert cl.clearable_words(msgs, {"c0", "c1"}) == {"words:c0"}
+    assert cl.clearable_words(msgs, {"c0", "c1", "c2", "c3"}) == {
+        "words:c0", "words:c1", "words:a"}
     assert cl.clearable_inputs(msgs, {"c0"}, words=True) == {"c0", "words:c0"}
     assert cl.clearable_inputs(msgs, {"c0"}) == {"c0"}
 
@@ -157,3 +165,16 @@ def test_after_an_epoch_the_requests_carry_the_headlines_of_cleared_exchanges(wo
         assert all(WORDS in m.content for m in kept)
     finally:
         session.close()
+
+
+def test_words_beside_the_attempt_log_count_in_the_epoch_that_passes_them():
+    msgs = _thread(3)
+    msgs[3:3] = [AIMessage(WORDS, tool_calls=[{"name": "record_attempt", "id": "a",
+                                                "args": {"rationale": "r"}}]),
+                 ToolMessage("attempt #1 recorded", tool_call_id="a")]
+    todo = cl.candidates(msgs, set(), keep=1)
+    assert [m.tool_call_id for m in todo] == ["c0", "c1"]
+    saved, inputs = cl.savings(msgs, todo, clear_inputs=True, words=True)
+    plain, _ = cl.savings(msgs, todo, clear_inputs=True)
+    gain = count_message(msgs[3]) - count_message(cl.without_words(msgs[3]))
+    assert "words:a" in inputs and sum(saved.values()) == sum(plain.values()) + 3 * gain

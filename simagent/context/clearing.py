@@ -18,11 +18,12 @@ the results (and kept in state beside them), so the prefix changes no more often
 clearing alone changes it.
 
 The model's words go the same way (``clear_words``): once every call an AI message made
-has its result cleared, what the model wrote beside those calls (its reading of results
-the view no longer shows) is cut to its first sentence, the headline it led with. Its
-conclusions live on in the attempt log, the state card and its later words; a summary
-drops the same text. The cut is keyed in the cleared inputs (``words:<first call id>``),
-so it is decided, kept and applied with them.
+has its result cleared (or kept for good, as the attempt log's, once an epoch has passed
+it), what the model wrote beside those calls (its reading of results the view no longer
+shows) is cut to its first sentence, the headline it led with. Its conclusions live on
+in the attempt log, the state card and its later words; a summary drops the same text.
+The cut is keyed in the cleared inputs (``words:<first call id>``), so it is decided,
+kept and applied with them.
 """
 
 from __future__ import annotations
@@ -140,8 +141,8 @@ def savings(messages: Sequence[BaseMessage], todo: Sequence[ToolMessage],
             words: bool = False) -> tuple[dict[str, int], frozenset[str]]:
     """(call id -> tokens clearing it frees, the inputs that go with it): each result's
     placeholder saving, plus with ``clear_inputs`` its call's code swapped for a pointer,
-    and with ``words`` the words of each message whose calls' results are then all
-    cleared (``cleared`` before, or in ``todo``), counted on its first call in ``todo``."""
+    and with ``words`` the :func:`clearable_words` once ``todo`` is cleared too, each
+    counted on its first call in ``todo`` (else on the first candidate)."""
     names = tool_names(messages)
     out = {m.tool_call_id: count_messages([m]) - count_messages([_cleared_copy(m, names)])
            for m in todo}
@@ -159,8 +160,9 @@ def savings(messages: Sequence[BaseMessage], todo: Sequence[ToolMessage],
         for m in messages:
             if isinstance(m, AIMessage) and words_key(m) in cut:
                 gain = count_message(m) - count_message(without_words(m))
-                mine = next((c.get("id") for c in m.tool_calls if c.get("id") in out), None)
-                if gain > 0 and mine is not None:
+                mine = next((c.get("id") for c in m.tool_calls if c.get("id") in out),
+                            next(iter(out)))  # beside a kept call: on the first candidate
+                if gain > 0:
                     out[mine] += gain
                     inputs |= {words_key(m) or ""}
     return out, inputs
@@ -333,15 +335,20 @@ def words_key(msg: BaseMessage) -> str | None:
     return None
 
 
-def clearable_words(messages: Sequence[BaseMessage], cleared: Collection[str]
-                    ) -> frozenset[str]:
+def clearable_words(messages: Sequence[BaseMessage], cleared: Collection[str],
+                    excluded: Collection[str] = EXCLUDED_TOOLS) -> frozenset[str]:
     """The :func:`words_key` of each AI message with words whose every call has its
-    result in ``cleared`` (a message with a call kept, such as the attempt log's, or the
-    newest reply, keeps its words)."""
+    result in ``cleared`` or is one whose result is never cleared (the attempt log, a
+    subagent's digest: they keep what was done, by value), when it comes before the
+    newest cleared result. The newest reply, and one beside an error, keep their words."""
     wanted = set(cleared)
-    return frozenset(key for m in messages
+    names = tool_names(messages)
+    last = max((i for i, m in enumerate(messages)
+                if isinstance(m, ToolMessage) and m.tool_call_id in wanted), default=-1)
+    return frozenset(key for m in messages[:last]
                      if (key := words_key(m)) and _text_of(m).strip()
-                     and all(c.get("id") in wanted for c in m.tool_calls))
+                     and all(c.get("id") in wanted or names.get(c.get("id")) in excluded
+                             for c in m.tool_calls))
 
 
 def headline(text: str, limit: int = WORDS_KEEP_CHARS) -> str:
