@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -23,7 +24,10 @@ from test_local_server import ENDLESS, servers_of
 from tiny_gguf import write_tiny_gguf
 
 import simagent.model_kinds  # noqa: F401  (registers local:)
+from simagent.agent.recorder import TraceRecorder
 from simagent.models import resolve_model
+from simagent.trace.log import TraceLog
+from simagent.trace.usage import UsageTotals
 from simagent.turns import TurnAbandoned, TurnRegistry
 
 #: The abandoned reply's limit: the server would write all of it unless the disconnect
@@ -52,24 +56,35 @@ def decode_runs(text: str) -> list[int]:
     return [int(m) for m in re.findall(r"\s eval time =.*?/\s*(\d+) runs", text)]
 
 
-def test_an_abandoned_stream_stops_the_servers_generation(served) -> None:
+def test_an_abandoned_stream_stops_the_servers_generation(served, tmp_path: Path) -> None:
     log = Path(served.info["log"])
     start = log.stat().st_size
     registry = TurnRegistry()
     turn = registry.begin()
+    trace = TraceLog(tmp_path / "trace.sqlite")
+    recorder = TraceRecorder(trace, UsageTotals(), turns=registry)
+    request = SimpleNamespace(system_message=None, messages=[HumanMessage("write")], tools=[])
     seen: list[object] = []
 
-    def abandoned_turn() -> None:  # what the turn's model node does, in the turn's context
-        registry.bind(turn)
-        for chunk in served.chat_model.stream([HumanMessage("write")], max_tokens=LIMIT,
+    def model_call(_request: object) -> object:
+        for chunk in served.chat_model.stream(_request.messages, max_tokens=LIMIT,
                                               **ASCII_ENDLESS):
             seen.append(chunk)
             if len(seen) == 1:
                 registry.abandon(turn)  # the runner gives the turn up mid-reply
+        return seen
+
+    def abandoned_turn() -> None:  # what the turn's model node does, in the turn's context
+        registry.bind(turn)
+        recorder.wrap_model_call(request, model_call)
 
     with pytest.raises(TurnAbandoned):
         contextvars.copy_context().run(abandoned_turn)
     assert len(seen) == 1  # the stream ended at the chunk after the abandon
+    # the request was sent and read: counted, as dropped (as a late reply was)
+    (usage,) = [e.payload for e in trace.events(["model_usage"])]
+    assert usage["dropped"] and usage["input_tokens"] > 0
+    assert not trace.events(["message_assistant"])
     # The next request: the server holds one request at a time, so it is answered only
     # once the abandoned one stopped generating.
     assert served.chat_model.invoke([HumanMessage("hi")], max_tokens=2,

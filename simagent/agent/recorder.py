@@ -26,7 +26,7 @@ from simagent.context.tokens import Ruler, resolve_ruler
 from simagent.outcomes import outcome_of
 from simagent.trace.log import TraceLog
 from simagent.trace.usage import UsageTotals, usage_record
-from simagent.turns import TurnRegistry
+from simagent.turns import TurnAbandoned, TurnRegistry
 
 TASK_TOOL = "task"  # deepagents' subagent tool
 
@@ -121,16 +121,26 @@ class TraceRecorder(AgentMiddleware):
                                           **({"dropped": True} if dropped else {})})
 
     # the innermost check (``turns.check``): layers between the guard and here (a
-    # summary) take time
+    # summary) take time. A reply stream the client closed when its turn was
+    # abandoned (``compatible_chat``) raises here; the request was sent and read, so it
+    # is counted as a dropped call with no reply, as a late reply would have been.
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         self.turns.check()
-        response = handler(request)
+        try:
+            response = handler(request)
+        except TurnAbandoned:
+            self._record_response(request, AIMessage(content=""))  # sent, and read: counted
+            raise
         self._record_response(request, response)
         return response
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         self.turns.check()
-        response = await handler(request)
+        try:
+            response = await handler(request)
+        except TurnAbandoned:
+            self._record_response(request, AIMessage(content=""))  # sent, and read: counted
+            raise
         self._record_response(request, response)
         return response
 
