@@ -17,6 +17,7 @@ from langchain_core.tools import tool
 
 from simagent.agent.builder import build_agent
 from simagent.agent.events import (
+    Notice,
     TextDelta,
     ToolError,
     ToolFinished,
@@ -24,7 +25,7 @@ from simagent.agent.events import (
     ToolRequested,
     ToolStarted,
 )
-from simagent.agent.recovery import MARK, NUDGE_SOURCE
+from simagent.agent.recovery import MARK, NUDGE_SOURCE, give_up_notice
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel, call_id
 from simagent.paths import content_dir
@@ -203,9 +204,14 @@ def test_invalid_tool_call_gets_a_marked_nudge_and_recovers(opened):
 def test_empty_replies_are_nudged_at_most_twice_in_a_row(opened):
     session, model, runner = opened([{"empty": True}, {"empty": True}, {"empty": True},
                                      {"final": "never reached"}])
-    result = runner.run("go")
+    events = []
+    result = runner.run("go", events.append)
     assert len(model.requests) == 3  # the reply, and two nudged retries
     assert result.final == "(no response)"
+    # the person is told why the turn ended without an answer
+    notices = [e.text for e in events if isinstance(e, Notice)]
+    assert notices == [give_up_notice("empty", 3)]
+    assert "last 3 replies could not be used (empty replies)" in notices[0]
     rec = [(e.payload["attempt"], e.payload["gave_up"]) for e in
            session.trace.events(["recovery"])]
     assert rec == [(1, False), (2, False), (3, True)]

@@ -17,6 +17,7 @@ from langchain.agents.middleware import AgentMiddleware, hook_config
 from langchain_core.messages import AIMessage, HumanMessage
 
 from simagent.agent.recorder import reasoning_text
+from simagent.context.reporting import write_stream
 from simagent.provider_errors import INCOMPLETE_CALLS_KEY
 from simagent.trace.log import TraceLog
 
@@ -54,6 +55,21 @@ def diagnose(msg: AIMessage) -> str | None:
     if not msg.tool_calls and not msg.invalid_tool_calls and not msg.text.strip():
         return "reasoning_only" if reasoning_text(msg) else "empty"
     return None
+
+
+#: What a give-up notice says the model's replies were, per reason.
+_WHY = {"invalid_tool_call": "tool calls that were not valid JSON",
+        "cut_tool_call": "tool calls cut off before their arguments ended",
+        "reasoning_only": "only reasoning, no answer or tool call",
+        "empty": "empty replies"}
+
+
+def give_up_notice(reason: str, attempts: int) -> str:
+    """The line a person sees when the bound is reached: otherwise the turn just ends,
+    with no answer and no word of why."""
+    return (f"the model's last {attempts} replies could not be used "
+            f"({_WHY.get(reason, reason)}); the turn stopped. Send a message to go on, "
+            "or use a larger model.")
 
 
 def recent_nudges(messages: list[Any]) -> int:
@@ -124,6 +140,8 @@ class RecoveryMiddleware(AgentMiddleware):
                                       "invalid_tool_calls": bad}})
         if attempt > self.max_consecutive:
             self._trace(reason, attempt, gave_up=True)
+            write_stream({"type": "notice", "level": "warning",
+                          "text": give_up_notice(reason, attempt)})
             return {"messages": [cleaned]}
         self._trace(reason, attempt, gave_up=False)
         nudge = HumanMessage(content=nudge_text(reason, msg),
