@@ -41,6 +41,7 @@ from simagent.context.epoch_cost import (
     InputPrices,
     epoch_cost,
     first_change,
+    horizon,
     newest_reply,
     stale_ages,
 )
@@ -172,7 +173,8 @@ def decide_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *,
                  total_tokens: int, trigger: int | None, keep: int, min_freed: int,
                  prices: InputPrices, excluded: Collection[str] = EXCLUDED_TOOLS,
                  keep_tokens: int | None = None, clear_inputs: bool = False,
-                 pinned: bool = True, card_tokens: int = 0, words: bool = False
+                 pinned: bool = True, card_tokens: int = 0, words: bool = False,
+                 expect: bool = False
                  ) -> tuple[frozenset[str] | None, str | None, EpochCost]:
     """(the new cleared set or None, why: "window" | "cost", the cost figures).
 
@@ -180,7 +182,8 @@ def decide_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *,
     :func:`plan_epoch`); below it the epoch is due when the candidates have cost in cache
     reads, while stale, at least what its rewrite costs (``epoch_cost``), counting the
     ``card_tokens`` of the state card that follows an epoch clearing kernel output;
-    ``words``: the model's words beside calls whose results all go count as freed."""
+    ``words``: the model's words beside calls whose results all go count as freed;
+    ``expect``: the rent counts the reads expected over the session's :func:`horizon`."""
     todo = candidates(messages, cleared, keep, excluded, keep_tokens)
     saved, inputs = savings(messages, todo, clear_inputs, cleared, words)
     results = [m for m in messages if isinstance(m, ToolMessage)]
@@ -190,7 +193,8 @@ def decide_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *,
     cost = epoch_cost(sizes, first_change(messages, saved, calls), saved, ages, prices,
                       pinned=pinned, new_from=newest_reply(messages),
                       also_written=card_tokens if any(execution_of(m) is not None
-                                                      for m in todo) else 0)
+                                                      for m in todo) else 0,
+                      horizon=horizon(messages) if expect else 0)
     if not todo:
         return None, None, cost
     new = frozenset(cleared) | set(saved)

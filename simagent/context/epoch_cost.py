@@ -62,7 +62,9 @@ class EpochCost:
 
     freed: int  # tokens the epoch would take from view
     rewrite: int  # tokens the provider would write again because of it
-    rent: float  # input-token units the stale candidates have cost in cache reads so far
+    #: input-token units keeping the candidates costs in cache reads: paid so far while
+    #: stale, or (with a horizon) expected over the requests to come, whichever is more
+    rent: float
     price: float  # input-token units the epoch costs over reading the same prefix
     candidates: int = 0
 
@@ -96,6 +98,15 @@ def stale_ages(messages: Sequence[BaseMessage], candidate_ids: Collection[str],
     return ages
 
 
+def horizon(messages: Sequence[BaseMessage]) -> int:
+    """The requests still to come, estimated as those made so far (the model replies in
+    ``messages``): with nothing else known, a session is as likely to be in the first
+    half of its life as in the second (Gott's estimate), so the median of what is left
+    equals what has passed. A long session keeps its stale results for long if kept, so
+    its epochs come sooner, when each frees less and rewrites less."""
+    return sum(1 for m in messages if isinstance(m, AIMessage))
+
+
 def newest_reply(messages: Sequence[BaseMessage]) -> int | None:
     """Index of the last model reply: it and what follows are new in this request."""
     return next((i for i in range(len(messages) - 1, -1, -1)
@@ -117,7 +128,8 @@ def first_change(messages: Sequence[BaseMessage], ids: Collection[str],
 
 def epoch_cost(sizes: Sequence[int], first: int | None, savings: dict[str, int],
                ages: dict[str, int], prices: InputPrices, *, pinned: bool = True,
-               new_from: int | None = None, also_written: int = 0) -> EpochCost:
+               new_from: int | None = None, also_written: int = 0,
+               horizon: int = 0) -> EpochCost:
     """The decision for an epoch over a view of ``sizes`` (tokens per message) that
     changes it from message ``first`` on and frees ``savings`` (id -> tokens), whose
     candidates have been stale for ``ages`` (id -> requests).
@@ -132,7 +144,13 @@ def epoch_cost(sizes: Sequence[int], first: int | None, savings: dict[str, int],
     Why rent = price is the moment: if stale tokens pile up at a steady rate, waiting
     ``T`` requests between epochs costs ``read x rate x T / 2`` a request in reads and
     ``price / T`` in rewrites; the sum is least where the two are equal, which is where
-    the rent paid since the last epoch equals one epoch's price."""
+    the rent paid since the last epoch equals one epoch's price.
+
+    ``horizon``: the requests the candidates are expected to stay in view if kept (see
+    :func:`horizon`); the rent is then at least ``read x freed x horizon``, what keeping
+    them would cost from here on. Rent paid so far is sunk: it only bounds, in the worst
+    case, what keeping will cost, and a stale result stays stale, so the reads to come
+    are the better guide once the session's length says how many there will be."""
     freed = sum(savings.values())
     if first is None or not savings:
         return EpochCost(0, 0, 0.0, 0.0)
@@ -140,4 +158,5 @@ def epoch_cost(sizes: Sequence[int], first: int | None, savings: dict[str, int],
     end = len(sizes) if new_from is None else max(start, new_from)
     rewrite = max(0, sum(sizes[start:end]) - freed) + max(0, also_written)
     rent = prices.read * sum(tokens * ages.get(cid, 0) for cid, tokens in savings.items())
+    rent = max(rent, prices.read * freed * max(0, horizon))
     return EpochCost(freed, rewrite, rent, prices.epoch_price(rewrite), len(savings))

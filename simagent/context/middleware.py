@@ -234,6 +234,7 @@ class ContextMiddleware(AgentMiddleware):
                             min_freed=thr.clear_min_freed, keep_tokens=thr.clear_keep_tokens,
                             clear_inputs=self.settings.clear_inputs, prices=prices,
                             words=self.settings.clear_words,
+                            expect=self.settings.clear_by_expected,
                             pinned=self.settings.cache_pin,
                             card_tokens=thr.state_card if self.state_source else 0)
 

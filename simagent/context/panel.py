@@ -147,7 +147,8 @@ def _clear_cost(s: ContextStats) -> list[str]:
     """The cost rule and the latest call's figures for it (``context.epoch_cost``)."""
     c = s.clear_cost
     lines = ["  ... or sooner, when keeping old results has cost (cached reads) what",
-             "  clearing costs (cache writes)" + (":" if c else "")]
+             "  clearing costs (cache writes), or would over as many calls again"
+             + (":" if c else "")]
     if c:
         due = f"; cleared ({c['due']})" if c.get("due") else ""
         lines.append(f"  last call {_num(c.get('rent'))} of {_num(c.get('price'))} input tokens' "

@@ -166,6 +166,9 @@ class ContextSettings:
     #: below the clearing trigger, an epoch also runs once the stale results have cost
     #: in cache reads what its cache rewrite costs (``context.epoch_cost``)
     clear_by_cost: bool = True
+    #: ... counting as the rent what keeping them is expected to cost over as many
+    #: requests again as the session has made (``epoch_cost.horizon``), when that is more
+    clear_by_expected: bool = True
     #: the model whose cache prices decide that (None: the model in use); the bench's
     #: replay names the model it prices at, so it decides as that model would live
     cost_model: str | None = None
