@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -78,6 +79,7 @@ def cheap_count(msgs) -> int:
     return sum(len(m.text) // 4 + 3 for m in msgs)
 
 
+@pytest.mark.slow  # 10,000 examples: over the 300 s per-test limit on 2 loaded cores
 @settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seeds, st.integers(0, 40), st.integers(0, 4000))
 def test_no_cut_function_orphans_a_call_or_a_result(seed, keep_n, keep_tokens):
