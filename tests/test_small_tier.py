@@ -23,6 +23,7 @@ from simagent.agent.scripted import ScriptedChatModel
 from simagent.agent.small_tier import (
     SMALL_RULES,
     SmallModelMiddleware,
+    answer_due,
     code_in_text,
     ran_a_tool,
 )
@@ -174,6 +175,21 @@ def test_a_call_stays_forced_until_a_result_is_not_an_error(results: list[str],
     history = [HumanMessage("q"), *(ToolMessage(
         "r", tool_call_id=str(i), artifact={"status": s}) for i, s in enumerate(results))]
     assert ran_a_tool(history, ok=True) is not forced_after
+
+
+def test_a_cell_that_printed_nothing_keeps_the_call_forced_and_is_not_answered() -> None:
+    """live-root at 16k: the 0.5B model assigned the root without printing it; the answer
+    step, shown "(no output)", guessed x = -1.5. Such a result is no ground to answer on."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    from simagent.kernel.result import NO_OUTPUT
+
+    silent = ToolMessage(NO_OUTPUT, tool_call_id="1", artifact={"status": "ok"})
+    printed = ToolMessage("root = 1.6717", tool_call_id="2", artifact={"status": "ok"})
+    assert not ran_a_tool([HumanMessage("q"), silent], ok=True)
+    assert not answer_due([HumanMessage("q"), silent])
+    assert ran_a_tool([HumanMessage("q"), silent, printed], ok=True)
+    assert answer_due([HumanMessage("q"), silent, printed])
 
 
 #: Qwen2.5-Coder-0.5B's whole reply to the canary on the live bench (8k): two calls of

@@ -13,12 +13,13 @@ So, for the models :func:`simagent.context.thresholds.small_agent` names:
 - the model is shown only :func:`~simagent.context.thresholds.small_agent_tools` (the
   tool node still runs any call of the others), with short descriptions;
 - with ``small_agent_force_call`` (on by default), until a call of the turn ran without
-  an error, ``tool_choice`` names ``run_python``: llama.cpp's server then decodes the
-  arguments under a grammar built from the tool's JSON schema, so the reply is a valid
-  call that computes instead of a guessed answer (on the live bench, 0.5B at 8k, about
-  6 s for the call; unforced it guessed a number or wrote prose and code until its reply
-  limit). It was off while a forced call took 11+ minutes on a loaded machine; given
-  its CPU share there, the same call took seconds, so the grammar was not the cost;
+  an error and printed something (:func:`showed_something`), ``tool_choice`` names
+  ``run_python``: llama.cpp's server then decodes the arguments under a grammar built
+  from the tool's JSON schema, so the reply is a valid call that computes instead of a
+  guessed answer (on the live bench, 0.5B at 8k, about 6 s for the call; unforced it
+  guessed a number or wrote prose and code until its reply limit). It was off while a
+  forced call took 11+ minutes on a loaded machine; given its CPU share there, the same
+  call took seconds, so the grammar was not the cost;
 - once a call printed without an error, the next request is the answer step, asked as a
   plain question (:func:`answer_request`: the question and what the code printed, no
   tools), which a 0.5B model answers; shown the exchange as tool calls, it re-sent the
@@ -48,6 +49,7 @@ from langchain_core.tools import BaseTool
 
 from simagent.context.clearing import is_error
 from simagent.context.counting import MEMORY_MARKER
+from simagent.kernel.result import NO_OUTPUT
 from simagent.simulators import Simulator
 
 SMALL_RULES = """\
@@ -163,11 +165,18 @@ def short_tool(tool: Any) -> Any:
     return tool.model_copy(update={"description": text})
 
 
+def showed_something(msg: ToolMessage) -> bool:
+    """A result the answer can rest on: not an error (``clearing.is_error``) and not a
+    cell that printed nothing (live-root at 16k assigned the root without printing it;
+    the answer step, shown "(no output)", guessed x = -1.5)."""
+    return not is_error(msg) and msg.text.strip() != NO_OUTPUT
+
+
 def ran_a_tool(messages: Sequence[Any], *, ok: bool = False) -> bool:
     """Whether the current turn (since the person's last message) has a tool result;
-    with ``ok``, one that is not an error (``clearing.is_error``)."""
+    with ``ok``, one that showed something (:func:`showed_something`)."""
     for msg in reversed(messages):
-        if isinstance(msg, ToolMessage) and not (ok and is_error(msg)):
+        if isinstance(msg, ToolMessage) and not (ok and not showed_something(msg)):
             return True
         if isinstance(msg, HumanMessage) and not msg.additional_kwargs.get("lc_source"):
             return False
@@ -184,9 +193,9 @@ def turn_messages(messages: Sequence[Any]) -> list[Any]:
 
 
 def answer_due(messages: Sequence[Any]) -> bool:
-    """Whether the last message is a tool result that is not an error."""
+    """Whether the last message is a tool result that showed something."""
     return bool(messages) and isinstance(messages[-1], ToolMessage) \
-        and not is_error(messages[-1])
+        and showed_something(messages[-1])
 
 
 ANSWER_ASK = ("Your code printed:\n{output}\n\nAnswer the question in one sentence, with "

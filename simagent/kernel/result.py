@@ -29,6 +29,8 @@ VALUE_CAP = 64 * 1024
 TRACEBACK_TAIL_FRAMES = 2
 #: Lines kept per traceback frame (header + source context).
 TRACEBACK_FRAME_LINES = 8
+#: The whole model-facing text of a cell that ran and showed nothing.
+NO_OUTPUT = "(no output)"
 
 
 def cap_bytes(text: str, cap: int = VALUE_CAP) -> str:
@@ -189,7 +191,7 @@ class ExecResult:
             streams = f"{head}{marker}\n{block}{kept}" if head else f"{marker}\n{block}{kept}"
         text = "\n".join(p for p in (streams, tail) if p)
         if not text:
-            return "(no output)" if self.status == "ok" else f"[{self.status}]"
+            return NO_OUTPUT if self.status == "ok" else f"[{self.status}]"
         return text
 
     def _cut(self, streams: str, head: str, tail: str) -> Cut | None:
