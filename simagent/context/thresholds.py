@@ -53,7 +53,8 @@ CLEAR_BEFORE_SUMMARY = 0.80
 #: now. A result it has read costs a cached read on every request until the next epoch
 #: (~0.1 x its tokens x the requests between epochs), which is about what paging it back
 #: once costs (its pointer names ``_out[n]``), so an older one pays to keep only if it is
-#: nearly sure to be needed again. Bench (replay, cost rule on), 1 against the seeds' 6
+#: nearly sure to be needed again. Bench (replay, cost rule on, measured before
+#: clear_words and clear_by_expected; README has today's figures), 1 against the seeds' 6
 #: (3 below a 100k window), as multiples of stock's tokens and dollars (Anthropic/OpenAI):
 #: tuned long 128k 0.41x, 0.61x/0.64x (6 before the cost rule: 0.52x, 0.68x/0.71x),
 #: 32k 0.61x, 0.53x/0.70x (3: 0.64x, 0.54x/0.71x); held-out 128k 0.48x, 0.76x/0.77x
