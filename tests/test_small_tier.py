@@ -251,3 +251,45 @@ def test_text_that_repeats_code_which_ran_is_not_run_again() -> None:
     again = middleware.read_code(SimpleNamespace(messages=failed),
                                  SimpleNamespace(result=[AIMessage(text)]))
     assert again.result[-1].tool_calls[0]["args"] == {"code": code}  # a retry runs
+
+
+#: The 0.5B model's forced calls on live-root at 16k (live bench): newlines escaped once
+#: too often in its JSON, then twice; each failed with "unexpected character after line
+#: continuation character" until the REPL watchdog stopped the turn
+OVER_ESCAPED = ("from scipy.optimize import brentq\\nx = brentq(lambda x: x**3 - x - 3, 1.0, "
+                "2.0)\nprint('root', x)\\\\nx")
+
+
+def test_a_call_whose_newlines_were_escaped_too_often_runs_as_meant() -> None:
+    from langchain_core.messages import AIMessage
+
+    from simagent.agent.small_tier import unescaped_newlines, with_real_newlines
+
+    fixed = unescaped_newlines(OVER_ESCAPED)
+    assert fixed == ("from scipy.optimize import brentq\nx = brentq(lambda x: x**3 - x - 3, "
+                     "1.0, 2.0)\nprint('root', x)\nx")
+    msg = AIMessage("", id="m", tool_calls=[
+        {"name": "run_python", "args": {"code": OVER_ESCAPED, "timeout_s": None}, "id": "1"},
+        {"name": "read_file", "args": {"file_path": "a\\nb"}, "id": "2"}])
+    calls = with_real_newlines(msg).tool_calls
+    assert calls[0]["args"] == {"code": fixed, "timeout_s": None}
+    assert calls[1]["args"] == {"file_path": "a\\nb"}  # only run_python's code
+    # code that is Python as written, or that no newline repair makes Python, is left alone
+    assert unescaped_newlines("print('a\\nb')") is None
+    assert unescaped_newlines("x = 1\\ny = (") is None
+    assert unescaped_newlines("x = 1\ny = 2") is None
+    assert with_real_newlines(AIMessage("", tool_calls=[
+        {"name": "run_python", "args": {"code": "x = 1"}, "id": "1"}])).tool_calls[0]["args"] \
+        == {"code": "x = 1"}
+
+
+def test_the_repair_applies_to_the_models_reply_in_the_graph(workspace: Path) -> None:
+    """The middleware hands the tool node the repaired call: the real graph and kernel,
+    the scripted model named like a small one; the answer step shows what it printed."""
+    from langchain_core.messages import HumanMessage
+
+    model = play(workspace, "scripted:qwen2.5-coder-0.5b", 8192, steps=[
+        {"tool": "run_python", "args": {"code": "x = 6 * 7\\nprint('x =', x)"}},
+        {"final": "x is 42."}])
+    ask = model.requests[1][-1]
+    assert isinstance(ask, HumanMessage) and "Your code printed:\nx = 42" in ask.text
