@@ -209,7 +209,7 @@ def ran_a_tool(messages: Sequence[Any], *, ok: bool = False) -> bool:
     """Whether the current turn (since the person's last message) has a tool result;
     with ``ok``, one that showed something (:func:`showed_something`)."""
     for msg in reversed(messages):
-        if isinstance(msg, ToolMessage) and not (ok and not showed_something(msg)):
+        if isinstance(msg, ToolMessage) and (not ok or showed_something(msg)):
             return True
         if isinstance(msg, HumanMessage) and not msg.additional_kwargs.get("lc_source"):
             return False
