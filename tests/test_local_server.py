@@ -262,7 +262,7 @@ def prompt_tokens(log: Path) -> list[int]:
 
 
 def generated_tokens(log: Path) -> list[int]:
-    """The tokens llama.cpp generated per request (its decode runs), from its own log."""
+    """llama.cpp's decode runs per request, from its own log: about the tokens it generated."""
     return [int(m) for m in re.findall(r"\s eval time =.*?/\s*(\d+) runs", log.read_text())]
 
 
@@ -306,10 +306,12 @@ def test_simagent_run_counts_usage_and_compacts_on_the_servers_overflow(
     assert servers_of(tiny) == []
     assert len(list(logs.glob("llama-server-own-*.log"))) == 3
     # every request of the three runs (resumed ones, the retry) had its reply limited to
-    # max_output (llama.cpp logged 7-9 decode runs for 8): without a limit the random model
-    # wrote 127 and 611 tokens, and the resumed run took minutes on 2 loaded cores
+    # max_output: without a limit the random model wrote 127 and 611 tokens, and the resumed
+    # run took minutes on 2 loaded cores. llama.cpp logs decode calls, not the tokens sent
+    # back, and that count wanders around the limit (7 to 10 were logged for 8, CI saw 10),
+    # so the bound is twice the limit: far under what an unlimited reply writes
     replies = [n for log in logs.glob("llama-server-own-*.log") for n in generated_tokens(log)]
-    assert len(replies) >= 3 and max(replies) <= 8 + 1
+    assert len(replies) >= 3 and max(replies) <= 2 * 8
 
 
 def test_a_killed_simagent_leaves_no_server(tiny: Path, tmp_path: Path) -> None:
