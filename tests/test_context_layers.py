@@ -24,7 +24,7 @@ from simagent.context.manual import checkpoint_now, compact_now
 from simagent.context.middleware import current_view
 from simagent.context.recall import recall, request_text
 from simagent.context.summary import CHECKPOINT_SECTIONS
-from simagent.kernel_api.outputs import count_lines
+from simagent.kernel_api.outputs import count_lines, raw_name
 from simagent.session import Session
 
 BIG = 120_000
@@ -190,11 +190,11 @@ def test_clearing_happens_in_epochs_and_keeps_the_prefix_stable(opened):
     last = reqs[-1]
     placeholders = [m for m in last if isinstance(m, ToolMessage) and "result cleared" in m.text]
     assert placeholders
-    for m in placeholders:  # each names the raw output file, which exists, its handle
-        path = m.text.split("full output is at ")[1].split(" ")[0]  # and its true length
-        assert Path(path).is_file()
-        n, lines = int(Path(path).stem), count_lines(path)
-        assert f"(_out[{n}]: {lines} line" in m.text
+    for m in placeholders:  # each names its handle, whose raw output exists, with its
+        n = int(m.text.split("full output is _out[")[1].split("]")[0])  # true length
+        path = session.paths.outputs / raw_name(n)
+        assert path.is_file()
+        assert f"_out[{n}] in the kernel ({count_lines(path)} line" in m.text
         assert f"`_out[{n}].slice(first, last)`" in m.text
     recent = [m for m in last if isinstance(m, ToolMessage)][-3:]
     assert all("result cleared" not in m.text for m in recent)

@@ -46,12 +46,14 @@ def test_raw_path_from_the_artifact_or_the_markers():
 def test_a_kernel_output_names_its_handle_length_and_the_call_that_pages_it():
     whole = result("a", "12 lines", artifact={"raw_path": RAW, "lines": 12})
     assert ph.recovery_hint(whole, "run_python") == (
-        f"the full output is at {RAW} (_out[7]: 12 lines); page it back with "
+        "the full output is _out[7] in the kernel (12 lines); page it back with "
         "`_out[7].slice(first, last)`, `.grep(pattern)` or `.tail(k)`")
     one = result("a", "x", artifact={"raw_path": RAW, "lines": 1})
-    assert f"{RAW} (_out[7]: 1 line);" in ph.recovery_hint(one, "run_python")
+    assert "_out[7] in the kernel (1 line);" in ph.recovery_hint(one, "run_python")
     older = result("a", "x", artifact={"raw_path": RAW})  # a result from before the count
-    assert f"{RAW} (_out[7]);" in ph.recovery_hint(older, "run_python")
+    assert "_out[7] in the kernel; page" in ph.recovery_hint(older, "run_python")
+    # the handle is the pointer: the file's path is left out
+    assert RAW not in ph.recovery_hint(whole, "run_python")
 
 
 def test_a_cut_kernel_output_says_which_lines_it_showed():
@@ -59,7 +61,7 @@ def test_a_cut_kernel_output_says_which_lines_it_showed():
     msg = result("a", kernel_marker(cut), artifact={"raw_path": RAW, "lines": 1002})
     assert ph.line_facts(msg) == "1002 lines; shown: 1-24, 926-1002"
     assert ph.placeholder(msg, "run_python") == (
-        f"[result cleared to save context; the full output is at {RAW} (_out[7]: 1002 "
+        "[result cleared to save context; the full output is _out[7] in the kernel (1002 "
         "lines; shown: 1-24, 926-1002); page it back with `_out[7].slice(first, last)`, "
         "`.grep(pattern)` or `.tail(k)`]")
     tail_only = result("a", kernel_marker(Cut(1, 990, 1002)), artifact={"raw_path": RAW})
@@ -87,6 +89,19 @@ def test_results_without_a_file_say_how_to_get_them_again():
     assert ph.recovery_hint(result("a"), "other") == "re-run the call above if you need it"
     assert ph.placeholder(result("a"), "ls") == \
         "[result cleared to save context; run `ls` again]"
+
+
+def test_a_kernel_placeholder_costs_what_its_handle_costs_not_its_path():
+    """A session's outputs sit deep in the state home; naming the file cost about 40
+    tokens on every later request. Named by its handle, a placeholder costs the same
+    whatever the path."""
+    deep = ("/root/.local/share/simagent/workspaces/1c92fd37c87c/sessions/"
+            "20261126-165616-11e4/outputs/0007.txt")
+    short, long = (ph.placeholder(result("a", "x", artifact={"raw_path": p, "lines": 12}),
+                                  "run_python") for p in (RAW, deep))
+    assert short == long and count_text(long) < 50
+    before = OLD.replace(RAW, deep)  # the old wording with a real session's path
+    assert count_text(before) - count_text(long) >= 40
 
 
 def test_a_placeholder_grows_by_a_few_tokens_at_most():

@@ -34,6 +34,7 @@ from simagent.context.recall import (
     locate,
     reachable,
     recall,
+    tail_cost,
 )
 
 FACT = "capacity 4.955 Ah"
@@ -156,6 +157,25 @@ def test_reachable_and_recall_keep_their_meaning(tmp_path):
     assert recall([FACT, "go", "absent 1.23"], msgs, [tmp_path]) == 2 / 3
 
 
+def test_a_kernel_handle_points_at_its_raw_output_in_the_sessions_outputs(tmp_path):
+    """Placeholders name a kernel output by its handle alone (``_out[3]``): the model pages
+    it back in the kernel, so recall follows the handle into the outputs folder, pages it
+    from its end as ``.tail`` does, and only where that folder is the kernel's."""
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    lines = filler(150)
+    lines[140] = FACT
+    write(outputs / "0003.txt", lines)
+    text = "[result cleared to save context; the full output is _out[3] in the kernel]"
+    loc = locate(FACT, text, [tmp_path], outputs=outputs)
+    assert loc.status == "by_pointer" and loc.pointer == "_out[3]"
+    assert loc.recovery_tokens == tail_cost("\n".join(lines) + "\n", FACT)
+    assert locate(FACT, text, [tmp_path]).status == "lost"  # no kernel outputs given
+    assert locate(FACT, text.replace("3", "4"), [tmp_path], outputs=outputs).status == "lost"
+    assert reachable(FACT, text, [tmp_path], outputs=outputs)
+    assert recall([FACT], [HumanMessage(text)], [tmp_path], outputs=outputs) == 1.0
+
+
 # ----------------------------------------------------------------- records, summary
 def test_measure_run_records_the_split_per_probe_as_json(tmp_path):
     lines = filler(150)
@@ -167,7 +187,8 @@ def test_measure_run_records_the_split_per_probe_as_json(tmp_path):
                   path=tmp_path / "w.toml", long=True, probes=probes)
     request = [HumanMessage("p"), ToolMessage(f"seen 1.5, rest at {raw}", tool_call_id="c")]
     session = SimpleNamespace(trace=SimpleNamespace(events=lambda: []), simulator=None,
-                              paths=SimpleNamespace(root=tmp_path), workspace=tmp_path)
+                              paths=SimpleNamespace(root=tmp_path, outputs=tmp_path / "outputs"),
+                              workspace=tmp_path)
     row = measure_run(wf, POLICIES["simagent"], 0, session=session,
                       model=SimpleNamespace(requests=[request]),
                       result=SimpleNamespace(final="done", status="done"), wall=1.0,

@@ -93,6 +93,8 @@ class ReplaySession(Session):
         self._queues = recording.queues()
         self._snapshots = recording.snapshots
         self._recorded_artifacts = recording.session_dir / "artifacts"
+        #: where ``_out[n]`` reads: the recorded kernel's raw outputs
+        self.kernel_outputs = recording.session_dir / "outputs"
         self._last_served: int | None = None
         self._warmed = True
         self.trace.append("session_start", {"session_id": self.id, "workspace": str(workspace),

@@ -470,12 +470,14 @@ class OracleMiddleware(AgentMiddleware):
         return await handler(self._rewrite(request))
 
 
-def oracle_middleware(wf: Any, roots: Callable[[], list[Path]]) -> tuple[OracleMiddleware,
-                                                                         OraclePlan]:
-    """The oracle for workflow ``wf``; ``roots`` gives the folders recall follows paths in."""
+def oracle_middleware(wf: Any, roots: Callable[[], list[Path]],
+                      outputs: Callable[[], Path | None] = lambda: None
+                      ) -> tuple[OracleMiddleware, OraclePlan]:
+    """The oracle for workflow ``wf``; ``roots`` gives the folders recall follows paths in,
+    ``outputs`` the folder ``_out[n]`` handles read (the same pointers simagent is scored by)."""
     def lost(text: str, facts: Sequence[str]) -> list[str]:
-        where = roots()
-        return [f for f in facts if locate(f, text, where).status == "lost"]
+        where, folder = roots(), outputs()
+        return [f for f in facts if locate(f, text, where, outputs=folder).status == "lost"]
 
     plan = OraclePlan(Script.of(wf.prompt, wf.steps, wf.subagent_steps),
                       tuple(p.fact for p in wf.probes), lost)

@@ -65,9 +65,10 @@ class Policy:
     view: View | None = None
     #: Extra stock middleware (built per run, for the window).
     extra: Callable[[int], list[Any]] | None = None
-    #: Middleware that knows the run's workflow: (workflow, recall roots) -> middleware
-    #: (the oracle reads the script's future).
-    scripted: Callable[[Any, Callable[[], list[Any]]], list[Any]] | None = None
+    #: Middleware that knows the run's workflow: (workflow, recall roots, the folder
+    #: ``_out[n]`` reads) -> middleware (the oracle reads the script's future).
+    scripted: Callable[[Any, Callable[[], list[Any]], Callable[[], Any]], list[Any]] | None \
+        = None
     #: (record, finished run) -> the record: a bound priced from the run's own requests
     reprice: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None
 
@@ -81,13 +82,14 @@ class Policy:
         return replace(self.settings, window=window)
 
     def middleware(self, window: int, workflow: Any = None,
-                   roots: Callable[[], list[Any]] = list) -> list[Any]:
+                   roots: Callable[[], list[Any]] = list,
+                   outputs: Callable[[], Any] = lambda: None) -> list[Any]:
         out = list(self.extra(window)) if self.extra else []
         if self.scripted is not None:
             if workflow is None:
                 raise ValueError(f"policy {self.name} replays a workflow's script; it has "
                                  "no live mode")
-            out += self.scripted(workflow, roots)
+            out += self.scripted(workflow, roots, outputs)
         if self.view is not None:
             out.append(ViewMiddleware(self.name, self.view, window))
         return out
@@ -168,8 +170,9 @@ def _stock_clearing(window: int) -> list[Any]:
         trigger=int(STOCK_CLEAR_FRACTION * window), keep=STOCK_CLEAR_KEEP)])]
 
 
-def _oracle(workflow: Any, roots: Callable[[], list[Any]]) -> list[Any]:
-    return [oracle_middleware(workflow, roots)[0]]
+def _oracle(workflow: Any, roots: Callable[[], list[Any]],
+            outputs: Callable[[], Any]) -> list[Any]:
+    return [oracle_middleware(workflow, roots, outputs)[0]]
 
 
 def _reprice(row: dict[str, Any], run: Any) -> dict[str, Any]:

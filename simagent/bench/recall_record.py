@@ -22,7 +22,8 @@ def recall_fields(wf: Workflow, session: Any, model: Any, events: Sequence[Any]
     reading it back would cost, what the ledger's ``recall`` finds of those out of view,
     and whether every compaction wrote a ledger entry."""
     last = model.requests[-1] if getattr(model, "requests", None) else []
-    where = [locate(p.fact, request_text(last), recall_roots(session)) for p in wf.probes]
+    where = [locate(p.fact, request_text(last), recall_roots(session),
+                    outputs=kernel_outputs(session)) for p in wf.probes]
     kept = [w.status != "lost" for w in where]
     compactions = [e for e in events if e.kind in BOUNDARY_KINDS]
 
@@ -55,3 +56,9 @@ def recall_roots(session: Any) -> list[Path]:
     sim_dirs = session.simulator.package_dirs() if session.simulator else []
     return [session.paths.root, session.workspace, *getattr(session, "extra_roots", []),
             *sim_dirs]
+
+
+def kernel_outputs(session: Any) -> Path:
+    """The folder ``_out[n]`` handles read: the kernel's raw outputs (a replay's recording
+    is its kernel, and serves them)."""
+    return getattr(session, "kernel_outputs", None) or session.paths.outputs

@@ -36,7 +36,7 @@ from simagent.bench.live import (
     server_timings,
 )
 from simagent.bench.policies import Policy
-from simagent.bench.recall_record import recall_fields, recall_roots
+from simagent.bench.recall_record import kernel_outputs, recall_fields, recall_roots
 from simagent.bench.row_pool import WorkflowJob, locked_append, run_jobs
 from simagent.bench.scorers import RunView, grade, step_results
 from simagent.bench.workflow import Workflow
@@ -225,7 +225,8 @@ def replayed(wf: Workflow, policy: Policy, recording: Any, run_dir: Path,
         # the bench stands for a frontier model (its prices), which takes images in tool
         # results: view_figure sends the picture and it counts in the images layer
         model.profile = {**(model.profile or {}), "image_inputs": True}
-        middleware = policy.middleware(wf.window, wf, lambda: recall_roots(session))
+        middleware = policy.middleware(wf.window, wf, lambda: recall_roots(session),
+                                       lambda: kernel_outputs(session))
         # ... and clearing decides by that model's cache prices, as it would live
         settings = replace(policy.context_settings(wf.window), cost_model=REFERENCE_MODEL)
         agent = build_agent(session, model, middleware=middleware, context_settings=settings)

@@ -4,10 +4,12 @@ A placeholder is sent on every later request, so it stays short; it names where 
 content lives and the cheapest way to page it back (a kernel one-liner on ``_out[n]``,
 ``read_file`` on a path, or the call again), because re-reading a fact is part of what
 clearing costs. It says how long the output is and which lines the result showed, so the
-model can ask for just those (``_out[7].slice(926, 1002)``). Everything in it comes from
-the result itself (its text, whose cap marker names the cut, and its artifact, which
-carries the line count), never from the disk now: it is the same bytes on every request,
-as the prompt cache needs.
+model can ask for just those (``_out[7].slice(926, 1002)``). A kernel output is named by
+its handle alone: the handle is how the model pages it back, and its file's path (about
+40 tokens; the system prompt gives the pattern) would be read again on every request.
+Everything in it comes from the result itself (its text, whose cap marker names the cut,
+and its artifact, which carries the line count), never from the disk now: it is the same
+bytes on every request, as the prompt cache needs.
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ def recovery_hint(msg: ToolMessage, tool_name: str | None) -> str:
         return _REREAD.get(tool_name or "", "re-run the call above if you need it")
     facts = line_facts(msg)
     if (n := number_of(path)) is not None:
-        about = f"{handle(n)}: {facts}" if facts else handle(n)
-        return (f"the full output is at {path} ({about}); page it back with "
+        about = f" ({facts})" if facts else ""
+        return (f"the full output is {handle(n)} in the kernel{about}; page it back with "
                 f"`{handle(n)}.slice(first, last)`, `.grep(pattern)` or `.tail(k)`")
     about = f"{facts}; " if facts else ""
     return f"the full output is at {path} ({about}page it with `read_file` offset/limit)"

@@ -5,7 +5,8 @@ an evicted result, the conversation history). A yes/no "still reachable" lets ev
 that leaves a path pass, however expensive the way back is, so :func:`locate` splits it:
 
 - ``in_view``: the request holds the fact verbatim; free.
-- ``by_pointer``: the request names (by absolute path, under allowed roots) a file that
+- ``by_pointer``: the request names (by absolute path, under allowed roots, or as a
+  kernel handle ``_out[n]`` when the session's ``outputs`` folder is given) a file that
   holds it, possibly through a chain — a history file may itself name a raw output.
 - ``lost``: neither.
 
@@ -32,9 +33,11 @@ from deepagents.middleware.filesystem import DEFAULT_READ_LIMIT
 from langchain_core.messages import AIMessage, BaseMessage
 
 from simagent.context.counting import count_text
-from simagent.kernel_api.outputs import number_of
+from simagent.kernel_api.outputs import HANDLE, number_of, raw_name
 
 _PATH = re.compile(r"(/[^\s\]\)\"'`,;]+)")
+#: A kernel handle as placeholders, markers and the state card name it: ``_out[12]``.
+_HANDLE = re.compile(re.escape(HANDLE) + r"\[(\d+)\]")
 #: Sentence and markup characters a path in prose may end with (``**/x/y.txt**.``).
 _TRAILING = ".:!?*>}…"
 
@@ -68,8 +71,10 @@ def request_text(messages: Sequence[BaseMessage]) -> str:
     return "\n".join(parts)
 
 
-def _pointers(text: str, roots: Sequence[Path]) -> list[tuple[str, Path, int]]:
-    """(name as written, path, end of its first mention) per existing file under ``roots``."""
+def _pointers(text: str, roots: Sequence[Path], outputs: Path | None = None
+              ) -> list[tuple[str, Path, int]]:
+    """(name as written, path, end of its first mention) per existing file under ``roots``,
+    and per ``_out[n]`` handle whose raw output is in ``outputs`` (the kernel serves it)."""
     first: dict[str, int] = {}
     for m in _PATH.finditer(text):
         name = m.group(1).rstrip(_TRAILING)
@@ -82,12 +87,20 @@ def _pointers(text: str, roots: Sequence[Path]) -> list[tuple[str, Path, int]]:
                 found.append((name, path, end))
         except OSError:
             continue
+    if outputs is not None:
+        handles: dict[str, int] = {}
+        for m in _HANDLE.finditer(text):
+            handles.setdefault(m.group(0), m.end())
+        for name, end in handles.items():
+            path = outputs / raw_name(int(name[len(HANDLE) + 1:-1]))
+            if path.is_file():
+                found.append((name, path, end))
     return found
 
 
-def paths_in(text: str, roots: Iterable[Path]) -> list[Path]:
-    """Existing files under ``roots`` that ``text`` names."""
-    return [p for _, p, _ in _pointers(text, [Path(r).resolve() for r in roots])]
+def paths_in(text: str, roots: Iterable[Path], outputs: Path | None = None) -> list[Path]:
+    """Existing files under ``roots`` (and kernel outputs in ``outputs``) ``text`` names."""
+    return [p for _, p, _ in _pointers(text, [Path(r).resolve() for r in roots], outputs)]
 
 
 def _pages_through(text: str, end: int) -> int:
@@ -150,8 +163,10 @@ def search_cost(text: str, fact: str) -> int | None:
     return count_text(text[start:end if end >= 0 else len(text)]) + CALL_OVERHEAD_TOKENS
 
 
-def locate(fact: str, text: str, roots: Iterable[Path], hops: int = 2) -> FactLocation:
+def locate(fact: str, text: str, roots: Iterable[Path], hops: int = 2,
+           outputs: Path | None = None) -> FactLocation:
     """Where ``fact`` is from request ``text``: in view, behind the cheapest chain, or lost.
+    ``outputs``: the session's raw-output folder, which ``_out[n]`` handles point into.
 
     Chains of up to ``hops`` files are searched level by level (breadth first); a file is
     expanded again only when reached more cheaply, so the cheapest chain wins and, on ties,
@@ -162,7 +177,7 @@ def locate(fact: str, text: str, roots: Iterable[Path], hops: int = 2) -> FactLo
     roots = [Path(r).resolve() for r in roots]
     arrived: dict[Path, int] = {}  # cheapest cost so far of reaching each file
     best: tuple[int, tuple[str, ...], int] | None = None  # (cost, chain, search)
-    level = [(0, (name,), path) for name, path, _ in _pointers(text, roots)]
+    level = [(0, (name,), path) for name, path, _ in _pointers(text, roots, outputs)]
     for depth in range(1, hops + 1):
         nxt: list[tuple[int, tuple[str, ...], Path]] = []
         for arrival, chain, path in level:
@@ -177,7 +192,7 @@ def locate(fact: str, text: str, roots: Iterable[Path], hops: int = 2) -> FactLo
             cost = recovery_cost(path, body, fact)
             if cost is not None and (best is None or arrival + cost < best[0]):
                 best = (arrival + cost, chain, search_cost(body, fact) or 0)
-            for name, target, at in _pointers(body, roots) if depth < hops else ():
+            for name, target, at in _pointers(body, roots, outputs) if depth < hops else ():
                 if target.resolve() != key:
                     nxt.append((arrival + _pages_through(body, at), (*chain, name), target))
         level = nxt
@@ -188,15 +203,17 @@ def locate(fact: str, text: str, roots: Iterable[Path], hops: int = 2) -> FactLo
                         search_tokens=search)
 
 
-def reachable(fact: str, text: str, roots: Iterable[Path], hops: int = 2) -> bool:
+def reachable(fact: str, text: str, roots: Iterable[Path], hops: int = 2,
+              outputs: Path | None = None) -> bool:
     """``fact`` is in ``text`` or in a file under ``roots`` that ``text`` names (≤ hops)."""
-    return locate(fact, text, roots, hops).status != "lost"
+    return locate(fact, text, roots, hops, outputs).status != "lost"
 
 
-def recall(facts: Sequence[str], messages: Sequence[BaseMessage], roots: Iterable[Path]) -> float:
+def recall(facts: Sequence[str], messages: Sequence[BaseMessage], roots: Iterable[Path],
+           outputs: Path | None = None) -> float:
     """Share of ``facts`` reachable from a request (1.0 when there are none)."""
     if not facts:
         return 1.0
     text = request_text(messages)
     roots = list(roots)
-    return sum(reachable(f, text, roots) for f in facts) / len(facts)
+    return sum(reachable(f, text, roots, outputs=outputs) for f in facts) / len(facts)
