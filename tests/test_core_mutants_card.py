@@ -97,8 +97,8 @@ def test_render_card_lists_everything_in_order():
         "imports: numpy, pybamm",
         "functions/classes: f",
         "figures (2):",
-        '- fig1 "V(t)" artifacts/1.png',
-        "- fig2 artifacts/2.png",
+        '- fig1 "V(t)"',
+        "- fig2",
         "files written in the workspace this session (2):",
         "- out.csv (2.0 kB)",
         "- b.txt (3 B)",
@@ -131,8 +131,8 @@ def test_render_card_trims_names_then_files_then_figures():
                               ruler=Chars())
     assert files_go["shown"] == 0 and "out.csv" not in files_go["text"]
     assert "(2, newest 0 shown):" in files_go["text"]  # the files' header
-    assert '- fig1 "V(t)" artifacts/1.png' in files_go["text"]  # figures go last
-    assert "- fig2 artifacts/2.png" in files_go["text"]
+    assert '\n- fig1 "V(t)"\n' in files_go["text"]  # figures go last
+    assert "\n- fig2\n" in files_go["text"]
     fits = sc.render_card(full_snapshot(), reason="clear", budget=no_names, ruler=Chars())
     assert fits["shown"] == 0 and fits["tokens"] == no_names and "b.txt" in fits["text"]
 
@@ -148,7 +148,9 @@ def test_render_card_with_nothing_or_an_unreadable_kernel():
 
 
 def test_figure_lines_effects_and_the_message():
-    assert sc._figure_line({"id": "f", "title": "", "path": "p.png"}) == "- f p.png"
+    # the id is what view_figure takes; the path only stands in for a missing id
+    assert sc._figure_line({"id": "f", "title": "", "path": "p.png"}) == "- f"
+    assert sc._figure_line({"title": "", "path": "p.png"}) == "- p.png"
     assert sc._figure_line({}) == "- "
     assert sc.effects_line([]) == ""
     assert sc.effects_line([{"n": 1, "effects": []}]) == ""
@@ -188,3 +190,24 @@ def test_with_card_places_it_after_its_message_or_the_boundary():
     no_ids = [HumanMessage("x"), AIMessage("y")]
     assert [m.content for m in sc.with_card(no_ids, {**card, "after_id": None},
                                             boundary=True)] == ["x", "CARD", "y"]
+
+
+def test_a_file_a_cell_wrote_says_so_on_its_line_and_not_again_in_the_effects():
+    """The files list and the effects line named the same writes twice; a listed file's
+    line now names the cells that wrote it, and the effects line keeps the rest."""
+    snap = full_snapshot()
+    snap["base"] = "/w"
+    snap["effects"] = [
+        {"n": 2, "effects": [{"kind": "folder", "path": "/w/logs"},
+                             {"kind": "write", "path": "/w/out.csv"}]},
+        {"n": 4, "effects": [{"kind": "append", "path": "/w/out.csv"},
+                             {"kind": "write", "path": "/w/gone.txt"}]}]
+    text = sc.render_card(snap, reason="clear", budget=10_000, ruler=Chars())["text"]
+    assert "- out.csv (2.0 kB; appended by _out[4], written by _out[2])" in text
+    assert "- b.txt (3 B)" in text
+    assert ("cells' effects outside the kernel (newest first): _out[4] wrote gone.txt; "
+            "_out[2] created folder logs") in text
+    assert text.count("out.csv") == 1
+    # a file trimmed from the list keeps its writes in the effects line
+    tiny = sc.render_card(snap, reason="clear", budget=10, ruler=Chars())["text"]
+    assert "_out[4] appended out.csv, wrote gone.txt" in tiny

@@ -287,8 +287,10 @@ def test_the_state_card_says_what_cells_wrote_from_the_same_record(
         {"n": 3, "effects": [{"kind": "write", "path": str(workspace / "fit.json"),
                               "bytes": 2}]}]
     text = render_card(snap, reason="summary", budget=2000, ruler=active_ruler())["text"]
-    assert ("cells' effects outside the kernel (newest first): _out[3] wrote fit.json; "
-            "_out[2] appended results.csv") in text
+    # the files the cells wrote are listed, each saying which cell wrote it, once
+    assert "- fit.json (2 B; written by _out[3])" in text
+    assert "- results.csv (2 B; appended by _out[2])" in text
+    assert "effects outside the kernel" not in text
 
 
 def test_a_cell_with_more_operations_than_recorded_is_marked(kernel: Kernel) -> None:

@@ -5,9 +5,11 @@ every compaction (summary, emergency, ``/compact``, a task checkpoint, and a cle
 epoch that cleared kernel results) the next request carries one deterministic card built
 from a snapshot of the runtime (:func:`simagent.session.Session.state_snapshot`): the
 user's names with type and shape (largest first), imports and functions, the simulator's
-registry objects with the fields its ``simulator.toml`` names, figures made and files
-written in the session, and what the latest cells did outside the kernel ("_out[3]
-appended results.csv", from the execution records' ``effects``). No prose, no model
+registry objects with the fields its ``simulator.toml`` names, figures made (by id, which
+``view_figure`` takes) and files written in the session, each with the cells that wrote it,
+and what else the latest cells did outside the kernel ("_out[3] created folder logs", from
+the execution records' ``effects``): every fact once, as the card is read on every
+request until the next compaction. No prose, no model
 call, so it costs nothing to make, works in replay, and cannot hallucinate a variable.
 
 The card is bounded (``[context] state_card_tokens``, default
@@ -30,7 +32,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 from simagent.context.counting import STATE_CARD_SOURCE, is_state_card
 from simagent.context.tokens import Ruler, active_ruler
-from simagent.kernel_api.effects import describe_all
+from simagent.kernel_api.effects import describe_all, shown_path
 
 #: Graph-state key of the current card (private: never passed to subagents).
 STATE_CARD_KEY = "simagent_state_card"
@@ -40,6 +42,8 @@ _MAX_LOST = 40
 _MAX_FIGURES = 12
 _MAX_FILES = 15
 _MAX_LIST_CHARS = 400
+#: Effects that make or change a file, with the words a file's line says them in.
+_MADE = {"write": "written", "append": "appended", "modify": "modified"}
 
 
 def _size(n: int) -> str:
@@ -143,10 +147,13 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
     functions = list(probe.get("functions") or [])
     figures = [_figure_line(f) for f in (snapshot.get("figures") or [])[-_MAX_FIGURES:]]
     n_figures = len(snapshot.get("figures") or [])
-    files = [f"{f['path']} ({_size(f.get('bytes', 0))})"
+    cells, base = snapshot.get("effects") or [], snapshot.get("base")
+    made = made_by(cells, base)
+    listed = [str(f["path"]) for f in (snapshot.get("files") or [])[:_MAX_FILES]]
+    files = [f"{f['path']} ({_size(f.get('bytes', 0))}"
+             f"{'; ' + ', '.join(made[f['path']]) if made.get(f['path']) else ''})"
              for f in (snapshot.get("files") or [])[:_MAX_FILES]]
     n_files = len(snapshot.get("files") or []) + int(snapshot.get("files_more") or 0)
-    acts = effects_line(snapshot.get("effects") or [], snapshot.get("base"))
 
     def assemble(k_names: int, k_files: int, k_figs: int) -> str:
         body = list(head)
@@ -168,7 +175,7 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
             body.append(f"files written in the workspace this session ({n_files}"
                         f"{f', newest {k_files} shown' if k_files < n_files else ''}):")
             body += [f"- {f}" for f in files[:k_files]]
-        if acts:
+        if acts := effects_line(cells, base, frozenset(listed[:k_files])):
             body.append(acts)
         return "\n".join(body + foot)
 
@@ -209,20 +216,46 @@ def _fit(assemble: Callable[[int, int, int], str], budget: int, ruler: Ruler,
     return text, tokens, k_names
 
 
-def effects_line(cells: Sequence[dict[str, Any]], base: str | None = None) -> str:
+def effects_line(cells: Sequence[dict[str, Any]], base: str | None = None,
+                 listed: frozenset[str] = frozenset()) -> str:
     """``cells' effects outside the kernel (newest first): _out[3] appended results.csv;
-    …`` ("" when none): one line, so the model knows which files its cells changed."""
-    items = [f"_out[{c['n']}] {describe_all(c.get('effects') or [], base, past=True)}"
-             for c in reversed(cells) if c.get("effects")]
+    …`` ("" when none): one line, so the model knows which files its cells changed. A
+    write to a file the card lists is said on that file's line (:func:`made_by`), once."""
+    items = []
+    for c in reversed(cells):
+        rest = [e for e in c.get("effects") or [] if not _on_listed(e, base, listed)]
+        if rest:
+            items.append(f"_out[{c['n']}] {describe_all(rest, base, past=True)}")
     return "cells' effects outside the kernel (newest first): " + _joined(items, sep="; ") \
         if items else ""
 
 
+def made_by(cells: Sequence[dict[str, Any]], base: str | None = None) -> dict[str, list[str]]:
+    """Workspace path -> ``written by _out[3]`` phrases, newest cell first: the cells
+    whose writes made or changed each file, for the card's file lines."""
+    out: dict[str, list[str]] = {}
+    for c in reversed(cells):
+        for e in c.get("effects") or []:
+            if e.get("kind") in _MADE and e.get("path"):
+                phrase = f"{_MADE[e['kind']]} by _out[{c['n']}]"
+                seen = out.setdefault(shown_path(str(e["path"]), base), [])
+                if phrase not in seen:
+                    seen.append(phrase)
+    return out
+
+
+def _on_listed(effect: dict[str, Any], base: str | None, listed: frozenset[str]) -> bool:
+    return effect.get("kind") in _MADE and bool(effect.get("path")) and \
+        shown_path(str(effect["path"]), base) in listed
+
+
 def _figure_line(fig: dict[str, Any]) -> str:
+    """``- fig-1a2b "V(t)"``: the id is what ``view_figure`` takes; the file is
+    ``<id>.png`` in the artifacts folder the system prompt names."""
     label = fig.get("id") or ""
     title = fig.get("title") or ""
-    parts = [p for p in (label, f'"{title}"' if title else "", str(fig.get("path") or "")) if p]
-    return "- " + " ".join(parts)
+    parts = [p for p in (label, f'"{title}"' if title else "") if p]
+    return "- " + " ".join(parts or [str(fig.get("path") or "")])
 
 
 def card_message(card: dict[str, Any]) -> HumanMessage:
