@@ -91,12 +91,17 @@ SMALL_AGENT_PATTERN = r"(?<![\d.])(0\.\d+|[1-9](\.\d+)?)b\b"
 SMALL_AGENT_ONE_TOOL_WINDOW = 12_000
 #: Per-tool output cap at execution time (head + tail chars reaching the model; the full
 #: text stays on disk and the marker names it). Below Codex's 10 KiB shell limit and
-#: Claude Code's 30k: with the real ruler, 6k chars of numeric output is ~2-3k tokens.
-#: On the bench's long workflows (replay, 128k, trigger 0.30): 6k sends 0.118x raw
-#: tokens vs 0.112x at 4k and 0.139x at the old 8k (trigger 0.40), recall 1.0 at each;
-#: 4k saves 5 % more in replay but shows the model a third less of every output, which
-#: a live model pays back in re-reads the replay cannot see.
-TOOL_CAP_CHARS = 6_000
+#: Claude Code's 30k: with the real ruler, 4k chars of numeric output is ~1.5-2k tokens.
+#: Dollars decided it (issue 31): every shown char is written to the prompt cache once
+#: (Anthropic: 1.25x input) and the tuned group's bill is mostly those writes and the
+#: output. Replay, long group at 128k, one run side by side (3b8c4dd placeholders),
+#: as multiples of stock's dollars (Anthropic/OpenAI): tuned 0.593x/0.612x at 6k ->
+#: 0.560x/0.587x at 4k, held-out 0.732x/0.730x -> 0.714x/0.715x (checked after; it
+#: improves too), recall 1.0 at each. The cost the replay cannot see: a live model reads
+#: a third less of a long output at first and pages more of it back (the cut marker names
+#: the lines left out and the ``_out[n].slice`` that returns them; the digest sums up the
+#: rest). Output under the cap, as a well-behaved cell prints, is not touched.
+TOOL_CAP_CHARS = 4_000
 #: MCP tool schemas are deferred (sent only after ``find_tools`` loads them) when all of
 #: them together would take more than this share of the window: 2.6k tokens at 128k,
 #: about 15-20 typical tool schemas. Below that, the extra ``find_tools`` round trip costs
