@@ -27,7 +27,7 @@ def steps(n: int, lines: int = 60) -> list[dict]:
 
 
 def test_a_small_window_summarizes_with_the_small_tier_without_thrashing(workspace):
-    n = 40
+    n = 60
     session = Session.create(workspace, approval="auto")
     try:
         model = ScriptedChatModel.from_steps(steps(n), window=WINDOW, enforce_window=True)
@@ -53,6 +53,7 @@ def test_a_small_window_summarizes_with_the_small_tier_without_thrashing(workspa
                 assert cur["tokens_before"] - prev["tokens_after"] >= t.clear_min_freed
         # what left the view stays reachable from the last request
         facts = [f"FACT-{i:03d} = {i * 7919}" for i in range(n)]
-        assert recall(facts, model.requests[-1], [session.paths.root]) == 1.0
+        assert recall(facts, model.requests[-1], [session.paths.root],
+                      outputs=session.paths.outputs) == 1.0
     finally:
         session.close()

@@ -76,7 +76,8 @@ def test_counted_total_matches_the_tokenizer_on_a_long_replayed_workflow(tmp_pat
         assert abs(counted - reference) <= 0.015 * reference, (len(msgs), counted, reference)
         worst = max(worst, abs(counted - reference) / reference)
         largest = max(largest, counted)
-    assert largest > 40_000  # the check covered long requests, not just the first few
+    # the check covered long requests, not just the first few (38.8k at the 4k tool cap)
+    assert largest > 30_000
     print(f"\n{len(model.seen)} requests, largest {largest} tokens, worst {worst:.3%}")
 
 
