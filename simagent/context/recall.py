@@ -88,19 +88,19 @@ def _pointers(text: str, roots: Sequence[Path], outputs: Path | None = None
         except OSError:
             continue
     if outputs is not None:
-        handles: dict[str, int] = {}
+        handles: dict[str, tuple[int, int]] = {}  # name -> (execution, end of first mention)
         for m in _HANDLE.finditer(text):
-            handles.setdefault(m.group(0), m.end())
-        for name, end in handles.items():
-            path = outputs / raw_name(int(name[len(HANDLE) + 1:-1]))
+            handles.setdefault(m.group(0), (int(m.group(1)), m.end()))
+        for name, (n, end) in handles.items():
+            path = outputs / raw_name(n)
             if path.is_file():
                 found.append((name, path, end))
     return found
 
 
-def paths_in(text: str, roots: Iterable[Path], outputs: Path | None = None) -> list[Path]:
-    """Existing files under ``roots`` (and kernel outputs in ``outputs``) ``text`` names."""
-    return [p for _, p, _ in _pointers(text, [Path(r).resolve() for r in roots], outputs)]
+def paths_in(text: str, roots: Iterable[Path]) -> list[Path]:
+    """Existing files under ``roots`` that ``text`` names."""
+    return [p for _, p, _ in _pointers(text, [Path(r).resolve() for r in roots])]
 
 
 def _pages_through(text: str, end: int) -> int:

@@ -149,10 +149,9 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
     n_figures = len(snapshot.get("figures") or [])
     cells, base = snapshot.get("effects") or [], snapshot.get("base")
     made = made_by(cells, base)
-    listed = [str(f["path"]) for f in (snapshot.get("files") or [])[:_MAX_FILES]]
-    files = [f"{f['path']} ({_size(f.get('bytes', 0))}"
-             f"{'; ' + ', '.join(made[f['path']]) if made.get(f['path']) else ''})"
-             for f in (snapshot.get("files") or [])[:_MAX_FILES]]
+    shown_files = (snapshot.get("files") or [])[:_MAX_FILES]
+    listed = [str(f["path"]) for f in shown_files]
+    files = [_file_line(f, made.get(str(f["path"]), [])) for f in shown_files]
     n_files = len(snapshot.get("files") or []) + int(snapshot.get("files_more") or 0)
 
     def assemble(k_names: int, k_files: int, k_figs: int) -> str:
@@ -236,17 +235,29 @@ def made_by(cells: Sequence[dict[str, Any]], base: str | None = None) -> dict[st
     out: dict[str, list[str]] = {}
     for c in reversed(cells):
         for e in c.get("effects") or []:
-            if e.get("kind") in _MADE and e.get("path"):
+            if (path := _made_path(e, base)) is not None:
                 phrase = f"{_MADE[e['kind']]} by _out[{c['n']}]"
-                seen = out.setdefault(shown_path(str(e["path"]), base), [])
+                seen = out.setdefault(path, [])
                 if phrase not in seen:
                     seen.append(phrase)
     return out
 
 
+def _made_path(effect: dict[str, Any], base: str | None) -> str | None:
+    """The file an effect made or changed, as the card shows it; None for other effects."""
+    if effect.get("kind") in _MADE and effect.get("path"):
+        return shown_path(str(effect["path"]), base)
+    return None
+
+
 def _on_listed(effect: dict[str, Any], base: str | None, listed: frozenset[str]) -> bool:
-    return effect.get("kind") in _MADE and bool(effect.get("path")) and \
-        shown_path(str(effect["path"]), base) in listed
+    return _made_path(effect, base) in listed
+
+
+def _file_line(entry: dict[str, Any], writers: Sequence[str]) -> str:
+    """``fit.json (2 B; written by _out[3])``: size, and the cells that wrote it."""
+    by = f"; {', '.join(writers)}" if writers else ""
+    return f"{entry['path']} ({_size(entry.get('bytes', 0))}{by})"
 
 
 def _figure_line(fig: dict[str, Any]) -> str:
