@@ -336,7 +336,7 @@ def test_results_nothing_reads_again_become_a_bare_mark_and_probe_sources_a_poin
     view = plan.view(history(4), final=False)
     texts = {m.tool_call_id.split("_")[2]: m.text for m in view if isinstance(m, ToolMessage)}
     assert texts["2"] == "[cleared]"  # gamma: nothing reads it again
-    assert texts["1"].startswith("[result cleared to save context")  # holds a probe fact
+    assert texts["1"].startswith("[result cleared; ")  # holds a probe fact
 
 
 def test_a_probe_fact_only_in_the_full_output_file_keeps_its_pointer(tmp_path):

@@ -191,11 +191,10 @@ def test_clearing_happens_in_epochs_and_keeps_the_prefix_stable(opened):
     placeholders = [m for m in last if isinstance(m, ToolMessage) and "result cleared" in m.text]
     assert placeholders
     for m in placeholders:  # each names its handle, whose raw output exists, with its
-        n = int(m.text.split("full output is _out[")[1].split("]")[0])  # true length
+        n = int(m.text.split("full output: _out[")[1].split("]")[0])  # true length
         path = session.paths.outputs / raw_name(n)
         assert path.is_file()
-        assert f"_out[{n}] in the kernel ({count_lines(path)} line" in m.text
-        assert f"`_out[{n}].slice(first, last)`" in m.text
+        assert f"full output: _out[{n}] ({count_lines(path)} line" in m.text
     recent = [m for m in last if isinstance(m, ToolMessage)][-3:]
     assert all("result cleared" not in m.text for m in recent)
 

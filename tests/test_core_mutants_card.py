@@ -119,7 +119,7 @@ def test_render_card_trims_names_then_files_then_figures():
     assert one_less["tokens"] <= size - 1 and "- b.txt (3 B)" in one_less["text"]
     tiny = sc.render_card(full_snapshot(), reason="clear", budget=10, ruler=Chars())
     assert tiny["shown"] == 0
-    assert "files written in the workspace this session (2, newest 0 shown):" in tiny["text"]
+    assert "files written in the workspace this session (2, 0 shown):" in tiny["text"]
     assert "figures (2, newest 0 shown):" in tiny["text"]
     assert "fig1" not in tiny["text"] and "out.csv" not in tiny["text"]
     # between: every name gone, then the files, the figures last
@@ -129,8 +129,8 @@ def test_render_card_trims_names_then_files_then_figures():
     no_names = size - sum(len(x) + 1 for x in names)  # the header keeps its length
     files_go = sc.render_card(full_snapshot(), reason="clear", budget=no_names - 1,
                               ruler=Chars())
-    assert files_go["shown"] == 0 and "out.csv" not in files_go["text"]
-    assert "(2, newest 0 shown):" in files_go["text"]  # the files' header
+    assert files_go["shown"] == 0 and "b.txt" not in files_go["text"]  # the older one
+    assert "(2, 1 shown):\n- out.csv (2.0 kB)\n" in files_go["text"]  # the files' header
     assert '\n- fig1 "V(t)"\n' in files_go["text"]  # figures go last
     assert "\n- fig2\n" in files_go["text"]
     fits = sc.render_card(full_snapshot(), reason="clear", budget=no_names, ruler=Chars())
@@ -203,7 +203,7 @@ def test_a_file_a_cell_wrote_says_so_on_its_line_and_not_again_in_the_effects():
         {"n": 4, "effects": [{"kind": "append", "path": "/w/out.csv"},
                              {"kind": "write", "path": "/w/gone.txt"}]}]
     text = sc.render_card(snap, reason="clear", budget=10_000, ruler=Chars())["text"]
-    assert "- out.csv (2.0 kB; appended by _out[4], written by _out[2])" in text
+    assert "- out.csv (2.0 kB; appended by _out[4]; written by _out[2])" in text
     assert "- b.txt (3 B)" in text
     assert ("cells' effects outside the kernel (newest first): _out[4] wrote gone.txt; "
             "_out[2] created folder logs") in text
@@ -211,3 +211,50 @@ def test_a_file_a_cell_wrote_says_so_on_its_line_and_not_again_in_the_effects():
     # a file trimmed from the list keeps its writes in the effects line
     tiny = sc.render_card(snap, reason="clear", budget=10, ruler=Chars())["text"]
     assert "_out[4] appended out.csv, wrote gone.txt" in tiny
+
+
+def test_numbered_files_are_one_line_and_their_writes_are_said_there():
+    """A sweep's files (one per case) are one line with the pattern, count, total size,
+    first and last names and the cells that wrote them; the effects line drops those
+    writes, and two files of one pattern stay listed by name."""
+    snap = full_snapshot()
+    snap["base"] = "/w"
+    logs = [f"logs/newton_{x:.2f}.log" for x in (3.6, 3.5, 0.1, 1.0, 0.9)]
+    snap["files"] = ([{"path": p, "bytes": 1024} for p in logs[:2]]
+                     + [{"path": "fit.json", "bytes": 2}]
+                     + [{"path": p, "bytes": 1024} for p in logs[2:]]
+                     + [{"path": "a_1.csv", "bytes": 5}, {"path": "a_2.csv", "bytes": 5}])
+    snap["effects"] = [{"n": n, "effects": [{"kind": "write", "path": f"/w/{p}"}]}
+                       for n, p in zip((3, 5, 6, 7, 8), reversed(logs), strict=True)]
+    snap["effects"].append({"n": 9, "effects": [{"kind": "write", "path": "/w/fit.json"},
+                                                {"kind": "delete", "path": "/w/tmp.txt"}]})
+    text = sc.render_card(snap, reason="clear", budget=10_000, ruler=Chars())["text"]
+    files = text.split("this session (8):\n")[1].split("\ncells'")[0].splitlines()
+    assert files == [
+        "- logs/newton_*.log (5 files, 5.0 kB: newton_0.10.log … newton_3.60.log; "
+        "written by _out[3]…_out[8])",
+        "- fit.json (2 B; written by _out[9])",
+        "- a_1.csv (5 B)", "- a_2.csv (5 B)"]
+    assert "cells' effects outside the kernel (newest first): _out[9] deleted tmp.txt" in text
+    assert "newton_1.00" not in text
+    # trimmed away, the group's writes go back to the effects line
+    tiny = sc.render_card(snap, reason="clear", budget=10, ruler=Chars())["text"]
+    assert "this session (8, 0 shown):" in tiny
+    assert "_out[8] wrote logs/newton_3.60.log; _out[7] wrote logs/newton_3.50.log" in tiny
+
+
+def test_file_groups_pure_parts():
+    from simagent.context import file_groups as fg
+
+    assert fg.pattern_of("runs/7/case_017.csv") == "runs/7/case_*.csv"
+    assert fg.pattern_of("T_3.50_P_10.out") == "T_*_P_*.out"
+    assert fg.pattern_of("notes.txt") == "notes.txt"
+    assert sorted(["c_10", "c_2", "c_1.5"], key=fg.natural_key) == ["c_1.5", "c_2", "c_10"]
+    assert fg.cells_phrase([5, 3, 5]) == "_out[3], _out[5]"
+    assert fg.cells_phrase([4, 9, 6, 14]) == "_out[4]…_out[14]"
+    items = fg.group_files([{"path": f"r{i}.txt", "bytes": i} for i in (3, 1)]
+                           + [{"path": "x.txt"}, {"path": "r2.txt", "bytes": 2}])
+    assert [(i.paths, i.bytes, i.pattern) for i in items] == [
+        (("r3.txt", "r1.txt", "r2.txt"), 6, "r*.txt"), (("x.txt",), 0, None)]
+    assert items[0].ends == ("r1.txt", "r3.txt")
+    assert len(fg.group_files([{"path": "r1.txt"}, {"path": "r2.txt"}])) == 2

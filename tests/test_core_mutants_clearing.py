@@ -103,8 +103,7 @@ def test_apply_cleared_swaps_results_and_inputs_and_leaves_the_rest():
     msgs = _thread(2)
     assert cl.apply_cleared(msgs, set()) == msgs
     view = cl.apply_cleared(msgs, {"c0"}, {"c0"})
-    assert view[2].content.startswith("[result cleared to save context; the full output is "
-                                      "_out[1] in the kernel")
+    assert view[2].content == "[result cleared; full output: _out[1]]"
     assert view[1].tool_calls[0]["args"] == {"code": "# code cleared from view: _out[1].code",
                                              "t": 1}
     assert view[3] == msgs[3] and view[4] == msgs[4] and msgs[1].tool_calls[0]["args"][

@@ -123,7 +123,7 @@ def test_a_cleared_result_names_its_handle() -> None:
     msg = ToolMessage("...", tool_call_id="c1",
                       artifact={"raw_path": "/s/sessions/x/outputs/0007.txt"})
     hint = recovery_hint(msg, "run_python")
-    assert "`_out[7].slice(first, last)`" in hint and "_out[7] in the kernel" in hint
+    assert hint == "full output: _out[7]"  # paging it is said once, in the system prompt
     assert "/s/sessions/x/outputs/0007.txt" not in hint  # the handle is the pointer
     other = ToolMessage("...", tool_call_id="c2", artifact={"raw_path": "/s/evicted/c2"})
     assert "_out" not in recovery_hint(other, "execute")

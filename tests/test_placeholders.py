@@ -1,6 +1,7 @@
 """What a cleared result becomes (issue 31 §2): the pure renderer in
 ``context/placeholders.py``. A placeholder names where the output is, how many lines it
-has and which of them the result showed, and the cheapest call that pages lines back;
+has and which of them the result showed; how to page a kernel handle back is said once,
+in the system prompt, and a file's placeholder names ``read_file``;
 ``tests/test_cut_lines.py`` checks on a real kernel that the ranges are the true ones."""
 
 from __future__ import annotations
@@ -43,15 +44,13 @@ def test_raw_path_from_the_artifact_or_the_markers():
     assert ph.execution_of(result("a", "see full result: /tmp/r.txt")) is None
 
 
-def test_a_kernel_output_names_its_handle_length_and_the_call_that_pages_it():
+def test_a_kernel_output_names_its_handle_and_length():
     whole = result("a", "12 lines", artifact={"raw_path": RAW, "lines": 12})
-    assert ph.recovery_hint(whole, "run_python") == (
-        "the full output is _out[7] in the kernel (12 lines); page it back with "
-        "`_out[7].slice(first, last)`, `.grep(pattern)` or `.tail(k)`")
+    assert ph.recovery_hint(whole, "run_python") == "full output: _out[7] (12 lines)"
     one = result("a", "x", artifact={"raw_path": RAW, "lines": 1})
-    assert "_out[7] in the kernel (1 line);" in ph.recovery_hint(one, "run_python")
+    assert ph.recovery_hint(one, "run_python") == "full output: _out[7] (1 line)"
     older = result("a", "x", artifact={"raw_path": RAW})  # a result from before the count
-    assert "_out[7] in the kernel; page" in ph.recovery_hint(older, "run_python")
+    assert ph.recovery_hint(older, "run_python") == "full output: _out[7]"
     # the handle is the pointer: the file's path is left out
     assert RAW not in ph.recovery_hint(whole, "run_python")
 
@@ -59,26 +58,24 @@ def test_a_kernel_output_names_its_handle_length_and_the_call_that_pages_it():
 def test_a_cut_kernel_output_says_which_lines_it_showed():
     cut = Cut(25, 925, 1002)
     msg = result("a", kernel_marker(cut), artifact={"raw_path": RAW, "lines": 1002})
-    assert ph.line_facts(msg) == "1002 lines; shown: 1-24, 926-1002"
+    assert ph.line_facts(msg) == "1002 lines; shown 1-24, 926-1002"
     assert ph.placeholder(msg, "run_python") == (
-        "[result cleared to save context; the full output is _out[7] in the kernel (1002 "
-        "lines; shown: 1-24, 926-1002); page it back with `_out[7].slice(first, last)`, "
-        "`.grep(pattern)` or `.tail(k)`]")
+        "[result cleared; full output: _out[7] (1002 lines; shown 1-24, 926-1002)]")
     tail_only = result("a", kernel_marker(Cut(1, 990, 1002)), artifact={"raw_path": RAW})
-    assert ph.line_facts(tail_only) == "1002 lines; shown: 991-1002"
+    assert ph.line_facts(tail_only) == "1002 lines; shown 991-1002"
     last_line = result("a", kernel_marker(Cut(1, 1001, 1002)), artifact={"raw_path": RAW})
-    assert ph.line_facts(last_line) == "1002 lines; shown: 1002"
+    assert ph.line_facts(last_line) == "1002 lines; shown 1002"
 
 
 def test_a_capped_file_result_names_its_length_shown_lines_and_read_file():
     text = "".join(f"row {i}\n" for i in range(1000))
     msg = result("a", cap_text(text, 2_000, "/w/large_tool_results/a.full.txt"))
     hint = ph.recovery_hint(msg, "grep")
-    assert hint.startswith("the full output is at /w/large_tool_results/a.full.txt (1000 "
-                           "lines; shown: 1-")
-    assert hint.endswith("; page it with `read_file` offset/limit)")
+    assert hint.startswith("full output: /w/large_tool_results/a.full.txt (1000 "
+                           "lines; shown 1-")
+    assert hint.endswith("); page it with `read_file` offset/limit")
     assert ph.recovery_hint(result("a", "full result: /tmp/r.txt "), "grep") == \
-        "the full output is at /tmp/r.txt (page it with `read_file` offset/limit)"
+        "full output: /tmp/r.txt; page it with `read_file` offset/limit"
 
 
 def test_results_without_a_file_say_how_to_get_them_again():
@@ -88,7 +85,7 @@ def test_results_without_a_file_say_how_to_get_them_again():
     assert ph.recovery_hint(result("a"), None) == "re-run the call above if you need it"
     assert ph.recovery_hint(result("a"), "other") == "re-run the call above if you need it"
     assert ph.placeholder(result("a"), "ls") == \
-        "[result cleared to save context; run `ls` again]"
+        "[result cleared; run `ls` again]"
 
 
 def test_a_kernel_placeholder_costs_what_its_handle_costs_not_its_path():
@@ -99,17 +96,29 @@ def test_a_kernel_placeholder_costs_what_its_handle_costs_not_its_path():
             "20261126-165616-11e4/outputs/0007.txt")
     short, long = (ph.placeholder(result("a", "x", artifact={"raw_path": p, "lines": 12}),
                                   "run_python") for p in (RAW, deep))
-    assert short == long and count_text(long) < 50
+    assert short == long and count_text(long) < 20
     before = OLD.replace(RAW, deep)  # the old wording with a real session's path
-    assert count_text(before) - count_text(long) >= 40
+    assert count_text(before) - count_text(long) >= 70
 
 
 def test_a_placeholder_grows_by_a_few_tokens_at_most():
     """Sent on every later request: the line facts must cost little. A whole output's
-    placeholder is shorter than before; a cut one's adds its shown ranges."""
+    placeholder is shorter than the oldest wording by half; a cut one's adds its shown
+    ranges and stays shorter still."""
     whole = ph.placeholder(result("a", "x", artifact={"raw_path": RAW, "lines": 12}),
                            "run_python")
     cut = ph.placeholder(result("a", kernel_marker(Cut(25, 925, 1002)),
                                 artifact={"raw_path": RAW}), "run_python")
-    assert count_text(whole) <= count_text(OLD)
-    assert count_text(cut) <= count_text(OLD) + 12
+    assert count_text(whole) <= count_text(OLD) // 2
+    assert count_text(cut) <= count_text(whole) + 14 < count_text(OLD)
+
+
+def test_the_system_prompt_says_once_how_to_page_a_handle():
+    """Placeholders name only the handle; the ground rules every request carries say how
+    a handle is paged back and where a cell's code is."""
+    from simagent.agent.prompts import GROUND_RULES
+
+    rule = " ".join(GROUND_RULES.split())
+    for call in ("`_out[n].slice(first, last)`", "`.grep(pattern)`", "`.tail(k)`",
+                 "`_out[n].code`"):
+        assert call in rule

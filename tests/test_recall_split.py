@@ -166,7 +166,7 @@ def test_a_kernel_handle_points_at_its_raw_output_in_the_sessions_outputs(tmp_pa
     lines = filler(150)
     lines[140] = FACT
     write(outputs / "0003.txt", lines)
-    text = "[result cleared to save context; the full output is _out[3] in the kernel]"
+    text = "[result cleared; full output: _out[3] (12 lines)]"
     loc = locate(FACT, text, [tmp_path], outputs=outputs)
     assert loc.status == "by_pointer" and loc.pointer == "_out[3]"
     assert loc.recovery_tokens == tail_cost("\n".join(lines) + "\n", FACT)

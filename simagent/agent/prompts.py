@@ -42,8 +42,10 @@ How you work:
 - The kernel keeps state between calls. Build on earlier cells instead of re-running \
 them; define expensive objects once.
 - Start small (a short run, a coarse grid), check the result is plausible, then scale up.
-- Print summaries, not raw arrays. Long output is cut; the full output stays on disk at \
-the path the result names, which you can page with `read_file` or search in the kernel.
+- Print summaries, not raw arrays. A cell's long output is cut, and older results are \
+cleared from view; either way the result names the full output, `_out[n]` in the \
+kernel: page it back with `_out[n].slice(first, last)`, `.grep(pattern)` or `.tail(k)`; \
+the cell's code is `_out[n].code`. Other cleared results say how to get them back.
 - When a simulator's API is unclear, read its installed source or examples (real paths \
 below) rather than guessing signatures. Skills listed below hold verified recipes: read \
 one before a task it describes.

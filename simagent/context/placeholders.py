@@ -7,6 +7,10 @@ clearing costs. It says how long the output is and which lines the result showed
 model can ask for just those (``_out[7].slice(926, 1002)``). A kernel output is named by
 its handle alone: the handle is how the model pages it back, and its file's path (about
 40 tokens; the system prompt gives the pattern) would be read again on every request.
+How to page a handle (``.slice``, ``.grep``, ``.tail``, ``.code``) is said once, in the
+system prompt (:data:`simagent.agent.prompts.GROUND_RULES`) and on the state card, not
+in each placeholder: a session holds dozens of them, each read on every request (the
+long form cost 61 tokens, this one 25).
 Everything in it comes from the result itself (its text, whose cap marker names the cut,
 and its artifact, which carries the line count), never from the disk now: it is the same
 bytes on every request, as the prompt cache needs.
@@ -55,14 +59,13 @@ def recovery_hint(msg: ToolMessage, tool_name: str | None) -> str:
     facts = line_facts(msg)
     if (n := number_of(path)) is not None:
         about = f" ({facts})" if facts else ""
-        return (f"the full output is {handle(n)} in the kernel{about}; page it back with "
-                f"`{handle(n)}.slice(first, last)`, `.grep(pattern)` or `.tail(k)`")
-    about = f"{facts}; " if facts else ""
-    return f"the full output is at {path} ({about}page it with `read_file` offset/limit)"
+        return f"full output: {handle(n)}{about}"
+    about = f" ({facts})" if facts else ""
+    return f"full output: {path}{about}; page it with `read_file` offset/limit"
 
 
 def line_facts(msg: ToolMessage) -> str:
-    """``1002 lines; shown: 1-24, 926-1002``: the output's length and, when a cap cut
+    """``1002 lines; shown 1-24, 926-1002``: the output's length and, when a cap cut
     it, the line ranges the result kept (what the model read, so what it may want back);
     "" when neither is known."""
     cut = parse_cut(msg.text)
@@ -72,11 +75,11 @@ def line_facts(msg: ToolMessage) -> str:
         return ""
     facts = f"{total} line{'s' * (total != 1)}"
     if cut and cut.shown:
-        facts += "; shown: " + ", ".join(f"{a}-{b}" if a < b else str(a)
+        facts += "; shown " + ", ".join(f"{a}-{b}" if a < b else str(a)
                                             for a, b in cut.shown)
     return facts
 
 
 def placeholder(msg: ToolMessage, tool_name: str | None) -> str:
     """The text a cleared result becomes (sent on every later request: keep it short)."""
-    return f"[result cleared to save context; {recovery_hint(msg, tool_name)}]"
+    return f"[result cleared; {recovery_hint(msg, tool_name)}]"

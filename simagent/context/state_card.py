@@ -31,6 +31,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from simagent.context.counting import STATE_CARD_SOURCE, is_state_card
+from simagent.context.file_groups import FileItem, cells_phrase, group_files
 from simagent.context.tokens import Ruler, active_ruler
 from simagent.kernel_api.effects import describe_all, shown_path
 
@@ -149,9 +150,8 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
     n_figures = len(snapshot.get("figures") or [])
     cells, base = snapshot.get("effects") or [], snapshot.get("base")
     made = made_by(cells, base)
-    shown_files = (snapshot.get("files") or [])[:_MAX_FILES]
-    listed = [str(f["path"]) for f in shown_files]
-    files = [_file_line(f, made.get(str(f["path"]), [])) for f in shown_files]
+    items = group_files(snapshot.get("files") or [])[:_MAX_FILES]
+    files = [_file_line(item, made) for item in items]
     n_files = len(snapshot.get("files") or []) + int(snapshot.get("files_more") or 0)
 
     def assemble(k_names: int, k_files: int, k_figs: int) -> str:
@@ -170,11 +170,12 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
             body.append(f"figures ({n_figures}, newest {k_figs} shown):" if k_figs < n_figures
                         else f"figures ({n_figures}):")
             body += figures[len(figures) - k_figs:] if k_figs else []
+        listed = frozenset(p for item in items[:k_files] for p in item.paths)
         if n_files:
             body.append(f"files written in the workspace this session ({n_files}"
-                        f"{f', newest {k_files} shown' if k_files < n_files else ''}):")
+                        f"{f', {len(listed)} shown' if len(listed) < n_files else ''}):")
             body += [f"- {f}" for f in files[:k_files]]
-        if acts := effects_line(cells, base, frozenset(listed[:k_files])):
+        if acts := effects_line(cells, base, listed):
             body.append(acts)
         return "\n".join(body + foot)
 
@@ -229,17 +230,17 @@ def effects_line(cells: Sequence[dict[str, Any]], base: str | None = None,
         if items else ""
 
 
-def made_by(cells: Sequence[dict[str, Any]], base: str | None = None) -> dict[str, list[str]]:
-    """Workspace path -> ``written by _out[3]`` phrases, newest cell first: the cells
-    whose writes made or changed each file, for the card's file lines."""
-    out: dict[str, list[str]] = {}
+def made_by(cells: Sequence[dict[str, Any]], base: str | None = None
+            ) -> dict[str, dict[str, list[int]]]:
+    """Workspace path -> {"written": [5, 3], "appended": [...]}: the cells whose writes
+    made or changed each file (newest first, by what they did), for the file lines."""
+    out: dict[str, dict[str, list[int]]] = {}
     for c in reversed(cells):
         for e in c.get("effects") or []:
             if (path := _made_path(e, base)) is not None:
-                phrase = f"{_MADE[e['kind']]} by _out[{c['n']}]"
-                seen = out.setdefault(path, [])
-                if phrase not in seen:
-                    seen.append(phrase)
+                seen = out.setdefault(path, {}).setdefault(_MADE[e["kind"]], [])
+                if c["n"] not in seen:
+                    seen.append(c["n"])
     return out
 
 
@@ -254,10 +255,20 @@ def _on_listed(effect: dict[str, Any], base: str | None, listed: frozenset[str])
     return _made_path(effect, base) in listed
 
 
-def _file_line(entry: dict[str, Any], writers: Sequence[str]) -> str:
-    """``fit.json (2 B; written by _out[3])``: size, and the cells that wrote it."""
-    by = f"; {', '.join(writers)}" if writers else ""
-    return f"{entry['path']} ({_size(entry.get('bytes', 0))}{by})"
+def _file_line(item: FileItem, made: dict[str, dict[str, list[int]]]) -> str:
+    """``fit.json (2 B; written by _out[3])``: size, and the cells that wrote it; a group
+    of numbered files as ``logs/run_*.csv (12 files, 40.1 kB: run_1.csv … run_12.csv;
+    written by _out[4]…_out[9])``."""
+    writes: dict[str, list[int]] = {}
+    for path in item.paths:
+        for word, ns in made.get(path, {}).items():
+            writes.setdefault(word, []).extend(ns)
+    by = "".join(f"; {word} by {cells_phrase(ns)}" for word, ns in writes.items())
+    if item.pattern is None:
+        return f"{item.paths[0]} ({_size(item.bytes)}{by})"
+    first, last = item.ends
+    return (f"{item.pattern} ({len(item.paths)} files, {_size(item.bytes)}: "
+            f"{first} … {last}{by})")
 
 
 def _figure_line(fig: dict[str, Any]) -> str:
