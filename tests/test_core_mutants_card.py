@@ -154,7 +154,7 @@ def test_figure_lines_effects_and_the_message():
     assert sc._figure_line({}) == "- "
     assert sc.effects_line([]) == ""
     assert sc.effects_line([{"n": 1, "effects": []}]) == ""
-    msg = sc.card_message({"text": "T", "n": 4})
+    msg = sc.card_message(sc.card_parts({"text": "T", "n": 4})[0])
     assert (msg.content, msg.id) == ("T", "simagent-state-card-4")
     assert msg.additional_kwargs == {"lc_source": sc.STATE_CARD_SOURCE}
     assert sc.card_message({"text": "T"}).id == "simagent-state-card-0"

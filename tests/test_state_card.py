@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -265,7 +266,8 @@ def test_a_clearing_epoch_of_kernel_results_brings_a_card_from_the_live_kernel(w
                                                        "field = np.ones((50, 40))"}}]
              + [{"tool": "run_python", "args": {"code": f"print('R{i}', 'v' * 3000)"}}
                 for i in range(20)] + [{"final": "done"}])
-    settings = th.ContextSettings(summarize=False, budget_check=False)
+    settings = th.ContextSettings(summarize=False, budget_check=False,
+                                  state_card_updates=False)  # every card in full
     session, model, agent, runner = _make(workspace, steps, settings, 30_000)
     try:
         assert runner.run("go").status == "done"
@@ -397,3 +399,41 @@ def test_cleared_results_are_found_by_their_raw_output():
     other = ToolMessage("out", tool_call_id="o")
     assert _has_kernel_results([kernel_result, other], {"k"})
     assert not _has_kernel_results([kernel_result, other], {"o"})
+
+
+def test_later_epochs_send_updates_and_the_card_before_them_stays_byte_for_byte(workspace):
+    """Each clearing epoch after the first sends what changed in the live kernel, after
+    the newest result it cleared; the full card and earlier updates stay in place, so
+    the provider reads them from its cache (issue 31 §2)."""
+    steps = ([{"tool": "run_python", "args": {"code": "import numpy as np\n"
+                                                       "field = np.ones((50, 40))"}}]
+             + [{"tool": "run_python", "args": {"code": f"v{i} = {i}\nprint('R{i}', 'v' * 3000)"}}
+                for i in range(20)] + [{"final": "done"}])
+    settings = th.ContextSettings(summarize=False, budget_check=False)  # updates: default
+    session, model, _agent, runner = _make(workspace, steps, settings, 30_000)
+    try:
+        assert runner.run("go").status == "done"
+        cards = [e.payload for e in session.trace.events(["context_state_card"])]
+        assert len(cards) >= 3 and cards[0]["reason"] == "clear"
+        last = model.requests[-1]
+        parts = [m for m in last if is_state_card(m)]
+        assert len(parts) == len(cards)  # the card and one update per later epoch
+        assert parts[0].text.startswith("<kernel_state ")
+        assert all(p.text.startswith('<kernel_state_update after="clear">') for p in parts[1:])
+        assert "- field: numpy.ndarray (50, 40) float64" in parts[0].text
+        assert not any("field:" in p.text for p in parts[1:])  # unchanged: not said again
+        said = [int(m.group(1)) for p in parts[1:] for m in re.finditer(r"- v(\d+) = ", p.text)]
+        assert said == sorted(said) and len(set(said)) == len(said)  # each name once
+        assert "- v19 = 19 (int)" in parts[-1].text and "executions so far" in parts[-1].text
+        # each part follows a cleared result, never a call or the newest result
+        for p in parts:
+            before = last[last.index(p) - 1]
+            assert isinstance(before, ToolMessage) and "result cleared" in before.text
+        # the first card is the same message in every request from its epoch on
+        first = [next(m for m in req if is_state_card(m)) for req in model.requests
+                 if any(is_state_card(m) for m in req)]
+        assert {(m.id, m.text) for m in first} == {(parts[0].id, parts[0].text)}
+        usage = session.trace.events(["model_usage"])[-1].payload["request"]
+        assert usage["state_card"] == sum(count_message(p, RULER) for p in parts)
+    finally:
+        session.close()

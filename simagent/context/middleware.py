@@ -34,9 +34,10 @@ from langchain.agents.middleware.types import (
     ExtendedModelResponse,
     PrivateStateAttr,
 )
-from langchain_core.messages import BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.types import Command
 
+from simagent.context import card_updates as cards
 from simagent.context import thresholds as th
 from simagent.context.boundaries import turn_starts
 from simagent.context.capping import cap_tool_message
@@ -233,9 +234,8 @@ class ContextMiddleware(AgentMiddleware):
                             trigger=thr.clear_trigger, keep=thr.clear_keep,
                             min_freed=thr.clear_min_freed, keep_tokens=thr.clear_keep_tokens,
                             clear_inputs=self.settings.clear_inputs, prices=prices,
-                            words=self.settings.clear_words,
+                            words=self.settings.clear_words, pinned=self.settings.cache_pin,
                             expect=self.settings.clear_by_expected,
-                            pinned=self.settings.cache_pin,
                             card_tokens=thr.state_card if self.state_source else 0)
 
     def clear(self, p: _Pass) -> None:
@@ -290,7 +290,7 @@ class ContextMiddleware(AgentMiddleware):
     def add_card(self, p: _Pass) -> None:
         """A kernel state card after a layer took kernel output from view."""
         if p.card_reason is not None:
-            new_card = self.make_card(p.messages, p.card, p.card_reason)
+            new_card = self.make_card(p.messages, p.card, p.card_reason, p.cleared)
             if new_card is not None:
                 p.card = p.update[STATE_CARD_KEY] = new_card
                 self.remeasure(p)
@@ -306,8 +306,9 @@ class ContextMiddleware(AgentMiddleware):
         return self.cache_family == "anthropic" and self.settings.cache_pin
 
     def make_card(self, messages: list[BaseMessage], previous: dict[str, Any] | None,
-                  reason: str) -> dict[str, Any] | None:
-        """A kernel state card after the newest message, or None when off or unreadable."""
+                  reason: str, cleared: frozenset[str] = frozenset()) -> dict[str, Any] | None:
+        """A kernel state card, or an update to ``previous`` (``context.card_updates``),
+        or None when off or unreadable."""
         if not self.thresholds.state_card or self.state_source is None or not messages:
             return None
         try:
@@ -318,12 +319,10 @@ class ContextMiddleware(AgentMiddleware):
             return None
         card = render_card(snapshot, reason=reason, budget=self.thresholds.state_card,
                            previous=previous, ruler=self.ruler)
-        # after the newest message; before it when that is the user's new turn, so the
-        # question stays the last thing the model reads
-        newest_is_user = isinstance(messages[-1], HumanMessage) and len(messages) > 1
-        card["after_id"] = messages[-2 if newest_is_user else -1].id
-        card["n"] = int((previous or {}).get("n") or 0) + 1
-        return card
+        anchor = (cards.anchor_after_cleared(messages, cleared) if reason == "clear"
+                  else None) or cards.anchor_newest(messages)
+        return cards.next_card(card, previous, reason=reason, anchor=anchor,
+                         updates=self.settings.state_card_updates, ruler=self.ruler)
 
     def compaction_payload(self, done: Compaction, before: int, after: int,
                            **extra: Any) -> dict[str, Any]:

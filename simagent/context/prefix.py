@@ -20,7 +20,7 @@ from typing import Any
 from langchain_core.messages import SystemMessage, ToolMessage
 
 from simagent.context.clearing import is_cleared
-from simagent.context.counting import count_message, message_parts
+from simagent.context.counting import count_message, is_state_card, message_parts
 
 
 def message_key(msg: Any) -> str:
@@ -74,11 +74,17 @@ def pin_index(view: Sequence[Any], cleared_before: Collection[str]) -> int | Non
     newest *older* placeholder is byte-stable until the next epoch clears results after
     it, so a breakpoint there is read back exactly when that epoch comes; using the
     placeholders of the previous request (not of an epoch made for this one) means the
-    entry already exists when it is needed. None when nothing was cleared before."""
+    entry already exists when it is needed. None when nothing was cleared before.
+
+    A state card or card update right after that placeholder was made by the epoch that
+    cleared it and stays until a full card replaces it (``context.card_updates``), so the
+    breakpoint goes on the last of them: the card is read back, not written again."""
     for i in range(len(view) - 1, -1, -1):
         msg = view[i]
         if isinstance(msg, ToolMessage) and msg.tool_call_id in cleared_before \
                 and is_cleared(msg):
+            while i + 1 < len(view) and is_state_card(view[i + 1]):
+                i += 1
             return i
     return None
 

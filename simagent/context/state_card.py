@@ -179,23 +179,34 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
             body.append(acts)
         return "\n".join(body + foot)
 
-    text, tokens, k_names = _fit(assemble, budget, ruler,
-                                 len(names), len(files), len(figures))
+    text, tokens, (k_names, k_files, k_figs) = _fit(assemble, budget, ruler,
+                                                    len(names), len(files), len(figures))
     kernel = snapshot.get("kernel") or {}
+    listed = frozenset(p for item in items[:k_files] for p in item.paths)
+    shown = {"kernel": kernel_line,
+             "names": {e["name"]: line for e, line in zip(entries[:k_names], names,
+                                                          strict=False)},
+             "imports": imports, "functions": functions,
+             "figures": figures[len(figures) - k_figs:] if k_figs else [],
+             "files": {item.pattern or item.paths[0]: line
+                       for item, line in zip(items[:k_files], files, strict=False)},
+             "effects": effects_line(cells, base, listed)}
     return {"text": text, "tokens": tokens, "reason": reason,
             "generation": int(kernel.get("generation") or 0),
             "names": [e["name"] for e in entries], "restarted": restarted, "lost": lost,
-            "shown": k_names}
+            "shown": k_names, "state": shown}
 
 
 def _fit(assemble: Callable[[int, int, int], str], budget: int, ruler: Ruler,
-         k_names: int, k_files: int, k_figs: int) -> tuple[str, int, int]:
-    """(text, tokens, names shown) of the fullest card within ``budget``: names go first
-    (the most that fit beside every file and figure), then files, then figures."""
+         k_names: int, k_files: int, k_figs: int
+         ) -> tuple[str, int, tuple[int, int, int]]:
+    """(text, tokens, (names, files, figures shown)) of the fullest card within
+    ``budget``: names go first (the most that fit beside every file and figure), then
+    files, then figures."""
     text = assemble(k_names, k_files, k_figs)
     tokens = ruler.count(text)
     if tokens <= budget:
-        return text, tokens, k_names
+        return text, tokens, (k_names, k_files, k_figs)
     lo, hi = 0, k_names  # binary search over the names: a few counts
     while lo < hi:
         mid = (lo + hi + 1) // 2
@@ -213,7 +224,7 @@ def _fit(assemble: Callable[[int, int, int], str], budget: int, ruler: Ruler,
             k_figs -= 1
         text = assemble(k_names, k_files, k_figs)
         tokens = ruler.count(text)
-    return text, tokens, k_names
+    return text, tokens, (k_names, k_files, k_figs)
 
 
 def effects_line(cells: Sequence[dict[str, Any]], base: str | None = None,
@@ -280,26 +291,51 @@ def _figure_line(fig: dict[str, Any]) -> str:
     return "- " + " ".join(parts or [str(fig.get("path") or "")])
 
 
-def card_message(card: dict[str, Any]) -> HumanMessage:
-    """The card as the message the model reads (same text and id on every call)."""
-    return HumanMessage(content=card["text"], id=f"simagent-state-card-{card.get('n', 0)}",
+def card_parts(card: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages a card is sent as: its full card, then the updates made since
+    (``context.card_updates``), each ``{"text", "after_id", "id"}``; a card stored
+    before updates existed is one part."""
+    if card.get("parts"):
+        return list(card["parts"])
+    return [{"text": card.get("text") or "", "after_id": card.get("after_id"),
+             "id": f"simagent-state-card-{card.get('n', 0)}"}]
+
+
+def card_message(part: dict[str, Any]) -> HumanMessage:
+    """One part of the card as the message the model reads (same text and id on every
+    call)."""
+    return HumanMessage(content=part["text"], id=part.get("id") or "simagent-state-card-0",
                         additional_kwargs={"lc_source": STATE_CARD_SOURCE})
 
 
 def with_card(view: list[BaseMessage], card: dict[str, Any] | None,
               boundary: bool) -> list[BaseMessage]:
-    """``view`` with the card after the message it was made after.
+    """``view`` with each part of the card after the message it was made after.
 
-    That message may since have gone behind a boundary (then the card follows the
+    That message may since have gone behind a boundary (then the part follows the
     boundary's message); a card whose compaction came later than the latest boundary
-    always has its message in view.
+    always has its message in view. Parts after one message keep their order.
     """
-    if not card or not card.get("text"):
+    parts = [p for p in card_parts(card or {}) if p.get("text")] if card else []
+    if not parts:
         return view
     view = [m for m in view if not is_state_card(m)]
-    at = next((i + 1 for i, m in enumerate(view) if m.id and m.id == card.get("after_id")),
-              1 if boundary and view else 0)
-    return [*view[:at], card_message(card), *view[at:]]
+    ids = {m.id for m in view if m.id}
+    after: dict[str, list[BaseMessage]] = {}
+    orphans = []
+    for part in parts:
+        if part.get("after_id") in ids:
+            after.setdefault(part["after_id"], []).append(card_message(part))
+        else:
+            orphans.append(card_message(part))
+    head = 1 if boundary and view else 0
+    out: list[BaseMessage] = []
+    for i, m in enumerate(view):
+        if i == head:
+            out += orphans
+        out.append(m)
+        out += after.get(m.id, []) if m.id else []
+    return out if head < len(view) else out + orphans
 
 
 def card_event(card: dict[str, Any], agent: str) -> dict[str, Any]:

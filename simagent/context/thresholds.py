@@ -213,6 +213,9 @@ class ContextSettings:
     budget_check: bool = True
     emergency: bool = True
     state_card_tokens: int = STATE_CARD_TOKENS
+    #: a clearing epoch sends what changed on the card, not the card again in full, and
+    #: the card stays where it was (``context.card_updates``)
+    state_card_updates: bool = True
     #: a fourth prompt-cache breakpoint before the results the next epoch clears
     #: (Anthropic; ``simagent.context.prefix.pin_index``)
     cache_pin: bool = True
@@ -322,8 +325,7 @@ def history_budget(window: int, *, system: int, summary: int, tool_defs: int,
 # --------------------------------------------------------------------------- layers
 def tool_cap(tool_name: str, settings: ContextSettings) -> int | None:
     """Chars of one tool result that reach the model (None: uncapped)."""
-    cap = settings.tool_caps.get(tool_name, settings.tool_cap_chars)
-    return cap or None
+    return settings.tool_caps.get(tool_name, settings.tool_cap_chars) or None
 
 
 def defer_tools_limit(window: int, settings: ContextSettings) -> int:
@@ -374,8 +376,7 @@ def clear_keep(window: int, settings: ContextSettings) -> int:
 
 
 def clear_keep_tokens(window: int, settings: ContextSettings) -> int | None:
-    frac = settings.clear_keep_fraction
-    return int(window * frac) if frac else None
+    return int(window * frac) if (frac := settings.clear_keep_fraction) else None
 
 
 def clear_min_freed_tokens(window: int, settings: ContextSettings) -> int:
