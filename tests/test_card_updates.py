@@ -74,8 +74,15 @@ def test_an_update_says_only_what_changed():
         "</kernel_state_update>"]
     same = cu.changes(now["state"], now["state"], now["names"])
     assert cu.render_update(same, "clear").splitlines()[3] == "nothing else changed."
-    # a name the full card left out for room is not gone: it is still in the kernel
-    assert cu.changes({"names": {"a": "- a = 1 (int)"}}, {"names": {}}, ["a"])["gone"] == []
+    # a name the full card left out for room is not gone (it is still in the kernel),
+    # and the update says it was not re-read rather than that it still holds
+    room = cu.changes({"names": {"a": "- a = 1 (int)"}}, {"names": {}, "kernel": "k"}, ["a"])
+    assert room["gone"] == [] and room["unread"] == ["a"]
+    assert "not re-read for room (may have changed): a" in cu.render_update(room, "clear")
+    # a function deleted since is gone, and the merged state forgets it
+    dropped = cu.changes({"functions": ["f", "g"]}, {"functions": ["g"]}, [])
+    assert dropped["gone"] == ["f"]
+    assert cu.merged({"functions": ["f", "g"]}, {"functions": ["g"]}, [])["functions"] == ["g"]
 
 
 def test_next_card_appends_updates_and_a_restart_or_summary_sends_a_full_card():

@@ -67,12 +67,15 @@ def changes(told: dict[str, Any], now: dict[str, Any], names: Collection[str]
     full card only left out for room is not called gone."""
     old_names = told.get("names") or {}
     old_files = told.get("files") or {}
+    shown, alive = now.get("names") or {}, set(names)
     effects = now.get("effects") or ""
     return {
         "kernel": now.get("kernel") or "",
-        "names": [line for name, line in (now.get("names") or {}).items()
-                  if old_names.get(name) != line],
-        "gone": [name for name in old_names if name not in set(names)],
+        "names": [line for name, line in shown.items() if old_names.get(name) != line],
+        "gone": [name for name in old_names if name not in alive]
+        + [f for f in told.get("functions", []) if f not in (now.get("functions") or [])],
+        # said before, still there, but a full card now has no room for them: unchecked
+        "unread": [name for name in old_names if name in alive and name not in shown],
         "imports": [x for x in now.get("imports") or [] if x not in told.get("imports", [])],
         "functions": [x for x in now.get("functions") or []
                       if x not in told.get("functions", [])],
@@ -93,9 +96,7 @@ def merged(told: dict[str, Any], now: dict[str, Any], names: Collection[str]
                                     **(now.get("names") or {})}.items() if k in keep},
         "imports": [*told.get("imports", []),
                     *(x for x in now.get("imports") or [] if x not in told.get("imports", []))],
-        "functions": [*told.get("functions", []),
-                      *(x for x in now.get("functions") or []
-                        if x not in told.get("functions", []))],
+        "functions": list(now.get("functions") or []),
         "figures": [*told.get("figures", []),
                     *(x for x in now.get("figures") or [] if x not in told.get("figures", []))],
         "files": {**(told.get("files") or {}), **(now.get("files") or {})},
@@ -112,6 +113,8 @@ def render_update(diff: dict[str, Any], reason: str) -> str:
         body += ["new or changed names:", *diff["names"]]
     if diff["gone"]:
         body.append("names gone: " + ", ".join(diff["gone"]))
+    if diff.get("unread"):
+        body.append("not re-read for room (may have changed): " + ", ".join(diff["unread"]))
     if diff["imports"]:
         body.append("imports added: " + ", ".join(diff["imports"]))
     if diff["functions"]:
