@@ -165,9 +165,11 @@ def test_card_event_payload():
             "generation": 3, "restarted": True, "lost": [f"n{i}" for i in range(50)]}
     assert sc.card_event(card, "main") == {
         "reason": "summary", "tokens": 120, "names": 3, "shown": 2, "generation": 3,
-        "restarted": True, "lost": [f"n{i}" for i in range(40)], "agent": "main"}
+        "restarted": True, "lost": [f"n{i}" for i in range(40)], "agent": "main",
+        "update": False}
     del card["shown"]
     assert sc.card_event(card, "sub")["shown"] == 0
+    assert sc.card_event({**card, "update": True}, "main")["update"] is True
 
 
 def test_with_card_places_it_after_its_message_or_the_boundary():

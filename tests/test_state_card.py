@@ -415,6 +415,7 @@ def test_later_epochs_send_updates_and_the_card_before_them_stays_byte_for_byte(
         assert runner.run("go").status == "done"
         cards = [e.payload for e in session.trace.events(["context_state_card"])]
         assert len(cards) >= 3 and cards[0]["reason"] == "clear"
+        assert [c["update"] for c in cards] == [False] + [True] * (len(cards) - 1)
         last = model.requests[-1]
         parts = [m for m in last if is_state_card(m)]
         assert len(parts) == len(cards)  # the card and one update per later epoch

@@ -339,7 +339,9 @@ def with_card(view: list[BaseMessage], card: dict[str, Any] | None,
 
 
 def card_event(card: dict[str, Any], agent: str) -> dict[str, Any]:
-    """The ``context_state_card`` trace payload."""
+    """The ``context_state_card`` trace payload (``update``: only what changed was sent,
+    ``tokens`` are then the update's)."""
     return {"reason": card["reason"], "tokens": card["tokens"], "names": len(card["names"]),
             "shown": card.get("shown", 0), "generation": card["generation"],
-            "restarted": card["restarted"], "lost": card["lost"][:_MAX_LOST], "agent": agent}
+            "restarted": card["restarted"], "lost": card["lost"][:_MAX_LOST], "agent": agent,
+            "update": bool(card.get("update"))}
