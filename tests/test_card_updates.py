@@ -79,10 +79,13 @@ def test_an_update_says_only_what_changed():
     room = cu.changes({"names": {"a": "- a = 1 (int)"}}, {"names": {}, "kernel": "k"}, ["a"])
     assert room["gone"] == [] and room["unread"] == ["a"]
     assert "not re-read for room (may have changed): a" in cu.render_update(room, "clear")
+    told = cu.merged({"names": {"a": "- a = 1 (int)"}}, {"names": {}})
+    assert told["names"] == {}  # said once: the next update does not repeat it
+    assert cu.changes(told, {"names": {}}, ["a"])["unread"] == []
     # a function deleted since is gone, and the merged state forgets it
     dropped = cu.changes({"functions": ["f", "g"]}, {"functions": ["g"]}, [])
     assert dropped["gone"] == ["f"]
-    assert cu.merged({"functions": ["f", "g"]}, {"functions": ["g"]}, [])["functions"] == ["g"]
+    assert cu.merged({"functions": ["f", "g"]}, {"functions": ["g"]})["functions"] == ["g"]
 
 
 def test_next_card_appends_updates_and_a_restart_or_summary_sends_a_full_card():

@@ -86,14 +86,13 @@ def changes(told: dict[str, Any], now: dict[str, Any], names: Collection[str]
     }
 
 
-def merged(told: dict[str, Any], now: dict[str, Any], names: Collection[str]
-           ) -> dict[str, Any]:
-    """What the card and its updates say once this update is sent."""
-    keep = set(names)
+def merged(told: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
+    """What the card and its updates say once this update is sent. A told name the full
+    card no longer shows is either gone or said to be unread (:func:`changes`): either way
+    it has been said once, so it leaves what later updates compare to."""
     return {
         "kernel": now.get("kernel") or "",
-        "names": {k: v for k, v in {**(told.get("names") or {}),
-                                    **(now.get("names") or {})}.items() if k in keep},
+        "names": dict(now.get("names") or {}),
         "imports": [*told.get("imports", []),
                     *(x for x in now.get("imports") or [] if x not in told.get("imports", []))],
         "functions": list(now.get("functions") or []),
@@ -144,7 +143,7 @@ def next_card(full: dict[str, Any], previous: dict[str, Any] | None, *, reason: 
         part = {"text": text, "after_id": anchor, "id": f"simagent-state-card-{n}"}
         return {**full, "text": previous["text"], "after_id": previous.get("after_id"),
                 "parts": [*previous["parts"], part],
-                "told": merged(told, full["state"], full["names"]),
+                "told": merged(told, full["state"]),
                 "update_tokens": int(previous.get("update_tokens") or 0) + tokens,
                 "tokens": tokens, "n": n, "update": True}
     part = {"text": full["text"], "after_id": anchor, "id": f"simagent-state-card-{n}"}
