@@ -9,6 +9,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,13 @@ def test_a_leftover_process_is_found_and_alive_until_reaped(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
     try:
         assert alive(proc.pid)
+        # Popen returns once exec has closed its error pipe, which the kernel does before it
+        # sets up the new environment: on a loaded machine /proc/<pid>/environ can still be
+        # empty then (a loaded test run saw []), so wait for it, boundedly
+        deadline = time.monotonic() + 30
+        while proc.pid not in processes_with_env("SIMAGENT_SESSION_DIR", prefix) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert proc.pid in processes_with_env("SIMAGENT_SESSION_DIR", prefix)
         assert proc.pid not in processes_with_env("SIMAGENT_SESSION_DIR", prefix + "-other")
         proc.kill()
