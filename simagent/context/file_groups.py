@@ -20,9 +20,9 @@ from typing import Any
 
 #: Fewest files that make a group: two are cheaper listed by name.
 MIN_GROUP = 3
-#: A run of digits, with its decimal part (``3.50``) so a float is one field.
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-_PARTS = re.compile(r"(\d+(?:\.\d+)?)")
+#: A run of digits, with its decimal part (``3.50``) so a float is one field (a group, so
+#: ``split`` keeps the numbers).
+_NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
 
 
 def pattern_of(path: str) -> str:
@@ -35,7 +35,7 @@ def pattern_of(path: str) -> str:
 def natural_key(name: str) -> tuple[Any, ...]:
     """Sort key that puts ``case_2`` before ``case_10`` and ``0.5`` before ``1.0``."""
     return tuple((0, float(p), p) if i % 2 else (1, 0.0, p)
-                 for i, p in enumerate(_PARTS.split(name)))
+                 for i, p in enumerate(_NUMBER.split(name)))
 
 
 @dataclass(frozen=True)
@@ -57,15 +57,13 @@ def group_files(files: Sequence[dict[str, Any]], min_group: int = MIN_GROUP
                 ) -> list[FileItem]:
     """The card's file items, in the order of each item's newest file: ``files``
     (``{"path", "bytes"}``, newest first) with numbered names of one pattern merged."""
+    keyed = [(f, str(f["path"]), pattern_of(str(f["path"]))) for f in files]
     by_pattern: dict[str, list[dict[str, Any]]] = {}
-    for f in files:
-        key = pattern_of(str(f["path"]))
-        if key != str(f["path"]):
+    for f, path, key in keyed:
+        if key != path:
             by_pattern.setdefault(key, []).append(f)
     items, done = [], set()
-    for f in files:
-        path = str(f["path"])
-        key = pattern_of(path)
+    for f, path, key in keyed:
         members = by_pattern.get(key, [])
         if len(members) >= min_group:
             if key not in done:

@@ -322,7 +322,7 @@ class ContextMiddleware(AgentMiddleware):
         anchor = (cards.anchor_after_cleared(messages, cleared) if reason == "clear"
                   else None) or cards.anchor_newest(messages)
         return cards.next_card(card, previous, reason=reason, anchor=anchor,
-                         updates=self.settings.state_card_updates, ruler=self.ruler)
+                               updates=self.settings.state_card_updates, ruler=self.ruler)
 
     def compaction_payload(self, done: Compaction, before: int, after: int,
                            **extra: Any) -> dict[str, Any]:

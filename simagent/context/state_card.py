@@ -170,7 +170,7 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
             body.append(f"figures ({n_figures}, newest {k_figs} shown):" if k_figs < n_figures
                         else f"figures ({n_figures}):")
             body += figures[len(figures) - k_figs:] if k_figs else []
-        listed = frozenset(p for item in items[:k_files] for p in item.paths)
+        listed = _paths_of(items[:k_files])
         if n_files:
             body.append(f"files written in the workspace this session ({n_files}"
                         f"{f', {len(listed)} shown' if len(listed) < n_files else ''}):")
@@ -182,7 +182,7 @@ def render_card(snapshot: dict[str, Any], *, reason: str, budget: int,
     text, tokens, (k_names, k_files, k_figs) = _fit(assemble, budget, ruler,
                                                     len(names), len(files), len(figures))
     kernel = snapshot.get("kernel") or {}
-    listed = frozenset(p for item in items[:k_files] for p in item.paths)
+    listed = _paths_of(items[:k_files])
     shown = {"kernel": kernel_line,
              "names": {e["name"]: line for e, line in zip(entries[:k_names], names,
                                                           strict=False)},
@@ -264,6 +264,11 @@ def _made_path(effect: dict[str, Any], base: str | None) -> str | None:
 
 def _on_listed(effect: dict[str, Any], base: str | None, listed: frozenset[str]) -> bool:
     return _made_path(effect, base) in listed
+
+
+def _paths_of(items: Sequence[FileItem]) -> frozenset[str]:
+    """Every file the card's shown file lines cover (a group covers its members)."""
+    return frozenset(p for item in items for p in item.paths)
 
 
 def _file_line(item: FileItem, made: dict[str, dict[str, list[int]]]) -> str:
