@@ -117,7 +117,20 @@ def last_session_marker(workspace: str | os.PathLike[str]) -> Path:
 
 
 def workspace_config_path(workspace: str | os.PathLike[str]) -> Path:
-    return Path(workspace) / ".simagent" / "config.toml"
+    return workspace_settings_dir(workspace) / "config.toml"
+
+
+def workspace_settings_dir(workspace: str | os.PathLike[str]) -> Path:
+    """``<workspace>/.simagent``: what a folder says about how simagent treats it. No file
+    tool writes under it in any mode (a session must not set the next one's approval)."""
+    return Path(workspace) / ".simagent"
+
+
+def trust_store_path() -> Path:
+    """``<home>/trusted-workspaces.json``: the folders the person trusted, each with the
+    content hash of the config they trusted (``simagent.workspace_trust``). No file tool
+    writes it in any mode."""
+    return state_home() / "trusted-workspaces.json"
 
 
 def kernelspec_dir() -> Path:
