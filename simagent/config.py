@@ -27,6 +27,8 @@ MODEL_ENV = "SIMAGENT_MODEL"
 SCHEDULER_ENV = "SIMAGENT_DASK_SCHEDULER"
 #: Workers of the session's local Dask cluster (wins over ``[ensembles] workers``).
 WORKERS_ENV = "SIMAGENT_DASK_WORKERS"
+#: The local Dask cluster's dashboard, off unless asked for (``[ensembles] dashboard``).
+DASHBOARD_ENV = "SIMAGENT_DASK_DASHBOARD"
 
 
 @dataclass
@@ -173,6 +175,14 @@ class Config:
             raise ConfigError("config: [ensembles] workers must be a positive integer")
         return value
 
+    def ensemble_dashboard(self) -> bool:
+        """``[ensembles] dashboard``: serve the local cluster's dashboard (plain HTTP that
+        any local user can read, hence off by default)."""
+        value = self.section("ensembles").get("dashboard", False)
+        if not isinstance(value, bool):
+            raise ConfigError("config: [ensembles] dashboard must be true or false")
+        return value
+
     def ensemble_kernel_env(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment the kernel needs so ``ensemble`` follows this config.
 
@@ -187,6 +197,8 @@ class Config:
         workers = self.ensemble_workers()
         if workers is not None and not env.get(WORKERS_ENV, "").strip():
             out[WORKERS_ENV] = str(workers)
+        if self.ensemble_dashboard() and not env.get(DASHBOARD_ENV, "").strip():
+            out[DASHBOARD_ENV] = "1"
         return out
 
     def mcp_servers(self) -> dict[str, McpServer]:

@@ -8,11 +8,20 @@ in parallel and the kernel itself only waits. An existing cluster (dask-jobqueue
 HPC system, dask-kubernetes, ``dask scheduler`` + ``dask worker``) is used as it is;
 the study does not change.
 
-The local cluster binds to 127.0.0.1 only, keeps Dask's logs below ERROR out of the
-cell's output, gives workers a non-interactive matplotlib backend, and preloads
-``worker_setup`` so a kernel interrupt does not kill its workers. A cluster that lost
-its workers anyway is replaced on the next call. The dashboard link goes to the human
-channel once per kernel.
+The local cluster binds to 127.0.0.1 only and speaks TLS with a certificate made for it
+alone (``Security.temporary()``: in memory, handed to the worker processes through their
+start-up pipe, never on a command line or in a file): on a shared login node any user
+can reach 127.0.0.1, and a scheduler that accepts them runs their tasks as this session's
+user, with its environment and keys. Only the kernel's client and the cluster's own
+workers hold the certificate. The dashboard (plain HTTP, no login) is off unless asked for
+(``[ensembles] dashboard = true`` or ``$SIMAGENT_DASK_DASHBOARD=1``); its link then goes
+to the human channel once per kernel. An external scheduler is used as it is, with a
+warning when its address is not ``tls://`` (:func:`plain_warning`).
+
+The cluster keeps Dask's logs below ERROR out of the cell's output, gives workers a
+non-interactive matplotlib backend, and preloads ``worker_setup`` so a kernel interrupt
+does not kill its workers. A cluster that lost its workers anyway is replaced on the
+next call.
 
 Cancelling a Dask future does not stop a case that is already running: its worker
 thread goes on, and the next sweep's cases queue behind it. After an interrupt the
@@ -35,13 +44,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from simagent.config import SCHEDULER_ENV, WORKERS_ENV
+from simagent.config import DASHBOARD_ENV, SCHEDULER_ENV, WORKERS_ENV
 from simagent.kernel_api.human import notify_human
 
 DASHBOARD_PORT = 8787
 CONNECT_TIMEOUT_S = 10
 WORKER_START_TIMEOUT_S = 60
 _PRELOAD = "simagent.kernel_api.worker_setup"
+#: Values of ``$SIMAGENT_DASK_DASHBOARD`` that turn the dashboard on.
+ON_WORDS = ("1", "true", "yes", "on")
+#: Schemes that encrypt and authenticate (``inproc://`` never leaves the process).
+SECURE_SCHEMES = ("tls://", "inproc://")
 
 
 @dataclass
@@ -82,6 +95,35 @@ def resolve_scheduler(scheduler: str | None) -> str | None:
     return scheduler or os.environ.get(SCHEDULER_ENV) or None
 
 
+def dashboard_wanted() -> bool:
+    """``$SIMAGENT_DASK_DASHBOARD`` (the session sets it from ``[ensembles] dashboard``)."""
+    return os.environ.get(DASHBOARD_ENV, "").strip().lower() in ON_WORDS
+
+
+def plain_warning(address: str) -> str | None:
+    """The one-line warning for an external scheduler reached without TLS (None: TLS)."""
+    if address.strip().lower().startswith(SECURE_SCHEMES):
+        return None
+    return (f"warning: the Dask scheduler {address} is not tls://: anyone who can reach it "
+            "can run code as its workers' user, and cases and results travel unencrypted "
+            "(Dask's TLS: a tls:// address with distributed.comm.tls certificates)")
+
+
+def close_http(node: Any) -> None:
+    """Stop a Dask node's HTTP server (Dask starts one in every scheduler and worker,
+    dashboard or not: metrics, info and log pages over plain HTTP that any local user
+    can read). Idempotent, and Dask's own close stops it again harmlessly; called on the
+    node's event loop."""
+    server = getattr(node, "http_server", None)
+    if server is not None:
+        server.stop()
+    getattr(node, "services", {}).pop("dashboard", None)
+
+
+async def _close_http_async(node: Any) -> None:
+    close_http(node)
+
+
 def _dashboard_address() -> str:
     """127.0.0.1:8787 when free (the port people know), else any free port."""
     with socket.socket() as s:
@@ -93,14 +135,25 @@ def _dashboard_address() -> str:
 
 
 def _start_local(n: int) -> tuple[Any, Any]:
-    from distributed import Client, LocalCluster  # heavy: loads with the first ensemble
+    import dask  # heavy: loads with the first ensemble
+    from distributed import Client, LocalCluster  # likewise
+    from distributed.security import Security  # likewise
 
+    dashboard = dashboard_wanted()
+    # no HTTP routes while the servers Dask always starts still listen (closed below;
+    # the workers' by the preload, which also covers a worker a nanny restarts)
+    quiet = {"distributed.worker.http.routes": []} | (
+        {} if dashboard else {"distributed.scheduler.http.routes": []})
     cluster = None
-    try:
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                               host="127.0.0.1", dashboard_address=_dashboard_address(),
-                               silence_logs=logging.ERROR, preload=[_PRELOAD],
-                               env={"MPLBACKEND": "Agg"})
+    try:  # TLS (Security.temporary) for scheduler, nannies, workers; the client inherits it
+        with dask.config.set(quiet):
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                   host="127.0.0.1", security=Security.temporary(),
+                                   dashboard_address=_dashboard_address() if dashboard
+                                   else None, silence_logs=logging.ERROR,
+                                   preload=[_PRELOAD], env={"MPLBACKEND": "Agg"})
+        if not dashboard:
+            cluster.sync(_close_http_async, cluster.scheduler)
         client = Client(cluster, set_as_default=False)
     except BaseException:
         if cluster is not None:
@@ -157,7 +210,8 @@ def local_engine(workers: int | None = None) -> Engine:
             return Engine(client, "local cluster", True)
         close_local()
     _local = _start_local(n)
-    _show_dashboard(_local[0].dashboard_link)
+    if "dashboard" in _local[0].scheduler.services:  # only when asked for (close_http)
+        _show_dashboard(_local[0].dashboard_link)
     return Engine(_local[1], "local cluster", True)
 
 
@@ -179,6 +233,8 @@ def remote_engine(address: str) -> Engine:
         raise ConnectionError(f"cannot reach the Dask scheduler at {address} (from {where}): "
                               f"{type(exc).__name__}: {exc}") from exc
     _remote[address] = client
+    if warning := plain_warning(address):  # once per connection, in the cell's output
+        print(warning, flush=True)
     with contextlib.suppress(Exception):  # only a scheduler that serves one has a dashboard
         if "dashboard" in (client.scheduler_info().get("services") or {}):
             _show_dashboard(client.dashboard_link)

@@ -8,12 +8,18 @@ they hold but the kernel has not fetched yet would be lost. Workers ignore SIGIN
 instead; the interrupted sweep collects those results, cancels the rest and then kills
 only the workers still running cancelled cases (see ``ensemble``), whose nannies start
 fresh ones. Shutdown still works: the kernel's SIGTERM/SIGKILL reach them as before.
+
+Each worker also stops the HTTP server Dask starts in it (metrics and info pages over
+plain HTTP, readable by any local user; the worker's own comm port speaks TLS): here,
+so a worker a nanny restarts is covered too.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+
+from simagent.kernel_api.cluster import close_http
 
 
 def ignore_sigint() -> None:
@@ -27,3 +33,4 @@ ignore_sigint()  # at import: the worker imports preloads in its main thread
 def dask_setup(worker: object) -> None:
     """Dask's preload hook (also covers a module imported before the worker existed)."""
     ignore_sigint()
+    close_http(worker)
