@@ -201,6 +201,19 @@ class Config:
             out[DASHBOARD_ENV] = "1"
         return out
 
+    def files_readable(self) -> tuple[Path, ...]:
+        """``[files] readable``: folders the file tools read outside the workspace without
+        asking (data folders), each absolute or ``~``-relative."""
+        value = self.section("files").get("readable", [])
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError('config: [files] readable must be a list of folder paths, '
+                              'e.g. readable = ["/data/runs", "~/shared"]')
+        paths = tuple(Path(v).expanduser() for v in value)
+        if relative := [str(p) for p in paths if not p.is_absolute()]:
+            raise ConfigError(f"config: [files] readable: {', '.join(relative)} is not an "
+                              "absolute path (start it with / or ~)")
+        return paths
+
     def mcp_servers(self) -> dict[str, McpServer]:
         """The ``[mcp.servers.NAME]`` tables, checked (see :func:`parse_mcp_servers`)."""
         mcp = self.section("mcp")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from simagent import exit_codes
+from simagent.agent.confine import prompt_line
 from simagent.agent.events import (
     ContextEvent,
     Event,
@@ -89,6 +90,8 @@ class StreamPrinter:
                     continue
                 print(f"⏸ waiting for approval: {req.get('name')} {one_line(args)}",
                       file=self.err, flush=True)
+                if note := prompt_line(req):  # the real file and why it waits
+                    print(f"    {note}", file=self.err, flush=True)
         elif isinstance(event, ContextEvent):
             if line := context_line(event):
                 print(line, file=self.err, flush=True)

@@ -12,17 +12,21 @@ because the composite backend's ``artifacts_root`` is that folder's real path.
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from deepagents.backends import CompositeBackend, LocalShellBackend
 from deepagents.backends.protocol import DeleteResult, EditResult, WriteResult
+from deepagents.backends.utils import perform_string_replacement
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage
 
 from simagent.agent import confine
-from simagent.paths import private_dir, private_file
+from simagent.paths import PRIVATE_FILE_MODE, private_dir
 from simagent.trace.redact import redact
 
 #: File tools and the argument that names their path (one home: ``confine``).
@@ -33,8 +37,13 @@ SHELL_TIMEOUT_S = 600
 SHELL_OUTPUT_BYTES = 100_000
 
 
+class Refused(OSError):
+    """A change the back end will not make (a read-only place); its text is the answer."""
+
+
 class WorkspaceBackend(LocalShellBackend):
-    """``LocalShellBackend`` on real paths that refuses writes under read-only roots."""
+    """``LocalShellBackend`` on real paths that refuses writes under read-only roots and
+    writes so that no link swapped after the decision can redirect them."""
 
     def __init__(self, workspace: Path, *, read_only: Iterable[Path] = (),
                  timeout: int = SHELL_TIMEOUT_S, state_dir: Path | None = None) -> None:
@@ -42,6 +51,8 @@ class WorkspaceBackend(LocalShellBackend):
                          max_output_bytes=SHELL_OUTPUT_BYTES, inherit_env=True)
         self.workspace = Path(workspace).resolve()
         self.read_only = tuple(Path(p).resolve() for p in read_only)
+        #: ``.simagent/`` and the trust store: read-only in every mode, with why.
+        self.settings = confine.settings_read_only(self.workspace)
         #: The session's state folder: deepagents offloads (a long message of the
         #: user's, evicted results) land there, and are state like any other file.
         self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
@@ -50,14 +61,43 @@ class WorkspaceBackend(LocalShellBackend):
         """Every operation of the back end resolves here, as the decision does."""
         return confine.resolve(key, self.workspace)
 
-    def _protected(self, file_path: str, follow_last: bool = True) -> Path | None:
+    def _roots(self) -> list[tuple[Path, str]]:
+        """Every read-only place and why it is (the refusal says it)."""
+        return [*((root, "") for root in self.read_only), *self.settings.items()]
+
+    def _protected(self, file_path: str, follow_last: bool = True) -> str | None:
+        """The refusal for a change at ``file_path``, judged by name and, for an existing
+        file, by identity (a hard link to a read-only file is that file); None if allowed."""
         try:
             target = confine.resolve(file_path, self.workspace, follow_last=follow_last)
         except OSError:
             return None  # the operation itself reports the bad path
-        return next((root for root in self.read_only if confine.within(target, root)), None)
+        for root, why in self._roots():
+            if confine.within(target, root):
+                return self._refusal(file_path, root, why)
+        try:
+            here = os.lstat(target)
+        except OSError:
+            return None
+        return self._refused_file(file_path, here, [])
 
-    def _refusal(self, file_path: str, root: Path) -> str:
+    def _refused_file(self, file_path: str, opened: os.stat_result,
+                      folders: list[os.stat_result]) -> str | None:
+        """The refusal when the file ``opened`` or a folder on its way is a read-only
+        place, judged by device and inode (what a name swap or a hard link cannot hide)."""
+        for root, why in self._roots():
+            try:
+                st = os.stat(root)
+            except OSError:
+                continue  # not there: nothing of it to protect
+            on_way = folders if stat.S_ISDIR(st.st_mode) else [opened]
+            if any(confine.same_file(st, seen) for seen in on_way):
+                return self._refusal(file_path, root, why)
+        return None
+
+    def _refusal(self, file_path: str, root: Path, why: str = "") -> str:
+        if why:
+            return f"{file_path}: {root} {why}."
         if not root.is_dir():  # a read-only file: the notebook the session started from
             return (f"{file_path} is the notebook this session started from; it is "
                     "read-only to the agent (the person can allow changes with "
@@ -65,31 +105,103 @@ class WorkspaceBackend(LocalShellBackend):
         return (f"{file_path} is inside {root}, which is read-only (installed package "
                 "source or bundled content). Copy the file into the workspace to change it.")
 
+    def _act_path(self, file_path: str) -> Path:
+        """The path the act opens: an absolute one as given (it was resolved as the
+        model's reply arrived; resolving again would follow a link put there since),
+        any other spelling resolved now (a direct caller's)."""
+        if os.path.isabs(file_path):
+            return Path(file_path)
+        return confine.resolve(file_path, self.workspace)
+
+    def _open_checked(self, file_path: str, target: Path, flags: int, *,
+                      create: bool = False, mode: int = 0o644) -> int:
+        """A descriptor on the file at ``target``, opened by ``confine.open_exact`` and
+        checked: a regular file, the entry its name held just before the open, no name
+        added since, and no read-only place. Raises ``confine.Moved`` when it is not the
+        file decided on, ``Refused`` when it is read-only."""
+        fd, before, folders = confine.open_exact(target, flags, mode, make_parents=create)
+        try:
+            opened = os.fstat(fd)
+            if not stat.S_ISREG(opened.st_mode):
+                raise IsADirectoryError(errno.EISDIR, f"{file_path} is not a regular file")
+            if (before is None and opened.st_nlink != 1) or (
+                    before is not None and (not confine.same_file(before, opened)
+                                            or opened.st_nlink > before.st_nlink)):
+                raise confine.Moved(f"{file_path}: another file (or a new name for it) "
+                                    "stood there by the time it was opened; nothing was "
+                                    "written")
+            if refusal := self._refused_file(file_path, opened, folders):
+                raise Refused(refusal)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def write(self, file_path: str, content: str) -> WriteResult:
-        if root := self._protected(file_path):
-            return WriteResult(error=self._refusal(file_path, root))
-        if self.state_dir is not None:
-            try:
-                target = confine.resolve(file_path, self.workspace)
-            except OSError:
-                target = None
-            if target is not None and confine.within(target, self.state_dir):
-                content = redact(content)  # state: no secret at rest, private
-                with contextlib.suppress(OSError):  # the write itself reports a bad path
-                    private_file(private_dir(target.parent) / target.name)
-        return super().write(file_path, content)
+        if refusal := self._protected(file_path):
+            return WriteResult(error=refusal)
+        try:
+            target = self._act_path(file_path)
+        except OSError as exc:
+            return WriteResult(error=f"Error writing file '{file_path}': {exc}")
+        mode = 0o644
+        if self.state_dir is not None and confine.within(target, self.state_dir):
+            content = redact(content)  # state: no secret at rest, private
+            mode = PRIVATE_FILE_MODE
+            with contextlib.suppress(OSError):  # the write itself reports a bad path
+                private_dir(target.parent)
+        try:
+            fd = self._open_checked(file_path, target, os.O_WRONLY | os.O_CREAT,
+                                    create=True, mode=mode)
+            os.ftruncate(fd, 0)  # only now: the file is the one decided on
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+                fh.write(content)
+        except Refused as exc:
+            return WriteResult(error=str(exc))
+        except (OSError, UnicodeEncodeError) as exc:
+            return WriteResult(error=f"Error writing file '{file_path}': {exc}")
+        return WriteResult(path=file_path)
 
     def edit(self, file_path: str, old_string: str, new_string: str,
              replace_all: bool = False) -> EditResult:
-        if root := self._protected(file_path):
-            return EditResult(error=self._refusal(file_path, root))
-        return super().edit(file_path, old_string, new_string, replace_all)
+        """deepagents' edit (same results and errors), on a descriptor ``_open_checked``
+        vouches for: the file read is the file written."""
+        if refusal := self._protected(file_path):
+            return EditResult(error=refusal)
+        try:
+            target = self._act_path(file_path)
+        except OSError as exc:
+            return EditResult(error=f"Error editing file '{file_path}': {exc}")
+        try:
+            fd = self._open_checked(file_path, target, os.O_RDWR)
+        except (FileNotFoundError, IsADirectoryError):
+            return EditResult(error=f"Error: File '{file_path}' not found")
+        except Refused as exc:
+            return EditResult(error=str(exc))
+        except OSError as exc:
+            return EditResult(error=f"Error editing file '{file_path}': {exc}")
+        try:
+            with os.fdopen(fd, "rb+") as fh:
+                # universal newlines, as deepagents' text-mode read
+                content = fh.read().decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+                old = old_string.replace("\r\n", "\n").replace("\r", "\n")
+                new = new_string.replace("\r\n", "\n").replace("\r", "\n")
+                result = perform_string_replacement(content, old, new, replace_all)
+                if isinstance(result, str):
+                    return EditResult(error=result)
+                new_content, occurrences = result
+                fh.seek(0)
+                fh.truncate()
+                fh.write(new_content.encode("utf-8"))
+        except (OSError, UnicodeDecodeError, UnicodeEncodeError) as exc:
+            return EditResult(error=f"Error editing file '{file_path}': {exc}")
+        return EditResult(path=file_path, occurrences=int(occurrences))
 
     def delete(self, file_path: str) -> DeleteResult:
         """Removes a link itself, never its target (the decision reads the same)."""
         follow = confine.WRITE_TOOLS["delete"][1]
-        if root := self._protected(file_path, follow):
-            return DeleteResult(error=self._refusal(file_path, root))
+        if refusal := self._protected(file_path, follow):
+            return DeleteResult(error=refusal)
         try:
             target = confine.resolve(file_path, self.workspace, follow_last=follow)
         except OSError as exc:
@@ -137,9 +249,11 @@ class WorkspacePathsMiddleware(AgentMiddleware):
     approval decision, the approval prompt (its diff reads the real file), the trace and
     the tool all read one path. deepagents' tools would otherwise read ``data.csv`` as
     ``/data.csv`` (a virtual-filesystem habit) and refuse ``~`` and ``..``. The tool-call
-    hook repeats the rewrite for calls a reviewer edited. A path that names no place (an
-    unknown ``~user``) is left as written: the tool refuses it, and the trace records the
-    call and the refusal.
+    hook repeats the rewrite for a relative or ``~`` path (a reviewer's edit) but leaves
+    an absolute one alone: it was resolved when the decision read it, and resolving it
+    again at the act would follow a link put there since (the back end opens it without
+    following any). A path that names no place (an unknown ``~user``) is left as
+    written: the tool refuses it, and the trace records the call and the refusal.
     """
 
     def __init__(self, workspace: Path) -> None:
@@ -170,6 +284,9 @@ class WorkspacePathsMiddleware(AgentMiddleware):
 
     def _fix(self, request: Any) -> Any:
         call = request.tool_call
+        key = PATH_ARGS.get(call.get("name", ""))
+        if key and os.path.isabs(str((call.get("args") or {}).get(key) or "")):
+            return request  # resolved as the reply arrived: see the class doc
         try:
             fixed = resolved_call(call, self.workspace)
         except OSError:

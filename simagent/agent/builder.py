@@ -26,7 +26,7 @@ from simagent.agent import (
     scripted_kind,  # noqa: F401  (registers scripted:, which subagents may name)
 )
 from simagent.agent.abandon_guard import AbandonGuard
-from simagent.agent.approval import interrupt_on_for_mode
+from simagent.agent.approval import interrupt_on_for_mode, readable_roots
 from simagent.agent.backend import WorkspacePathsMiddleware, build_backend
 from simagent.agent.context_layers import context_layers, skill_sources
 from simagent.agent.prompts import (
@@ -216,6 +216,15 @@ def workspace_backend(session: Session, source_dirs: Sequence[Path]) -> Any:
                          read_only=[*read_only, *source_dirs, *notebook])
 
 
+def readable_outside(session: Session, source_dirs: Sequence[Path]) -> tuple[Path, ...]:
+    """What the file tools read outside the workspace unasked (``approval.readable_roots``)."""
+    sim = session.simulator
+    return readable_roots(content=[content_dir(n) for n in CONTENT_FOLDERS],
+                          source=[*source_dirs, *([sim.skills_dir] if sim else [])],
+                          own=[session.paths.root, session.memory_dir],
+                          allowed=session.config.files_readable())
+
+
 def index_layers(session: Session, backend: Any) -> list[Any]:
     """The main agent's skills and memory indexes, skills first (see IndexedSkills...)."""
     memory_path = str((session.memory_dir / INDEX).resolve())
@@ -300,7 +309,8 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
         backend=backend, checkpointer=session.checkpointer,
         interrupt_on=interrupt_on_for_mode(
             session.approval, session.workspace,
-            callable_tool_names(tools, [*middleware, *own], subagents)) or None,
+            callable_tool_names(tools, [*middleware, *own], subagents),
+            readable_outside(session, source_dirs)) or None,
         name="simagent")
     return BuiltAgent(graph=graph, model_id=model_id, window=window, system_prompt=prompt,
                       backend=backend, tools=tools, context=layers.context)

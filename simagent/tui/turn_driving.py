@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from simagent.agent.confine import prompt_line
 from simagent.agent.events import Interrupt, Retrying
 from simagent.tui.entries import ApprovalEntry
 from simagent.tui.render import action_preview
@@ -45,8 +46,9 @@ class TurnDriving:
                     current = target.read_text(errors="replace")
                 except OSError:
                     current = None
-            self.previews[(event.interrupt_id, i)] = action_preview(
-                str(req.get("name")), args, current)
+            preview = action_preview(str(req.get("name")), args, current)
+            note = prompt_line(req)  # the real file and why it waits
+            self.previews[(event.interrupt_id, i)] = f"{note}\n{preview}" if note else preview
 
     def _turn(self, call: Callable[[Callable[[Any], None]], Any]) -> None:
         def emit(event: Any) -> None:
