@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simagent.paths import state_home, workspace_config_path
+from simagent import workspace_trust
+from simagent.paths import state_home, trust_store_path, workspace_config_path
 
 APPROVAL_MODES = ("ask", "workspace", "auto")
 #: The default: work inside the workspace freely, ask before the shell and before
@@ -47,6 +47,8 @@ class SessionOptions:
     notebook_writable: bool = False
     #: ``--kernel``: a running kernel to attach to (connection file, kernel id, ``latest``)
     kernel: str | None = None
+    #: ``--trust-workspace``: trust the folder's config as it is now (``workspace_trust``)
+    trust_workspace: bool = False
 
     @property
     def resuming(self) -> bool:
@@ -61,15 +63,22 @@ def user_config_path() -> Path:
     return state_home() / "config.toml"
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read_bytes(path: Path) -> bytes | None:
     if not path.is_file():
-        return {}
+        return None
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        return path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _parse(content: bytes | None, path: Path) -> dict[str, Any]:
+    if content is None:
+        return {}
+    try:
+        return workspace_trust.parse(content, path)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,14 +96,38 @@ class Config:
     """Merged settings plus where each top-level layer came from."""
 
     data: dict[str, Any] = field(default_factory=dict)
+    #: The workspace layer in force: empty while the folder's config is not trusted.
     workspace_data: dict[str, Any] = field(default_factory=dict)
     user_data: dict[str, Any] = field(default_factory=dict)
+    #: Where the workspace's config stands (``workspace_trust``); its ``ignored_line`` is
+    #: what a command prints while it runs without it.
+    trust: workspace_trust.Trust | None = None
 
     @classmethod
-    def load(cls, workspace: str | os.PathLike[str]) -> Config:
-        user = _read(user_config_path())
-        ws = _read(workspace_config_path(workspace))
-        return cls(_merge(user, ws), ws, user)
+    def load(cls, workspace: str | os.PathLike[str], *, trust: bool = False,
+             record: bool = True) -> Config:
+        """The user's config, with the workspace's over it once that folder is trusted
+        with that content (``trust``: ``--trust-workspace``, recorded for later unless
+        ``record`` is False)."""
+        user_path = user_config_path()
+        user = _parse(_read_bytes(user_path), user_path)
+        ws_path = workspace_config_path(workspace)
+        content = _read_bytes(ws_path)
+        parsed = _parse(content, ws_path)
+        try:
+            state = workspace_trust.standing(workspace, parsed, content, trust_now=trust,
+                                             record=record)
+        except OSError as exc:  # the store could not be written
+            raise ConfigError(f"{trust_store_path()}: cannot record the trust: "
+                              f"{exc.strerror or exc}") from exc
+        ws = {} if state.ignored else parsed
+        return cls(_merge(user, ws), ws, user, state)
+
+    @property
+    def ignored_line(self) -> str | None:
+        """One line for stderr while the workspace's config is ignored, else None."""
+        return workspace_trust.ignored_line(self.trust) if self.trust and \
+            self.trust.ignored else None
 
     def section(self, name: str) -> dict[str, Any]:
         value = self.data.get(name, {})
@@ -128,10 +161,22 @@ class Config:
         return cli_value or self.data.get("simulator") or None
 
     def approval(self, cli_value: str | None = None) -> str:
-        mode = cli_value or self.data.get("approval") or DEFAULT_APPROVAL
+        return self.approval_source(cli_value)[0]
+
+    def approval_source(self, cli_value: str | None = None) -> tuple[str, str]:
+        """The approval mode in force and where it came from (``simagent run`` says both):
+        the flag, the trusted workspace config, the user config, or the default."""
+        mode, where = cli_value, "--approval"
+        for layer, name in ((self.workspace_data, f"trusted {workspace_config_path('.')}"),
+                            (self.user_data, f"user config {user_config_path()}")):
+            if not mode and layer.get("approval"):
+                mode, where = layer["approval"], name
+        if not mode:
+            mode, where = DEFAULT_APPROVAL, "default"
         if mode not in APPROVAL_MODES:
-            raise ConfigError(f"approval mode {mode!r} is not one of {', '.join(APPROVAL_MODES)}")
-        return mode
+            raise ConfigError(f"{where}: approval = {mode!r} is not one of "
+                              f"{', '.join(APPROVAL_MODES)}")
+        return mode, where
 
     def kernel_name(self) -> str | None:
         kernel = self.data.get("kernel")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from simagent import workspace_trust
 from simagent.config import Config, ConfigError
 from simagent.context.tokens import REAL_ENCODINGS, EncodingFileError, encoding
 from simagent.kernel import Kernel, KernelStartError
@@ -69,9 +70,26 @@ def check_tokenizer() -> Check:
                  "reinstall simagent")
 
 
-def check_model(workspace: Path) -> Check:
+def check_config(workspace: Path, trust: bool = False) -> tuple[Check, Config]:
+    """The config the other checks read, and whether the workspace's own is in force:
+    an untrusted ``.simagent/config.toml`` is ignored here too, so the doctor never runs
+    its MCP commands or calls its endpoints."""
     try:
-        config = Config.load(workspace)
+        config = Config.load(workspace, trust=trust)
+    except ConfigError as exc:
+        return Check("config", False, str(exc).splitlines()[0], "fix the file named"), Config()
+    state = config.trust
+    if state is None or state.status == workspace_trust.ABSENT:
+        return Check("config", True, "no workspace config (.simagent/config.toml)"), config
+    if state.ignored:
+        return Check("config", False, config.ignored_line.removeprefix("simagent: "),
+                     f"read it, then 'simagent trust' (or {workspace_trust.TRUST_FLAG})",
+                     level="warn"), config
+    return Check("config", True, f"{state.path} (trusted)"), config
+
+
+def check_model(config: Config) -> Check:
+    try:
         spec, where = config.model_spec()
     except ConfigError as exc:
         return Check("model", False, str(exc).splitlines()[0], "fix the config file named")
@@ -89,8 +107,8 @@ def check_model(workspace: Path) -> Check:
     return Check("model", True, f"{spec} ({where}){window}")
 
 
-def check_kernel(workspace: Path) -> tuple[Check, float | None]:
-    name = Config.load(workspace).kernel_name()
+def check_kernel(workspace: Path, config: Config) -> tuple[Check, float | None]:
+    name = config.kernel_name()
     with tempfile.TemporaryDirectory(prefix="simagent-doctor-") as tmp:
         kernel = Kernel(SessionPaths(Path(tmp) / "s"), cwd=workspace, kernel_name=name)
         started = time.monotonic()
@@ -124,13 +142,13 @@ def check_attachable() -> list[Check]:
             for i, k in enumerate(live)] + ([Check("attach", True, note[2:])] if note else [])
 
 
-def check_simulators(workspace: Path, *, in_kernel: bool = True) -> list[Check]:
+def check_simulators(workspace: Path, config: Config, *, in_kernel: bool = True
+                     ) -> list[Check]:
     """One check per discovered simulator: packages import (in a real kernel)."""
     try:
         sims = discover()
     except SimulatorError as exc:
         return [Check("simulators", False, str(exc), "fix or remove the simulator folder")]
-    config = Config.load(workspace)
     chosen = config.simulator()
     checks = []
     present = [s for s in sims.values() if s.installed()]
@@ -170,12 +188,12 @@ def check_tmux() -> Check:
                  "need it)", "" if path else "apt install tmux", level="warn")
 
 
-def check_mcp(workspace: Path) -> list[Check]:
+def check_mcp(workspace: Path, config: Config) -> list[Check]:
     """Each ``[mcp.servers.NAME]``: reachable, and how many tools it offers."""
     from simagent.agent.mcp_tools import probe_servers  # the MCP SDK: only when asked
 
     try:
-        servers = Config.load(workspace).mcp_servers()
+        servers = config.mcp_servers()
     except ConfigError as exc:
         return [Check("mcp", False, str(exc), "fix the entry in .simagent/config.toml "
                       "(README: Using MCP servers)")]
@@ -188,19 +206,21 @@ def check_mcp(workspace: Path) -> list[Check]:
             for name, (ok, detail) in probe_servers(servers, workspace).items()]
 
 
-def run_checks(workspace: Path, *, in_kernel: bool = True,
+def run_checks(workspace: Path, *, in_kernel: bool = True, trust: bool = False,
                progress: Callable[[str], None] | None = None) -> list[Check]:
-    checks: list[Check] = []
+    """Every check in order; ``trust``: ``--trust-workspace``."""
+    config_check, config = check_config(workspace, trust)
+    checks: list[Check] = [config_check]
     steps: list[tuple[str, Callable[[], list[Check]]]] = [
         ("python", lambda: [check_python()]),
         ("state home", lambda: [check_state_home()]),
         ("tokenizer", lambda: [check_tokenizer()]),
-        ("kernel", lambda: [check_kernel(workspace)[0]]),
+        ("kernel", lambda: [check_kernel(workspace, config)[0]]),
         ("attach", check_attachable),
-        ("model", lambda: [check_model(workspace)]),
-        ("simulators", lambda: check_simulators(workspace, in_kernel=in_kernel)),
+        ("model", lambda: [check_model(config)]),
+        ("simulators", lambda: check_simulators(workspace, config, in_kernel=in_kernel)),
         ("tmux", lambda: [check_tmux()]),
-        ("mcp servers", lambda: check_mcp(workspace)),
+        ("mcp servers", lambda: check_mcp(workspace, config)),
     ]
     for name, step in steps:
         if progress:

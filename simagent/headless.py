@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from simagent import exit_codes
+from simagent.agent.approval import MODE_HELP
 from simagent.agent.confine import prompt_line
 from simagent.agent.events import (
     ContextEvent,
@@ -114,6 +115,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
     notebook = read_start_notebook(opts)  # before anything exists: a bad file changes nothing
     export_to = notebook_target(opts)  # likewise an unwritable --notebook PATH
     resolved, session = open_session(opts, notebook)
+    for line in filter(None, (session.config.ignored_line, approval_line(opts, session))):
+        print(line, file=err, flush=True)
 
     started = False  # a new session whose turn never started is discarded, not kept
     try:
@@ -168,11 +171,14 @@ def open_session(opts: RunOptions, notebook: Any) -> tuple[Any, Any]:
     """(the resolved model, the new or resumed session) ``opts`` ask for; every problem
     a one-line ``CliError`` before any session exists."""
     try:
-        config = Config.load(opts.workspace)
+        config = Config.load(opts.workspace, trust=opts.trust_workspace)
         spec, _where = config.model_spec(opts.model)
         if not spec:
+            untrusted = (" (this folder's .simagent/config.toml is not trusted, so its "
+                         "model is not read: 'simagent trust' shows it)"
+                         if config.ignored_line else "")
             raise CliError(
-                "no model configured: pass --model provider:model (e.g. "
+                f"no model configured{untrusted}: pass --model provider:model (e.g. "
                 "anthropic:claude-sonnet-4-5), set $SIMAGENT_MODEL, or put model = \"...\" in "
                 ".simagent/config.toml; scripted:PATH plays a script without a key",
                 exit_codes.USAGE)
@@ -186,6 +192,14 @@ def open_session(opts: RunOptions, notebook: Any) -> tuple[Any, Any]:
     except (ConfigError, SimulatorError, SessionNotFound) as exc:
         raise CliError(str(exc), exit_codes.USAGE) from exc
     return resolved, session
+
+
+def approval_line(opts: RunOptions, session: Any) -> str:
+    """The approval mode in force, where it came from and what it gates: a script's log
+    then says why a call ran unasked or waited."""
+    where = ("--approval" if opts.approval else "the resumed session" if opts.resuming
+             else session.config.approval_source()[1])
+    return f"simagent: approval {session.approval} ({where}): {MODE_HELP[session.approval]}"
 
 
 def report_turn(opts: RunOptions, session: Any, result: Any, printer: StreamPrinter,

@@ -17,6 +17,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simagent import workspace_trust
 from simagent.kernel import Kernel, KernelStartError
 from simagent.paths import SessionPaths, content_dir, workspace_config_path
 from simagent.simulators import Simulator
@@ -81,8 +82,12 @@ def _set_key(text: str, key: str, value: str) -> str:
     return "\n".join([*lines[:first_table], line, *lines[first_table:]]).strip("\n") + "\n"
 
 
-def write_workspace_config(workspace: Path, simulator: str, model: str | None = None) -> Path:
-    """Write (or update) ``<workspace>/.simagent/config.toml``; returns its path."""
+def write_workspace_config(workspace: Path, simulator: str, model: str | None = None, *,
+                           trust: bool = True) -> Path:
+    """Write (or update) ``<workspace>/.simagent/config.toml``; returns its path.
+
+    ``trust``: the person wrote it through simagent, so the folder is trusted with the new
+    content; the caller passes False when the file kept lines of an untrusted one."""
     path = workspace_config_path(workspace)
     text = path.read_text(encoding="utf-8") if path.exists() else (
         "# simagent workspace config (see README: Configuration)\n")
@@ -101,6 +106,8 @@ def write_workspace_config(workspace: Path, simulator: str, model: str | None = 
         raise ValueError(f"{path}: cannot update it safely ({exc}); edit it by hand") from exc
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+    if trust:
+        workspace_trust.trust(workspace, text.encode("utf-8"))
     return path
 
 

@@ -22,7 +22,8 @@ import pytest
 # the CLI registers every --model kind at start; tests that embed a front end in-process
 # (the TUI, doctor) stand where the CLI would
 import simagent.model_kinds  # noqa: F401
-from simagent.paths import SessionPaths
+from simagent import workspace_trust
+from simagent.paths import SessionPaths, workspace_config_path
 from simagent.trace import redact
 
 #: Per-test limit for tests marked ``slow`` (wheel builds, whole bench runs).
@@ -132,6 +133,18 @@ def _nothing_left_behind() -> Iterator[None]:
     while (left := left_behind(tag)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, "processes started by the tests are still there:\n" + "\n".join(left)
+
+
+def write_config(workspace: Path, text: str, *, trusted: bool = True) -> Path:
+    """Write ``workspace``'s ``.simagent/config.toml`` as its person would, trusted (as
+    ``simagent trust`` records it) unless ``trusted`` is False: the state home is the
+    test's own, so a test that wants the file read says so, as a person must."""
+    path = workspace_config_path(workspace)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    if trusted:
+        workspace_trust.trust(workspace)
+    return path
 
 
 @pytest.fixture

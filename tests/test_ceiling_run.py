@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import write_config
 
 from simagent import exit_codes
 from simagent.agent.builder import build_agent
@@ -166,9 +167,7 @@ def _script(path: Path, steps: list[dict]) -> str:
 
 
 def _limit(workspace: Path, tokens: int) -> None:
-    conf = workspace / ".simagent" / "config.toml"
-    conf.parent.mkdir(exist_ok=True)
-    conf.write_text(f"[context]\nmax_session_tokens = {tokens}\n")
+    write_config(workspace, f"[context]\nmax_session_tokens = {tokens}\n")
 
 
 def test_run_exits_5_refuses_the_next_turn_and_resets(workspace: Path, tmp_path: Path):

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import write_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SIMAGENT = [sys.executable, "-m", "simagent"]
@@ -102,7 +103,7 @@ def test_an_empty_prompt_is_refused_and_leaves_no_session(workspace, tmp_path, p
 # ------------------------------------------- item 7: no session for no turn
 def test_a_run_whose_kernel_cannot_start_leaves_no_session(workspace, tmp_path):
     (workspace / ".simagent").mkdir()
-    (workspace / ".simagent" / "config.toml").write_text(
+    write_config(workspace,
         '[kernel]\nname = "no-such-kernel-spec"\n')
     proc = cli(workspace, "run", "--model", scripted(tmp_path, [{"final": "x"}]), "hi")
     assert proc.returncode == 6, proc.stderr

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import write_config
 
 from simagent.agent.builder import build_agent
 from simagent.agent.resume_repair import INTERRUPTED, repair
@@ -186,7 +187,7 @@ def test_secrets_reach_no_file_simagent_writes(workspace, tmp_path, monkeypatch)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("MY_LLM_KEY", CONFIG_SECRET)  # named by api_key_env only
     (workspace / ".simagent").mkdir()
-    (workspace / ".simagent" / "config.toml").write_text(
+    write_config(workspace,
         '[model]\nname = "scripted"\napi_key_env = "MY_LLM_KEY"\n')
     from simagent.config import Config
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import write_config
 
 from simagent.agent.events import ToolOutput
 from simagent.agent.prompts import RuntimeContext, runtime_section
@@ -394,7 +395,7 @@ def test_bench_kernel_always_uses_the_local_cluster(monkeypatch):
 def test_scheduler_comes_from_env_then_config(tmp_path):
     ws = tmp_path / "ws"
     (ws / ".simagent").mkdir(parents=True)
-    (ws / ".simagent" / "config.toml").write_text(
+    write_config(ws,
         '[ensembles]\nscheduler = "tcp://cfg:8786"\nworkers = 3\n')
     cfg = Config.load(ws)
     assert cfg.ensemble_scheduler({}) == ("tcp://cfg:8786", "config [ensembles] scheduler")
@@ -416,7 +417,7 @@ def test_session_kernel_gets_the_cluster_and_session_folder(tmp_path, monkeypatc
     monkeypatch.delenv(SCHEDULER_ENV, raising=False)
     ws = tmp_path / "ws"
     (ws / ".simagent").mkdir(parents=True)
-    (ws / ".simagent" / "config.toml").write_text('[ensembles]\nscheduler = "tcp://h:1"\n')
+    write_config(ws, '[ensembles]\nscheduler = "tcp://h:1"\n')
     with Session.create(ws) as session:
         env = session.kernel._kernel_env()  # the environment the kernel is started with
         assert env[SCHEDULER_ENV] == "tcp://h:1"

@@ -9,7 +9,7 @@ import sys
 import time
 
 import psutil
-from conftest import RUN_TAG_ENV, left_behind
+from conftest import RUN_TAG_ENV, left_behind, write_config
 
 #: Bound on waiting for a process to reach the state a case needs.
 WAIT_S = 30.0
@@ -77,7 +77,7 @@ def test_a_session_registers_its_config_secrets(workspace) -> None:
     from simagent.trace.redact import redact
 
     (workspace / ".simagent").mkdir()
-    (workspace / ".simagent" / "config.toml").write_text(
+    write_config(workspace,
         f'[model]\nname = "scripted"\napi_key = "{_PLANTED}"\n')
     session = Session.create(workspace, approval="auto")
     session.close()

@@ -26,6 +26,7 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="needs the local extra: pip install 'simagent[local]'")
 
+from conftest import write_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.messages.utils import message_chunk_to_message
 from tiny_gguf import write_tiny_gguf
@@ -244,7 +245,7 @@ def configure(workspace: Path, model: str, **model_cfg: object) -> None:
     lines = ["[model]", f"id = {json.dumps(model)}"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in {**ONE_THREAD, **model_cfg}.items()]
     lines += ["[context]", "summarize = false"]  # the emergency path alone, no summary call
-    (workspace / ".simagent" / "config.toml").write_text("\n".join(lines) + "\n")
+    write_config(workspace, "\n".join(lines) + "\n")
 
 
 def trace(state_dir: str, kind: str) -> list[dict]:

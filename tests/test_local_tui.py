@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("llama_cpp", reason="needs the local extra: pip install 'simagent[local]'")
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
+from conftest import write_config  # noqa: E402
 from test_local_server import servers_of  # noqa: E402
 from test_tui_terminal import Pane  # noqa: E402
 from tiny_gguf import write_tiny_gguf  # noqa: E402
@@ -48,7 +49,7 @@ def test_a_local_model_turn_with_a_forced_tool_call_in_the_tui(
         workspace: Path, tmp_path: Path, _state_home: Path) -> None:
     model = write_tiny_gguf(tmp_path / "tiny-0.5b.gguf", favour=b'"')
     (workspace / ".simagent").mkdir(exist_ok=True)
-    (workspace / ".simagent" / "config.toml").write_text(
+    write_config(workspace,
         "[model]\nwindow = 8192\nthreads = 1\n"
         "[context]\nsmall_agent_force_call = true\nsummarize = false\n")
     pane = Pane(workspace, f"local:{model}", _state_home)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import psutil
 import pytest
 from langchain_core.messages import HumanMessage, ToolMessage
@@ -43,7 +44,8 @@ def write_config(workspace: Path, *, extra_args: tuple[str, ...] = (), timeout_s
     args = json.dumps([str(SERVER), *extra_args])
     env = json.dumps(os.environ.get(TAG_ENV, ""))
     (workspace / ".simagent").mkdir(exist_ok=True)
-    (workspace / ".simagent" / "config.toml").write_text(
+    conftest.write_config(
+        workspace,
         f"{context}\n[mcp.servers.lab]\ncommand = {json.dumps(sys.executable)}\n"
         f"args = {args}\ntimeout_s = {timeout_s}\nenv = {{ {TAG_ENV} = {env} }}\n")
 
@@ -97,7 +99,8 @@ def test_a_bad_entry_stops_the_cli_with_one_line_and_exit_2(workspace, tmp_path)
     """Checked when the session opens (exit 2, like every configuration error), not when
     the agent is built (an internal error)."""
     (workspace / ".simagent").mkdir()
-    (workspace / ".simagent" / "config.toml").write_text(
+    conftest.write_config(
+        workspace,
         '[mcp.servers.lab]\ncommand = "python"\nurl = "http://127.0.0.1:1/mcp"\n')
     steps = tmp_path / "steps.json"
     steps.write_text('[{"final": "hi"}]')
@@ -334,7 +337,8 @@ def test_doctor_says_which_servers_answer_and_how_many_tools(workspace, tmp_path
 
     env = json.dumps(os.environ.get(TAG_ENV, ""))
     (workspace / ".simagent").mkdir()
-    (workspace / ".simagent" / "config.toml").write_text(
+    conftest.write_config(
+        workspace,
         f"[mcp.servers.lab]\ncommand = {json.dumps(sys.executable)}\n"
         f"args = {json.dumps([str(SERVER)])}\nenv = {{ {TAG_ENV} = {env} }}\n"
         f"[mcp.servers.down]\ncommand = {json.dumps(sys.executable)}\n"
@@ -385,7 +389,8 @@ def test_a_streamable_http_server_with_headers(opened, workspace, http_server):
     """``url`` + ``headers``: the bearer header reaches the server and its tools work; a
     wrong token is one failed server at start, with the 401 in the notice."""
     (workspace / ".simagent").mkdir()
-    (workspace / ".simagent" / "config.toml").write_text(
+    conftest.write_config(
+        workspace,
         f'[mcp.servers.web]\nurl = "{http_server}"\n'
         'headers = { Authorization = "Bearer s3cret" }\n'
         f'[mcp.servers.denied]\nurl = "{http_server}"\n'

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import conftest
 import pytest
 import test_mcp_tools as base
 from langchain_core.messages import ToolMessage
@@ -111,7 +112,8 @@ def test_an_http_server_dying_mid_call_is_one_error_and_the_session_goes_on(
     """The HTTP server exits during ``crash_now``: one error naming it; the next call
     (the server still gone) says it cannot be started; the turn ends normally."""
     (workspace / ".simagent").mkdir()
-    (workspace / ".simagent" / "config.toml").write_text(
+    conftest.write_config(
+        workspace,
         f'[mcp.servers.web]\nurl = "{http_server}"\ntimeout_s = 60\n'
         'headers = { Authorization = "Bearer s3cret" }\n')
     session, runner, built = opened([{"tool": "web__crash_now", "args": {}},
@@ -235,7 +237,8 @@ def test_a_server_that_prints_garbage_is_one_true_line_and_no_traceback(workspac
     start's unread future never reach the terminal."""
     (workspace / ".simagent").mkdir()
     script = "import sys, time; print('hello-not-mcp', flush=True); time.sleep(120)"
-    (workspace / ".simagent" / "config.toml").write_text(
+    conftest.write_config(
+        workspace,
         f"[mcp.servers.noisy]\ncommand = {json.dumps(sys.executable)}\n"
         f"args = ['-c', {json.dumps(script)}]\n")
     steps = tmp_path / "steps.json"

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from conftest import write_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from openai_stub import OpenAIStub, Reply, error_reply, fault_reply
 
@@ -265,10 +266,8 @@ def test_cancel_during_a_backoff_ends_the_turn_at_once(turns):
 def test_simagent_run_exits_4_with_one_error_line_and_resumes_clean(workspace):
     """The real CLI: every retry fails, so exit 4 with one ``simagent: error`` line; a
     resumed run sends the model no trace of the failed turn's reply."""
-    cfg = workspace / ".simagent"
-    cfg.mkdir()
-    cfg.joinpath("config.toml").write_text(
-        "[model]\nretries = 1\nretry_base_s = 0.01\nretry_jitter = 0.0\n")
+    write_config(
+        workspace, "[model]\nretries = 1\nretry_base_s = 0.01\nretry_jitter = 0.0\n")
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:

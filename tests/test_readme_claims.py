@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from conftest import write_config
 from langchain_core.messages import AIMessage, BaseMessage
 
 from simagent.agent.builder import build_agent
@@ -202,7 +203,7 @@ def test_status_bar_ctx_matches_context_in_every_state(workspace, tmp_path):
 
     window = 24_000
     (workspace / ".simagent").mkdir()
-    (workspace / ".simagent" / "config.toml").write_text(
+    write_config(workspace,
         f"[model]\nwindow = {window}\n[context]\nclear_fraction = 0.3\nclear_keep = 1\n"
         "clear_keep_fraction = 0.02\nclear_min_freed_fraction = 0.05\n")
     big = "for i in range(400):\n    print('line', i, 'x' * 60)"

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import write_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from simagent.agent.builder import build_agent
@@ -348,7 +349,7 @@ def test_simagent_run_enforces_unless_config_says_otherwise(workspace, tmp_path)
     assert "fourth" not in proc.stderr
     # [context] repl_watchdog overrides the front end's default
     (workspace / ".simagent").mkdir(exist_ok=True)
-    (workspace / ".simagent" / "config.toml").write_text('[context]\nrepl_watchdog = "warn"\n')
+    write_config(workspace, '[context]\nrepl_watchdog = "warn"\n')
     proc = _simagent_run(workspace, tmp_path, steps)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "went on"

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import write_config
 from openai_stub import OpenAIStub, Reply, error_reply
 
 SIMAGENT = [sys.executable, "-m", "simagent"]
@@ -204,7 +205,7 @@ def test_no_model_configured_is_a_usage_error(workspace):
 def test_model_from_workspace_config(workspace, tmp_path):
     model = script(tmp_path / "a.json", [{"final": "configured"}])
     (workspace / ".simagent").mkdir()
-    (workspace / ".simagent" / "config.toml").write_text(f'model = "{model}"\n')
+    write_config(workspace, f'model = "{model}"\n')
     proc = cli(workspace, "run", "hello")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "configured"

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import write_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
@@ -75,7 +76,7 @@ def test_two_keys_reach_no_file_and_every_state_file_is_private(tmp_path):
     home, state, ws = tmp_path / "home", tmp_path / "state", tmp_path / "ws"
     for d in (home, ws / ".simagent"):
         d.mkdir(parents=True)
-    (ws / ".simagent" / "config.toml").write_text('[model]\nname = "scripted"\n')
+    write_config(ws, '[model]\nname = "scripted"\n')
     env = {**os.environ, "HOME": str(home), "SIMAGENT_HOME": str(state),
            "FAKE_API_KEY": FAKE, "OPENAI_API_KEY": OPENAI}
     cell = f"import os\nprint('fake', os.environ['FAKE_API_KEY'])\nliteral = {OPENAI!r}"

@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import write_config
 
 from simagent.paths import content_dir
 from simagent.session import Session
@@ -166,7 +167,7 @@ def test_simulators_with_long_logs_declare_a_digester_file_beside_them(name):
 def test_init_writes_config_keeps_other_settings_and_checks_imports(tmp_path):
     ws = tmp_path / "ws"
     (ws / ".simagent").mkdir(parents=True)
-    (ws / ".simagent" / "config.toml").write_text(
+    write_config(ws,
         '# mine\nsimulator = "scipy"\napproval = "auto"\n\n[context]\nclear_fraction = 0.5\n')
     r = cli("init", "--sim", "cantera", "--workspace", str(ws))
     assert r.returncode == 0, r.stderr
@@ -206,7 +207,7 @@ def test_doctor_fails_with_a_fix_when_the_workspace_simulator_is_missing(tmp_pat
     target = _install_plugin(tmp_path)
     ws = tmp_path / "ws"
     (ws / ".simagent").mkdir(parents=True)
-    (ws / ".simagent" / "config.toml").write_text('simulator = "tiny"\n')
+    write_config(ws, 'simulator = "tiny"\n')
     r = cli("doctor", "--quick", "--workspace", str(ws),
             env={**os.environ, "PYTHONPATH": str(target)})
     assert r.returncode == 1
@@ -217,12 +218,12 @@ def test_doctor_fails_with_a_fix_when_the_workspace_simulator_is_missing(tmp_pat
 def test_init_without_sim_keeps_the_workspace_simulator(tmp_path):
     ws = tmp_path / "ws"
     (ws / ".simagent").mkdir(parents=True)
-    (ws / ".simagent" / "config.toml").write_text('simulator = "simpy"  # mine\n')
+    write_config(ws, 'simulator = "simpy"  # mine\n')
     r = cli("init", "--no-check", "--workspace", str(ws))
     assert r.returncode == 0, r.stderr
     assert tomllib.loads((ws / ".simagent" / "config.toml").read_text())["simulator"] == "simpy"
     bad = tmp_path / "bad"
     (bad / ".simagent").mkdir(parents=True)
-    (bad / ".simagent" / "config.toml").write_text("simulator = \n")
+    write_config(bad, "simulator = \n")
     r = cli("init", "--workspace", str(bad))
     assert r.returncode == 2 and "config.toml" in r.stderr and "invalid TOML" in r.stderr

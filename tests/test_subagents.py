@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import write_config
 
 from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
@@ -289,7 +290,7 @@ def test_run_exits_with_the_subagent_models_error_code_before_the_kernel_starts(
 
     ws = tmp_path / "ws"
     (ws / ".simagent").mkdir(parents=True)
-    (ws / ".simagent" / "config.toml").write_text(
+    write_config(ws,
         '[subagents]\nmodel = "anthropic:claude-haiku-4-5"\n')
     script = write(tmp_path / "s.json", json.dumps([{"final": "x"}]))
     env = {k: v for k, v in __import__("os").environ.items() if k != "ANTHROPIC_API_KEY"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import write_config
 
 from simagent.config import Config, ConfigError
 from simagent.context import thresholds as th
@@ -50,10 +51,9 @@ def test_history_budget_formula():
 
 
 def test_config_overrides_and_clear_errors(workspace):
-    cfg = workspace / ".simagent" / "config.toml"
-    cfg.parent.mkdir()
-    cfg.write_text("[context]\nclear_fraction = 0.5\nclear_keep = 2\nwatchdog = 'enforce'\n"
-                   "[context.summary_tiers]\nsmall = 0.3\n[context.tool_caps]\nrun_python = 9000\n")
+    write_config(workspace, "[context]\nclear_fraction = 0.5\nclear_keep = 2\n"
+                 "watchdog = 'enforce'\n[context.summary_tiers]\nsmall = 0.3\n"
+                 "[context.tool_caps]\nrun_python = 9000\n")
     s = th.ContextSettings.from_config(Config.load(workspace))
     assert th.clear_trigger_tokens(100_000, s) == 50_000 and th.clear_keep(50_000, s) == 2
     assert th.summary_fraction("claude-haiku-4-5", s) == 0.3
@@ -61,7 +61,7 @@ def test_config_overrides_and_clear_errors(workspace):
     assert th.tool_cap("run_python", s) == 9000 and th.tool_cap("grep", s) == th.TOOL_CAP_CHARS
     for bad, word in (("clear_fraction = 1.5", "clear_fraction"), ("nonsense = 1", "nonsense"),
                       ("watchdog = 'loud'", "watchdog")):
-        cfg.write_text(f"[context]\n{bad}\n")
+        write_config(workspace, f"[context]\n{bad}\n")
         with pytest.raises(ConfigError, match=word):
             th.ContextSettings.from_config(Config.load(workspace))
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import write_config
 from prompt_toolkit.history import InMemoryHistory
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
@@ -442,7 +443,7 @@ def test_narrow_terminal_renders_without_error(workspace, tmp_path, columns):
 
 def test_cost_ceiling_notices_reset_command_and_input_keys(workspace, tmp_path):
     (workspace / ".simagent").mkdir()
-    (workspace / ".simagent" / "config.toml").write_text("[context]\nmax_turn_tokens = 9000\n")
+    write_config(workspace, "[context]\nmax_turn_tokens = 9000\n")
     model = script(tmp_path / "s.json", [
         {"tool": "run_python", "args": {"code": "print('first call')"}},
         {"final": "never reached"}, {"final": "after the reset"}])

@@ -49,11 +49,12 @@ def final_view(agent: Any, session: Any) -> list[Any]:
 def live_config(workspace: Path, window: int | None) -> Config:
     """The configuration ``simagent run`` would load in ``workspace``; ``window`` (the
     bench's enforced window) set as ``[model] window``, as a person would write it."""
-    config = Config.load(workspace)
+    config = Config.load(workspace, trust=True, record=False)  # the bench wrote it
     if window is None:
         return config
     model = dict(config.model_settings, window=window)
-    return Config({**config.data, "model": model}, config.workspace_data, config.user_data)
+    return Config({**config.data, "model": model}, config.workspace_data, config.user_data,
+                  config.trust)
 
 
 def call_limit(wf: Any) -> int | None:

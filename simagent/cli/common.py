@@ -44,7 +44,15 @@ def session_options(p: argparse.ArgumentParser) -> None:
                    help=f"which tools wait for approval (default: config, else "
                         f"{DEFAULT_APPROVAL}; README: Approval and confinement)")
     p.add_argument("--workspace", default=".", help="workspace folder (default: .)")
+    trust_option(p)
 
+
+def trust_option(p: argparse.ArgumentParser) -> None:
+    """``--trust-workspace``: every command that reads a workspace's config takes it."""
+    p.add_argument("--trust-workspace", action="store_true",
+                   help="trust this folder's .simagent/config.toml as it is now (recorded; "
+                        "until then it is ignored: it can set approval, run MCP server "
+                        "commands and send a key; 'simagent trust' shows what it would do)")
 
 
 def existing_workspace(path: str):

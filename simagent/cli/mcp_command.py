@@ -7,7 +7,7 @@ import errno
 import sys
 
 from simagent import exit_codes
-from simagent.cli.common import existing_workspace
+from simagent.cli.common import existing_workspace, trust_option
 from simagent.exit_codes import CliError
 
 
@@ -21,7 +21,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
     workspace = existing_workspace(args.workspace)
     try:
-        config = Config.load(workspace)
+        config = Config.load(workspace, trust=args.trust_workspace)
         approval = config.approval(args.approval)
         get_simulator(config.simulator(args.sim))  # a bad name fails now, not per client
         address = ops.host_port(args.http) if args.http else None
@@ -45,6 +45,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         if sys.stdin.isatty():  # a person ran it by hand: say what it waits for
             print("simagent mcp: serving MCP over stdin/stdout for an MCP host, which starts "
                   "this command itself (README: simagent as an MCP server); ctrl+C stops it",
+    if config.ignored_line:  # stderr: stdout is the protocol
+        print(config.ignored_line, file=sys.stderr, flush=True)
                   file=sys.stderr, flush=True)
         serve_stdio(build_server(open_session))
         return exit_codes.OK
@@ -88,5 +90,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "run_python, restore and reset (no one to ask over MCP)")
     p.add_argument("--http", metavar="[HOST:]PORT",
                    help="serve streamable HTTP on HOST (default 127.0.0.1) at /mcp; the "
-                        "token is $SIMAGENT_MCP_TOKEN, else generated and printed once")
+                        "token is $SIMAGENT_MCP_TOKEN, else generated and printed once. "
+                        "Each kernel gets this environment without its secret-named "
+                        "variables (*API_KEY*, *TOKEN*, *SECRET*, *PASSWORD*, *AUTH*...)")
+    p.add_argument("--pass-env", metavar="NAME[,NAME]", action="append",
+                   help="with --http: pass these secret-named variables to the kernels "
+                        "anyway (repeatable)")
+    trust_option(p)
     p.set_defaults(handler=cmd_mcp)

@@ -34,7 +34,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       workspace=Path(args.workspace).resolve(), model=args.model,
                       simulator=args.sim, resume=args.resume,
                       continue_last=args.continue_last, approval=args.approval,
-                      kernel=args.kernel,
+                      kernel=args.kernel, trust_workspace=args.trust_workspace,
                       json=args.json, decision=decision,
                       reset_cost_ceiling=args.reset_cost_ceiling, notebook=args.notebook,
                       **notebook_options(args))
@@ -58,10 +58,44 @@ def cmd_tui(args: argparse.Namespace) -> int:
             check(args.kernel)
         except KernelStartError as exc:
             raise CliError(str(exc), exit_codes.KERNEL) from exc
-    return run_tui(SessionOptions(workspace=Path(args.workspace).resolve(), model=args.model,
+    workspace = Path(args.workspace).resolve()
+    if not args.trust_workspace:
+        ask_trust(workspace)
+    return run_tui(SessionOptions(workspace=workspace, model=args.model,
                                   simulator=args.sim, resume=args.resume,
                                   continue_last=args.continue_last, approval=args.approval,
-                                  kernel=args.kernel, **notebook_options(args)))
+                                  kernel=args.kernel, trust_workspace=args.trust_workspace,
+                                  **notebook_options(args)))
+
+
+def ask_trust(workspace) -> None:
+    """Before the TUI takes the screen: an untrusted workspace config is shown, with what
+    it would change, and the person answers once (the answer is recorded). Anything but
+    yes runs without it; the TUI then says so. The exact bytes shown are the ones
+    trusted, so a file changed while the question waits is not trusted by it."""
+    from simagent import workspace_trust
+    from simagent.paths import workspace_config_path
+
+    content = workspace_trust.config_bytes(workspace)
+    if content is None or workspace_trust.is_trusted(workspace, content):
+        return
+    path = workspace_config_path(workspace)
+    try:
+        data = workspace_trust.parse(content, path)
+    except ValueError:
+        return  # the session's own load reports the file, naming it
+    print(f"{path} is not trusted yet. It would:")
+    for change in workspace_trust.would_change(data) or ["change nothing that acts"]:
+        print(f"  - {change}")
+    try:
+        answer = input("Trust this folder's config? [y/N] ").strip().lower()
+    except (EOFError, KeyboardInterrupt):
+        answer = ""
+        print()
+    if answer not in ("y", "yes"):
+        print("running without it (simagent trust, or --trust-workspace, trusts it later)")
+        return
+    workspace_trust.trust(workspace, content)
 
 
 def notebook_options(args: argparse.Namespace) -> dict:
@@ -131,7 +165,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     except LookupError as exc:
         raise CliError(str(exc)) from exc
     try:
-        settings = ContextSettings.from_config(Config.load(args.workspace))
+        settings = ContextSettings.from_config(Config.load(args.workspace))  # trusted only
     except (ConfigError, ContextConfigError) as exc:
         raise CliError(str(exc).splitlines()[0]) from exc
     stats = stats_from_trace(session_dir / "trace.sqlite", settings)

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from simagent import exit_codes
-from simagent.cli.common import existing_workspace, progress
+from simagent.cli.common import existing_workspace, progress, trust_option
 from simagent.exit_codes import CliError
 
 
@@ -24,11 +24,15 @@ def cmd_init(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
     if sim is None:
         raise CliError("no simulator is bundled; pass --sim NAME")
-    try:
-        path = write_workspace_config(workspace, sim.name, args.model)
+    try:  # the person's own words: trusted, unless it keeps lines of an untrusted file
+        path = write_workspace_config(workspace, sim.name, args.model,
+                                      trust=not (config.trust and config.trust.ignored))
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     print(f"wrote {path} (simulator = {sim.name!r})")
+    if config.ignored_line:
+        print(f"{config.ignored_line} (its other lines were kept, so it is still not "
+              "trusted)", file=sys.stderr)
     if args.no_check:
         return exit_codes.OK
     progress(f"checking {', '.join(sim.packages) or 'nothing'} in the kernel...")
@@ -77,7 +81,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from simagent.doctor import failed, render, run_checks
 
     checks = run_checks(existing_workspace(args.workspace), in_kernel=not args.quick,
-                        progress=None if args.json else progress)
+                        trust=args.trust_workspace, progress=None if args.json else progress)
     if args.json:
         import json
 
@@ -85,6 +89,40 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render(checks))
     return exit_codes.FAILED if failed(checks) else exit_codes.OK
+
+
+def cmd_trust(args: argparse.Namespace) -> int:
+    from simagent import workspace_trust
+    from simagent.paths import workspace_config_path
+
+    if args.list:
+        folders = workspace_trust.read_store()
+        for folder, digest in folders.items():
+            print(f"{folder}  (config sha256 {digest[:12]})")
+        if not folders:
+            print("no trusted folders")
+        return exit_codes.OK
+    workspace = existing_workspace(args.workspace)
+    if args.revoke:
+        gone = workspace_trust.revoke(workspace)
+        print(f"{workspace}: {'no longer trusted' if gone else 'was not trusted'}")
+        return exit_codes.OK
+    content = workspace_trust.config_bytes(workspace)
+    if content is None:
+        raise CliError(f"{workspace} has no .simagent/config.toml to trust")
+    path = workspace_config_path(workspace)
+    try:  # what is shown is what is trusted: the bytes read once
+        data = workspace_trust.parse(content, path)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    changes = workspace_trust.would_change(data) or ["change nothing that acts"]
+    print(f"{path} would:")
+    for change in changes:
+        print(f"  - {change}")
+    workspace_trust.trust(workspace, content)
+    print(f"trusted {workspace} with this content (a changed file asks again; "
+          "'simagent trust --revoke' undoes it)")
+    return exit_codes.OK
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
@@ -133,7 +171,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         help="find simulator packages without importing them in a kernel")
     doctor.add_argument("--json", action="store_true", help="print JSON")
     doctor.add_argument("--workspace", default=".", help="workspace folder (default: .)")
+    trust_option(doctor)
     doctor.set_defaults(handler=cmd_doctor)
+
+    trust = sub.add_parser(
+        "trust", help="trust this folder's .simagent/config.toml (or list, or revoke)",
+        description="A workspace's .simagent/config.toml can set approval, run MCP server "
+                    "commands and send a key to an endpoint, so it takes effect only once "
+                    "you trust the folder with that content (a changed file asks again). "
+                    "Without options: show what the file would change and trust it.")
+    what = trust.add_mutually_exclusive_group()
+    what.add_argument("--list", action="store_true", help="list the trusted folders")
+    what.add_argument("--revoke", action="store_true", help="stop trusting this folder")
+    trust.add_argument("--workspace", default=".", help="workspace folder (default: .)")
+    trust.set_defaults(handler=cmd_trust)
 
     memory = sub.add_parser("memory", help="list the workspace's memory notes or show one",
                             description="The workspace memory: the MEMORY.md index (what the "

@@ -72,7 +72,7 @@ class TuiController(StatusFeed, TurnDriving):
         try:  # the notebook first: a bad file leaves no session behind
             if self.opts.from_notebook is not None:
                 self.notebook = read_notebook(self.opts.from_notebook)
-            self.config = Config.load(self.opts.workspace)
+            self.config = Config.load(self.opts.workspace, trust=self.opts.trust_workspace)
             spec, _where = self.config.model_spec(self.opts.model)
             if self.opts.resuming and not self.opts.model:  # the conversation's own model
                 spec = resumed_model(self.opts) or spec
@@ -96,6 +96,9 @@ class TuiController(StatusFeed, TurnDriving):
         self._welcome()
         if self.session.resume_info is not None:
             for entry in history_entries(self.session.trace.events()):
+        if self.config.ignored_line:
+            self.conversation.note(self.config.ignored_line.removeprefix("simagent: "),
+                                   "warning")
                 self.conversation.add(entry)
             self.conversation.note(
                 f"resumed session {self.session.id}; " + (
