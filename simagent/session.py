@@ -93,6 +93,9 @@ class Session:
         self.context_settings = ContextSettings.from_config(config)
         #: Kernel environment from config ([ensembles]); read now so bad values fail early.
         self.config_kernel_env = config.ensemble_kernel_env()
+        #: None: the kernel inherits simagent's whole environment; a set: secret-named
+        #: variables are withheld but these (``simagent mcp --http``, ``--pass-env``)
+        self.kernel_secret_env: frozenset[str] | None = None
         #: How much a kernel restart may replay ([kernel] replay*); read now, same reason.
         self.replay_budget = replay_budget_of(config)
         #: MCP servers ([mcp.servers.*]); read now, same reason (``agent.mcp_tools`` starts them).
@@ -318,7 +321,8 @@ class Session:
                 self._kernel = Kernel(self.paths, cwd=self.workspace,
                                       kernel_name=self.config.kernel_name(), env=env,
                                       replay=self.replay_budget,
-                                      existing=self.kernel_existing)
+                                      existing=self.kernel_existing,
+                                      keep_secret_env=self.kernel_secret_env)
             return self._kernel
 
     @property

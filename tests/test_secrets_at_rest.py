@@ -213,3 +213,33 @@ def test_a_cell_that_held_a_key_is_not_replayed_as_its_redacted_code(session_pat
         assert "it held a secret" in recovery.message()
         assert kernel.execute("x + 1").value == "42"
         assert "NameError" in (kernel.execute("key").error.ename or "")
+
+
+def test_an_mcp_server_that_prints_a_key_and_returns_an_image_leaves_no_key(tmp_path):
+    """A session whose MCP server (``tests/mcp_servers/leaky.py``, from the user's config)
+    prints the key to its stderr at start and on each call, and answers with an image:
+    its log, the image and its sidecar are private (0600 in 0700 folders) and no file
+    under the state home holds the key (issue 40, defect 7)."""
+    home, state, ws = tmp_path / "home", tmp_path / "state", tmp_path / "ws"
+    for d in (home, ws, state):
+        d.mkdir(parents=True)
+    key_file = tmp_path / "server-key"
+    key_file.write_text(FAKE)
+    server = Path(__file__).parent / "mcp_servers" / "leaky.py"
+    tag = json.dumps(os.environ.get("SIMAGENT_TEST_RUN", ""))
+    fd = os.open(state / "config.toml", os.O_WRONLY | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "w") as fh:  # the user's own config: no workspace trust involved
+        fh.write(f"[mcp.servers.leaky]\ncommand = {json.dumps(sys.executable)}\n"
+                 f"args = {json.dumps([str(server), '--key-file', str(key_file)])}\n"
+                 f"env = {{ SIMAGENT_TEST_RUN = {tag} }}\n")
+    env = {**os.environ, "HOME": str(home), "SIMAGENT_HOME": str(state), "FAKE_API_KEY": FAKE}
+    run = _simagent(["plot it"], env, ws, [
+        {"tool": "leaky__leak", "args": {"subject": "H2O"}}, {"final": "got {out[-1]}"}])
+    assert run.returncode == 0, run.stderr
+    assert "plot of H2O" in run.stdout and FAKE not in run.stdout + run.stderr
+    logs = list(state.rglob("mcp-leaky.log"))
+    assert logs and "[redacted:FAKE_API_KEY]" in logs[0].read_text()
+    images = list(state.rglob("fig-*.png"))
+    assert images and images[0].with_suffix(".json").exists()  # the image and its sidecar
+    assert _hits([state, ws], [FAKE]) == []
+    assert _wrong_modes(state) == []

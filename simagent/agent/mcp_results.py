@@ -19,6 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from simagent.paths import private_dir, private_opener, write_private
+
 #: File suffix per image type a server may send; others are saved as ``.bin``.
 _SUFFIX = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif",
            "image/webp": ".webp", "image/svg+xml": ".svg"}
@@ -64,11 +66,12 @@ def save_image(block: dict[str, Any], folder: Path, source: str) -> tuple[str, P
     mime = str(block.get("mime_type") or "")
     path = folder / f"{fid}{_SUFFIX.get(mime, '.bin')}"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            path.write_bytes(blob)
-            path.with_suffix(".json").write_text(json.dumps(
-                {"source": source, "mime_type": mime, "bytes": len(blob)}), encoding="utf-8")
+        private_dir(folder)
+        if not path.exists():  # 0600, as the kernel's figures
+            with open(path, "wb", opener=private_opener) as fh:
+                fh.write(blob)
+            write_private(path.with_suffix(".json"), json.dumps(
+                {"source": source, "mime_type": mime, "bytes": len(blob)}))
     except OSError as exc:
         return f"it could not be saved ({exc.strerror or exc})"
     return fid, path

@@ -33,7 +33,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.tools import StructuredTool, ToolException
 from langchain_mcp_adapters.sessions import create_session
@@ -42,12 +42,13 @@ from mcp import ClientSession, StdioServerParameters
 from mcp import types as mcp_types
 
 from simagent.agent import mcp_results
-from simagent.agent.mcp_transport import McpFault, stdio_session, unless_gone
+from simagent.agent.mcp_transport import McpFault, ServerLog, stdio_session, unless_gone
 from simagent.agent.mcp_transport import closed_error as _closed
 from simagent.agent.mcp_transport import why as _why
 from simagent.config import McpServer
 from simagent.context.deferral_policy import exposed_name
 from simagent.context.reporting import write_stream
+from simagent.paths import private_dir
 
 if TYPE_CHECKING:
     from simagent.session import Session
@@ -116,7 +117,7 @@ class McpHub:
         self.status: dict[str, str] = {}  # server -> ok | failed: <why>
         self._conns: dict[str, _Conn] = {}
         self._locks: dict[str, asyncio.Lock] = {}  # used on the loop only
-        self._logs: dict[str, IO[str]] = {}
+        self._logs: dict[str, ServerLog] = {}
         self._noise: dict[str, list[str]] = {}  # per server: stdout lines that were not MCP
         self._pending: list[str] = []  # notices not yet shown in a turn's stream
         self._lock = threading.Lock()
@@ -212,9 +213,8 @@ class McpHub:
         self._thread.join(timeout=STOP_TIMEOUT_S)
         if not self._thread.is_alive():
             self._loop.close()
-        for f in self._logs.values():
-            with contextlib.suppress(OSError):
-                f.close()
+        for log in self._logs.values():
+            log.close()
 
     async def _stop_all(self) -> None:
         await asyncio.gather(*(self._stop(n) for n in list(self._conns)),
@@ -229,9 +229,8 @@ class McpHub:
         if spec.command:
             log = self._logs.get(name)
             if log is None:  # its stderr: never the terminal (the TUI owns it)
-                self.log_dir.mkdir(parents=True, exist_ok=True)
-                log = self._logs[name] = open(  # noqa: SIM115 - closed in close()
-                    self.log_dir / f"mcp-{name}.log", "a", encoding="utf-8")
+                private_dir(self.log_dir)
+                log = self._logs[name] = ServerLog(self.log_dir / f"mcp-{name}.log")
             params = StdioServerParameters(command=spec.command, args=list(spec.args),
                                            env=dict(spec.env) or None, cwd=str(self.cwd))
             return stdio_session(params, log, self._noise.setdefault(name, []))

@@ -1,5 +1,6 @@
 """The transport side of simagent's MCP client (``agent.mcp_tools``): what a server fault
-is, a stdio session whose stderr goes to a log, and a watch on an HTTP server's address.
+is, a stdio session whose stderr goes to a private, redacted log, and a watch on an HTTP
+server's address.
 """
 
 from __future__ import annotations
@@ -7,12 +8,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import threading
 import urllib.parse
-from typing import IO, Any
+from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+
+from simagent.paths import private_opener
+from simagent.trace.redact import Redactor, StreamRedactor
 
 # The SDK's client logs (a traceback per stray stdout line, HTTP session warnings) must not
 # reach the terminal: the TUI owns it, and each fault is reported by simagent itself.
@@ -25,6 +32,11 @@ _SDK_LOG.propagate = False
 PROBE_S = 1.0
 #: Seconds one connection attempt of that check may take.
 PROBE_CONNECT_S = 10.0
+#: Longest piece of a server's stderr read at once (a longer line comes in pieces; a key
+#: split between two is still caught).
+LOG_PIECE = 64 * 1024
+#: Seconds closing a log waits for the last of a server's stderr.
+LOG_DRAIN_S = 2.0
 
 
 class McpFault(Exception):
@@ -36,8 +48,59 @@ class McpFault(Exception):
         self.detail = detail
 
 
+class ServerLog:
+    """``mcp-NAME.log``: a stdio server's stderr, created 0600 and redacted before any of
+    it is written (a server may print its environment, a key included).
+
+    The server writes into a pipe (:meth:`fileno`: what its process gets as stderr); a
+    thread reads it in pieces of at most :data:`LOG_PIECE` (a line at a time) through a
+    :class:`~simagent.trace.redact.StreamRedactor` into the file. simagent's own lines
+    come through :meth:`write`. Kept open across restarts of the server.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file = open(path, "a", encoding="utf-8", opener=private_opener)  # noqa: SIM115 - closed by close()
+        self._lock = threading.Lock()
+        self._secrets = StreamRedactor(Redactor())  # the environment, as it is now
+        read, self._write_end = os.pipe()
+        self._reader = threading.Thread(target=self._pump, args=(read,), daemon=True,
+                                        name=f"mcp-log-{path.stem}")
+        self._reader.start()
+
+    def fileno(self) -> int:
+        return self._write_end
+
+    def write(self, text: str) -> int:
+        with self._lock, contextlib.suppress(OSError, ValueError):  # closed, or disk full
+            self._file.write(self._secrets.redactor(text))
+            self._file.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        pass  # every write is flushed
+
+    def _pump(self, read: int) -> None:
+        with open(read, "rb", buffering=0) as pipe:
+            while piece := pipe.readline(LOG_PIECE):
+                with self._lock, contextlib.suppress(OSError, ValueError):
+                    self._file.write(self._secrets.feed(piece.decode("utf-8", "replace")))
+                    self._file.flush()
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            self._file.write(self._secrets.flush())
+
+    def close(self) -> None:
+        """Stop taking stderr and write what came (bounded: a server's child that keeps
+        the pipe open is not waited for)."""
+        with contextlib.suppress(OSError):
+            os.close(self._write_end)
+        self._reader.join(LOG_DRAIN_S)
+        with self._lock, contextlib.suppress(OSError):
+            self._file.close()
+
+
 @contextlib.asynccontextmanager
-async def stdio_session(params: StdioServerParameters, errlog: IO[str],
+async def stdio_session(params: StdioServerParameters, errlog: ServerLog,
                         noise: list[str]) -> Any:
     """A client session on a stdio server; its stderr goes to ``errlog``, and so does
     each stdout line that is not MCP (also kept in ``noise``: a start that times out

@@ -32,11 +32,21 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     from simagent.session import Session
     from simagent.trace.redact import register
 
+    # over HTTP whoever holds the token runs code: the kernel gets no secret-named
+    # variable of this environment unless --pass-env names it
+    pass_env = frozenset(n.strip() for part in args.pass_env or () for n in part.split(",")
+                         if n.strip())
+
     def open_session() -> Session:
         # "model": whatever the host runs, unknown here; "mcp" marks the session's origin
-        return Session.create(workspace, simulator=args.sim, approval=approval,
-                              model=ops.SESSION_MODEL, config=config)
+        session = Session.create(workspace, simulator=args.sim, approval=approval,
+                                 model=ops.SESSION_MODEL, config=config)
+        if address is not None:
+            session.kernel_secret_env = pass_env
+        return session
 
+    if config.ignored_line:  # stderr: stdout is the protocol
+        print(config.ignored_line, file=sys.stderr, flush=True)
     if approval == "ask":
         print("simagent mcp: --approval ask: run_python, restore and reset will be refused "
               "(no one can approve over MCP); --approval workspace or auto lets them run",
@@ -45,8 +55,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         if sys.stdin.isatty():  # a person ran it by hand: say what it waits for
             print("simagent mcp: serving MCP over stdin/stdout for an MCP host, which starts "
                   "this command itself (README: simagent as an MCP server); ctrl+C stops it",
-    if config.ignored_line:  # stderr: stdout is the protocol
-        print(config.ignored_line, file=sys.stderr, flush=True)
                   file=sys.stderr, flush=True)
         serve_stdio(build_server(open_session))
         return exit_codes.OK

@@ -42,11 +42,12 @@ from simagent.kernel.result import (
     compact_traceback,
     png_size,
 )
+from simagent.kernel.screen_redact import ScreenRedactor
 from simagent.kernel.terminal import TerminalBuffer
 from simagent.kernel_api.figures import FIGURE_MIME, figure_id, figure_title, render_caption
 from simagent.kernel_api.outputs import handle
 from simagent.paths import private_dir, private_opener, write_private
-from simagent.trace.redact import Redactor, StreamRedactor, redact_data, secret_values
+from simagent.trace.redact import Redactor, redact_data, secret_values
 
 OutputKind = Literal["stdout", "stderr", "display", "error", "clear", "human"]
 
@@ -99,7 +100,8 @@ class Capture:
         # the secrets as they stand now, read once per execution (a cell runs in another
         # process: it cannot change this one's environment while it runs)
         self._redact = Redactor(secret_values())
-        self._secrets = StreamRedactor(self._redact)  # no printed key reaches the raw log
+        # no printed key reaches the raw log, nor one a terminal would put together
+        self._secrets = ScreenRedactor(self._redact)
         self._clear_pending = False
         self._figure_ids: set[str] = set()  # figures already shown by this execution
 

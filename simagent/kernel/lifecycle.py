@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from simagent.kernel import helpers
+from simagent.kernel import env_secrets, helpers
 from simagent.kernel.attach import AttachedLink
 from simagent.kernel.ladder import (
     HEARTBEAT_GRACE_S,
@@ -54,6 +54,7 @@ class KernelBase:
         replay: ReplayBudget | None = None,
         heartbeat_grace_s: float = HEARTBEAT_GRACE_S,
         existing: str | None = None,
+        keep_secret_env: frozenset[str] | None = None,
     ) -> None:
         self.paths = paths.ensure()
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
@@ -62,6 +63,9 @@ class KernelBase:
         self.output_cap = output_cap
         self.interrupt_grace_s = interrupt_grace_s
         self.extra_env = dict(env or {})
+        #: None: the kernel inherits simagent's whole environment; a set: secret-named
+        #: variables are withheld but these (``process.inherited_env``)
+        self.keep_secret_env = keep_secret_env
         self.state: KernelState = "stopped"
         self.death_reason = ""
         self._link: OwnedLink | AttachedLink | None = None
@@ -106,11 +110,13 @@ class KernelBase:
     def _new_link(self) -> OwnedLink | AttachedLink:
         if self.existing:
             return AttachedLink(self.existing)
-        return OwnedLink(self.paths, self.cwd, self.kernel_name, self.extra_env)
+        return OwnedLink(self.paths, self.cwd, self.kernel_name, self.extra_env,
+                         self.keep_secret_env)
 
     def _kernel_env(self) -> dict[str, str]:
         """The environment an owned kernel is started with."""
-        return OwnedLink(self.paths, self.cwd, self.kernel_name, self.extra_env).env()
+        return OwnedLink(self.paths, self.cwd, self.kernel_name, self.extra_env,
+                         self.keep_secret_env).env()
 
     @property
     def owned(self) -> bool:
@@ -174,6 +180,18 @@ class KernelBase:
         self.generation += 1
         self._hb_silent_since, self._started_at = None, time.monotonic()
         self._install_helpers()
+        self._learn_env_secrets()
+
+    def _learn_env_secrets(self) -> None:
+        """Register the secret-named variables of the kernel's own environment for
+        redaction (:mod:`simagent.kernel.env_secrets`): one silent request, nothing
+        printed; each cell's reply refreshes them."""
+        try:
+            env_secrets.learn(self.reply(self.client.execute(
+                "", silent=True, store_history=False, allow_stdin=False,
+                user_expressions={env_secrets.EXPRESSION_KEY: env_secrets.EXPRESSION})))
+        except Exception:  # a kernel that cannot answer it still runs code
+            return
 
     def _process(self) -> Any:
         """The kernel's Popen, where simagent started it locally (None otherwise)."""

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +28,7 @@ from simagent.paths import (
     private_opener,
     write_private,
 )
+from simagent.trace.redact import looks_secret
 
 STARTUP_TIMEOUT_S = 60.0
 _READY_STEP_S = 5.0
@@ -103,15 +105,27 @@ def death_reason(code: int | None) -> str:
     return f"the kernel process exited with code {code}"
 
 
+def inherited_env(environ: Mapping[str, str], keep_secret: frozenset[str] | None
+                  ) -> dict[str, str]:
+    """What a kernel simagent starts inherits of ``environ``: all of it (but test
+    markers), or with ``keep_secret`` (a kernel served to others: ``simagent mcp --http``,
+    where whoever holds the token runs code) every secret-named variable
+    (:func:`simagent.trace.redact.looks_secret`) left out but those it names."""
+    return {k: v for k, v in environ.items() if k not in _SCRUB_ENV and (
+        keep_secret is None or k in keep_secret or not looks_secret(k))}
+
+
 class OwnedLink:
     """A kernel process simagent started (one per start; :meth:`close` ends it)."""
 
     owned = True
 
     def __init__(self, paths: SessionPaths, cwd: Path, kernel_name: str | None,
-                 extra_env: dict[str, str]) -> None:
+                 extra_env: dict[str, str], keep_secret_env: frozenset[str] | None = None
+                 ) -> None:
         self.paths, self.cwd, self.kernel_name = paths, cwd, kernel_name
         self.extra_env = extra_env
+        self.keep_secret_env = keep_secret_env
         self.km: Any = None
         self.kc: Any = None
         self._log: IO[bytes] | None = None
@@ -124,7 +138,7 @@ class OwnedLink:
         return f"kernel {self.kernel_name or DEFAULT_SPEC!r}"
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
+        env = inherited_env(os.environ, self.keep_secret_env)
         env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
         env[SESSION_DIR_ENV] = str(self.paths.root)

@@ -36,7 +36,7 @@ import queue
 import time
 from typing import Any
 
-from simagent.kernel import ladder
+from simagent.kernel import env_secrets, ladder
 from simagent.kernel.capture import Capture, OnOutput
 from simagent.kernel.cell_end import IDLE_LOST_NOTICE, CellEnd
 from simagent.kernel.ladder import INTERRUPT_RESEND_S, INTERRUPT_STEPS, Recovery
@@ -46,6 +46,7 @@ from simagent.kernel.result import ExecResult
 from simagent.kernel_api import effects
 from simagent.kernel_api.outputs import raw_name, write_record
 from simagent.kernel_api.state_probe import expression
+from simagent.trace.redact import SECRET_NAME_PATTERN
 
 __all__ = ["PROBE_WAIT_S", "Kernel", "KernelStartError", "KernelState"]
 
@@ -86,7 +87,8 @@ class Kernel(KernelBase):
                 return None
             msg_id = self.client.execute("", silent=True, store_history=False,
                                          allow_stdin=False,
-                                         user_expressions={"state": expression(registry)})
+                                         user_expressions={"state": expression(
+                                             registry, SECRET_NAME_PATTERN)})
             reply = self.reply(msg_id)
             found = (reply.get("user_expressions") or {}).get("state") or {}
             if found.get("status") != "ok":
@@ -202,7 +204,8 @@ class Kernel(KernelBase):
         deadline = t0 + timeout if timeout else None
         timed_out = False
         self.state = "busy"
-        msg_id = kc.execute(code, store_history=True, allow_stdin=False)
+        msg_id = kc.execute(code, store_history=True, allow_stdin=False, user_expressions={
+            env_secrets.EXPRESSION_KEY: env_secrets.EXPRESSION})  # what the cell set
         notice = _join(self._notice, recovery.message() if recovery is not None else "")
         self._notice = ""
         state_lost = recovery is not None and not recovery.state_restored
@@ -254,6 +257,7 @@ class Kernel(KernelBase):
         elapsed = time.monotonic() - t0
         if reply.get("execution_count"):
             cap.execution_count = reply["execution_count"]
+        env_secrets.learn(reply)
         if timed_out_at is not None:
             result = cap.result("timeout", elapsed, _join(
                 notice, f"execution exceeded the {timed_out_at:g} s timeout and was "

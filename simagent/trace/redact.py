@@ -15,8 +15,9 @@ Sinks and where they redact (``tests/test_data_safety.py`` and
 * every tool result, before the model or any context layer sees it
   (``agent/secrets.py``: ``ToolResultRedaction``, innermost in every agent);
 * kernel output (``kernel/capture.py``): the raw ``outputs/NNNN.txt`` through
-  :class:`StreamRedactor` (a key split across two output chunks is still caught), and the
-  text the model gets; execution records ``outputs/NNNN.json``
+  :class:`StreamRedactor` (a key split across two output chunks is still caught) and,
+  for a line with terminal sequences, as a terminal shows it (``kernel/screen_redact.py``:
+  a key split by a colour code), and the text the model gets; execution records ``outputs/NNNN.json``
   (``kernel_api/outputs.write_record``) and figure sidecars;
 * the attempt log (``trace/attempts.py``), memory notes, their file names and the
   ``MEMORY.md`` index (``agent/memory.py``);
@@ -25,7 +26,9 @@ Sinks and where they redact (``tests/test_data_safety.py`` and
 * the TUI's input history (``tui/history.py``: :class:`RedactingFileHistory`);
 * ``simagent run``'s stderr activity lines (``headless.py``: :class:`RedactingWriter`,
   and ``one_line`` redacts before it cuts);
-* bench records (``bench/workflow_runs.py``: each JSON line).
+* bench records (``bench/workflow_runs.py``: each JSON line);
+* an MCP server's stderr log ``mcp-NAME.log`` (``agent/mcp_transport.py``: ``ServerLog``,
+  line by line).
 
 Matching is by value, so what it cannot catch is a key transformed before it is
 written: split over two lines or strings, encoded (base64, hex), reversed, spaced out,
@@ -33,7 +36,9 @@ or only partly printed (README, Secrets).
 
 Config secrets are known once a config is loaded: :func:`register_config` (``simagent
 run``, the bench and the TUI call it); the environment is read at each use, so a key set
-after start-up is covered too.
+after start-up is covered too. The kernel's own environment (an attached kernel's, or a
+variable a cell set) is read from inside it when simagent starts or attaches to it and
+after each cell, and its secret-named values registered (``kernel/env_secrets.py``).
 """
 
 from __future__ import annotations
@@ -45,8 +50,11 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-_SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|AUTH)",
-                          re.IGNORECASE)
+#: What a credential's name looks like (case-insensitive): environment variables, config
+#: keys, and the kernel's variables the state card shows by length only (the state probe
+#: runs in the kernel, so it is sent this text).
+SECRET_NAME_PATTERN = r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE_KEY|AUTH)"
+_SECRET_NAME = re.compile(SECRET_NAME_PATTERN, re.IGNORECASE)
 #: Shorter values are too likely to collide with ordinary text ("true", "1", a port).
 MIN_SECRET_LEN = 8
 
