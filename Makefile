@@ -11,7 +11,7 @@ LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 WHEEL_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/simagent/wheels
 LLAMA_WHEELS  := $(WHEEL_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_CMAKE)' | sha256sum | cut -c1-12)
 
-.PHONY: install run test lint bench-kernel bench-live bench-faults mutate clean llama-wheel
+.PHONY: install run test lint bench-kernel bench-live bench-faults bench-attacks mutate clean llama-wheel
 
 install: $(STAMP)
 
@@ -62,6 +62,11 @@ bench-live: $(STAMP)
 # Every fault simagent claims to survive, run for real; one row each (a few minutes).
 bench-faults: $(STAMP)
 	$(VENV)/bin/simagent bench faults
+
+# Every attack simagent holds against, run for real; one row each, and attacks.json /
+# attacks.md in bench-attacks-out (the README's security table is rendered from them).
+bench-attacks: $(STAMP)
+	$(VENV)/bin/simagent bench attacks --out bench-attacks-out
 
 # Mutation testing of the pure cores ([tool.mutmut] in pyproject.toml; not in CI, about an
 # hour on 2 cores). Runs in a scratch copy so mutants/ never lands in the tree; prints the

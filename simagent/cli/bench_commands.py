@@ -47,6 +47,32 @@ def cmd_bench_faults(args: argparse.Namespace) -> int:
     return exit_codes.OK if all(r.survived for r in rows) else exit_codes.FAILED
 
 
+def cmd_bench_attacks(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from simagent.bench import attack_cases
+    from simagent.bench.attack_bench import as_json, failed, format_table, run_attacks, write_out
+    from simagent.bench.workflow_runs import git_commit
+
+    try:
+        cases = attack_cases.select(args.only.split(",") if args.only else None,
+                                    fast=args.fast)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    rows = run_attacks(cases, progress=None if args.json else progress)
+    commit = git_commit()
+    if args.json:
+        import json
+
+        print(json.dumps(as_json(rows, commit), indent=2))
+    else:
+        print(format_table(rows))
+    if args.out:
+        data, table = write_out(rows, Path(args.out), commit)
+        print(f"wrote {data} and {table}", file=sys.stderr)
+    return exit_codes.FAILED if failed(rows) else exit_codes.OK
+
+
 def cmd_bench_ensemble(args: argparse.Namespace) -> int:
     from simagent.bench.ensemble_bench import format_table, run_ensemble_bench
     from simagent.kernel import KernelStartError
@@ -216,8 +242,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                            description="Benchmarks, measured side by side in one run.")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCH", required=True,
                                      parser_class=Parser)
-    for add in (_add_bench_kernel, _add_bench_faults, _add_bench_ensemble, _add_bench_counting,
-                _add_bench_tool_schemas, _add_bench_list, _add_bench_run):  # --help's order
+    for add in (_add_bench_kernel, _add_bench_faults, _add_bench_attacks, _add_bench_ensemble,
+                _add_bench_counting, _add_bench_tool_schemas, _add_bench_list,
+                _add_bench_run):  # --help's order
         add(bench_sub)
 
 
@@ -247,6 +274,28 @@ def _add_bench_faults(bench_sub: argparse._SubParsersAction) -> None:
                         help="the quick subset (what make test runs), smaller sizes")
     faults.add_argument("--only", metavar="IDS", help="comma-separated fault ids")
     faults.set_defaults(handler=cmd_bench_faults)
+
+
+def _add_bench_attacks(bench_sub: argparse._SubParsersAction) -> None:
+    attacks = bench_sub.add_parser(
+        "attacks", help="run every attack simagent holds against; one row each",
+        description="Each attack run for real against the real product (the simagent CLI, "
+                    "its kernel and graph, real MCP servers, a listener on 127.0.0.1, a "
+                    "second uid through setpriv where the machine allows): a cloned "
+                    "folder's config, a mailed notebook, paths and links out of the "
+                    "workspace, a link flipped mid-write, reads of credentials, MCP tool "
+                    "servers that hang, flood, crash or inject, MCP over HTTP without the "
+                    "token or from a foreign Origin, another uid on the Dask cluster, "
+                    "secrets in cards, outputs, logs and exports, file permissions. One row "
+                    "per attack: held, broken or skipped, with what was observed. Exit 1 "
+                    "when an attack was not held.")
+    attacks.add_argument("--json", action="store_true", help="print one JSON object")
+    attacks.add_argument("--fast", action="store_true",
+                         help="the quick subset (what make test runs)")
+    attacks.add_argument("--only", metavar="IDS", help="comma-separated attack ids")
+    attacks.add_argument("--out", metavar="DIR",
+                         help="also write DIR/attacks.json and DIR/attacks.md")
+    attacks.set_defaults(handler=cmd_bench_attacks)
 
 
 def _add_bench_ensemble(bench_sub: argparse._SubParsersAction) -> None:
