@@ -120,6 +120,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
 
     started = False  # a new session whose turn never started is discarded, not kept
     try:
+        if notebook is not None and not load.consented(session, notebook, err):
+            return exit_codes.APPROVAL  # none of its cells ran, nor did the turn
         try:  # before the kernel starts: a bad subagent file or model fails fast
             runner = turn_runner_for(session, resolved, front_end="headless")
         except SubagentError as exc:

@@ -142,6 +142,15 @@ def readable_roots(content: Iterable[Path], source: Iterable[Path],
                                for group in (content, source, own, allowed) for p in group))
 
 
+def notebook_waits(mode: str) -> bool:
+    """Whether a starting notebook's cells (``--from-notebook``) wait for the person.
+
+    They are kernel code like ``run_python``'s, so they wait exactly where it does: a
+    notebook is one more way into the kernel, not a way around approval.
+    """
+    return waits(mode, KERNEL_TOOLS[0], {}, Path.cwd())
+
+
 def interrupt_on_for_mode(mode: str, workspace: Path, tool_names: Iterable[str] = (),
                           readable: Iterable[Path] = ()) -> dict[str, Any]:
     """The ``interrupt_on`` map for ``create_deep_agent``.

@@ -9,6 +9,11 @@ notebook ends, not from an empty kernel. Three steps, each with one job:
   ``simagent notebook`` wrote names its session's simulator; the new session takes it
   unless ``--sim`` says otherwise, so its cells meet the same environment and the state
   card labels the same registry objects.
+* Under ``--approval ask`` its cells wait for the person first (``approval.notebook_waits``
+  decides): one decision for all (:data:`PLAN_CHOICES`: run all, cell by cell, none), and
+  cell by cell each cell's source is shown before it runs (:data:`CELL_CHOICES`). A
+  front end that cannot ask (``simagent run`` without a terminal) runs none and says how
+  to allow them (:func:`held_line`).
 * :func:`run_cells` runs its code cells, top to bottom, through ``Session.execute``: the
   same traced path as the agent's own cells, so the trace, the raw outputs, ``_out`` and
   the replay selection of the recovery ladder know them like any cell. It stops at the
@@ -28,13 +33,15 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+from simagent.agent.approval import notebook_waits
 from simagent.context.state_card import render_card
 from simagent.context.thresholds import state_card_tokens
 from simagent.outcomes import mark, outcome_of
@@ -49,6 +56,10 @@ HEADING_CHARS = 100
 #: The trace event of a load, and the account's tag (one home).
 TRACE_KIND = "notebook_load"
 TAG = "notebook"
+#: Under ``ask``: the one decision for all cells (answer -> plan) and, cell by cell, the
+#: decision for each (answer -> what happens to that cell).
+PLAN_CHOICES = {"a": "all", "c": "each", "n": "none"}
+CELL_CHOICES = {"y": "run", "n": "skip", "q": "stop"}
 
 
 class NotebookError(ValueError):
@@ -134,6 +145,7 @@ class CellRun:
     source: str
     result: Any = None
     skipped: bool = False
+    declined: bool = False  # the person chose not to run it (cell by cell, under ask)
 
     @property
     def label(self) -> str:
@@ -148,7 +160,8 @@ class LoadOutcome:
     code_cells: int
     ran: int = 0
     skipped: int = 0
-    status: str = "ok"  # ok | error | interrupted
+    declined: int = 0
+    status: str = "ok"  # ok | error | interrupted | declined (the person ran none)
     failed: CellRun | None = None
     error: str = ""
     elapsed_s: float = 0.0
@@ -161,6 +174,9 @@ class LoadOutcome:
     def summary(self) -> str:
         """One line for the person (and the account's first line)."""
         name = self.path.name
+        if self.status == "declined":
+            return (f"{name}: not run: the person declined its {self.code_cells} code "
+                    "cells, so the kernel holds nothing of it")
         if self.status == "interrupted":
             at = f" at {self.failed.label}" if self.failed else ""
             return (f"{name}: stopped by the user{at}; {self.ran} of {self.code_cells} code "
@@ -169,8 +185,9 @@ class LoadOutcome:
             return (f"{name}: {self.failed.label} failed: {self.error}; {self.ran} of "
                     f"{self.code_cells} code cells ran before it, the rest did not run")
         skipped = f", {self.skipped} skipped (tag {SKIP_TAG})" if self.skipped else ""
+        declined = f", {self.declined} declined by the person" if self.declined else ""
         return (f"{name}: ran {self.ran} of {self.code_cells} code cells in "
-                f"{self.elapsed_s:.1f}s{skipped}")
+                f"{self.elapsed_s:.1f}s{skipped}{declined}")
 
 
 def first_line(source: str, width: int = 60) -> str:
@@ -184,6 +201,8 @@ def progress_line(cell: CellRun) -> str:
     ends (``  ✗ error (0.1s): NameError: …``), ``  – skipped`` for a tagged cell."""
     if cell.skipped:
         return f"· notebook {cell.label}: skipped (tag {SKIP_TAG})"
+    if cell.declined:
+        return f"· notebook {cell.label}: declined, not run"
     if cell.result is None:
         return f"· notebook {cell.label}: {first_line(cell.source)}"
     m = mark(outcome_of(None, cell.result.status, cell.result.recovery))
@@ -193,7 +212,7 @@ def progress_line(cell: CellRun) -> str:
 
 def status_line(cell: CellRun) -> str:
     """:func:`progress_line`'s start and end as one line (a display updated in place)."""
-    if cell.result is None or cell.skipped:
+    if cell.result is None or cell.skipped or cell.declined:
         return progress_line(cell)
     running = CellRun(cell.number, cell.of, cell.position, cell.source)
     return progress_line(running) + progress_line(cell).replace("  ", " ", 1)
@@ -206,13 +225,93 @@ def _error_text(result: Any) -> str:
     return result.notice or result.status
 
 
+def held_line(notebook: Notebook, mode: str, declined: bool = False) -> str:
+    """Why a starting notebook's cells did not run (``simagent run`` under ``ask``:
+    nobody could be asked, or the person said no), and how to allow them."""
+    n = len(notebook.code_cells)
+    why = "you declined them" if declined else \
+        f"approval mode {mode} asks before kernel code and nobody could be asked here"
+    return (f"{notebook.path.name}: its {n} code cell{'s' * (n != 1)} were not run ({why}) "
+            "and no turn ran; to run them, use --approval workspace, or answer in the TUI "
+            f"(simagent --from-notebook {notebook.path})")
+
+
+def consented(session: Any, notebook: Notebook, err: TextIO,
+              stdin: TextIO | None = None) -> bool:
+    """``simagent run``: whether the starting notebook's cells may run (before the
+    kernel starts).
+
+    Where kernel code waits (``approval.notebook_waits``) a terminal on stdin is shown
+    the cells and asked once, y/N for all; without one nobody can be asked, so none
+    runs and one line on ``err`` says how to allow them (the caller exits 3, "paused
+    for approval").
+    """
+    if not notebook_waits(session.approval):
+        return True
+    stdin = sys.stdin if stdin is None else stdin
+    declined = False
+    if stdin.isatty():
+        listing = "".join(f"\n    {ln}" for ln in cells_listing(notebook).splitlines())
+        print(f"simagent: approval mode {session.approval}: {notebook.path.name}'s code "
+              f"cells wait for you:{listing}", file=err, flush=True)
+        n = len(notebook.code_cells)
+        err.write(f"run all {n} code cell{'s' * (n != 1)} in the kernel? [y/N] ")
+        err.flush()
+        if stdin.readline().strip().lower() in ("y", "yes"):
+            return True
+        declined = True
+    print(f"simagent: {held_line(notebook, session.approval, declined)}", file=err,
+          flush=True)
+    return False
+
+
+def none_run(notebook: Notebook) -> LoadOutcome:
+    """How it ended when the person declined all the cells (the TUI under ``ask``)."""
+    return LoadOutcome(path=notebook.path, code_cells=len(notebook.code_cells),
+                       status="declined")
+
+
+def plan_question(notebook: Notebook) -> str:
+    """The one decision for all of a starting notebook's cells (:data:`PLAN_CHOICES`)."""
+    n = len(notebook.code_cells)
+    return (f"run {notebook.path.name}'s {n} code cell{'s' * (n != 1)} (shown above) in "
+            "the kernel? a runs all · c asks cell by cell · n runs none")
+
+
+def cell_question(cell: CellRun) -> str:
+    """Cell by cell, the decision for one cell (:data:`CELL_CHOICES`)."""
+    return f"run {cell.label}? y runs it · n skips it · q stops here (the rest do not run)"
+
+
+def cells_listing(notebook: Notebook) -> str:
+    """Every code cell's source, numbered: what the person decides on."""
+    code = notebook.code_cells
+    parts = []
+    for k, (position, source, tags) in enumerate(code, 1):
+        tag = f" [tag {SKIP_TAG}: not run]" if SKIP_TAG in tags else ""
+        parts.append(f"── code cell {k} of {len(code)} (cell {position} in the file){tag}\n"
+                     f"{source.rstrip()}")
+    return "\n".join(parts)
+
+
+def choice(text: str, choices: dict[str, str]) -> str | None:
+    """What an answer means among ``choices`` (its first letter, any case); None when it
+    means none of them."""
+    word = text.strip().lower()
+    return choices.get(word[:1]) if word else None
+
+
 def run_cells(session: Any, notebook: Notebook,
-              on_progress: Callable[[CellRun], None] | None = None) -> LoadOutcome:
+              on_progress: Callable[[CellRun], None] | None = None,
+              approve: Callable[[CellRun], str] | None = None) -> LoadOutcome:
     """Run ``notebook``'s code cells in ``session``'s kernel; stop at the first failure.
 
     Each cell goes through ``session.execute`` (traced as ``kernel_exec``, recorded for
     ``_out`` and the replay). A cancel (``session.cancel_requested``: ctrl+C) stops the
     run with the kernel's state kept; the caller clears the cancel afterwards.
+    ``approve`` (cell by cell, under ``ask``) is asked before each cell and answers a
+    :data:`CELL_CHOICES` value: ``run``, ``skip`` (declined, the next is asked) or
+    ``stop`` (the rest do not run, as after ctrl+C).
     """
     code = notebook.code_cells
     outcome = LoadOutcome(path=notebook.path, code_cells=len(code))
@@ -230,6 +329,15 @@ def run_cells(session: Any, notebook: Notebook,
         if session.cancel_requested.is_set():
             outcome.status, outcome.failed = "interrupted", cell
             break
+        decision = approve(cell) if approve is not None else "run"
+        if decision == "stop" or session.cancel_requested.is_set():
+            outcome.status, outcome.failed = "interrupted", cell
+            break
+        if decision != "run":
+            cell.declined = True
+            outcome.declined += 1
+            notify(cell)
+            continue
         notify(cell)
         cell.result = session.execute(source)
         notify(cell)

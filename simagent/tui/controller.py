@@ -13,6 +13,7 @@ Its parts: start-up, input and commands here; running turns and routing their ev
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 import time
@@ -63,6 +64,7 @@ class TuiController(StatusFeed, TurnDriving):
         self.first_token = FirstToken()  # the status bar's first-token latency
         self._confirm: Callable[[], None] | None = None  # what "y" runs (see ask)
         self._decline: Callable[[], None] | None = None  # and what any other answer runs
+        self._reply: Callable[[str], None] | None = None  # takes the next line (await_answer)
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> bool:
@@ -94,11 +96,11 @@ class TuiController(StatusFeed, TurnDriving):
                                    f"{'' if line else f': {exc}'}".splitlines()[0], "error")
             return False
         self._welcome()
-        if self.session.resume_info is not None:
-            for entry in history_entries(self.session.trace.events()):
         if self.config.ignored_line:
             self.conversation.note(self.config.ignored_line.removeprefix("simagent: "),
                                    "warning")
+        if self.session.resume_info is not None:
+            for entry in history_entries(self.session.trace.events()):
                 self.conversation.add(entry)
             self.conversation.note(
                 f"resumed session {self.session.id}; " + (
@@ -203,12 +205,24 @@ class TuiController(StatusFeed, TurnDriving):
     def _run_notebook(self) -> None:
         """Run the starting notebook's cells (on the kernel thread), progress in one
         notice; the account waits in ``preface`` for the first prompt. A failing cell or
-        ctrl+C stops the run and keeps the kernel's state: the session goes on."""
+        ctrl+C stops the run and keeps the kernel's state: the session goes on.
+
+        Where kernel code waits (``approval.notebook_waits``: ``ask``) the cells are
+        shown first and wait for one decision: all, cell by cell (each cell's source,
+        then run, skip or stop), or none (the account then says none ran)."""
+        from simagent.agent.approval import notebook_waits  # langchain: --from-notebook only
         from simagent.notebooks import load  # heavy (langchain): --from-notebook only
 
-        shown = [NoticeEntry(f"running {self.notebook.path.name} "
-                             f"({len(self.notebook.code_cells)} code cells; ctrl+C stops)")]
-        self.post(lambda: self.conversation.add(shown[0]))
+        nb = self.notebook
+        plan = "all"
+        if notebook_waits(self.session.approval):
+            self.post(lambda: self.panel(f"{nb.path.name}: its code cells",
+                                         load.cells_listing(nb)))
+            plan = self.await_answer(load.plan_question(nb), load.PLAN_CHOICES) or "none"
+        shown = [NoticeEntry(f"running {nb.path.name} "
+                             f"({len(nb.code_cells)} code cells; ctrl+C stops)")]
+        if plan != "none":
+            self.post(lambda: self.conversation.add(shown[0]))
 
         def show(cell: Any) -> None:
             fresh = NoticeEntry(load.status_line(cell))
@@ -222,8 +236,16 @@ class TuiController(StatusFeed, TurnDriving):
             self.post(apply)
             self.post(self.invalidate)
 
+        def decide(cell: Any) -> str:  # cell by cell: its source, then the person's word
+            self.post(lambda: self.panel(cell.label, cell.source))
+            answer = self.await_answer(load.cell_question(cell), load.CELL_CHOICES)
+            shown[0] = NoticeEntry(load.progress_line(cell))  # progress goes on below
+            self.post(lambda entry=shown[0]: self.conversation.add(entry))
+            return answer or "stop"
+
         try:
-            outcome = load.run_cells(self.session, self.notebook, show)
+            outcome = load.none_run(nb) if plan == "none" else load.run_cells(
+                self.session, nb, show, decide if plan == "each" else None)
             self.session.cancel_requested.clear()
             self._early_cancel.clear()
             window = self.runner.agent.window if self.runner is not None else None
@@ -233,6 +255,31 @@ class TuiController(StatusFeed, TurnDriving):
             self.post(lambda: self.note(outcome.summary(), level))
         finally:
             self.post(self._finish)
+
+    def await_answer(self, question: str, choices: dict[str, str]) -> str | None:
+        """The person's answer to ``question`` among ``choices`` (``load.choice``): a
+        worker thread waits while the UI thread takes the next line typed; a line that is
+        none of them asks again. None once ctrl+C or closing ends the wait."""
+        from simagent.notebooks.load import choice  # heavy (langchain), as in open
+
+        answers: queue.Queue[str] = queue.Queue()
+
+        def ask() -> None:
+            self._reply = answers.put
+            self.note(question, "warning")
+            self.invalidate()
+
+        self.post(ask)
+        while not (self.session.cancel_requested.is_set() or self._closed):
+            try:
+                text = answers.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if (picked := choice(text, choices)) is not None:
+                return picked
+            self.post(ask)
+        self.post(lambda: setattr(self, "_reply", None))
+        return None
 
     def close(self) -> None:
         """Stop the turn, give workers a few seconds, close the session (idempotent)."""
@@ -329,6 +376,10 @@ class TuiController(StatusFeed, TurnDriving):
             except Exception as exc:  # a command failing must never take the UI down
                 self.note(f"{spec.name} failed: {type(exc).__name__}: {exc}".splitlines()[0],
                           "error")
+            return True
+        if self._reply is not None:  # a question with choices (await_answer) takes it
+            reply, self._reply = self._reply, None
+            reply(text)
             return True
         if self._confirm is not None:  # a command's y/n question (ask) takes the answer
             on_yes, self._confirm = self._confirm, None
