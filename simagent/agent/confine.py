@@ -247,8 +247,9 @@ def open_exact(path: Path, flags: int, mode: int = 0o644, *, make_parents: bool 
     """
     if not path.is_absolute() or path.name in ("", ".", ".."):
         raise PathError(f"{path}: not a file path")
-    folder_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-    dir_fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    # O_PATH: a folder the person may cross but not list (mode 711) opens too
+    folder_flags = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
+    dir_fd = os.open("/", folder_flags)
     folders = [os.fstat(dir_fd)]
     try:
         for part in path.parts[1:-1]:
