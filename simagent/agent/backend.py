@@ -3,8 +3,10 @@
 The model sees the machine's real absolute paths (the same ones the kernel prints), so a
 path from a traceback can be opened directly. Every path, for the approval decision and
 for the act alike, is resolved by ``confine.resolve`` (relative paths mean the
-workspace, ``~`` the home folder, links followed). Installed simulator source and
-simagent's bundled content may be read but never written. Offloaded results and history
+workspace, ``~`` the home folder, links followed). Installed simulator source,
+simagent's bundled content, ``.simagent/`` and the trust store may be read but never
+written; writes open the decided path without following any link and check the file
+they opened (``confine`` says why). Offloaded results and history
 (``large_tool_results/``, ``conversation_history/``) land in the session's state folder,
 because the composite backend's ``artifacts_root`` is that folder's real path.
 """
