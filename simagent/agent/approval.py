@@ -91,9 +91,9 @@ def file_reason(mode: str, name: str, args: dict[str, Any], workspace: Path,
     root = Path(os.path.realpath(workspace))
     if name in confine.WRITE_TOOLS:
         key, follow = confine.WRITE_TOOLS[name]
-        raw = args.get(key)
+        raw = str(args.get(key) or "")
         try:
-            target = confine.resolve(raw, root, follow_last=follow)  # type: ignore[arg-type]
+            target = confine.resolve(raw, root, follow_last=follow)
         except OSError as exc:
             return f"{raw!r} names no place ({exc})"
         links = confine.hard_links(target) if follow else 1
