@@ -49,6 +49,7 @@ print("JSON " + json.dumps({
     "workers": list(_c.scheduler_info["workers"]),
     "nannies": [w["nanny"] for w in _c.scheduler_info["workers"].values()],
     "services": sorted(_c.scheduler.services),
+    "link": _cluster.local_engine(1).client.dashboard_link,
     "key": _c.security.tls_scheduler_key or "",  # PEM text: the certificate's key
     "v": _table.v.tolist(), "status": _table.status.tolist()}))
 '''
@@ -186,6 +187,7 @@ def test_only_tls_ports_listen_and_the_key_is_on_no_command_line(box):
     comm = {int(a.rsplit(":", 1)[1]) for a in [box.setup["scheduler"], *box.setup["workers"],
                                                *box.setup["nannies"]]}
     assert "dashboard" not in box.setup["services"]
+    assert not box.setup["link"]  # no stale link to a port someone else may take
     assert _listening(box.pid) - box.before == comm
     assert box.human == []  # no dashboard link to show
     secret = box.setup["key"].splitlines()[5]  # a line of base64 inside the PEM block

@@ -152,8 +152,9 @@ def _start_local(n: int) -> tuple[Any, Any]:
                                    dashboard_address=_dashboard_address() if dashboard
                                    else None, silence_logs=logging.ERROR,
                                    preload=[_PRELOAD], env={"MPLBACKEND": "Agg"})
-        if not dashboard:
+        if not dashboard:  # nor does the cluster's copy of the services name a link
             cluster.sync(_close_http_async, cluster.scheduler)
+            cluster.scheduler_info.get("services", {}).pop("dashboard", None)
         client = Client(cluster, set_as_default=False)
     except BaseException:
         if cluster is not None:
@@ -210,8 +211,7 @@ def local_engine(workers: int | None = None) -> Engine:
             return Engine(client, "local cluster", True)
         close_local()
     _local = _start_local(n)
-    if "dashboard" in _local[0].scheduler.services:  # only when asked for (close_http)
-        _show_dashboard(_local[0].dashboard_link)
+    _show_dashboard(_local[0].dashboard_link)  # "" unless asked for (close_http)
     return Engine(_local[1], "local cluster", True)
 
 
