@@ -115,8 +115,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
     notebook = read_start_notebook(opts)  # before anything exists: a bad file changes nothing
     export_to = notebook_target(opts)  # likewise an unwritable --notebook PATH
     resolved, session = open_session(opts, notebook)
-    for line in filter(None, (session.config.ignored_line, approval_line(opts, session))):
-        print(line, file=err, flush=True)
+    if session.config.ignored_line:  # first: it explains whatever follows
+        print(session.config.ignored_line, file=err, flush=True)
 
     started = False  # a new session whose turn never started is discarded, not kept
     try:
@@ -126,6 +126,7 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             runner = turn_runner_for(session, resolved, front_end="headless")
         except SubagentError as exc:
             raise CliError(str(exc), exc.code) from exc
+        print(approval_line(opts, session), file=err, flush=True)  # what will wait
         for line in open_notices(session):  # servers that could not start: said at open
             print(f"! {line}", file=err, flush=True)
         try:

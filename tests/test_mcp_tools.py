@@ -21,7 +21,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
-from simagent.config import ConfigError, parse_mcp_servers
+from simagent.config import Config, ConfigError, parse_mcp_servers
 from simagent.context import thresholds as th
 from simagent.context.deferral_policy import (
     FIND_TOOLS,
@@ -343,7 +343,7 @@ def test_doctor_says_which_servers_answer_and_how_many_tools(workspace, tmp_path
         f"args = {json.dumps([str(SERVER)])}\nenv = {{ {TAG_ENV} = {env} }}\n"
         f"[mcp.servers.down]\ncommand = {json.dumps(sys.executable)}\n"
         f"args = {json.dumps([str(SERVER), '--fail-start'])}\nenv = {{ {TAG_ENV} = {env} }}\n")
-    checks = {c.name: c for c in check_mcp(workspace)}
+    checks = {c.name: c for c in check_mcp(workspace, Config.load(workspace))}
     assert checks["mcp lab"].ok and "reachable (stdio" in checks["mcp lab"].detail
     assert "40 tools" in checks["mcp lab"].detail
     down = checks["mcp down"]

@@ -20,6 +20,7 @@ from typing import Any
 from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
+from simagent.config import Config
 from simagent.context.thresholds import ContextSettings
 from simagent.session import Session
 
@@ -62,7 +63,8 @@ def _toml(s: str) -> str:
 def play(server: Path, deferred: bool, workspace: Path) -> dict[str, Any]:
     """One run: per-request input tokens of the main agent, and the verdict."""
     _config(workspace, server, deferred)
-    session = Session.create(workspace, approval="auto")
+    session = Session.create(workspace, approval="auto",  # the bench wrote that config
+                             config=Config.load(workspace, trust=True, record=False))
     try:
         built = build_agent(session, ScriptedChatModel.from_steps(workflow(deferred)),
                             context_settings=ContextSettings.from_config(session.config),
