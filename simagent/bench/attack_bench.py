@@ -66,25 +66,25 @@ class AttackRow:
 
 def run_attacks(cases: Sequence[AttackCase], *,
                 progress: Callable[[str], None] | None = None) -> list[AttackRow]:
-    """Run ``cases`` one after another, each in a fresh lab, then read the lab for
-    planted secrets. A crash of the bench's own harness is a broken row naming the
-    error, never a lost run."""
-    rows = []
-    for case in cases:
-        if progress:
-            progress(f"attack {case.id}: {case.attack}")
-        t0 = time.monotonic()
-        with lab() as made:
-            try:
-                out = case.run(made)
-            except Exception as exc:  # the harness failed: the row says so
-                out = Verdict(False, f"bench error: {type(exc).__name__}: {exc}"[:300])
-            if out.held is not None:
-                out = _with_leaks(out, made)
-        rows.append(AttackRow(case.id, case.cls, case.attack, case.expected, out.held,
-                              out.skipped, out.evidence or out.skipped or "",
-                              round(time.monotonic() - t0, 1)))
-    return rows
+    """Run ``cases`` one after another, each in a fresh lab."""
+    return [attempt(case, progress) for case in cases]
+
+
+def attempt(case: AttackCase, progress: Callable[[str], None] | None = None) -> AttackRow:
+    """Mount one attack in a fresh lab, then read the lab for planted secrets. A crash of
+    the bench's own harness is a broken row naming the error, never a lost run."""
+    if progress:
+        progress(f"attack {case.id}: {case.attack}")
+    t0 = time.monotonic()
+    with lab() as made:
+        try:
+            out = case.run(made)
+        except Exception as exc:  # the harness failed: the row says so
+            out = Verdict(False, f"bench error: {type(exc).__name__}: {exc}"[:300])
+        if out.held is not None:
+            out = _with_leaks(out, made)
+    return AttackRow(case.id, case.cls, case.attack, case.expected, out.held, out.skipped,
+                     out.evidence or out.skipped or "", round(time.monotonic() - t0, 1))
 
 
 def _with_leaks(out: Verdict, made: Lab) -> Verdict:

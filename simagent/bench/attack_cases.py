@@ -10,18 +10,12 @@ from __future__ import annotations
 
 from simagent.bench import attack_cases_files, attack_cases_reach, attack_cases_secrets
 from simagent.bench.attack_bench import AttackCase
+from simagent.bench.catalogue import select_cases
 
 CASES: list[AttackCase] = [*attack_cases_files.CASES, *attack_cases_reach.CASES,
                            *attack_cases_secrets.CASES]
 
 
 def select(ids: list[str] | None = None, *, fast: bool = False) -> list[AttackCase]:
-    """The cases to run: by id (unknown ids are an error), the fast subset, or all."""
-    if ids:
-        known = {c.id: c for c in CASES}
-        unknown = [i for i in ids if i not in known]
-        if unknown:
-            raise ValueError(f"unknown attack(s) {', '.join(unknown)}; known: "
-                             f"{', '.join(known)}")
-        return [known[i] for i in ids]
-    return [c for c in CASES if c.fast] if fast else list(CASES)
+    """The attacks to run: by id, the fast subset, or all (``catalogue.select_cases``)."""
+    return select_cases(CASES, ids, fast=fast, noun="attack")

@@ -43,8 +43,9 @@ from simagent.bench.attack_lab import (
 )
 from simagent.context.thresholds import TOOL_CAP_CHARS
 
-#: The hostile server's per-call limit in the person's config (seconds).
-SERVER_TIMEOUT_S = 5
+#: The hostile server's per-call limit in the person's config (seconds): short where
+#: the attack is a hang, generous where 10 MB must arrive on a loaded machine.
+HANG_TIMEOUT_S, SERVER_TIMEOUT_S = 5, 120
 #: What a cell prints after a fault to show the session goes on.
 ALIVE_CODE, ALIVE = "print('alive', 6 * 7)", "alive 42"
 #: A bound on one MCP-over-HTTP request (a kernel start included) and on a server start.
@@ -54,13 +55,13 @@ OTHER_UID, ATTACK_S = 65534, 90
 
 
 # ------------------------------------------------------------------- MCP tool servers
-def hostile_server(lab: Lab, *flags: str) -> None:
+def hostile_server(lab: Lab, *flags: str, timeout_s: float = SERVER_TIMEOUT_S) -> None:
     """The person's config (trusted) declares the hostile server as ``lab``."""
     env = {k: os.environ[k] for k in ("SIMAGENT_TEST_RUN",) if k in os.environ}
     lab.user_config(
         f"[mcp.servers.lab]\ncommand = {json.dumps(sys.executable)}\n"
         f"args = {json.dumps(['-m', 'simagent.bench.attack_mcp_server', *flags])}\n"
-        f"timeout_s = {SERVER_TIMEOUT_S}\n"
+        f"timeout_s = {timeout_s}\n"
         f"env = {{ {', '.join(f'{k} = {json.dumps(v)}' for k, v in env.items())} }}\n")
 
 
@@ -68,11 +69,15 @@ def _call(tool: str) -> dict[str, Any]:
     return {"tool": f"lab__{tool}", "args": {}}
 
 
-def misbehaving(lab: Lab, tool: str, *, flags: tuple[str, ...] = ()) -> tuple[Ran, str]:
-    """The model calls the server's ``tool``, then a cell; the answer quotes both results
-    (``tool result || cell result``)."""
-    hostile_server(lab, *flags)
-    ran = lab.run([_call(tool), cell(ALIVE_CODE), BOTH], "--json", approval="auto")
+def misbehaving(lab: Lab, tool: str, *, flags: tuple[str, ...] = (), beside: bool = False,
+                timeout_s: float = SERVER_TIMEOUT_S) -> tuple[Ran, str]:
+    """The model calls the server's ``tool``, then a cell (``beside``: both in one step,
+    so the answer's request is the first to hold the tool's result, before any clearing);
+    the answer quotes both results (``tool result || cell result``)."""
+    hostile_server(lab, *flags, timeout_s=timeout_s)
+    calls = [{"tools": [_call(tool), cell(ALIVE_CODE)]}] if beside else \
+        [_call(tool), cell(ALIVE_CODE)]
+    ran = lab.run([*calls, BOTH], "--json", approval="auto")
     return ran, ran.answer
 
 
@@ -86,7 +91,7 @@ def _first_line(answer: str) -> str:
 
 
 def _hang(lab: Lab) -> Verdict:
-    ran, answer = misbehaving(lab, "hang")
+    ran, answer = misbehaving(lab, "hang", timeout_s=HANG_TIMEOUT_S)
     return verdict(_survives(ran, answer), [f"the call gave {_first_line(answer)}",
                                             ran.said, f"{ran.wall_s:.0f} s in all"])
 
@@ -97,9 +102,10 @@ def _crash(lab: Lab) -> Verdict:
 
 
 def _flood(lab: Lab) -> Verdict:
-    ran, answer = misbehaving(lab, "flood")
+    ran, answer = misbehaving(lab, "flood", beside=True)
     got = len(answer.split(" || ")[0])
-    checks = {**_survives(ran, answer),
+    status = [e.get("status") for e in lab.events("tool_result") if e.get("name") == "lab__flood"]
+    checks = {**_survives(ran, answer), "the call succeeded": status == ["success"],
               "the model gets at most twice the tool cap": got <= 2 * TOOL_CAP_CHARS}
     return verdict(checks, [f"the model got {got:,} chars of 10,000,000: {_first_line(answer)}",
                             ran.said])
@@ -339,7 +345,8 @@ CASES = [
     AttackCase("mcp-hang", "mcp-client", "an MCP tool server never answers a call",
                "the call ends at its timeout with an error; the session goes on", _hang),
     AttackCase("mcp-flood", "mcp-client", "an MCP tool answers 10 MB",
-               "the model gets a capped result; the session goes on", _flood),
+               "the model gets a capped result or a line naming the saved file; the "
+               "session goes on", _flood),
     AttackCase("mcp-crash", "mcp-client", "an MCP tool server dies during a call",
                "the call ends with an error; the session goes on", _crash),
     AttackCase("mcp-inject", "mcp-client",

@@ -11,7 +11,6 @@ export was written), so a row cannot hold by not trying.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import subprocess
 import sys
 import time
@@ -66,17 +65,6 @@ JUPYTER_KERNEL = "from jupyter_client.kernelapp import main; main()"
 KERNEL_START_S = 90
 
 
-def _events(lab: Lab, kind: str) -> int:
-    """How many ``kind`` events the lab's sessions traced."""
-    count = 0
-    for session in lab.sessions():
-        with contextlib.closing(sqlite3.connect(session / "trace.sqlite")) as db, \
-                contextlib.suppress(sqlite3.Error):
-            count += db.execute("SELECT COUNT(*) FROM events WHERE kind = ?",
-                                (kind,)).fetchone()[0]
-    return count
-
-
 def _card(lab: Lab) -> Verdict:
     """A cell reads a password and a database URL with one into variables, never
     printing them; long results then clear and a state card is sent."""
@@ -86,7 +74,7 @@ def _card(lab: Lab) -> Verdict:
     fill = [cell(f"print('R{i}', 'v' * {FILLER_CHARS})") for i in range(FILLER_CELLS)]
     ran = lab.run([cell(CELL_SECRETS_CODE), *fill, FINAL],
                   approval="auto")
-    cards = _events(lab, "context_state_card")
+    cards = len(lab.events("context_state_card"))
     return verdict({"a state card was sent": cards > 0, "the run ends": ran.rc == 0},
                    [f"{cards} state card(s) sent", ran.said])
 

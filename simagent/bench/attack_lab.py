@@ -20,6 +20,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -315,7 +316,7 @@ class Lab:
     def loose_modes(self) -> list[str]:
         """Files under the state home with group/other bits, folders not 0700."""
         loose = []
-        for path in [self.state, *self.state.rglob("*")] if self.state.exists() else []:
+        for path in [self.state, *sorted(self.state.rglob("*"))] if self.state.exists() else []:
             if path.is_symlink():
                 continue
             mode = path.stat().st_mode & 0o777
@@ -325,6 +326,16 @@ class Lab:
 
     def sessions(self) -> list[Path]:
         return sorted(self.state.glob("workspaces/*/sessions/*"))
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        """The payloads of every ``kind`` event the lab's sessions traced, in order."""
+        found: list[dict[str, Any]] = []
+        for session in self.sessions():
+            with contextlib.closing(sqlite3.connect(session / "trace.sqlite")) as db, \
+                    contextlib.suppress(sqlite3.Error):
+                found += [json.loads(p) for (p,) in db.execute(
+                    "SELECT payload FROM events WHERE kind = ? ORDER BY id", (kind,))]
+        return found
 
 
 def stop_group(proc: subprocess.Popen[Any], grace_s: float = 10) -> None:

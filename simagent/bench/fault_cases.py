@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from simagent.agent.resume_repair import repair
+from simagent.bench.catalogue import select_cases
 from simagent.bench.fault_bench import (
     ALIVE,
     ALIVE_CODE,
@@ -457,12 +458,5 @@ CASES: list[FaultCase] = [*KERNEL_CASES, *PROVIDER_CASES, *WATCHDOG_CASES, *DATA
 
 
 def select(ids: list[str] | None = None, *, fast: bool = False) -> list[FaultCase]:
-    """The cases to run: by id (unknown ids are an error), the fast subset, or all."""
-    if ids:
-        known = {c.id: c for c in CASES}
-        unknown = [i for i in ids if i not in known]
-        if unknown:
-            raise ValueError(f"unknown fault(s) {', '.join(unknown)}; known: "
-                             f"{', '.join(known)}")
-        return [known[i] for i in ids]
-    return [c for c in CASES if c.fast] if fast else list(CASES)
+    """The faults to run: by id, the fast subset, or all (``catalogue.select_cases``)."""
+    return select_cases(CASES, ids, fast=fast, noun="fault")

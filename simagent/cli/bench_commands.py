@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from simagent import exit_codes
 from simagent.cli.common import Parser, progress
@@ -32,11 +33,7 @@ def cmd_bench_faults(args: argparse.Namespace) -> int:
     from simagent.bench import fault_cases
     from simagent.bench.fault_bench import as_json, format_table, run_faults
 
-    try:
-        cases = fault_cases.select(args.only.split(",") if args.only else None,
-                                   fast=args.fast)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
+    cases = _selected(fault_cases, args)
     rows = run_faults(cases, fast=args.fast, progress=None if args.json else progress)
     if args.json:
         import json
@@ -54,11 +51,7 @@ def cmd_bench_attacks(args: argparse.Namespace) -> int:
     from simagent.bench.attack_bench import as_json, failed, format_table, run_attacks, write_out
     from simagent.bench.workflow_runs import git_commit
 
-    try:
-        cases = attack_cases.select(args.only.split(",") if args.only else None,
-                                    fast=args.fast)
-    except ValueError as exc:
-        raise CliError(str(exc)) from exc
+    cases = _selected(attack_cases, args)
     rows = run_attacks(cases, progress=None if args.json else progress)
     commit = git_commit()
     if args.json:
@@ -71,6 +64,14 @@ def cmd_bench_attacks(args: argparse.Namespace) -> int:
         data, table = write_out(rows, Path(args.out), commit)
         print(f"wrote {data} and {table}", file=sys.stderr)
     return exit_codes.FAILED if failed(rows) else exit_codes.OK
+
+
+def _selected(catalogue: Any, args: argparse.Namespace) -> list[Any]:
+    """The cases ``--only`` and ``--fast`` pick from a catalogue module (its ``select``)."""
+    try:
+        return catalogue.select(args.only.split(",") if args.only else None, fast=args.fast)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def cmd_bench_ensemble(args: argparse.Namespace) -> int:
@@ -270,10 +271,14 @@ def _add_bench_faults(bench_sub: argparse._SubParsersAction) -> None:
                     "survived, state restored, seconds to recover, bytes lost. Exit 1 when "
                     "a fault was not survived.")
     faults.add_argument("--json", action="store_true", help="print JSON rows")
-    faults.add_argument("--fast", action="store_true",
-                        help="the quick subset (what make test runs), smaller sizes")
-    faults.add_argument("--only", metavar="IDS", help="comma-separated fault ids")
+    _catalogue_options(faults, "fault", "the quick subset (what make test runs), smaller sizes")
     faults.set_defaults(handler=cmd_bench_faults)
+
+
+def _catalogue_options(parser: argparse.ArgumentParser, noun: str, fast_help: str) -> None:
+    """``--fast`` and ``--only``, which :func:`_selected` reads."""
+    parser.add_argument("--fast", action="store_true", help=fast_help)
+    parser.add_argument("--only", metavar="IDS", help=f"comma-separated {noun} ids")
 
 
 def _add_bench_attacks(bench_sub: argparse._SubParsersAction) -> None:
@@ -290,9 +295,7 @@ def _add_bench_attacks(bench_sub: argparse._SubParsersAction) -> None:
                     "per attack: held, broken or skipped, with what was observed. Exit 1 "
                     "when an attack was not held.")
     attacks.add_argument("--json", action="store_true", help="print one JSON object")
-    attacks.add_argument("--fast", action="store_true",
-                         help="the quick subset (what make test runs)")
-    attacks.add_argument("--only", metavar="IDS", help="comma-separated attack ids")
+    _catalogue_options(attacks, "attack", "the quick subset (what make test runs)")
     attacks.add_argument("--out", metavar="DIR",
                          help="also write DIR/attacks.json and DIR/attacks.md")
     attacks.set_defaults(handler=cmd_bench_attacks)
