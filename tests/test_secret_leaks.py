@@ -42,6 +42,7 @@ from simagent.context import thresholds as th
 from simagent.context.counting import is_state_card
 from simagent.context.manual import compact_now
 from simagent.kernel import Kernel
+from simagent.kernel.env_secrets import may_set_env
 from simagent.kernel.process import inherited_env
 from simagent.kernel.terminal import ESC_SEQ_RE
 from simagent.kernel_api.state_probe import string_shown
@@ -224,6 +225,24 @@ def test_a_secret_a_cell_puts_in_simagents_own_kernel_is_redacted_later(session_
         kernel.execute(f"import os\nos.environ['X_TOKEN'] = {value[::-1]!r}[::-1]")
         out = kernel.execute("print(os.environ['X_TOKEN'])")
     assert out.stdout == "[redacted:X_TOKEN]"
+    assert _hits(session_paths.outputs, [value]) == []
+
+
+def test_a_secret_set_by_code_that_does_not_say_env_is_learned_at_the_state_probe(
+        session_paths, tmp_path):
+    """A module the cell imports sets Y_TOKEN (the cell's code does not say ``env``, so its
+    reply carries no environment read): the next state probe reads it, and a later print
+    is redacted."""
+    value = "fake-" + secrets.token_hex(10)
+    (tmp_path / "lab_login.py").write_text(
+        f"import os\nVALUE = {value[::-1]!r}[::-1]\nos.environ['Y_TOKEN'] = VALUE\n")
+    assert may_set_env("os.environ['X'] = 1") and may_set_env("%env X=1")
+    assert may_set_env("load_dotenv()") and not may_set_env("import lab_login")
+    with Kernel(session_paths, cwd=tmp_path) as kernel:
+        kernel.execute("import lab_login")
+        assert kernel.probe_state() is not None
+        out = kernel.execute("print(lab_login.VALUE)")
+    assert out.stdout == "[redacted:Y_TOKEN]"
     assert _hits(session_paths.outputs, [value]) == []
 
 

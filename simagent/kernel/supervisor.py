@@ -85,11 +85,12 @@ class Kernel(KernelBase):
         try:
             if self.client is None or not self.is_alive():
                 return None
+            asks = {"state": expression(registry, SECRET_NAME_PATTERN),
+                    env_secrets.EXPRESSION_KEY: env_secrets.EXPRESSION}  # its secrets too
             msg_id = self.client.execute("", silent=True, store_history=False,
-                                         allow_stdin=False,
-                                         user_expressions={"state": expression(
-                                             registry, SECRET_NAME_PATTERN)})
+                                         allow_stdin=False, user_expressions=asks)
             reply = self.reply(msg_id)
+            env_secrets.learn(reply)
             found = (reply.get("user_expressions") or {}).get("state") or {}
             if found.get("status") != "ok":
                 return {"error": f"{found.get('ename', 'no reply')}: {found.get('evalue', '')}"}
@@ -204,8 +205,8 @@ class Kernel(KernelBase):
         deadline = t0 + timeout if timeout else None
         timed_out = False
         self.state = "busy"
-        msg_id = kc.execute(code, store_history=True, allow_stdin=False, user_expressions={
-            env_secrets.EXPRESSION_KEY: env_secrets.EXPRESSION})  # what the cell set
+        msg_id = kc.execute(code, store_history=True, allow_stdin=False,
+                            user_expressions=env_secrets.expressions(code))  # what it set
         notice = _join(self._notice, recovery.message() if recovery is not None else "")
         self._notice = ""
         state_lost = recovery is not None and not recovery.state_restored
