@@ -16,9 +16,10 @@ Sinks and where they redact (``tests/test_data_safety.py`` and
   (``agent/secrets.py``: ``ToolResultRedaction``, innermost in every agent);
 * kernel output (``kernel/capture.py``): the raw ``outputs/NNNN.txt`` through
   :class:`StreamRedactor` (a key split across two output chunks is still caught) and,
-  for a line with terminal sequences, as a terminal shows it (``kernel/screen_redact.py``:
-  a key split by a colour code), and the text the model gets; execution records ``outputs/NNNN.json``
-  (``kernel_api/outputs.write_record``) and figure sidecars;
+  for a line with escape sequences, as it reads with them applied
+  (``kernel/screen_redact.py``: a key split by a colour code), and the text the model
+  gets; execution records ``outputs/NNNN.json`` (``kernel_api/outputs.write_record``) and
+  figure sidecars;
 * the attempt log (``trace/attempts.py``), memory notes, their file names and the
   ``MEMORY.md`` index (``agent/memory.py``);
 * the ledger, task records, history offloads and capped results (``context/``);
@@ -151,13 +152,19 @@ class Redactor:
         return self._refresh()
 
     def prefixes_at_end(self, text: str) -> int:
-        """Length of the longest tail of ``text`` that begins some secret."""
+        """Length of the longest tail of ``text`` that begins some secret (a proper
+        prefix). Only tails that start with a secret's first character are tried, longest
+        first: on the output path, where every chunk asks this."""
         best = 0
         for value, _ in self._forms:
-            for k in range(min(len(value) - 1, len(text)), best, -1):
-                if text.endswith(value[:k]):
-                    best = k
+            if not value:
+                continue
+            i = text.find(value[0], max(0, len(text) - len(value) + 1))
+            while i != -1 and len(text) - i > best:
+                if value.startswith(text[i:]):
+                    best = len(text) - i
                     break
+                i = text.find(value[0], i + 1)
         return best
 
     def __call__(self, text: str) -> str:
