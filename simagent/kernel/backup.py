@@ -23,6 +23,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from simagent.paths import private_dir, write_private
+
 MANIFEST = "manifest.json"
 
 
@@ -42,7 +44,7 @@ def save(folder: Path, paths: Iterable[str]) -> None:
 
     Raises ``OSError`` when a copy fails (the caller then does not replay the cells
     that write them)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
     entries: dict[str, str | None] = {}
     for i, path in enumerate(dict.fromkeys(paths)):
         if os.path.isdir(path):
@@ -55,7 +57,7 @@ def save(folder: Path, paths: Iterable[str]) -> None:
         os.replace(folder / (name + ".part"), folder / name)
         entries[path] = name
     tmp = folder / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(entries), encoding="utf-8")
+    write_private(tmp, json.dumps(entries))
     os.replace(tmp, folder / MANIFEST)
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from simagent.exit_codes import PROVIDER, USAGE
 from simagent.models import ModelError
+from simagent.paths import private_dir, private_opener
 
 HOST = "127.0.0.1"
 #: How long a server may take to load its model and answer (seconds); a 1.5B model
@@ -82,7 +83,7 @@ class LlamaServer:
         filesystems it stays where it is; returns where it is."""
         target = folder / self.log_path.name
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            private_dir(folder)
             os.replace(self.log_path, target)
         except OSError:
             return self.log_path
@@ -167,14 +168,14 @@ class _PortTaken(Exception):
 
 def _spawn(model: Path, alias: str, n_ctx: int, port: int, log_path: Path,
            chat_format: str | None, threads: int | None = None) -> LlamaServer:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(log_path.parent)  # the state home's logs/: private, as all state
     cmd = [sys.executable, "-m", "simagent.local_model.serve", "--model", str(model),
            "--alias", alias, "--n-ctx", str(n_ctx), "--port", str(port)]
     if chat_format:
         cmd += ["--chat-format", chat_format]
     if threads:  # else every core: on a machine others share, fewer threads wait less
         cmd += ["--threads", str(threads)]
-    with log_path.open("ab") as log:
+    with open(log_path, "ab", opener=private_opener) as log:
         log.write(f"--- simagent: {' '.join(cmd)}\n".encode())
         log.flush()
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log,

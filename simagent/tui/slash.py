@@ -15,6 +15,7 @@ from simagent.config import APPROVAL_MODES
 from simagent.context.memory import list_notes, read_note, render_notes
 from simagent.kernel.ladder import offer_text
 from simagent.models import kind_suggestions
+from simagent.paths import write_private
 from simagent.presentation.transcript import render_html, render_markdown
 from simagent.trace.sessions import format_sessions_table, list_sessions
 from simagent.tui.commands import help_text
@@ -227,7 +228,7 @@ def cmd_transcript(ctl: TuiController, arg: str) -> None:
     text = (render_html(events, session_dir=s.paths.root) if fmt == "html"
             else render_markdown(events, session_dir=s.paths.root))
     out = s.paths.root / f"transcript.{fmt}"
-    out.write_text(text, encoding="utf-8")
+    write_private(out, text)  # state: 0600, as every file in the session folder
     ctl.note(f"transcript written: {out}", "info")
 
 
