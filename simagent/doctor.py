@@ -21,7 +21,7 @@ from simagent.context.tokens import REAL_ENCODINGS, EncodingFileError, encoding
 from simagent.kernel import Kernel, KernelStartError
 from simagent.kernel.attach import running_kernels, runtime_dir
 from simagent.models import ModelError, resolve_model
-from simagent.paths import SessionPaths, private_dir, state_home
+from simagent.paths import SessionPaths, private_dir, state_home, write_private
 from simagent.simulators import SimulatorError, discover, package_found
 from simagent.workspace_init import check_in_kernel, install_hint
 
@@ -51,7 +51,7 @@ def check_state_home() -> Check:
     try:
         private_dir(home)
         probe = home / ".doctor-probe"
-        probe.write_text("ok")
+        write_private(probe, "ok")
         probe.unlink()
     except OSError as exc:
         return Check("state home", False, f"{home}: {exc.strerror or exc}",
