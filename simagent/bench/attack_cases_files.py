@@ -27,8 +27,10 @@ from simagent.bench.attack_lab import (
     AWS_SECRET,
     BOTH,
     FINAL,
+    MCP_INITIALIZE,
     UNTRUSTED_NOTICE,
     Lab,
+    Listener,
     Ran,
     Verdict,
     cell,
@@ -84,8 +86,8 @@ def _hostile_folder(lab: Lab, url: str) -> Path:
     return lab.root / "marker-config"
 
 
-def _config_checks(lab: Lab, marker: Path, listener: Any, ran: Ran) -> tuple[dict[str, bool],
-                                                                            list[str]]:
+def _config_checks(marker: Path, listener: Listener, ran: Ran) -> tuple[dict[str, bool],
+                                                                      list[str]]:
     notice = ran.said_where(UNTRUSTED_NOTICE)
     checks = {"no command from the folder ran": not marker.exists(),
               "the folder's endpoint got no request": listener.connections == 0,
@@ -99,7 +101,7 @@ def _trust_run(lab: Lab) -> Verdict:
     with listening() as listener:
         marker = _hostile_folder(lab, listener.url)
         ran = lab.simagent("run", "go")
-    checks, evidence = _config_checks(lab, marker, listener, ran)
+    checks, evidence = _config_checks(marker, listener, ran)
     probe = lab.outside / "approval-probe.txt"
     checks["approval is not lowered to auto"] = not probe.exists()
     evidence.insert(2, "the outside write " + ("RAN (auto)" if probe.exists() else "did not run"))
@@ -110,7 +112,7 @@ def _trust_doctor(lab: Lab) -> Verdict:
     with listening() as listener:
         marker = _hostile_folder(lab, listener.url)
         ran = lab.simagent("doctor", "--quick")
-    return verdict(*_config_checks(lab, marker, listener, ran))
+    return verdict(*_config_checks(marker, listener, ran))
 
 
 def _trust_mcp(lab: Lab) -> Verdict:
@@ -118,43 +120,37 @@ def _trust_mcp(lab: Lab) -> Verdict:
     with listening() as listener:
         marker = _hostile_folder(lab, listener.url)
         answered, ran = _mcp_initialize(lab)
-    checks, evidence = _config_checks(lab, marker, listener, ran)
+    checks, evidence = _config_checks(marker, listener, ran)
     checks["the server answered initialize"] = answered
     evidence.append("initialize " + ("answered" if answered else "NOT answered"))
     return verdict(checks, evidence)
 
 
 def _mcp_initialize(lab: Lab) -> tuple[bool, Ran]:
-    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-             "params": {"protocolVersion": "2025-03-26", "capabilities": {},
-                        "clientInfo": {"name": "attack-bench", "version": "0"}}}
+    """Start ``simagent mcp`` as a host does, send ``initialize``, wait (bounded) for its
+    answer, close stdin and let it leave; (answered, what it said)."""
     argv = [sys.executable, "-m", "simagent", "mcp"]
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=lab.ws, env=lab.env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
-    reader.start()
-    try:
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(hello) + "\n")
-        proc.stdin.flush()
-        deadline = time.monotonic() + MCP_ANSWER_S
-        while not lines and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        with contextlib.suppress(OSError):
+    with open(lab.root / "mcp-stdio.err", "w+") as err:
+        proc = subprocess.Popen(argv, cwd=lab.ws, env=lab.env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err, text=True,
+                                start_new_session=True)
+        first: list[str] = []
+        reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()),
+                                  daemon=True)
+        reader.start()
+        try:
+            proc.stdin.write(json.dumps(MCP_INITIALIZE) + "\n")
+            proc.stdin.flush()
+            reader.join(timeout=MCP_ANSWER_S)
             proc.stdin.close()
-        proc.wait(timeout=MCP_LEAVE_S)
-    except (subprocess.TimeoutExpired, OSError):
-        stop_group(proc)
-    finally:
-        if proc.poll() is None:
+            proc.wait(timeout=MCP_LEAVE_S)
+        except (subprocess.TimeoutExpired, OSError):
             stop_group(proc)
-    reader.join(timeout=5)
-    err = proc.stderr.read() if proc.stderr else ""
-    answered = any('"result"' in ln and '"id":1' in ln.replace(" ", "") for ln in lines)
-    return answered, Ran(argv[3:], proc.returncode, "".join(lines), err,
+        err.seek(0)
+        said = err.read()
+    answered = bool(first) and '"result"' in first[0] and '"id":1' in first[0].replace(" ", "")
+    return answered, Ran(argv[3:], proc.returncode, "".join(first), said,
                          time.monotonic() - t0)
 
 
@@ -302,7 +298,7 @@ CASES = [
     AttackCase("trust-mcp", "trust", "the same folder; `simagent mcp` (stdio) started in it "
                "by a host: initialize, then close",
                "no command from the file runs, its endpoint gets no request, one line says "
-               "the config is untrusted", _trust_mcp),
+               "the config is untrusted", _trust_mcp, fast=True),
     AttackCase("trust-self-write", "trust",
                "the agent (approval auto) writes .simagent/config.toml and the trust store",
                "both writes are refused", _agent_writes_settings, fast=True),

@@ -32,6 +32,7 @@ from simagent.bench.attack_lab import (
     FAKE_KEY_VAR,
     FINAL,
     KEPT_ENV,
+    MCP_INITIALIZE,
     Lab,
     Ran,
     Verdict,
@@ -163,9 +164,6 @@ def mcp_http(lab: Lab, *extra: str) -> Iterator[tuple[str, str, subprocess.Popen
 _RUN_MARKER = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                "params": {"name": "run_python",
                           "arguments": {"code": "open('ran-over-http.txt', 'w').write('x')"}}}
-_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-               "params": {"protocolVersion": "2025-03-26", "capabilities": {},
-                          "clientInfo": {"name": "attack-bench", "version": "0"}}}
 _ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
@@ -195,9 +193,9 @@ def _http_origin(lab: Lab) -> Verdict:
         if proc is None:
             return _not_up(lab)
         auth = {**_ACCEPT, "Authorization": f"Bearer {token}"}
-        origin = httpx.post(url, json=_INITIALIZE, timeout=30,
+        origin = httpx.post(url, json=MCP_INITIALIZE, timeout=30,
                             headers={**auth, "Origin": "http://evil.example"}).status_code
-        host = httpx.post(url, json=_INITIALIZE, timeout=30,
+        host = httpx.post(url, json=MCP_INITIALIZE, timeout=30,
                           headers={**auth, "Host": "evil.example"}).status_code
     return verdict({"a foreign Origin is refused": 400 <= origin < 500,
                     "a foreign Host is refused": 400 <= host < 500},
@@ -358,11 +356,12 @@ CASES = [
                "401; nothing runs", _http_token, fast=True),
     AttackCase("mcp-http-origin", "mcp-http",
                "a web page (foreign Origin) or a rebinding name (foreign Host) posts to "
-               "`simagent mcp --http` with the token", "refused", _http_origin),
+               "`simagent mcp --http` with the token", "refused", _http_origin, fast=True),
     AttackCase("mcp-http-env", "mcp-http",
                f"a token holder reads the served kernel's environment for ${FAKE_KEY_VAR}",
                "absent unless `--pass-env` names it", _http_env),
     AttackCase("dask-other-uid", "dask",
                f"uid {OTHER_UID} connects to the session's ensemble() cluster and its "
-               "dashboard", "no connection, no task runs, no dashboard", _dask_other_uid),
+               "dashboard", "no connection, no task runs, no dashboard", _dask_other_uid,
+               fast=True),
 ]

@@ -178,7 +178,7 @@ CASES = [
     AttackCase("secret-card", "secrets",
                "a cell reads a password and a database URL with one into variables, never "
                "printing them; a state card is sent",
-               "the card names the variables, not their values", _card),
+               "the card names the variables, not their values", _card, fast=True),
     AttackCase("secret-printed", "secrets",
                "a key in the prompt, printed by a cell, quoted in the answer; the session "
                "exported (`simagent notebook -o`, `simagent transcript -o`)",
@@ -189,7 +189,7 @@ CASES = [
     AttackCase("secret-kernel-env", "secrets",
                f"an attached kernel (`--kernel`) whose own environment holds "
                f"{KERNEL_TOKEN_VAR}; a cell prints it",
-               "redacted: no token on the terminal or at rest", _kernel_env),
+               "redacted: no token on the terminal or at rest", _kernel_env, fast=True),
     AttackCase("secret-mcp-log", "secrets",
                "an MCP tool server writes a key to its stderr",
                "its log (mcp-NAME.log) is redacted and 0600",

@@ -56,11 +56,15 @@ PLANTED: dict[str, str] = {
 KEPT_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "TZ", "SIMAGENT_TEST_RUN")
 #: Seconds one CLI call may take (a kernel start on a loaded machine included).
 CLI_TIMEOUT_S = 180
+#: The first request an MCP host sends.
+MCP_INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                  "params": {"protocolVersion": "2025-03-26", "capabilities": {},
+                             "clientInfo": {"name": "attack-bench", "version": "0"}}}
 #: The notice an ignored workspace config leaves on stderr (its wording is loose).
 UNTRUSTED_NOTICE = re.compile(r"untrusted|not trusted", re.IGNORECASE)
 #: ANSI escape sequences, raw and as JSON writes them (``\u001b[31m``), read away before a
 #: value is looked for: a key split by a colour code is whole to a terminal.
-_ANSI = re.compile(rb"(?:\x1b|\\u001b|\\x1b|\\033)(?:\[[0-9;?]*[A-Za-z]|\][^\x07]*\x07|[@-Z\\-_])")
+_ANSI = re.compile(rb"(?:\x1b|\\u001b|\\x1b|\\033)(?:\[[0-9;?]*[A-Za-z]|\][^\x07]*\x07|[@-_])")
 
 
 @dataclass
@@ -88,19 +92,21 @@ class Ran:
         return text[start:min(end if end >= 0 else len(text), start + width)].strip()
 
     @property
-    def answer(self) -> str:
-        """The final answer of a ``simagent run --json``."""
+    def report(self) -> dict[str, Any]:
+        """The JSON object ``simagent run --json`` printed ({} for anything else)."""
         try:
-            return str(json.loads(self.out).get("final") or "")
-        except (ValueError, AttributeError):
-            return ""
+            data = json.loads(self.out)
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    @property
+    def answer(self) -> str:
+        return str(self.report.get("final") or "")
 
     @property
     def tool_calls(self) -> int:
-        try:
-            return int(json.loads(self.out).get("tool_calls") or 0)
-        except (ValueError, AttributeError, TypeError):
-            return 0
+        return int(self.report.get("tool_calls") or 0)
 
 
 @dataclass
