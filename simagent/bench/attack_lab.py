@@ -260,17 +260,15 @@ class Lab:
         return f"scripted:{path}"
 
     # ------------------------------------------------------------------------ the CLI
-    def simagent(self, *args: str, cwd: Path | None = None, timeout: float = CLI_TIMEOUT_S,
-                 env: Mapping[str, str] | None = None, stdin: str | None = None) -> Ran:
+    def simagent(self, *args: str, timeout: float = CLI_TIMEOUT_S) -> Ran:
         """``simagent ARGS`` as the lab's person, in the workspace, bounded."""
         argv = [sys.executable, "-m", "simagent", *args]
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=cwd or self.ws, env={**self.env, **(env or {})},
-                                stdin=subprocess.PIPE if stdin is not None else
-                                subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(argv, cwd=self.ws, env=self.env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            out, err = proc.communicate(stdin, timeout=timeout)
+            out, err = proc.communicate(timeout=timeout)
             rc: int | None = proc.returncode
         except subprocess.TimeoutExpired:
             stop_group(proc)
@@ -278,11 +276,11 @@ class Lab:
             rc = None
         return Ran(argv[3:], rc, out, err, time.monotonic() - t0)
 
-    def run(self, steps: Sequence[dict[str, Any]], *args: str, approval: str | None =
-            "workspace", prompt: str = "go", **kw: Any) -> Ran:
+    def run(self, steps: Sequence[dict[str, Any]], *args: str, approval: str = "workspace",
+            prompt: str = "go") -> Ran:
         """``simagent run`` with the model playing ``steps`` under ``approval``."""
-        mode = ("--approval", approval) if approval else ()
-        return self.simagent("run", "--model", self.script(steps), *mode, *args, prompt, **kw)
+        return self.simagent("run", "--model", self.script(steps), "--approval", approval,
+                             *args, prompt)
 
     def user_config(self, text: str) -> None:
         """The person's own config (``<state home>/config.toml``): trusted by definition,
