@@ -63,10 +63,10 @@ bench-live: $(STAMP)
 bench-faults: $(STAMP)
 	$(VENV)/bin/simagent bench faults
 
-# Every attack simagent holds against, run for real; one row each, and attacks.json /
-# attacks.md in bench-attacks-out (the README's security table is rendered from them).
+# Every attack simagent holds against, run for real (a few minutes): writes
+# docs/results/attacks.json and .md and renders the README's security table from them.
 bench-attacks: $(STAMP)
-	$(VENV)/bin/simagent bench attacks --out bench-attacks-out
+	$(VENV)/bin/simagent bench attacks --out docs/results --readme README.md
 
 # Mutation testing of the pure cores ([tool.mutmut] in pyproject.toml; not in CI, about an
 # hour on 2 cores). Runs in a scratch copy so mutants/ never lands in the tree; prints the

@@ -160,6 +160,21 @@ def readme_table(data: dict[str, Any]) -> str:
     return ("\n".join(lines) + f"\n\n{summary(rows)} (`simagent bench attacks`{at}).\n")
 
 
+#: The README's security table lies between these lines; ``splice_readme`` replaces it.
+README_BEGIN = "<!-- attacks:begin (rendered from docs/results/attacks.json) -->"
+README_END = "<!-- attacks:end -->"
+
+
+def splice_readme(readme: str, table: str) -> str:
+    """``readme`` with the text between the markers replaced by ``table``; ``ValueError``
+    when the markers are missing (the README then keeps what a person wrote)."""
+    head, sep, rest = readme.partition(README_BEGIN)
+    _old, sep2, tail = rest.partition(README_END)
+    if not (sep and sep2):
+        raise ValueError(f"the README has no {README_BEGIN!r} ... {README_END!r} section")
+    return f"{head}{README_BEGIN}\n{table}{README_END}{tail}"
+
+
 def _readme_result(row: AttackRow) -> str:
     return row.result if row.held is not None else f"skipped ({_cell(row.skipped or '')})"
 

@@ -54,13 +54,20 @@ CONTEXT_KINDS = {"context_eviction": "evictions", "context_clear": "clears",
                  "context_emergency": "emergencies"}
 
 
-def git_commit() -> str | None:
+def git_commit(*, mark_dirty: bool = False) -> str | None:
+    """The checkout's short HEAD; ``mark_dirty`` adds ``+dirty`` when tracked files differ
+    from it, so a result quoted from a run says whether that commit alone made it."""
+    here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=5, cwd=Path(__file__).resolve().parent)
+                             text=True, timeout=5, cwd=here)
+        dirty = mark_dirty and bool(subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+            text=True, timeout=10, cwd=here).stdout.strip())
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    commit = out.stdout.strip()
+    return (commit + ("+dirty" if dirty else "")) if commit else None
 
 
 def row_key(row: dict[str, Any]) -> tuple[Any, ...]:

@@ -51,9 +51,13 @@ def cmd_bench_attacks(args: argparse.Namespace) -> int:
     from simagent.bench.attack_bench import as_json, failed, format_table, run_attacks, write_out
     from simagent.bench.workflow_runs import git_commit
 
+    if args.readme and (args.only or args.fast):
+        raise CliError("--readme renders the whole bench's table: leave out --only and --fast")
+    if args.readme and not Path(args.readme).is_file():
+        raise CliError(f"--readme {args.readme}: no such file")
     cases = _selected(attack_cases, args)
     rows = run_attacks(cases, progress=None if args.json else progress)
-    commit = git_commit()
+    commit = git_commit(mark_dirty=True)
     if args.json:
         import json
 
@@ -63,6 +67,17 @@ def cmd_bench_attacks(args: argparse.Namespace) -> int:
     if args.out:
         data, table = write_out(rows, Path(args.out), commit)
         print(f"wrote {data} and {table}", file=sys.stderr)
+    if args.readme:
+        from simagent.bench.attack_bench import readme_table, splice_readme
+
+        readme = Path(args.readme)
+        try:
+            readme.write_text(splice_readme(readme.read_text(encoding="utf-8"),
+                                            readme_table(as_json(rows, commit))),
+                              encoding="utf-8")
+        except ValueError as exc:
+            raise CliError(f"{readme}: {exc}") from exc
+        print(f"updated the security table in {readme}", file=sys.stderr)
     return exit_codes.FAILED if failed(rows) else exit_codes.OK
 
 
@@ -298,6 +313,9 @@ def _add_bench_attacks(bench_sub: argparse._SubParsersAction) -> None:
     _catalogue_options(attacks, "attack", "the quick subset (what make test runs)")
     attacks.add_argument("--out", metavar="DIR",
                          help="also write DIR/attacks.json and DIR/attacks.md")
+    attacks.add_argument("--readme", metavar="PATH",
+                         help="also render the table into PATH's security section (between "
+                              "its attacks:begin and attacks:end lines); whole bench only")
     attacks.set_defaults(handler=cmd_bench_attacks)
 
 
