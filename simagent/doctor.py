@@ -82,9 +82,8 @@ def check_config(workspace: Path, trust: bool = False) -> tuple[Check, Config]:
     if state is None or state.status == workspace_trust.ABSENT:
         return Check("config", True, "no workspace config (.simagent/config.toml)"), config
     if state.ignored:
-        return Check("config", False, config.ignored_line.removeprefix("simagent: "),
-                     f"read it, then 'simagent trust' (or {workspace_trust.TRUST_FLAG})",
-                     level="warn"), config
+        return Check("config", False, workspace_trust.ignored_reason(state),
+                     workspace_trust.HOW_TO_TRUST, level="warn"), config
     return Check("config", True, f"{state.path} (trusted)"), config
 
 

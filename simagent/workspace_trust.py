@@ -190,12 +190,20 @@ def would_change(data: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def ignored_line(state: Trust) -> str:
-    """The one line every command prints while it runs without an untrusted config."""
+#: How to trust a folder, said after every notice that one is ignored.
+HOW_TO_TRUST = f"after reading it, trust it with 'simagent trust' or {TRUST_FLAG}"
+
+
+def ignored_reason(state: Trust) -> str:
+    """What is ignored and what it would have done (the doctor's row)."""
     changes = would_change(state.data)
     what = f" (it would {'; '.join(changes)})" if changes else ""
-    return (f"simagent: ignoring {state.path}: this folder's config is not trusted{what}; "
-            f"after reading it, trust it with 'simagent trust' or {TRUST_FLAG}")
+    return f"ignoring {state.path}: this folder's config is not trusted{what}"
+
+
+def ignored_line(state: Trust) -> str:
+    """The one line every command prints while it runs without an untrusted config."""
+    return f"simagent: {ignored_reason(state)}; {HOW_TO_TRUST}"
 
 
 def parse(content: bytes, path: Path) -> dict[str, Any]:
