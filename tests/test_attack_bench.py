@@ -40,8 +40,8 @@ from simagent.bench.attack_lab import (
 )
 
 #: The attack classes of issue 40 the catalogue must cover.
-CLASSES = {"trust", "notebook", "paths", "links", "reads", "mcp-client", "mcp-http", "dask",
-           "secrets", "permissions"}
+CLASSES = {"trust", "notebook", "paths", "links", "reads", "memory", "mcp-client", "mcp-http",
+           "dask", "secrets", "permissions"}
 
 
 def test_unknown_attack_ids_are_an_error_naming_the_known_ones():

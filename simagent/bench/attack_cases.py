@@ -1,9 +1,9 @@
 """The attacks ``simagent bench attacks`` runs, in the order of issue 40's classes.
 
 Each case is a few lines of catalogue in the module of its kind: the folder and its
-files (``attack_cases_files``: trust, notebooks, paths, links, reads), what reaches in
-from beside the session (``attack_cases_reach``: MCP tool servers, MCP over HTTP,
-another uid on the Dask cluster) and secrets at rest (``attack_cases_secrets``).
+files (``attack_cases_files``: trust, notebooks, paths, links, reads, memory), what
+reaches in from beside the session (``attack_cases_reach``: MCP tool servers, MCP over
+HTTP, another uid on the Dask cluster) and secrets at rest (``attack_cases_secrets``).
 """
 
 from __future__ import annotations
