@@ -41,7 +41,7 @@ class AttackCase:
     """One catalogue entry: ``run`` mounts the attack in a fresh :class:`Lab`."""
 
     id: str
-    cls: str  # trust notebook paths links reads mcp-client mcp-http dask secrets permissions
+    cls: str  # trust notebook paths links reads memory mcp-client mcp-http dask secrets permissions
     attack: str  # one line: what the attacker does
     expected: str  # one line: what the person is promised
     run: Callable[[Lab], Verdict]
