@@ -22,6 +22,7 @@ from simagent.agent.events import (
     Event,
     Interrupt,
     Notice,
+    ReasoningDelta,
     Retrying,
     TextDelta,
     ToolFinished,
@@ -55,20 +56,41 @@ class RunOptions(SessionOptions):
 
 
 class StreamPrinter:
-    """Renders events for a terminal: answer on ``out``, activity on ``err``."""
+    """Renders events for a terminal: answer on ``out``, activity on ``err``.
+
+    Each of the model's messages is a paragraph: text that follows other activity (a tool
+    call between two messages) starts after a blank line, and the open line ends before
+    the activity is printed, as the TUI gives each message its own entry."""
 
     def __init__(self, out: TextIO, err: TextIO, *, stream_text: bool) -> None:
         # activity lines quote tool arguments and results: stderr is often kept in a log
         self.out, self.err, self.stream_text = out, RedactingWriter(err), stream_text
         self.wrote_text = False
+        self.line_open = False  # the answer's last line has no newline yet
+        self._between = False  # activity came after the last text: a new message's next
         self._muted: set[str] = set()  # notice prefixes a context line already covered
+
+    def end_line(self) -> None:
+        """End the answer's open line (before activity, and at the end of the turn)."""
+        if self.line_open:
+            self.out.write("\n")
+            self.out.flush()
+            self.line_open = False
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, TextDelta) and event.agent == "main" and self.stream_text:
+            if self._between and self.wrote_text:
+                self.out.write("\n")  # a blank line between two messages
+            self._between = False
             self.out.write(event.text)
             self.out.flush()
             self.wrote_text = True
-        elif isinstance(event, ToolStarted):
+            self.line_open = not event.text.endswith("\n")
+            return
+        if not isinstance(event, TextDelta | ReasoningDelta):
+            self.end_line()
+            self._between = True
+        if isinstance(event, ToolStarted):
             who = "" if event.agent == "main" else f"[{event.agent}] "
             print(f"· {who}{event.name}: {one_line(event.args)}", file=self.err, flush=True)
         elif isinstance(event, ToolOutput) and event.kind == "human":
@@ -210,7 +232,7 @@ def report_turn(opts: RunOptions, session: Any, result: Any, printer: StreamPrin
     """The turn's answer on stdout (unless it streamed), or its JSON report; the session
     id on stderr."""
     if not opts.json and printer.wrote_text:
-        out.write("\n")
+        printer.end_line()
     elif not opts.json and result.final and result.status != "error":
         out.write(result.final + "\n")
     if opts.json:

@@ -383,10 +383,27 @@ def clear_min_freed_tokens(window: int, settings: ContextSettings) -> int:
     return int(window * settings.clear_min_freed_fraction)
 
 
+def tier_name(model_id: str | None) -> str:
+    """The model's own name in a ``--model`` spec, the only part a tier is read from.
+
+    A path or a URL says nothing of the model's size (``scripted:/data/runs-2b/demo.json``,
+    ``openai-compatible:qwen3@http://gpu-7b:8080/v1``), so the kind's prefix, a server URL
+    after ``@`` and the folders of a path are dropped: a file's name is the model's name
+    (``local:PATH.gguf``), and so is a script's (``scripted:PATH``: a script has no size
+    of its own; named like a model, it plays that model's tier, else the default one)."""
+    kind, sep, rest = (model_id or "").strip().partition(":")
+    name = rest if sep else kind
+    model, at, url = name.rpartition("@")
+    if at and re.match(r"\s*https?://", url):
+        name = model
+    return re.split(r"[/\\]", name)[-1].strip().lower()
+
+
 def model_tier(model_id: str | None, window: int | None = None) -> str | None:
-    """frontier | mid | small by substring of the model id; an unplaced model with a
-    window of at most :data:`SMALL_TIER_WINDOW` is small; None when unknown."""
-    name = (model_id or "").lower()
+    """frontier | mid | small by substring of the model's name (:func:`tier_name`); an
+    unplaced model with a window of at most :data:`SMALL_TIER_WINDOW` is small; None
+    when unknown."""
+    name = tier_name(model_id)
     for tier in ("small", "mid", "frontier"):
         if re.search(TIER_PATTERNS[tier], name):
             return tier
@@ -397,7 +414,7 @@ def small_agent(model_id: str | None, settings: ContextSettings) -> bool:
     """Whether this model gets the small-model prompt and tools (see
     :data:`SMALL_AGENT_PATTERN`); ``small_agent = false`` in ``[context]`` turns it off."""
     return settings.small_agent and bool(
-        re.search(SMALL_AGENT_PATTERN, (model_id or "").lower()))
+        re.search(SMALL_AGENT_PATTERN, tier_name(model_id)))
 
 
 def small_agent_tools(window: int) -> tuple[str, ...]:

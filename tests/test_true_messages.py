@@ -1,0 +1,69 @@
+"""Every message true (issue 37): what simagent says matches what happened.
+
+The tier a model runs in comes from its name, not from a path or URL in its spec; a
+headless answer keeps its messages apart; the other checks drive the real CLI with the
+scripted model, a real ``jupyter kernel`` and the real session store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simagent.context.thresholds import ContextSettings, model_tier, small_agent, tier_name
+
+SIMAGENT = [sys.executable, "-m", "simagent"]
+WAIT_S = 240  # a CLI turn with a kernel start on a loaded machine
+
+
+def cli(workspace: Path, *args: str, timeout: float = WAIT_S) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
+    return subprocess.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
+                          capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def script(path: Path, steps: list[dict]) -> str:
+    path.write_text(json.dumps(steps))
+    return f"scripted:{path}"
+
+
+# ------------------------------------------------------------------ 2: the tier's name
+@pytest.mark.parametrize("spec, name, tier", [
+    ("scripted:/data/runs-2b/demo.json", "demo.json", None),  # a folder is not a size
+    ("openai-compatible:qwen3@http://gpu-7b:8080/v1", "qwen3", None),  # nor a host
+    ("openai-compatible:qwen2.5-0.5b@https://gpu/v1", "qwen2.5-0.5b", "small"),
+    ("local:/models/7b-runs/qwen2.5-coder-0.5b-q4.gguf", "qwen2.5-coder-0.5b-q4.gguf",
+     "small"),  # the file's name is the model's
+    ("local:/models/qwen3-70b/demo.gguf", "demo.gguf", None),
+    ("scripted:qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b", "small"),  # named like one
+    ("ollama:qwen3:8b", "qwen3:8b", "small"),
+    ("anthropic:claude-haiku-4-5", "claude-haiku-4-5", "small"),
+    ("huggingface:Qwen/Qwen3-32B", "qwen3-32b", "mid"),
+    ("claude-opus-4-7", "claude-opus-4-7", "frontier"),
+])
+def test_the_tier_comes_from_the_models_name_only(spec: str, name: str, tier: str | None):
+    assert tier_name(spec) == name
+    assert model_tier(spec) == tier
+
+
+def test_a_path_or_url_never_makes_a_model_small_agent():
+    settings = ContextSettings()
+    assert not small_agent("scripted:/data/runs-2b/demo.json", settings)
+    assert not small_agent("openai-compatible:qwen3@http://gpu-7b:8080/v1", settings)
+    assert small_agent("local:/m/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", settings)
+
+
+# ------------------------------------------------------------------ 6: answer paragraphs
+def test_headless_answer_keeps_two_messages_apart(workspace: Path, tmp_path: Path):
+    model = script(tmp_path / "two.json", [
+        {"say": "The root is at the crossing.", "tool": "run_python",
+         "args": {"code": "print(1)"}},
+        {"final": "The fit is good."}])
+    done = cli(workspace, "run", "--model", model, "--approval", "auto", "fit it")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "The root is at the crossing.\n\nThe fit is good.\n"
