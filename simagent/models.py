@@ -44,7 +44,8 @@ from simagent.provider_errors import (  # re-exported: callers name them from he
 
 __all__ = [
     "CONNECTION_ERRORS", "RETRIES_ATTR", "TIMEOUT_ERRORS", "KindModel", "ModelError",
-    "ModelKind", "ModelSpec", "ResolvedModel", "TruncatedReply", "context_window",
+    "ModelKind", "ModelSpec", "ResolvedModel", "TruncatedReply", "check_model_spec",
+    "context_window",
     "describe_provider_error", "exception_chain", "expected_forms", "finish_reason_key",
     "image_support", "max_output_tokens", "parse_model_spec", "refused_locally",
     "register_kind", "resolve_model",
@@ -121,7 +122,9 @@ class ModelKind:
 
     ``split`` turns what follows the prefix into ``(name, base_url)`` or raises
     ``ValueError`` saying why it is malformed; ``form`` is how the error line names it;
-    ``suggest`` lists ``(spec, note)`` examples a front end offers (``/model``'s Tab).
+    ``suggest`` lists ``(spec, note)`` examples a front end offers (``/model``'s Tab);
+    ``check`` raises the kind's ``ModelError`` for a spec that cannot work (a missing
+    file) without importing anything heavy, so the CLI says so before it loads langchain.
     """
 
     prefix: str
@@ -129,6 +132,7 @@ class ModelKind:
     form: str
     split: Callable[[str], tuple[str, str | None]] | None = None
     suggest: Callable[[], list[tuple[str, str]]] | None = None
+    check: Callable[[ModelSpec], object] | None = None
 
 
 _KINDS: dict[str, ModelKind] = {}
@@ -222,6 +226,16 @@ def parse_model_spec(spec: str) -> ModelSpec:
         except ValueError as exc:
             raise bad(str(exc)) from exc
     return ModelSpec(raw, kind.prefix, kind.prefix, name, url)
+
+
+def check_model_spec(spec: str) -> ModelSpec:
+    """``parse_model_spec``, then the kind's own light check (``ModelKind.check``): what
+    the CLI runs before any heavy import."""
+    parsed = parse_model_spec(spec)
+    kind = _KINDS.get(parsed.kind)
+    if kind is not None and kind.check is not None:
+        kind.check(parsed)
+    return parsed
 
 
 def resolve_model(

@@ -16,10 +16,16 @@ from simagent.models import KindModel, ModelError, ModelKind, ModelSpec, registe
 DEFAULT_SCRIPTED_WINDOW = 128000
 
 
-def build_scripted(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> KindModel:
+def script_path(spec: ModelSpec) -> Path:
+    """The script's file; a missing one is a usage error (checked before langchain loads)."""
     path = Path(spec.name).expanduser()
     if not path.is_file():
         raise ModelError(f"scripted model file not found: {path}", code=USAGE)
+    return path
+
+
+def build_scripted(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> KindModel:
+    path = script_path(spec)
     from simagent.agent.scripted import ScriptedChatModel  # langchain: only when used
 
     try:
@@ -29,4 +35,5 @@ def build_scripted(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str])
         raise ModelError(f"invalid scripted model: {exc}", code=USAGE) from exc
 
 
-KIND = register_kind(ModelKind("scripted", build_scripted, "scripted:PATH"))
+KIND = register_kind(ModelKind("scripted", build_scripted, "scripted:PATH",
+                                check=script_path))
