@@ -129,11 +129,29 @@ class Config:
         return workspace_trust.ignored_line(self.trust) if self.trust and \
             self.trust.ignored else None
 
+    def source(self, key: str) -> str:
+        """The file a top-level ``key`` came from (the workspace's wins), for error lines
+        that name the file to fix."""
+        if key in self.workspace_data:
+            return str(self.trust.path if self.trust else workspace_config_path("."))
+        return str(user_config_path()) if key in self.user_data else "config"
+
+    def _at(self, section: str) -> str:
+        return f"{self.source(section)}: [{section}]"
+
     def section(self, name: str) -> dict[str, Any]:
         value = self.data.get(name, {})
         if not isinstance(value, dict):
-            raise ConfigError(f"config: [{name}] must be a table")
+            raise ConfigError(f"{self.source(name)}: [{name}] must be a table")
         return value
+
+    def missing_model_line(self) -> str:
+        """What to do when no ``--model``, ``$SIMAGENT_MODEL`` or config names a model."""
+        untrusted = (" (this folder's .simagent/config.toml is not trusted, so its model is "
+                     "not read: 'simagent trust' shows it)" if self.ignored_line else "")
+        return (f"no model configured{untrusted}: pass --model provider:model (e.g. "
+                "anthropic:claude-sonnet-4-5), set $SIMAGENT_MODEL, or put model = \"...\" in "
+                ".simagent/config.toml; scripted:PATH plays a script without a key")
 
     def model_spec(self, cli_value: str | None = None,
                    environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
@@ -174,7 +192,7 @@ class Config:
         if not mode:
             mode, where = DEFAULT_APPROVAL, "default"
         if mode not in APPROVAL_MODES:
-            raise ConfigError(f"{where}: approval = {mode!r} is not one of "
+            raise ConfigError(f"{self.source('approval')}: approval = {mode!r} is not one of "
                               f"{', '.join(APPROVAL_MODES)}")
         return mode, where
 
@@ -189,7 +207,7 @@ class Config:
             return cli_value
         value = self.section("kernel").get("existing")
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise ConfigError('config: [kernel] existing must be a connection file, a kernel '
+            raise ConfigError(f'{self._at("kernel")} existing must be a connection file, a kernel '
                               'id or "latest"')
         return value or None
 
@@ -207,7 +225,7 @@ class Config:
         if value in (None, ""):
             return None, "unset"
         if not isinstance(value, str):
-            raise ConfigError("config: [ensembles] scheduler must be an address string "
+            raise ConfigError(f"{self._at('ensembles')} scheduler must be an address string "
                               "such as \"tcp://host:8786\"")
         return value, "config [ensembles] scheduler"
 
@@ -217,7 +235,7 @@ class Config:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError("config: [ensembles] workers must be a positive integer")
+            raise ConfigError(f"{self._at('ensembles')} workers must be a positive integer")
         return value
 
     def ensemble_dashboard(self) -> bool:
@@ -225,7 +243,7 @@ class Config:
         any local user can read, hence off by default)."""
         value = self.section("ensembles").get("dashboard", False)
         if not isinstance(value, bool):
-            raise ConfigError("config: [ensembles] dashboard must be true or false")
+            raise ConfigError(f"{self._at('ensembles')} dashboard must be true or false")
         return value
 
     def ensemble_kernel_env(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -251,18 +269,18 @@ class Config:
         asking (data folders), each absolute or ``~``-relative."""
         value = self.section("files").get("readable", [])
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise ConfigError('config: [files] readable must be a list of folder paths, '
+            raise ConfigError(f'{self._at("files")} readable must be a list of folder paths, '
                               'e.g. readable = ["/data/runs", "~/shared"]')
         paths = tuple(Path(v).expanduser() for v in value)
         if relative := [str(p) for p in paths if not p.is_absolute()]:
-            raise ConfigError(f"config: [files] readable: {', '.join(relative)} is not an "
+            raise ConfigError(f"{self._at('files')} readable: {', '.join(relative)} is not an "
                               "absolute path (start it with / or ~)")
         return paths
 
     def mcp_servers(self) -> dict[str, McpServer]:
         """The ``[mcp.servers.NAME]`` tables, checked (see :func:`parse_mcp_servers`)."""
         mcp = self.section("mcp")
-        return parse_mcp_servers(mcp.get("servers") or {})
+        return parse_mcp_servers(mcp.get("servers") or {}, self.source("mcp"))
 
 
 #: A server's name becomes the prefix of its tools' names (``NAME__tool``), so it must
@@ -289,13 +307,15 @@ class McpServer:
         return "stdio" if self.command else "streamable_http"
 
 
-def parse_mcp_servers(tables: Any) -> dict[str, McpServer]:
-    """``[mcp.servers]`` -> servers by name; a bad entry is a ``ConfigError`` naming it."""
+def parse_mcp_servers(tables: Any, source: str = "config") -> dict[str, McpServer]:
+    """``[mcp.servers]`` -> servers by name; a bad entry is a ``ConfigError`` naming it
+    (and ``source``, the file it came from)."""
     if not isinstance(tables, Mapping):
-        raise ConfigError("config: [mcp.servers] must be a table of [mcp.servers.NAME] tables")
+        raise ConfigError(f"{source}: [mcp.servers] must be a table of [mcp.servers.NAME] "
+                          "tables")
     out: dict[str, McpServer] = {}
     for name, t in tables.items():
-        where = f"config: [mcp.servers.{name}]"
+        where = f"{source}: [mcp.servers.{name}]"
         if not re.fullmatch(MCP_SERVER_NAME, name) or len(name) > 32:
             raise ConfigError(f"{where}: the name may hold letters, digits, '-' and single "
                               "'_' (at most 32), since it prefixes the tool names")
