@@ -13,9 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbformat.v4 import new_code_cell, new_notebook
 
 from simagent.context.thresholds import ContextSettings, model_tier, small_agent, tier_name
+from simagent.trace.log import TraceLog
+from simagent.trace.sessions import list_sessions, sessions_dir
 
 SIMAGENT = [sys.executable, "-m", "simagent"]
 WAIT_S = 240  # a CLI turn with a kernel start on a loaded machine
@@ -67,3 +71,28 @@ def test_headless_answer_keeps_two_messages_apart(workspace: Path, tmp_path: Pat
     done = cli(workspace, "run", "--model", model, "--approval", "auto", "fit it")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "The root is at the crossing.\n\nThe fit is good.\n"
+
+
+# ------------------------------------------------------------------ 12: session titles
+def test_a_session_from_a_notebook_is_titled_by_the_prompt(workspace: Path, tmp_path: Path):
+    nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                               "language": "python"}})
+    nb.cells = [new_code_cell("x = 41")]
+    nbformat.write(nb, workspace / "study.ipynb")
+    model = script(tmp_path / "s.json", [{"final": "x is 41."}])
+    done = cli(workspace, "run", "--model", model, "--approval", "auto", "--from-notebook",
+               "study.ipynb", "what is x?")
+    assert done.returncode == 0, done.stderr
+    listed = cli(workspace, "sessions", "--json")
+    assert [s["title"] for s in json.loads(listed.stdout)] == ["what is x?"]
+
+
+def test_a_notebook_session_without_a_prompt_is_titled_from_the_notebook(workspace: Path):
+    """The TUI runs the notebook before the person has typed anything."""
+    folder = sessions_dir(workspace) / "20261128-120000-abcd"
+    folder.mkdir(parents=True)
+    with TraceLog(folder / "trace.sqlite") as log:
+        log.append("session_start", {"model": "scripted:x.json"})
+        log.append("notebook_load", {"path": str(workspace / "study.ipynb"), "cells": 1,
+                                     "account_chars": 40})
+    assert [s.title for s in list_sessions(workspace)] == ["from study.ipynb"]

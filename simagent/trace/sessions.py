@@ -53,8 +53,17 @@ def _session_dirs(workspace: str | os.PathLike[str]) -> list[Path]:
     return sorted(found, key=lambda d: d.name, reverse=True)
 
 
-def _title(content: object) -> str:
-    lines = str(content or "").strip().splitlines()
+def _title(content: object, notebook: dict | None = None) -> str:
+    """The first line of the person's words. A session started from a notebook begins
+    with the account simagent wrote of it (``notebook_load``'s ``account_chars`` long,
+    then a blank line): its title is the prompt after it, or "from NAME.ipynb" when the
+    person gave none."""
+    text = str(content or "")
+    if notebook is not None:
+        text = text[int(notebook.get("account_chars") or 0):]
+        if not text.strip():
+            return f"from {Path(str(notebook.get('path') or 'the notebook')).name}"
+    lines = text.strip().splitlines()
     first = lines[0].strip() if lines else ""
     return first if len(first) <= TITLE_MAX else first[: TITLE_MAX - 3] + "..."
 
@@ -84,7 +93,7 @@ def _read(session: Path) -> SessionInfo:
                            None, None, 0, 0, 0, 0)
     started = simulator = title = None
     turns = tools = tok_in = tok_out = 0
-    notebook = None
+    notebook = loaded = None
     for ev in events:
         p = ev.payload if isinstance(ev.payload, dict) else {}
         if ev.kind == "session_start":
@@ -93,9 +102,11 @@ def _read(session: Path) -> SessionInfo:
         elif ev.kind == "message_user":
             turns += 1
             if title is None:
-                title = _title(p.get("content"))
+                title = _title(p.get("content"), loaded)
         elif ev.kind == "tool_call":
             tools += 1
+        elif ev.kind == "notebook_load" and title is None:
+            loaded = p
         elif ev.kind == "notebook_written":
             notebook = p.get("path") or notebook
         elif ev.kind == "model_usage":
@@ -105,7 +116,7 @@ def _read(session: Path) -> SessionInfo:
         id=session.name, path=session,
         started=started or (events[0].ts if events else None),
         last_activity=events[-1].ts if events else None,
-        title=title if title is not None else "(no messages)",
+        title=title if title is not None else _title("", loaded) if loaded else "(no messages)",
         model=latest_model(events), simulator=str(simulator) if simulator else None,
         turns=turns, tool_calls=tools, input_tokens=tok_in, output_tokens=tok_out,
         notebook=str(notebook) if notebook else None)
