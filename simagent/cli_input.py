@@ -9,8 +9,13 @@ import errno
 import os
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
+from simagent.exit_codes import CliError
 from simagent.paths import state_home
+
+#: ``simagent run -``: the prompt is standard input.
+STDIN = "-"
 
 
 def argv_text(text: str) -> str:
@@ -30,6 +35,33 @@ def argv_text(text: str) -> str:
           "each is sent as \ufffd — set a UTF-8 locale to send such characters as typed",
           file=sys.stderr)
     return fixed
+
+
+def read_prompt(words: list[str], prompt_file: str | None, stdin: BinaryIO | None
+                ) -> tuple[str, str]:
+    """The prompt and where it came from (``PROMPT`` words, ``--prompt-file``, or standard
+    input: ``-``, or piped without a ``PROMPT``; ``stdin`` None: do not read it).
+
+    A file or a pipe has no length limit; one argument has the OS's (128 KiB on Linux),
+    so a long prompt goes this way. Its bytes are decoded as the words are
+    (:func:`argv_text`): what is not UTF-8 becomes U+FFFD, and a line says so.
+    """
+    if prompt_file is not None:
+        if words:
+            raise CliError("give the prompt as PROMPT or as --prompt-file, not both")
+        path = Path(prompt_file).expanduser()
+        if not path.is_file():
+            raise CliError(f"prompt file {path} "
+                           f"{'is a folder' if path.is_dir() else 'does not exist'}")
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise CliError(f"cannot read prompt file {path}: {exc.strerror or exc}") from exc
+        return argv_text(raw.decode("utf-8", "surrogateescape")), f"prompt file {path}"
+    if words == [STDIN] or (not words and stdin is not None):
+        raw = stdin.read() if stdin is not None else b""
+        return argv_text(raw.decode("utf-8", "surrogateescape")), "standard input"
+    return argv_text(" ".join(words)), "PROMPT"
 
 
 def _has_surrogates(text: str) -> bool:
@@ -70,7 +102,7 @@ def unwritable(exc: OSError, workspace: str | os.PathLike[str] | None = None) ->
     home = state_home()
     why = exc.strerror or type(exc).__name__
     full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    if path == home or home in path.parents:
+    if path == home or home in path.parents or path in home.parents:  # or a folder above it
         fix = "free some space on its disk" if full else "make it writable"
         return (f"cannot write simagent's state folder {home} ({why}: {path}); "
                 f"{fix}, or point SIMAGENT_HOME at a writable folder")

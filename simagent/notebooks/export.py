@@ -15,6 +15,7 @@ import base64
 import os
 import platform
 import re
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -316,7 +317,11 @@ def export(session_dir: Path, output: str | os.PathLike[str] | None = None,
         write(nb, path)
     except OSError as exc:  # a folder the checks could not see into (/proc, a full disk)
         raise ExportError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    record(session_dir, path, pl)
+    try:
+        record(session_dir, path, pl)
+    except (OSError, sqlite3.Error) as exc:  # a read-only state home: export only reads
+        return path, pl, (f"{summary(path, pl)} (not noted in the session's trace: "
+                          f"{getattr(exc, 'strerror', None) or exc})")
     return path, pl, summary(path, pl)
 
 

@@ -8,6 +8,7 @@ committed at once, so a killed process loses at most the event being written.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
@@ -130,6 +131,22 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    """A read-only connection. A WAL database needs its ``-shm`` file even to be read, and
+    SQLite cannot make one in a folder it cannot write (a read-only state home): there the
+    file is read as ``immutable``, which is true, since nothing can write it either."""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return db
+    except sqlite3.OperationalError:
+        if os.access(path.parent, os.W_OK):
+            raise
+        db.close()
+    return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True,
+                           check_same_thread=False)
+
+
 class TraceLog:
     """Append-only event log. Safe to share between the agent thread and tool threads."""
 
@@ -139,8 +156,7 @@ class TraceLog:
         self._redact = Redactor() if redactor is None else redactor
         self._lock = threading.Lock()
         if readonly:
-            uri = f"file:{self.path}?mode=ro"
-            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            self._db = _open_readonly(self.path)
         else:
             private_dir(self.path.parent)
             private_file(self.path)  # SQLite gives -wal/-shm the database's mode
