@@ -18,6 +18,7 @@ from simagent.cli import (
     session_commands,
     workspace_commands,
 )
+from simagent.cli.arguments import refuse_dropped, share_top_options
 from simagent.cli.bench_commands import parse_windows
 from simagent.cli.common import Parser, session_options
 from simagent.exit_codes import CliError
@@ -40,49 +41,68 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for module in COMMAND_MODULES:
         module.add_parsers(sub)
+    share_top_options(parser)  # `simagent --model M run x` keeps M
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; every way it can fail is one stderr line and an exit code, and,
+    with ``--json``, one JSON object ``{"error", "exit_code"}`` on stdout as well, so a
+    script always has something to parse."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # before parsing succeeds, --json is known only from the words given
+    wants_json = "--json" in argv[:argv.index("--")] if "--" in argv else "--json" in argv
     parser = build_parser()
-    args = parser.parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help()
-        return exit_codes.OK
+    args: argparse.Namespace | None = None
     try:
+        args = parser.parse_args(argv)
+        wants_json = bool(getattr(args, "json", False))
+        refuse_dropped(parser, args)
+        handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help()
+            return exit_codes.OK
         from simagent.cli_input import undecodable_argument
 
         if (line := undecodable_argument(vars(args))) is not None:
             raise CliError(line)
         return handler(args)
     except CliError as exc:
-        print(f"simagent: error: {exc}", file=sys.stderr)
-        return exc.code
+        return _fail(f"{getattr(exc, 'prog', 'simagent')}: error: {exc}", exc.code,
+                     wants_json)
     except KeyboardInterrupt:
-        print("simagent: interrupted", file=sys.stderr)
-        return exit_codes.CANCELLED
+        return _fail("simagent: interrupted", exit_codes.CANCELLED, wants_json)
     except OSError as exc:
         from simagent.cli_input import unwritable
 
-        if (line := unwritable(exc, getattr(args, "workspace", None))) is None:
-            return _internal(exc)
-        print(f"simagent: error: {line}", file=sys.stderr)
-        return exit_codes.USAGE
+        line = unwritable(exc, getattr(args, "workspace", None))
+        if line is None:
+            return _internal(exc, wants_json)
+        return _fail(f"simagent: error: {line}", exit_codes.USAGE, wants_json)
     except Exception as exc:
-        return _internal(exc)
+        return _internal(exc, wants_json)
 
 
-def _internal(exc: Exception) -> int:
+def _fail(line: str, code: int, as_json: bool) -> int:
+    """Say why the command failed: the line on stderr, and a JSON object on stdout."""
+    print(line, file=sys.stderr)
+    if as_json:
+        import json
+
+        message = line.split(": ", 2)[-1] if ": error: " in line else line
+        print(json.dumps({"error": message, "exit_code": code}))
+    return code
+
+
+def _internal(exc: Exception, as_json: bool = False) -> int:
     """An unexpected error: one line, not a traceback; SIMAGENT_DEBUG shows it."""
     import os
 
     if os.environ.get("SIMAGENT_DEBUG"):
         raise exc
     first = (str(exc).splitlines() or [""])[0]
-    print(f"simagent: internal error: {type(exc).__name__}: {first} "
-          "(set SIMAGENT_DEBUG=1 for the traceback)", file=sys.stderr)
-    return exit_codes.FAILED
+    return _fail(f"simagent: internal error: {type(exc).__name__}: {first} "
+                 "(set SIMAGENT_DEBUG=1 for the traceback)", exit_codes.FAILED, as_json)
 
 
 def entry() -> None:

@@ -6,14 +6,24 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+from typing import NoReturn
 
 from simagent import exit_codes
 from simagent.exit_codes import CliError
 
 
+class UsageError(CliError):
+    """What argparse refused, said by the command it was given to (``simagent run``)."""
+
+    def __init__(self, message: str, prog: str) -> None:
+        super().__init__(f"{message} (see '{prog} --help')", exit_codes.USAGE)
+        self.prog = prog
+
+
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one clear line, not a usage dump
-        self.exit(exit_codes.USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+    def error(self, message: str) -> NoReturn:  # one clear line, not a usage dump
+        raise UsageError(message, self.prog)
 
 
 def progress(message: str) -> None:
@@ -55,12 +65,23 @@ def trust_option(p: argparse.ArgumentParser) -> None:
                         "commands and send a key; 'simagent trust' shows what it would do)")
 
 
-def existing_workspace(path: str):
-    from pathlib import Path
-
+def existing_workspace(path: str) -> Path:
     workspace = Path(path).expanduser().resolve()
     if not workspace.is_dir():
-        raise CliError(f"workspace {workspace} is not a folder")
+        what = "does not exist" if not workspace.exists() else "is not a folder"
+        raise CliError(f"workspace {workspace} {what}: pass --workspace DIR, an existing "
+                       "folder")
     return workspace
+
+
+def writable_target(path: str) -> Path:
+    """A file a command will write (``-o``, ``--notebook``): its folder must exist, and it
+    must not be a folder. Checked before the work, so a typo costs no rendering."""
+    target = Path(path).expanduser().resolve()
+    if target.is_dir():
+        raise CliError(f"{target} is a folder: give a file name in it")
+    if not target.parent.is_dir():
+        raise CliError(f"cannot write {target}: folder {target.parent} does not exist")
+    return target
 
 

@@ -10,11 +10,14 @@ from simagent.exit_codes import CliError
 
 
 def cmd_notebook(args: argparse.Namespace) -> int:
-    from simagent.cli.common import existing_workspace
+    from simagent.cli.common import existing_workspace, writable_target
+
+    workspace = existing_workspace(args.workspace)
+    if args.output:
+        writable_target(args.output)  # before nbformat loads
     from simagent.notebooks.export import ExportError, export
     from simagent.trace.sessions import find_session
 
-    workspace = existing_workspace(args.workspace)
     try:
         session_dir = find_session(workspace, args.session_id)
         _, _, message = export(session_dir, args.output, workspace, all_cells=args.all,

@@ -7,31 +7,18 @@ import argparse
 import sys
 
 from simagent import exit_codes
-from simagent.cli.common import session_options
+from simagent.cli.common import session_options, writable_target
 from simagent.exit_codes import CliError
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from simagent.headless import RunOptions, run_headless
+    from simagent.cli.run_checks import check_run
 
     decision = "approve" if args.approve else "reject" if args.reject else None
-    from simagent.cli_input import argv_text
+    workspace, prompt = check_run(args, decision)  # before the heavy import below
+    from simagent.headless import RunOptions, run_headless  # langchain: seconds to load
 
-    prompt = argv_text(" ".join(args.prompt))
-    if not prompt.strip() and decision is None:
-        what = "an empty PROMPT" if args.prompt else "no PROMPT"
-        raise CliError(f"run got {what}: say what to do, e.g. simagent run 'plot sin(x)' "
-                       "(or --approve/--reject with --resume)")
-    if decision and not (args.resume or args.continue_last):
-        raise CliError("--approve/--reject continue a paused session: add --resume ID "
-                       "or --continue")
-    if args.reset_cost_ceiling and not (args.resume or args.continue_last):
-        raise CliError("--reset-cost-ceiling clears the ceiling of an existing session: add "
-                       "--resume ID or --continue")
-    opts = RunOptions(prompt=prompt or None,
-                      workspace=Path(args.workspace).resolve(), model=args.model,
+    opts = RunOptions(prompt=prompt or None, workspace=workspace, model=args.model,
                       simulator=args.sim, resume=args.resume,
                       continue_last=args.continue_last, approval=args.approval,
                       kernel=args.kernel, trust_workspace=args.trust_workspace,
@@ -42,11 +29,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise CliError("the interactive UI needs a terminal; for one headless turn use "
                        "'simagent run PROMPT'")
+    from simagent.cli.run_checks import check_session
+
+    workspace = check_session(args, need_model=False)  # before the heavy imports below
     from simagent.config import SessionOptions
     from simagent.tui.app import run_tui
 
@@ -58,7 +46,6 @@ def cmd_tui(args: argparse.Namespace) -> int:
             check(args.kernel)
         except KernelStartError as exc:
             raise CliError(str(exc), exit_codes.KERNEL) from exc
-    workspace = Path(args.workspace).resolve()
     if not args.trust_workspace:
         ask_trust(workspace)
     return run_tui(SessionOptions(workspace=workspace, model=args.model,
@@ -100,12 +87,9 @@ def ask_trust(workspace) -> None:
 
 def notebook_options(args: argparse.Namespace) -> dict:
     """``--from-notebook`` / ``--notebook-writable`` as SessionOptions fields."""
-    from pathlib import Path
+    from simagent.cli.run_checks import start_notebook
 
-    if args.notebook_writable and not args.from_notebook:
-        raise CliError("--notebook-writable goes with --from-notebook PATH")
-    path = Path(args.from_notebook).expanduser().absolute() if args.from_notebook else None
-    return {"from_notebook": path, "notebook_writable": args.notebook_writable}
+    return {"from_notebook": start_notebook(args), "notebook_writable": args.notebook_writable}
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
@@ -127,8 +111,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def cmd_transcript(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+    output = writable_target(args.output) if args.output and args.output != "-" else None
     from simagent.presentation.transcript import render_html, render_markdown
     from simagent.trace import TraceLog
     from simagent.trace.sessions import find_session
@@ -145,8 +128,8 @@ def cmd_transcript(args: argparse.Namespace) -> int:
     fmt = args.format or ("html" if args.output and args.output.endswith(".html") else "md")
     text = (render_html(events, session_dir=session_dir) if fmt == "html"
             else render_markdown(events, session_dir=session_dir))
-    if args.output and args.output != "-":
-        Path(args.output).write_text(text, encoding="utf-8")
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
         print(args.output, file=sys.stderr)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -200,7 +183,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                     "--kernel names none running), 7 a --from-notebook cell failed, 8 an "
                     "attached kernel needs a restart "
                     "only its owner may allow.")
-    run.add_argument("prompt", nargs="*", metavar="PROMPT", help="what to do")
+    run.add_argument("prompt", nargs="*", metavar="PROMPT",
+                     help="what to do; '-' (or no PROMPT with piped input) reads it from "
+                          "standard input, for a prompt longer than one argument may be "
+                          "(128 KiB on Linux)")
+    run.add_argument("--prompt-file", metavar="PATH",
+                     help="read the prompt from this file (UTF-8; any length)")
     session_options(run)
     run.add_argument("--json", action="store_true",
                      help="print one JSON object {session_id, final, tool_calls, usage, "
