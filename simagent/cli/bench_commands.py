@@ -29,6 +29,21 @@ def cmd_bench_kernel(args: argparse.Namespace) -> int:
     return exit_codes.OK
 
 
+def cmd_bench_cli(args: argparse.Namespace) -> int:
+    from simagent.bench.cli_bench import as_json, format_table, run_cli_bench
+
+    if args.runs < 1:
+        raise CliError("--runs must be at least 1")
+    rows = run_cli_bench(args.runs, progress=None if args.json else progress)
+    if args.json:
+        import json
+
+        print(json.dumps(as_json(rows), indent=2))
+    else:
+        print(format_table(rows))
+    return exit_codes.OK if all(r.ok for r in rows) else exit_codes.FAILED
+
+
 def cmd_bench_faults(args: argparse.Namespace) -> int:
     from simagent.bench import fault_cases
     from simagent.bench.fault_bench import as_json, format_table, run_faults
@@ -258,8 +273,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                            description="Benchmarks, measured side by side in one run.")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCH", required=True,
                                      parser_class=Parser)
-    for add in (_add_bench_kernel, _add_bench_faults, _add_bench_attacks, _add_bench_ensemble,
-                _add_bench_counting, _add_bench_tool_schemas, _add_bench_list,
+    for add in (_add_bench_kernel, _add_bench_cli, _add_bench_faults, _add_bench_attacks,
+                _add_bench_ensemble, _add_bench_counting, _add_bench_tool_schemas, _add_bench_list,
                 _add_bench_run):  # --help's order
         add(bench_sub)
 
@@ -273,6 +288,21 @@ def _add_bench_kernel(bench_sub: argparse._SubParsersAction) -> None:
                     "restart time.")
     kernel.add_argument("--json", action="store_true", help="print one JSON object")
     kernel.set_defaults(handler=cmd_bench_kernel)
+
+
+def _add_bench_cli(bench_sub: argparse._SubParsersAction) -> None:
+    cli = bench_sub.add_parser(
+        "cli", help="how fast each usage error is answered (whole processes)",
+        description="Each usage error a new user meets (an empty prompt, a missing "
+                    "scripted: file, a bad --from-notebook path, a workspace that is a "
+                    "file, a bad -o folder, a broken config...) as a real simagent process, "
+                    "timed over several runs: min, median and max seconds, and whether the "
+                    "median is under 1 s with one error line and exit 2. Exit 1 when a case "
+                    "misses.")
+    cli.add_argument("--runs", type=int, default=5, metavar="N", help="runs per case "
+                     "(default: 5)")
+    cli.add_argument("--json", action="store_true", help="print one JSON object")
+    cli.set_defaults(handler=cmd_bench_cli)
 
 
 def _add_bench_faults(bench_sub: argparse._SubParsersAction) -> None:
