@@ -11,7 +11,7 @@ LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 WHEEL_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/simagent/wheels
 LLAMA_WHEELS  := $(WHEEL_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_CMAKE)' | sha256sum | cut -c1-12)
 
-.PHONY: install run test lint bench-kernel bench-live bench-faults bench-attacks mutate clean llama-wheel
+.PHONY: install run test lint docs bench-kernel bench-cli bench-live bench-faults bench-attacks mutate clean llama-wheel
 
 install: $(STAMP)
 
@@ -48,8 +48,18 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-logo
 
+# The documentation site (mkdocs-material, mkdocs.yml): --strict fails on a broken link or
+# anchor; the CLI and [context] references are generated from the code as it builds.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 bench-kernel: $(STAMP)
 	$(VENV)/bin/simagent bench kernel
+
+# Each usage error (empty prompt, missing scripted: file, workspace a file, bad -o folder,
+# broken config...) as a whole process, 5 runs: min/median/max seconds; the goal is < 1 s.
+bench-cli: $(STAMP)
+	$(VENV)/bin/simagent bench cli
 
 # A real model (issue 29): the packaged Qwen2.5-Coder-0.5B through llama.cpp's server on three
 # short scipy workflows tagged `live` (one clear number each, graded in any phrasing), simagent
@@ -80,4 +90,4 @@ mutate: $(STAMP)
 	$(PY) tests/mutation_score.py $(MUTATE_DIR)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist *.egg-info site

@@ -22,6 +22,7 @@ import pytest
 from conftest import write_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = README.parent / "docs"  # the pages README's details moved to (issue 37)
 SIMAGENT = [sys.executable, "-m", "simagent"]
 
 
@@ -120,7 +121,7 @@ def test_a_missing_api_key_is_a_configuration_error(workspace):
     (line,) = proc.stderr.strip().splitlines()
     assert "OPENAI_API_KEY" in line
     assert re.search(r"Exit codes: 0 ok, 2 usage/config \(an empty prompt, a missing API key",
-                     " ".join(README.read_text().split()))
+                     " ".join((DOCS / "getting-started.md").read_text().split()))
 
 
 # -------------------------------------- item 9: refused on this machine is final
@@ -231,8 +232,8 @@ def test_a_huge_prompt_moved_to_a_file_is_said_traced_and_counted(workspace, tmp
     shown = cli(workspace, "context", out["session_id"])
     assert "Context events: none yet" not in shown.stdout
     assert re.search(r"evictions\s+1", shown.stdout), shown.stdout
-    readme = " ".join(README.read_text().split())
-    assert "`conversation_history/<uuid>.md`" in readme
+    page = " ".join((DOCS / "context.md").read_text().split())
+    assert "`conversation_history/<uuid>.md`" in page
 
 
 # ----------------------------------------------------------------- item 14: docs

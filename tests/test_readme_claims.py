@@ -1,7 +1,8 @@
-"""README claims, each proved by a test that fails when the claim breaks (issue 27).
+"""Documentation claims, each proved by a test that fails when the claim breaks (issue 27).
 
-The figures are read from README.md itself, so the test and the claim cannot drift
-apart; orderings and a hand-stepped clock stand in for wall-clock thresholds."""
+The figures are read from the page that states them (README.md or docs/, where issue 37
+moved the details), so the test and the claim cannot drift apart; orderings and a
+hand-stepped clock stand in for wall-clock thresholds."""
 
 from __future__ import annotations
 
@@ -19,14 +20,14 @@ from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.session import Session
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+TUI_PAGE = Path(__file__).resolve().parents[1] / "docs" / "tui.md"
 
 
-def readme_figure(pattern: str) -> float:
-    """The number a README sentence states (whitespace and line breaks normalised)."""
-    text = " ".join(README.read_text().split())
+def doc_figure(pattern: str, page: Path = TUI_PAGE) -> float:
+    """The number a documentation sentence states (whitespace and line breaks normalised)."""
+    text = " ".join(page.read_text().split())
     found = re.search(pattern, text)
-    assert found, f"README no longer says {pattern!r}"
+    assert found, f"{page.name} no longer says {pattern!r}"
     return float(found.group(1))
 
 
@@ -76,7 +77,7 @@ def test_a_silent_model_is_abandoned_exactly_at_the_readme_bound(workspace):
     """"A model that has not answered within 1.5 s of the ctrl+C does not hold the
     prompt": just before the bound the turn is still waiting, at the bound it ends. With
     the limit raised to 3.5 s this fails (the turn does not end at 1.5 s)."""
-    bound = readme_figure(r"has not answered within ([\d.]+) s of the ctrl\+C")
+    bound = doc_figure(r"has not answered within ([\d.]+) s of the ctrl\+C")
     session = Session.create(workspace, approval="auto")
     model = HeldModel.from_steps([{"final": "late reply"}, {"final": "second answer"}])
     gate = _GATES[id(model.cursor)] = {"entered": threading.Event(),

@@ -425,10 +425,11 @@ def test_tui_restore_shows_what_a_skipped_cell_would_write_and_asks(workspace, t
     drive(workspace, scenario, model=model)
 
 
-def test_the_readme_states_the_backup_limit_the_code_uses() -> None:
+def test_the_docs_state_the_backup_limit_the_code_uses() -> None:
     import re
 
-    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    page = Path(__file__).resolve().parents[1] / "docs" / "faults.md"
+    text = " ".join(page.read_text().split())
     found = re.search(r"files over (\d+) MiB in all are not backed up", text)
     assert found and int(found.group(1)) == BACKUP_MAX_BYTES >> 20
 
