@@ -66,7 +66,7 @@ def test_output_text_is_capped_at_a_line_end_and_says_where_the_rest_is(tmp_path
     folder = _outputs(tmp_path, "".join(f"line {i} {'x' * 50}\n" for i in range(500)))
     text = ops.output_text(folder, 1, "head", 500, cap=2000)
     body, marker = text.rsplit("\n", 1)
-    assert len(body) <= 2000 and body.endswith("x" * 50)  # whole lines only
+    assert len(text) <= 2000 and body.endswith("x" * 50)  # whole lines; the marker fits too
     assert marker.startswith("[cut: ") and str(folder / raw_name(1)) in marker
     assert ops.cut_reply("short", 2000, "w") == "short"
 
@@ -121,10 +121,12 @@ def test_http_address_refuses_what_is_not_host_port(text: str) -> None:
         ops.host_port(text)
 
 
-def test_bearer_check_needs_the_exact_token() -> None:
-    assert ops.bearer_ok(b"Bearer s3cret-token", "s3cret-token")
-    for header in (None, b"", b"Bearer s3cret-toke", b"bearer s3cret-token", b"s3cret-token",
+def test_bearer_check_needs_the_exact_token_under_the_scheme_in_any_case() -> None:
+    for header in (b"Bearer s3cret-token", b"bearer s3cret-token", b"BEARER s3cret-token",
                    b"Bearer s3cret-token "):
+        assert ops.bearer_ok(header, "s3cret-token")
+    for header in (None, b"", b"Bearer s3cret-toke", b"Basic s3cret-token", b"s3cret-token",
+                   b"Bearers3cret-token", b"Bearer s3cret-tokenx"):
         assert not ops.bearer_ok(header, "s3cret-token")
     assert not ops.bearer_ok(b"Bearer ", "")  # no token configured: nothing passes
 

@@ -175,24 +175,40 @@ class ExecResult:
         if self.stderr:
             err = f"[stderr]\n{self.stderr}"
             streams = f"{streams}\n{err}" if streams else err
-        budget = max(cap - len(tail), cap // 4)
-        if self.rows_dropped > 0 or len(streams) > budget:
-            block = ""
-            made = digest(budget // 2) if digest is not None else None
-            if made:
-                name, text, lines = made
-                block = (f"[digest of {lines:,} lines by the {name} digester: tables collapsed "
-                         f"to statistics, warnings, errors and final lines verbatim]\n{text}\n"
-                         f"[end of digest; the output's end follows]\n")
-                budget = max(budget - len(block), cap // 8)
-            head, kept = head_and_tail(streams, budget, with_head=self.rows_dropped == 0)
-            marker = self.truncation_marker(len(head) + len(kept),
-                                            self._cut(streams, head, kept))
-            streams = f"{head}{marker}\n{block}{kept}" if head else f"{marker}\n{block}{kept}"
+        # the streams' room: the cap less the whole tail and the newline joining them
+        room = max(cap - len(tail) - bool(tail), cap // 4)
+        if self.rows_dropped > 0 or len(streams) > room:
+            streams = self._cut_streams(streams, room, cap, digest)
         text = "\n".join(p for p in (streams, tail) if p)
         if not text:
             return NO_OUTPUT if self.status == "ok" else f"[{self.status}]"
         return text
+
+    def _cut_streams(self, streams: str, room: int, cap: int,
+                     digest: Callable[[int], tuple[str, str, int] | None] | None) -> str:
+        """Head, marker, digest and tail of ``streams`` in at most ``room`` chars, the
+        marker included: the cap is what the caller is told, so it holds for the whole
+        text. The marker's length depends on what it counts, so the shown part shrinks
+        by any overshoot and is cut again (twice at most in practice)."""
+        block = ""
+        made = digest(room // 2) if digest is not None else None
+        if made:
+            name, text, lines = made
+            block = (f"[digest of {lines:,} lines by the {name} digester: tables collapsed "
+                     f"to statistics, warnings, errors and final lines verbatim]\n{text}\n"
+                     f"[end of digest; the output's end follows]\n")
+        budget = max(room - len(block), cap // 8)
+        while True:
+            head, kept = head_and_tail(streams, budget, with_head=self.rows_dropped == 0)
+            hidden = self.rows_dropped + streams.count("\n", len(head),
+                                                       len(streams) - len(kept))
+            marker = self.truncation_marker(len(head) + len(kept),
+                                            self._cut(streams, head, kept), hidden)
+            text = f"{head}{marker}\n{block}{kept}" if head else f"{marker}\n{block}{kept}"
+            over = len(text) - room
+            if over <= 0 or budget <= 1:  # (a budget of 0 would keep the whole tail)
+                return text
+            budget = max(budget - over, 1)
 
     def _cut(self, streams: str, head: str, tail: str) -> Cut | None:
         """The raw lines the cut left out, when the raw file shows them as the model's
@@ -202,7 +218,11 @@ class ExecResult:
         whole = len(tail) == len(streams) or streams[-len(tail) - 1] == "\n"
         return locate_cut(self.raw_path, head, tail, tail_whole=whole)  # type: ignore[arg-type]
 
-    def truncation_marker(self, shown_chars: int, cut: Cut | None = None) -> str:
+    def truncation_marker(self, shown_chars: int, cut: Cut | None = None,
+                          hidden_rows: int | None = None) -> str:
+        """The marker between head and tail. One count of what is not shown: the raw
+        lines a ``cut`` names when it is known, else ``hidden_rows`` (rows as rendered,
+        those capture dropped included) when the head was dropped."""
         where = f"full output: {self.raw_path}" if self.raw_path else "full output not kept"
 
         if (n := number_of(self.raw_path)) is not None:
@@ -211,9 +231,10 @@ class ExecResult:
         if self.rows_dropped == 0:
             return (f"[output truncated: {_size(shown_chars)} of {_size(self.raw_chars)} "
                     f"printed are shown (head and tail); {where}]")
+        rows = self.rows_dropped if hidden_rows is None else hidden_rows
+        earlier = "" if cut else f"; {rows:,} earlier lines not shown"
         return (f"[output truncated: showing the last {_size(shown_chars)} of "
-                f"{_size(self.raw_chars)} printed; {self.rows_dropped:,} earlier lines "
-                f"not shown; {where}]")
+                f"{_size(self.raw_chars)} printed{earlier}; {where}]")
 
 
 def _size(n: int) -> str:

@@ -1,5 +1,6 @@
 """The pure parts of ``simagent mcp``: names, argument checks, the ``output`` tool's text,
-progress lines, approval over MCP, resource URIs and the ``--http`` address.
+a raw output's resource pages, progress lines, approval over MCP, resource URIs and the
+``--http`` address and its token.
 
 Nothing here imports the MCP SDK or starts a kernel, so each rule is tested directly
 (``tests/test_mcp_server_ops.py``); ``server.py`` is the thin shell around them.
@@ -8,15 +9,17 @@ Nothing here imports the MCP SDK or starts a kernel, so each rule is tested dire
 from __future__ import annotations
 
 import hmac
+import math
 import re
 from pathlib import Path
+from typing import Any
 
 from simagent.agent import confine
 from simagent.agent.approval import waits
 from simagent.agent.tools import RESET_KERNEL, RUN_PYTHON
 from simagent.head_tail import head_and_tail
 from simagent.kernel.result import strip_ansi
-from simagent.kernel_api.outputs import GREP_MAX, Outputs, handle, size_text
+from simagent.kernel_api.outputs import GREP_MAX, Outputs, count_lines, handle, size_text
 
 #: The server's name, as hosts show it.
 SERVER_NAME = "simagent"
@@ -35,11 +38,20 @@ GATED_AS = {"run_python": RUN_PYTHON, "restore": RESET_KERNEL, "reset": RESET_KE
 TOKEN_ENV = "SIMAGENT_MCP_TOKEN"
 #: Where ``--http`` listens when only a port is given: this machine alone.
 DEFAULT_HOST = "127.0.0.1"
-#: Resource URI scheme and templates.
+#: Resource URI scheme and templates: a raw output's first page, its page ``page``, a figure.
 OUTPUT_URI = "simagent://outputs/{n}"
+OUTPUT_PAGE_URI = "simagent://outputs/{n}/pages/{page}"
 FIGURE_URI = "simagent://figures/{figure_id}"
 #: Longest progress message sent to the host.
 PROGRESS_CHARS = 160
+#: Bytes of a raw output one resource read returns at most (plus a one-line marker).
+#: Under any client's message limit with room to spare (the TypeScript SDK's stdio
+#: reader drops the session past 10 MB, and JSON escapes a control character as six
+#: bytes), and about what a host can show a person or attach to a model's context.
+PAGE_BYTES = 256 * 1024
+#: How far back from a page's nominal start a line end is looked for, so pages begin on
+#: whole lines; pages advance by the rest (``PAGE_BYTES - PAGE_BACK``).
+PAGE_BACK = 32 * 1024
 
 
 class McpToolError(Exception):
@@ -119,12 +131,18 @@ def output_text(folder: Path, n: int, op: str, arg: str | int | None, cap: int |
 
 def cut_reply(text: str, cap: int | None, where: str) -> str:
     """``text`` cut to ``cap`` chars at a line end (the one capper, head only: a reply is
-    read from the top), saying how much went and where it all is."""
+    read from the top), saying how much went and where it all is. The cap holds for the
+    whole reply, marker included: the head gets what the longest marker leaves."""
     if not cap or len(text) <= cap:
         return text
-    kept = head_and_tail(text, cap, with_tail=False)[0].removesuffix("\n")
-    return (f"{kept}\n[cut: {len(kept):,} of {len(text):,} chars shown; narrow the request "
-            f"(fewer lines, a stricter pattern) or read {where}]")
+
+    def marker(shown: int) -> str:
+        return (f"\n[cut: {shown:,} of {len(text):,} chars shown; narrow the request "
+                f"(fewer lines, a stricter pattern) or read {where}]")
+
+    room = max(cap - len(marker(len(text))), 0)  # the shown count has at most its digits
+    kept = head_and_tail(text, room, with_tail=False)[0].removesuffix("\n") if room else ""
+    return kept + marker(len(kept))
 
 
 def progress_line(text: str) -> str:
@@ -200,5 +218,102 @@ def host_port(text: str) -> tuple[str, int]:
 
 
 def bearer_ok(header: bytes | None, token: str) -> bool:
-    """Whether an ``Authorization`` header carries ``Bearer <token>`` (constant time)."""
-    return bool(token) and hmac.compare_digest(header or b"", b"Bearer " + token.encode())
+    """Whether an ``Authorization`` header carries ``Bearer <token>``: the scheme in any
+    case (RFC 7235 §2.1: auth schemes are case-insensitive; some clients send
+    ``bearer``), the token compared in constant time."""
+    scheme, _, credentials = (header or b"").partition(b" ")
+    return bool(token) and scheme.lower() == b"bearer" and \
+        hmac.compare_digest(credentials.strip(b" "), token.encode())
+
+
+#: How an argument's JSON Schema type reads in an error.
+_TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string",
+               "boolean": "true or false", "array": "a list", "object": "an object"}
+
+
+def expected_type(schema: dict[str, Any]) -> str:
+    """``a string or an integer``: what an argument's JSON Schema accepts, in words
+    (``null`` of an optional argument left out: leaving the argument out says that)."""
+    kinds = [s.get("type") for s in schema.get("anyOf", [schema])]
+    return " or ".join(_TYPE_WORDS.get(k, k) for k in kinds if k and k != "null") or "a value"
+
+
+def argument_error(errors: list[dict[str, Any]], schema: dict[str, Any]) -> str:
+    """One line for arguments the SDK's validation refused (pydantic's ``errors()``):
+    each bad argument by name with the type it takes, from the tool's input ``schema``.
+    The SDK's own text is several lines per argument and ends in a documentation URL,
+    which the host's model would read for nothing."""
+    props = schema.get("properties", {})
+    said: list[str] = []
+    for err in errors:
+        name = str(err.get("loc", ("?",))[0])
+        want = expected_type(props.get(name, {}))
+        if err.get("type") == "missing":
+            line = f"{name} is required: {want}"
+        else:
+            got = repr(err.get("input"))
+            got = got if len(got) <= 60 else got[:59] + "…"
+            line = f"{name} must be {want}, not {got}"
+        if line not in said:  # a union reports each of its members' failures
+            said.append(line)
+    return "; ".join(said) or "bad arguments"
+
+
+def page_of(path: Path, n: int, page: int) -> str:
+    """Page ``page`` (1-based) of execution ``n``'s raw output file at ``path``.
+
+    Why pages and not the whole file: a 20 MB output sent whole drops the session on a
+    client with a message limit (the kernel with it). Pages are fixed URIs a host reads
+    like any resource, each at most :data:`PAGE_BYTES` of the file, beginning on a line
+    start when a line ends within :data:`PAGE_BACK` before it (else at a character
+    start), so they join back into the file exactly. A file of more than one page gets,
+    after its text and one added line break, a last line saying which page this is and
+    how to read the rest: the next page's URI, or the ``output`` tool's ``slice``/``grep``
+    for the lines themselves. Pages rather than a cap alone: a host reads a URI without a
+    tool call or a model turn, so a person can still page through the whole output.
+    """
+    step = PAGE_BYTES - PAGE_BACK
+    with open(path, "rb") as fh:
+        size = fh.seek(0, 2)
+        pages = max(1, math.ceil(size / step))
+        if not 1 <= page <= pages:
+            raise McpToolError(f"no page {page} of {handle(n)}: it has {pages} page"
+                               f"{'s' * (pages > 1)} (1..{pages})")
+        start, end = _page_start(fh, (page - 1) * step, size), _page_start(fh, page * step, size)
+        fh.seek(start)
+        text = fh.read(end - start).decode("utf-8", errors="replace")
+    if pages == 1:
+        return text
+    go = f"next: {OUTPUT_PAGE_URI.format(n=n, page=page + 1)}" if page < pages else \
+        "the last page"
+    marker = (f"[page {page} of {pages} of {handle(n)} ({size_text(size)}, "
+              f"{count_lines(path):,} lines; bytes {start:,}-{end:,}); {go}; page p is "
+              f"{OUTPUT_PAGE_URI.format(n=n, page='p')}; or the output tool: "
+              f"output(n={n}, op='slice', arg='START:END') or op='grep']")
+    return f"{text}\n{marker}"  # always one added line break: the text is exact
+
+
+def uri_number(text: str, what: str) -> int:
+    """A number in a resource URI (``simagent://outputs/7/pages/2``), or one clear line."""
+    if not re.fullmatch(r"-?\d+", text.strip()):
+        raise McpToolError(f"{what} in the URI must be a whole number, not {text!r}")
+    return int(text)
+
+
+def _page_start(fh: Any, at: int, size: int) -> int:
+    """Where the page nominally at byte ``at`` starts: after the last line end within
+    :data:`PAGE_BACK` before it, else at the UTF-8 character start at or before it."""
+    if at <= 0 or at >= size:
+        return min(max(at, 0), size)
+    back = max(0, at - PAGE_BACK + 1)
+    fh.seek(back)
+    window = fh.read(at - back)
+    nl = window.rfind(b"\n")
+    if nl >= 0:
+        return back + nl + 1
+    fh.seek(max(0, at - 3))
+    lead = fh.read(min(3, at) + 1)  # the bytes up to ``at``, and the one at it
+    pos = at
+    while pos > max(at - 3, 0) and 0x80 <= lead[len(lead) - 1 - (at - pos)] < 0xC0:
+        pos -= 1  # a continuation byte: the character starts before it
+    return pos

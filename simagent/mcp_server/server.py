@@ -38,6 +38,8 @@ from mcp.server.fastmcp import Context, FastMCP, Image
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.stdio import stdio_server
+from mcp.types import CallToolResult, TextContent
+from pydantic import ValidationError
 
 from simagent.agent.tools import DEFAULT_RUN_TIMEOUT_S
 from simagent.mcp_server import ops
@@ -77,16 +79,24 @@ async def _in_thread(fn: Callable[[], Any]) -> Any:
 
 
 class _Server(FastMCP):
-    """FastMCP that also traces the calls it refuses before a tool body runs."""
+    """FastMCP that also traces the calls it refuses before a tool body runs, and says
+    what was wrong with an argument in one line."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         try:
             return await super().call_tool(name, arguments)
         except Exception as exc:  # unknown tool, bad arguments (or a body's own error)
+            error: Exception = exc
+            tool = self._tool_manager.get_tool(name)
+            if isinstance(exc.__cause__, ValidationError) and tool is not None:
+                error = ToolError(f"Error executing tool {name}: "  # the SDK's own head
+                                  f"{ops.argument_error(exc.__cause__.errors(), tool.parameters)}")
             ctx = self.get_context()
             await anyio.to_thread.run_sync(_service(ctx).note_rejected, _call_id(ctx), name,
-                                           arguments, str(exc))
-            raise
+                                           arguments, str(error))
+            if error is exc:
+                raise
+            raise error from None
 
     async def list_resource_templates(self) -> list[Any]:
         """As FastMCP's, but the figure template names no one MIME type: figures are
@@ -118,13 +128,17 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
                         structured_output=False)(fn)
 
     @tool
-    async def run_python(code: str, ctx: Context, timeout_s: float | None = None) -> str:
+    async def run_python(code: str, ctx: Context,
+                         timeout_s: float | None = None) -> CallToolResult:
         """Run Python in the session's persistent kernel (cwd: the workspace); variables
         persist. Returns stdout/stderr as a terminal shows them (progress bars collapsed),
         `Out[n]`, figures with data summaries and errors; long output is capped to head,
         digest and tail with the raw file's path and its `_out[n]` number. Past
         `timeout_s` (default {timeout_s}) the cell is interrupted; state is kept."""
-        return await _run_streamed(_service(ctx), _call_id(ctx), code, timeout_s, ctx)
+        text, completed = await _run_streamed(_service(ctx), _call_id(ctx), code, timeout_s,
+                                              ctx)
+        return CallToolResult(content=[TextContent(type="text", text=text)],
+                              isError=not completed)
 
     @tool
     async def output(n: int, op: str, ctx: Context, arg: str | None = None) -> str:
@@ -176,10 +190,11 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
 
 
 async def _run_streamed(service: KernelService, call_id: str, code: str,
-                        timeout_s: float | None, ctx: Context) -> str:
-    """``run_python`` in a worker thread, its output's progress lines sent to the host
-    as progress notifications (the newest only, when they come faster than they go),
-    and a cancel from the host passed to the kernel as an interrupt."""
+                        timeout_s: float | None, ctx: Context) -> tuple[str, bool]:
+    """``run_python`` in a worker thread (its text, and whether the cell completed), its
+    output's progress lines sent to the host as progress notifications (the newest only,
+    when they come faster than they go), and a cancel from the host passed to the kernel
+    as an interrupt."""
     send, receive = anyio.create_memory_object_stream[str](max_buffer_size=64)
 
     def on_output(event: Any) -> None:  # the kernel's thread
@@ -203,14 +218,14 @@ async def _run_streamed(service: KernelService, call_id: str, code: str,
                         break
                 await ctx.report_progress(count, None, message=line)
 
-    def work() -> str:
+    def work() -> tuple[str, bool]:
         return service.run_python(call_id, code, timeout_s, on_output)
 
-    text, error = "", None
+    reply, error = ("", False), None
     async with anyio.create_task_group() as tg:
         tg.start_soon(pump)
         try:
-            text = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            reply = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(service.cancel, call_id)
@@ -221,17 +236,27 @@ async def _run_streamed(service: KernelService, call_id: str, code: str,
             send.close()
     if error is not None:
         raise _tool_error(error)
-    return text
+    return reply
 
 
 def _add_resources(mcp: FastMCP) -> None:
-    """The raw outputs and saved figures as resources, read whole."""
+    """The raw outputs, in pages (``ops.page_of`` says why), and saved figures, whole."""
 
     @mcp.resource(ops.OUTPUT_URI, mime_type="text/plain",
-                  description="Execution n's whole raw output, uncapped")
+                  description=f"Execution n's raw output, uncapped: its first "
+                              f"{ops.PAGE_BYTES // 1024} KB page; a longer one ends with a "
+                              f"line naming the next page's URI")
     async def raw_output(n: str, ctx: Context) -> str:
+        service, number = _service(ctx), ops.uri_number(n, "n")
+        return await _in_thread(lambda: service.raw_output(number))
+
+    @mcp.resource(ops.OUTPUT_PAGE_URI, mime_type="text/plain",
+                  description=f"Page `page` (1-based, {ops.PAGE_BYTES // 1024} KB at most) "
+                              f"of execution n's raw output; the pages join into the file")
+    async def raw_output_page(n: str, page: str, ctx: Context) -> str:
         service = _service(ctx)
-        return await _in_thread(lambda: service.raw_output(int(n)))
+        number, page_no = ops.uri_number(n, "n"), ops.uri_number(page, "page")
+        return await _in_thread(lambda: service.raw_output(number, page_no))
 
     @mcp.resource(ops.FIGURE_URI, mime_type="image/png",  # replaced per file: read_resource
                   description="A saved figure's image file (PNG, JPEG or SVG)")

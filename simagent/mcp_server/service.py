@@ -29,7 +29,7 @@ from simagent.context.state_card import render_card
 from simagent.context.thresholds import STATE_CARD_TOKENS, tool_cap
 from simagent.kernel import snapshot
 from simagent.kernel_api.figures import render_caption
-from simagent.kernel_api.outputs import raw_name, record_name
+from simagent.kernel_api.outputs import handle, raw_name, record_name
 from simagent.mcp_server import ops
 from simagent.mcp_server.ops import McpToolError
 from simagent.outcomes import outcome_of
@@ -100,8 +100,13 @@ class KernelService:
 
     # -------------------------------------------------------------- tools
     def run_python(self, call_id: str, code: str, timeout_s: float | None = None,
-                   on_output: Any = None) -> str:
-        """Run a cell; the text the agent's ``run_python`` gets (``run_python_text``)."""
+                   on_output: Any = None) -> tuple[str, bool]:
+        """Run a cell: (the text the agent's ``run_python`` gets, ``run_python_text``;
+        whether the cell completed). A cell that raised, timed out, was interrupted or
+        lost its kernel did not: the host is told by an error result (``isError``), as a
+        failed call of any other MCP tool, so it need not read the traceback to know."""
+        status: list[str] = []
+
         def body() -> tuple[str, dict[str, Any]]:
             self._gate("run_python")
             if not isinstance(code, str) or not code.strip():
@@ -124,11 +129,13 @@ class KernelService:
                                                    tool_call_id=call_id)
                 finally:
                     self._starting = self._running = None
+            status.append(result.status)
             return text, {"exec_status": result.status, "recovery": result.recovery}
 
-        return self.traced(call_id, "run_python",
+        text = self.traced(call_id, "run_python",
                            {"code": code, **({"timeout_s": timeout_s} if timeout_s else {})},
                            body)
+        return text, status == ["ok"]
 
     def _stage(self, call_id: str, attr: str, *, starting: bool = True) -> None:
         """Move ``call_id`` to ``attr`` (``_starting`` or ``_running``), unless the host
@@ -240,13 +247,16 @@ class KernelService:
         return self.traced(call_id, "reset", {}, body)
 
     # ---------------------------------------------------------- resources
-    def raw_output(self, n: int) -> str:
-        """Execution ``n``'s whole raw output (redacted as written)."""
+    def raw_output(self, n: int, page: int = 1) -> str:
+        """Page ``page`` of execution ``n``'s raw output (redacted as written;
+        ``ops.page_of``: never the whole of a large file)."""
         folder = self.session.paths.outputs
-        if (folder / record_name(int(n))).exists() and not (folder / raw_name(int(n))).exists():
+        if (folder / record_name(n)).exists() and not (folder / raw_name(n)).exists():
+            if page != 1:
+                raise McpToolError(f"no page {page} of {handle(n)}: it printed nothing")
             return ""  # it ran and printed nothing
-        path = ops.resource_file(folder, raw_name(int(n)))
-        return path.read_text(encoding="utf-8", errors="replace")
+        path = ops.resource_file(folder, raw_name(n))
+        return ops.page_of(path, n, page)
 
     def figure_file(self, figure_id: str) -> bytes:
         found = find_figure(self.session, figure_id)
