@@ -38,15 +38,10 @@ def share_top_options(parser: argparse.ArgumentParser) -> None:
         sub = pending.pop()
         options = _options(sub)
         for dest, action in options.items():
-            if dest in top:
+            if dest in top and action.default == top[dest]:  # another default would win
                 action.default = argparse.SUPPRESS
         sub.set_defaults(command_takes=frozenset(options), command_prog=sub.prog)
         pending.extend(_subparsers(sub))
-
-
-def top_defaults(parser: argparse.ArgumentParser) -> dict[str, object]:
-    """The top-level options and their defaults (what a test checks commands agree on)."""
-    return {d: a.default for d, a in _options(parser).items() if d != "version"}
 
 
 def refuse_dropped(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

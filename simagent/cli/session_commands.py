@@ -16,6 +16,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     decision = "approve" if args.approve else "reject" if args.reject else None
     workspace, prompt = check_run(args, decision)  # before the heavy import below
+    attached_kernel(args)
     from simagent.headless import RunOptions, run_headless  # langchain: seconds to load
 
     opts = RunOptions(prompt=prompt or None, workspace=workspace, model=args.model,
@@ -38,14 +39,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from simagent.config import SessionOptions
     from simagent.tui.app import run_tui
 
-    if args.kernel:  # as simagent run: one line and exit 6 before any session exists
-        from simagent.kernel.attach import check  # (start-up speed: only with --kernel)
-        from simagent.kernel.process import KernelStartError
-
-        try:
-            check(args.kernel)
-        except KernelStartError as exc:
-            raise CliError(str(exc), exit_codes.KERNEL) from exc
+    attached_kernel(args)
     if not args.trust_workspace:
         ask_trust(workspace)
     return run_tui(SessionOptions(workspace=workspace, model=args.model,
@@ -53,6 +47,20 @@ def cmd_tui(args: argparse.Namespace) -> int:
                                   continue_last=args.continue_last, approval=args.approval,
                                   kernel=args.kernel, trust_workspace=args.trust_workspace,
                                   **notebook_options(args)))
+
+
+def attached_kernel(args: argparse.Namespace) -> None:
+    """``--kernel`` must name a running kernel: one line and exit 6 before any session
+    exists (run and the TUI alike)."""
+    if not args.kernel:
+        return
+    from simagent.kernel.attach import check  # (start-up speed: only with --kernel)
+    from simagent.kernel.process import KernelStartError
+
+    try:
+        check(args.kernel)
+    except KernelStartError as exc:
+        raise CliError(str(exc), exit_codes.KERNEL) from exc
 
 
 def ask_trust(workspace) -> None:
