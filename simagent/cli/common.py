@@ -31,8 +31,9 @@ def progress(message: str) -> None:
 
 
 def session_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", metavar="M", help="provider:model, openai-compatible:MODEL@URL "
-                   "or scripted:PATH (default: $SIMAGENT_MODEL, then config)")
+    p.add_argument("--model", metavar="M", help="provider:model, openai-compatible:MODEL@URL, "
+                   "local:PATH.gguf or local:PACKAGE, scripted:PATH or replay:WORKFLOW_ID "
+                   "(default: $SIMAGENT_MODEL, then config)")
     p.add_argument("--sim", metavar="S", help="simulator for a new session")
     p.add_argument("--kernel", metavar="EXISTING", help="attach to a running Jupyter kernel: "
                    "a connection file, a kernel id or 'latest' (default: config [kernel] "

@@ -1,0 +1,28 @@
+"""``--model``'s help names every model kind simagent accepts (issue 37, defect 17): the
+help text lives in the CLI's stdlib-only ``common.py`` (fast ``--help``), the kinds register
+themselves elsewhere, so this test is what keeps the two from drifting."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simagent import model_kinds
+
+SIMAGENT = str(Path(sys.executable).parent / "simagent")
+
+
+@pytest.mark.parametrize("command", [["run"], ["tui"]])
+def test_model_help_names_every_registered_kind(command: list[str]) -> None:
+    done = subprocess.run([SIMAGENT, *command, "--help"], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # argparse wraps lines
+    model_help = text[text.rindex("--model M "):].split(" --sim ")[0]  # its option line
+    kinds = [m.KIND.prefix for m in model_kinds.KIND_MODULES] + ["openai-compatible"]
+    assert "local" in kinds and "replay" in kinds  # every kind registered itself
+    for prefix in kinds:
+        assert f"{prefix}:" in model_help, (prefix, model_help)
