@@ -35,7 +35,7 @@ from typing import Any
 import anyio
 import uvicorn
 from mcp.server.fastmcp import Context, FastMCP, Image
-from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.fastmcp.exceptions import ResourceError, ToolError
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent
@@ -106,12 +106,28 @@ class _Server(FastMCP):
 
     async def read_resource(self, uri: Any) -> Iterable[ReadResourceContents]:
         """As FastMCP's (which labels every read with the template's one MIME type), but
-        a figure is labelled by what its bytes are."""
-        contents = list(await super().read_resource(uri))
+        a figure is labelled by what its bytes are, and a read that cannot be done says
+        why once (the SDK wraps it twice in "Error creating resource from template")."""
+        try:
+            contents = list(await super().read_resource(uri))
+        except Exception as exc:
+            why = _reason(exc)
+            if why is None:
+                raise
+            raise ResourceError(f"{uri}: {why}") from None
         if not str(uri).startswith(ops.FIGURE_URI.split("{", 1)[0]):
             return contents
         return [ReadResourceContents(c.content, ops.image_mime(c.content), c.meta)
                 if isinstance(c.content, bytes) else c for c in contents]
+
+
+def _reason(exc: BaseException | None) -> str | None:
+    """Our own message in an exception's chain (a tool error or a refused call), if any."""
+    while exc is not None:
+        if isinstance(exc, (McpToolError, ToolError)):
+            return str(exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT_HOST,
