@@ -35,6 +35,7 @@ from simagent.agent.turn_setup import turn_runner_for
 from simagent.config import Config, ConfigError, SessionOptions
 from simagent.exit_codes import CliError
 from simagent.kernel import KernelStartError
+from simagent.kernel.attach import GONE, left_running
 from simagent.models import ModelError, resolve_model
 from simagent.notebooks import load
 from simagent.notebooks.export import ExportError, export, target
@@ -175,6 +176,12 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
         report_turn(opts, session, result, printer, out, err)
         if export_to is not None:
             write_notebook(session, export_to, err)
+        if session.kernel_consent_needed is not None and session.kernel.gone:
+            print(f"simagent: {GONE.format(where=session.kernel.where)}; start a kernel "
+                  f"(jupyter kernel, or JupyterLab), then continue with 'simagent run "
+                  f"--resume {session.id} --kernel latest' (or its connection file)",
+                  file=err)
+            return exit_codes.KERNEL_CONSENT
         if session.kernel_consent_needed is not None:  # the ladder stopped and asks
             why = session.kernel_consent_needed.get("reason") or "it stopped answering"
             print(f"simagent: {session.kernel.where} needs a restart that only its owner may "
@@ -188,6 +195,8 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
     finally:
         if started:
             session.close()
+            if (kernel_file := session.kernel.connection_file) is not None:
+                print(f"simagent: {left_running(kernel_file)}", file=err)  # the TUI's line
         else:
             session.discard()
 

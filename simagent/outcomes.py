@@ -31,7 +31,8 @@ MARKS: dict[str, Mark] = {
     "timeout": Mark("◷", "outcome.timeout", "timed out"),
     "died": Mark("✖", "outcome.died", "kernel died"),
     "restarted": Mark("↻", "outcome.restarted", "kernel restarted"),
-    # the turn ended before the call had a result (a cancel, an abandoned turn)
+    # the call has no result: the turn ended first (a cancel, an abandoned turn), or its
+    # cell never ran (NOT_RUN)
     "cancelled": Mark("□", "outcome.cancelled", "no result"),
     "requested": Mark("○", "dim", "waiting"),
 }
@@ -43,6 +44,9 @@ STYLES: dict[str, str] = {
     "outcome.cancelled": "ansigray",
 }
 UNKNOWN = Mark("·", "dim", "?")
+#: The kernel status of a cell that never ran (``kernel/supervisor.py``: its attached
+#: kernel was gone, or waits for its owner): no result, not an interrupted run.
+NOT_RUN = "not_run"
 
 
 def mark(outcome: str | None) -> Mark:
@@ -54,10 +58,12 @@ def outcome_of(status: str | None, exec_status: str | None = None,
     """The outcome of one tool call.
 
     ``status`` is the tool message's (``success``/``error``); ``exec_status`` the
-    kernel's for ``run_python`` (ok, error, interrupted, timeout, died); ``recovery`` the
-    ladder's record when it ran for that execution. A cell whose kernel was restarted
-    under it is ``restarted`` whatever stopped it: its own effects are gone.
+    kernel's for ``run_python`` (ok, error, interrupted, timeout, died, not_run);
+    ``recovery`` the ladder's record when it ran for that execution. A cell whose kernel
+    was restarted under it is ``restarted`` whatever stopped it: its own effects are gone.
     """
+    if exec_status == NOT_RUN:
+        return "cancelled"
     if exec_status:
         if recovery and recovery.get("restarted") and exec_status in ("interrupted",
                                                                        "timeout"):

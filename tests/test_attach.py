@@ -32,6 +32,7 @@ from simagent import exit_codes
 from simagent.kernel import Kernel
 from simagent.kernel.attach import MODEL_MAY_NOT_RESET
 from simagent.kernel.ladder import DECLINED
+from simagent.outcomes import NOT_RUN
 from simagent.paths import SessionPaths
 
 SIMAGENT = [sys.executable, "-m", "simagent"]
@@ -323,7 +324,7 @@ def test_the_ladder_stops_after_the_interrupt_steps_and_never_restarts_it(
         assert not r.recovery["restarted"]
         assert [s["step"] for s in r.recovery["steps"]] == ["control_interrupt"]
         refused = kernel.execute("print('not yet')")
-        assert refused.status == "interrupted" and refused.notice.startswith("not run: ")
+        assert refused.status == NOT_RUN and refused.notice.startswith("not run: ")
         assert refused.recovery["needs_consent"] and refused.stdout == ""
         flag.touch()  # the person's cell ends by itself
         back = until(lambda: (res := kernel.execute("print(x)")).status == "ok" and res, 60,
@@ -345,8 +346,9 @@ def test_headless_reports_a_kernel_it_may_not_restart_and_exits(jupyter_kernel, 
         {"final": "done"}])
     proc = cli(workspace, "run", "--kernel", "latest", "--model", model, "go")
     assert proc.returncode == exit_codes.KERNEL_CONSENT, proc.stderr
-    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("simagent: ")]
-    assert len(line) == 1 and "only its owner may allow" in line[0], proc.stderr
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("simagent: ")][1:]
+    assert len(line) == 2 and "only its owner may allow" in line[0], proc.stderr
+    assert line[1].endswith(f"({jupyter_kernel.path}) is still running")  # its last word
     assert "left it running, variables untouched" in line[0]
     assert "simagent run --resume " in line[0] and line[0].endswith(
         f"--kernel {jupyter_kernel.path}'")

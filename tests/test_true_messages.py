@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +17,15 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
+from test_attach import (  # noqa: F401  (fixtures, used by name: hence F811 below)
+    jupyter_kernel,
+    runtime,
+    until,
+)
 
+from simagent import exit_codes
 from simagent.context.thresholds import ContextSettings, model_tier, small_agent, tier_name
+from simagent.session import Session
 from simagent.trace.log import TraceLog
 from simagent.trace.sessions import list_sessions, sessions_dir
 
@@ -96,3 +104,87 @@ def test_a_notebook_session_without_a_prompt_is_titled_from_the_notebook(workspa
         log.append("notebook_load", {"path": str(workspace / "study.ipynb"), "cells": 1,
                                      "account_chars": 40})
     assert [s.title for s in list_sessions(workspace)] == ["from study.ipynb"]
+
+
+# ------------------------------------------------------------------ 9, 15: an attached kernel
+def test_headless_says_the_attached_kernel_stays_running(workspace: Path, tmp_path: Path,
+                                                          jupyter_kernel):  # noqa: F811
+    model = script(tmp_path / "s.json", [
+        {"tool": "run_python", "args": {"code": "z = 3"}}, {"final": "z is set."}])
+    done = cli(workspace, "run", "--kernel", str(jupyter_kernel.path), "--model", model,
+               "--approval", "auto", "set z")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"simagent: the kernel it attached to ({jupyter_kernel.path}) is still running")
+
+
+def test_a_sigkilled_attached_kernel_is_said_gone_and_the_next_cell_has_no_result(
+        workspace: Path, tmp_path: Path, jupyter_kernel):  # noqa: F811
+    flag = tmp_path / "running"
+    model = script(tmp_path / "s.json", [
+        {"tools": [{"tool": "run_python",
+                    "args": {"code": f"import pathlib, time\npathlib.Path({str(flag)!r})"
+                                     ".touch()\ntime.sleep(120)"}},
+                   {"tool": "run_python", "args": {"code": "y = 2"}}]},
+        {"final": "done"}])
+    env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
+    proc = subprocess.Popen([*SIMAGENT, "run", "--kernel", str(jupyter_kernel.path),
+                             "--model", model, "--approval", "auto", "go"], cwd=workspace,
+                            env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        until(flag.exists, WAIT_S, "the first cell running")
+        os.kill(jupyter_kernel.pid, signal.SIGKILL)
+        _out, err = proc.communicate(timeout=WAIT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == exit_codes.KERNEL_CONSENT, err
+    where = f"the attached kernel ({jupyter_kernel.path})"
+    assert f"simagent: {where} is gone: its process ended, and its variables with it" in err
+    assert "left it running" not in err and "variables untouched" not in err
+    assert "  ✖ run_python kernel died" in err  # the cell it was running
+    assert "  □ run_python no result" in err and "■" not in err  # the one it never ran
+
+
+# ------------------------------------------------------------------ 10: /restore
+def test_restore_names_what_it_did_not_bring_back(workspace: Path):
+    """A cell that raised after assigning a name is not replayed: /restore says so."""
+    session = Session.create(workspace, approval="auto")
+    session.simulator = None  # no warm-up cell
+    try:
+        assert session.execute("x = 1").ok
+        assert session.execute("y = 2\n1 / 0").status == "error"
+        rec = session.restore_kernel()  # what /restore runs and shows
+        said = rec.message()
+        assert "names back: x" in said and "earlier state is restored" not in said
+        assert "earlier state is only partly restored" in said
+        assert said.endswith("names the kernel had before are NOT back: y; re-run what you need")
+        assert not rec.state_restored
+        assert session.execute("'y' in dir()").value == "False"  # it is true
+    finally:
+        session.close()
+
+
+# ------------------------------------------------------------------ 11: a cut reply
+def test_a_reply_cut_at_the_output_limit_is_said_and_traced(workspace: Path, tmp_path: Path):
+    model = script(tmp_path / "cut.json", [
+        {"final": "The fit converges to tau = 4.2 and the resid", "cut": True}])
+    done = cli(workspace, "run", "--model", model, "--approval", "auto", "--json", "fit")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["final"] == "The fit converges to tau = 4.2 and the resid"
+    notices = [ln for ln in done.stderr.splitlines() if "output token limit" in ln]
+    assert len(notices) == 1 and notices[0].startswith("! the model's reply stopped at"), \
+        done.stderr
+    assert "raise max_output in the [model] config" in notices[0]
+    with TraceLog(Path(report["state_dir"]) / "trace.sqlite", readonly=True) as log:
+        cut = [e.payload for e in log.events(["reply_cut"])]
+    assert len(cut) == 1 and cut[0]["agent"] == "main" and cut[0]["output_tokens"] > 0
+
+
+def test_a_finished_reply_gets_no_cut_notice(workspace: Path, tmp_path: Path):
+    model = script(tmp_path / "whole.json", [{"final": "The fit converges."}])
+    done = cli(workspace, "run", "--model", model, "--approval", "auto", "fit")
+    assert done.returncode == 0 and "output token limit" not in done.stderr, done.stderr

@@ -24,6 +24,7 @@ from langchain_core.messages import ToolMessage
 
 from simagent.agent.events import Notice, ToolError, ToolFinished
 from simagent.agent.resume_repair import CANCELLED, repair
+from simagent.kernel.ladder import names_not_back
 from simagent.outcomes import outcome_of
 
 #: Kernel states in which a cell (or the ladder's restart and replay) is still running.
@@ -31,7 +32,6 @@ STOPPING = ("busy", "restarting", "starting")
 #: How long a new turn (or the follower) waits for an abandoned turn's cell to stop. The
 #: ladder bounds it (grace, restart, replay budget); this keeps a wedged wait finite.
 SETTLE_WAIT_S = 300.0
-_NAMES_SHOWN = 12
 #: What an abandoned turn left running -> (the trace's error message, the notice). A
 #: second ctrl+C may come while the cell, not the model, is still stopping.
 ABANDONED = {
@@ -89,9 +89,7 @@ def lost_line(code: str, status: str, recovery: dict[str, Any] | None) -> str:
     names = [n for n in assigned_names(code) if n not in back]
     if not names:
         return "this cell never finished; re-run it if you need its effects"
-    shown = ", ".join(names[:_NAMES_SHOWN]) + (", …" if len(names) > _NAMES_SHOWN else "")
-    return (f"this cell never finished, so the names it assigned are NOT back: {shown}; "
-            f"re-run what you need")
+    return names_not_back("this cell never finished, so the names it assigned are", names)
 
 
 def account(content: str) -> str:

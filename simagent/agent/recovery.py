@@ -64,6 +64,15 @@ _WHY = {"invalid_tool_call": "tool calls that were not valid JSON",
         "empty": "empty replies"}
 
 
+def cut_notice(agent: str, output_tokens: int | None) -> str:
+    """What a person is told of an answer cut at the output token limit: otherwise it
+    just ends mid-sentence, as if the model had finished."""
+    who = "the model's" if agent == "main" else f"the {agent} subagent's"
+    size = f" ({output_tokens:,} tokens)" if output_tokens else ""
+    return (f"{who} reply stopped at the output token limit{size}, so it is cut off; "
+            "raise max_output in the [model] config to let it write more")
+
+
 def give_up_notice(reason: str, attempts: int) -> str:
     """The line a person sees when the bound is reached: otherwise the turn just ends,
     with no answer and no word of why."""
@@ -125,6 +134,8 @@ class RecoveryMiddleware(AgentMiddleware):
         msg = messages[-1]
         reason = diagnose(msg)
         if reason is None:
+            if cut_off(msg):  # usable, but it ends mid-way: say so
+                self._say_cut(msg)
             return None
         attempt = recent_nudges(messages[:-1]) + 1
         cut = reason == "cut_tool_call"  # its calls are dropped, kept in the mark
@@ -151,6 +162,13 @@ class RecoveryMiddleware(AgentMiddleware):
     @hook_config(can_jump_to=["model"])
     async def aafter_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         return self.after_model(state, runtime)
+
+    def _say_cut(self, msg: AIMessage) -> None:
+        tokens = (msg.usage_metadata or {}).get("output_tokens")
+        if self.trace is not None:
+            self.trace.append("reply_cut", {"agent": self.agent, "output_tokens": tokens})
+        write_stream({"type": "notice", "level": "warning",
+                      "text": cut_notice(self.agent, tokens)})
 
     def _trace(self, reason: str, attempt: int, *, gave_up: bool) -> None:
         if self.trace is not None:

@@ -24,6 +24,8 @@ Step forms (JSON list, ``{"steps": [...]}``, or TOML ``[[steps]]``)::
     {"final": ..., "wait": 30}                                answer after 30 s of silence
                                                               (a provider thinking or stalled;
                                                               nothing interrupts the wait)
+    {"final": "The fit con", "cut": true}                     a reply cut at the output limit
+                                                              (finish_reason "length")
 
 A script that runs out answers with a clear notice instead of raising.
 """
@@ -55,7 +57,7 @@ DEFAULT_WINDOW = 128_000
 EXHAUSTED = "(scripted model: the script has no more steps)"
 
 _STEP_KEYS = {"tool", "tools", "args", "say", "final", "steps", "invalid_tool_call", "empty",
-              "reasoning", "id", "fill", "wait"}
+              "reasoning", "id", "fill", "wait", "cut"}
 #: A quote of an earlier tool result in a final answer or a ``fill`` argument:
 #: ``{out[i]}`` or ``{out[i]|regex}``, ``i`` indexing the request's tool results.
 OUT_REF = re.compile(r"\{out\[(-?\d+)\](?:\|((?:[^{}\\]|\\.|\{\d*,?\d*\})+))?\}")
@@ -315,7 +317,8 @@ class ScriptedChatModel(BaseChatModel):
             usage_metadata={"input_tokens": usage_in, "output_tokens": usage_out,
                             "total_tokens": usage_in + usage_out},
             response_metadata={"model_name": self.model_name, "model_provider": PROVIDER,
-                               "finish_reason": "tool_calls" if tool_calls else "stop"},
+                               "finish_reason": "length" if any(s.get("cut") for s in steps)
+                               else "tool_calls" if tool_calls else "stop"},
             **kwargs)
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,

@@ -41,6 +41,9 @@ _PORT_CHECK_S = 0.3
 #: How long asking a Jupyter server whether it manages the kernel may take.
 _SERVER_ASK_S = 2.0
 LATEST = "latest"
+#: What is said of an attached kernel whose process ended (its ports refuse connections):
+#: not "left running", not "variables untouched".
+GONE = "{where} is gone: its process ended, and its variables with it"
 #: What the model's ``reset_kernel`` gets on the person's kernel: only they may restart it.
 MODEL_MAY_NOT_RESET = (
     "Not restarted: this kernel is the person's (simagent attached to it), and only they "
@@ -171,13 +174,18 @@ def running_kernels(folder: Path | None = None) -> list[Found]:
     return sorted(found, key=lambda f: f.mtime, reverse=True)
 
 
+def still_listening(path: Path) -> bool:
+    """Whether the kernel of the connection file ``path`` still listens: one whose process
+    ended (shut down, SIGKILLed) refuses at once, or its file went with it."""
+    try:
+        return listening(_read(path))
+    except KernelStartError:
+        return False
+
+
 def left_running(path: Path) -> str:
     """How simagent left the person's kernel, said on the way out (true at that moment)."""
-    try:
-        running = listening(_read(path))
-    except KernelStartError:  # its file went with it
-        running = False
-    now = "is still running" if running else "is no longer running"
+    now = "is still running" if still_listening(path) else "is no longer running"
     return f"the kernel it attached to ({path}) {now}"
 
 
@@ -322,14 +330,14 @@ class AttachedLink:
         by = {"server": f", run by {self.manager.name.removeprefix('its ')}",
               "standalone": f", started with {self.manager.name}"}.get(self.manager.kind, "")
         return (f"simagent is attached to your kernel ({self.path}){by}: your variables are "
-                "there; simagent adds "
-                "only `_out` (`_out.remove()` takes it away), restarts the kernel only if "
+                "there; simagent adds only `_out` and a figure summary formatter "
+                "(`_out.remove()` takes both away), restarts the kernel only if "
                 "you agree, and leaves it running when you quit")
 
     def not_back(self) -> tuple[str, str]:
         """After a restart that did not bring the kernel back: (its state, what simagent
         knows and what the person can do), told apart by whether it still listens."""
-        if self.path is not None and listening(_read(self.path)) and self.kc is not None \
+        if self.path is not None and still_listening(self.path) and self.kc is not None \
                 and self.kc.is_alive():
             return "busy", (f"{self.where} did not restart: it is still running (the cell "
                             "it runs keeps it from stopping) and its variables are untouched; "
@@ -340,6 +348,10 @@ class AttachedLink:
                 "restart it from JupyterLab, or start another and attach to it")
         return "dead", (f"{self.where} stopped and did not come back (nothing restarted it; "
                         f"its variables are gone): simagent has no kernel now; {then}")
+
+    def gone(self) -> bool:
+        """Whether the kernel's process ended (its ports refuse), not merely silent."""
+        return self.path is not None and not still_listening(self.path)
 
     def is_alive(self) -> bool:
         """An attached kernel counts as alive until its heartbeat fails for the grace

@@ -74,6 +74,8 @@ REPLAY_TIMEOUT_MIN_S = 10.0
 REPLAY_STOP_S = 3.0
 _POLL_S = 0.1
 _MAX_NAMES = 40
+#: Names a "NOT back" line shows: each is one the model or the person must re-create.
+NOT_BACK_SHOWN = 12
 #: Where a replay keeps the files it rewrites until it puts them back (session folder).
 BACKUP_DIR = "replay-backup"
 
@@ -109,6 +111,9 @@ class Recovery:
     declined: bool = False
     #: ... they consented, and it did not come back: what state it is in, in words.
     not_back: str = ""
+    #: Names the kernel had before a ``/restore`` and has not after it (a cell that
+    #: raised after assigning them is not replayed): said, never silently lost.
+    lost: list[str] = field(default_factory=list)
 
     @property
     def listed(self) -> list[Skip]:
@@ -123,7 +128,7 @@ class Recovery:
     @property
     def state_restored(self) -> bool:
         """Kernel state is as it was: kept (no restart) or fully replayed."""
-        return self.survived and (not self.restarted or (
+        return self.survived and not self.lost and (not self.restarted or (
             not self.attached and not self.listed and not self.failed))
 
     def message(self) -> str:
@@ -161,6 +166,8 @@ class Recovery:
             more = f", … (+{len(self.names) - len(shown)} more)" if len(self.names) > len(
                 shown) else ""
             parts.append("names back: " + ", ".join(shown) + more)
+        if self.lost:
+            parts.append(names_not_back("names the kernel had before are", self.lost))
         rest = [s for s in self.listed if s.kind != "effects"]
         if rest:
             parts.append("NOT replayed (re-run what you need): " + "; ".join(
@@ -187,12 +194,20 @@ class Recovery:
                 "skipped": [s.to_dict() for s in self.listed],
                 "skipped_display_or_failed": sum(not s.loses_state for s in self.skipped),
                 "failed": list(self.failed), "names": list(self.names),
+                **({"lost": list(self.lost)} if self.lost else {}),
                 "lineage": self.lineage, "survived": self.survived,
                 "files_not_restored": list(self.files_not_restored),
                 "state_restored": self.state_restored,
                 **({"attached": True, "needs_consent": self.declined,
                     **({"not_back": self.not_back} if self.not_back else {})}
                    if self.attached else {})}
+
+
+def names_not_back(subject: str, names: list[str]) -> str:
+    """The one wording for names a restart did not bring back (a cell restarted under
+    it, ``/restore``): ``subject`` "NOT back", the names, and what to do."""
+    shown = ", ".join(names[:NOT_BACK_SHOWN]) + (", …" if len(names) > NOT_BACK_SHOWN else "")
+    return f"{subject} NOT back: {shown}; re-run what you need"
 
 
 #: What a declined recovery says: the kernel is the person's, so the ladder stops and asks.

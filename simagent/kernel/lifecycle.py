@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 from simagent.kernel import env_secrets, helpers
-from simagent.kernel.attach import AttachedLink
+from simagent.kernel.attach import GONE, AttachedLink
 from simagent.kernel.ladder import (
     HEARTBEAT_GRACE_S,
     HEARTBEAT_START_S,
@@ -142,9 +142,18 @@ class KernelBase:
         """Said once simagent is attached to the person's kernel ("" for its own)."""
         return self._link.attached_line() if isinstance(self._link, AttachedLink) else ""
 
+    @property
+    def gone(self) -> bool:
+        """An attached kernel whose process ended (its ports refuse): nothing runs there,
+        its variables went with it, and only the person can start another."""
+        return isinstance(self._link, AttachedLink) and self._link.gone()
+
     def left_alone(self) -> str:
         """What the person is told when they do not let simagent restart their kernel:
         the state it is in and how simagent goes on."""
+        if self.gone:
+            return (GONE.format(where=self.where) + "; start a kernel and attach to it "
+                    "(simagent --resume ID --kernel latest), or /reset to try a restart")
         now = {"busy": "it is still running the cell that would not stop",
                "dead": "it does not answer (stopped, or stuck)"}.get(
                    self.state, f"it is {self.state}")

@@ -37,6 +37,7 @@ import time
 from typing import Any
 
 from simagent.kernel import env_secrets, ladder
+from simagent.kernel.attach import GONE
 from simagent.kernel.capture import Capture, OnOutput
 from simagent.kernel.cell_end import IDLE_LOST_NOTICE, CellEnd
 from simagent.kernel.ladder import INTERRUPT_RESEND_S, INTERRUPT_STEPS, Recovery
@@ -46,6 +47,7 @@ from simagent.kernel.result import ExecResult
 from simagent.kernel_api import effects
 from simagent.kernel_api.outputs import raw_name, write_record
 from simagent.kernel_api.state_probe import expression
+from simagent.outcomes import NOT_RUN
 from simagent.trace.redact import SECRET_NAME_PATTERN
 
 __all__ = ["PROBE_WAIT_S", "Kernel", "KernelStartError", "KernelState"]
@@ -61,8 +63,12 @@ class Kernel(KernelBase):
     def restore(self) -> Recovery:
         """Restart (or start) the kernel and replay the current lineage (``/restore``);
         in a new process this brings back the state the previous one built."""
-        with self.lock:
-            return ladder.recover(self, "restore", "")
+        with self.lock:  # what the person's names were, to say any a replay misses
+            before = ladder.names_back(self.probe(None)) if self.owned else []
+            rec = ladder.recover(self, "restore", "")
+            back = set(rec.names)
+            rec.lost = [n for n in before if n not in back] if rec.survived else []
+            return rec
 
     def probe_state(self, registry: list[dict[str, Any]] | None = None,
                     wait_s: float = PROBE_WAIT_S) -> dict[str, Any] | None:
@@ -160,8 +166,8 @@ class Kernel(KernelBase):
                 recovery = ladder.recover(self, held.trigger, held.reason)  # asks again
             elif (lost := ladder.diagnose(self)) is not None:
                 recovery = ladder.recover(self, *lost)
-            if recovery is not None and recovery.declined:
-                return ExecResult(status="interrupted", state_lost=not recovery.survived,
+            if recovery is not None and recovery.declined:  # it never ran: no result
+                return ExecResult(status=NOT_RUN, state_lost=not recovery.survived,
                                   notice="not run: " + recovery.message(),
                                   recovery=recovery.to_dict())
             result = self._run(code, on_output, timeout, recovery)
@@ -300,7 +306,7 @@ class Kernel(KernelBase):
         self.death_reason = (
             f"the kernel process stopped answering its heartbeat for "
             f"{self.heartbeat_grace_s:g} s (frozen: stopped or wedged) and "
-            f"was killed" if self.owned else
+            f"was killed" if self.owned else GONE.format(where=self.where) if self.gone else
             f"{self.where} stopped answering its heartbeat for "
             f"{self.heartbeat_grace_s:g} s (it stopped, or is stuck)")
         return self._died(cap, now - t0, "frozen")

@@ -63,6 +63,8 @@ EVENT_KINDS: dict[str, str] = {
     "attempt": "index, id, parent, rationale, parameters, metrics, outcome, notes",
     "memory_write": "path, title, kind",
     "recovery": "reason, attempt, agent",
+    "reply_cut": "agent, output_tokens (a reply that stopped at the output token limit: "
+                 "simagent.agent.recovery.cut_notice)",
     "provider_retry": "retry, max_retries, delay_s, retry_after (seconds the server asked; "
                       "null if none), cause (short: 503, connection reset, timed out, reply "
                       "cut off), reason (the one-line provider error), agent; on giving up: "
