@@ -174,6 +174,13 @@ def test_run_in_a_workspace_that_is_not_a_folder(kind, workspace, tmp_path, _sta
     assert state_sessions(_state_home) == []
 
 
+@pytest.mark.parametrize("command", ["sessions", "transcript", "context"])
+def test_reading_commands_refuse_a_missing_workspace_too(command, workspace, tmp_path):
+    """Not "no sessions in this workspace yet": there is no such folder."""
+    line = one_error(cli(workspace, command, "--workspace", str(tmp_path / "missing")))
+    assert f"workspace {tmp_path / 'missing'} does not exist" in line
+
+
 # ------------------------------------------------ defects 4 and 13: output paths
 def test_output_paths_in_a_missing_folder_and_a_read_only_state_home(workspace, tmp_path,
                                                                       _state_home):

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from simagent import exit_codes
-from simagent.cli.common import session_options, writable_target
+from simagent.cli.common import existing_workspace, session_options, writable_target
 from simagent.exit_codes import CliError
 
 
@@ -103,7 +103,7 @@ def notebook_options(args: argparse.Namespace) -> dict:
 def cmd_sessions(args: argparse.Namespace) -> int:
     from simagent.trace.sessions import format_sessions_table, list_sessions
 
-    infos = list_sessions(args.workspace)
+    infos = list_sessions(existing_workspace(args.workspace))
     if args.json:
         import dataclasses
         import json
@@ -125,7 +125,7 @@ def cmd_transcript(args: argparse.Namespace) -> int:
     from simagent.trace.sessions import find_session
 
     try:
-        session_dir = find_session(args.workspace, args.session_id)
+        session_dir = find_session(existing_workspace(args.workspace), args.session_id)
     except LookupError as exc:
         raise CliError(str(exc)) from exc
     trace = TraceLog(session_dir / "trace.sqlite", readonly=True)
@@ -152,7 +152,7 @@ def cmd_context(args: argparse.Namespace) -> int:
     from simagent.trace.sessions import find_session
 
     try:
-        session_dir = find_session(args.workspace, args.session_id)
+        session_dir = find_session(existing_workspace(args.workspace), args.session_id)
     except LookupError as exc:
         raise CliError(str(exc)) from exc
     try:
