@@ -19,7 +19,8 @@ from simagent.kernel.cut_lines import Cut, cut_note, kernel_slice, locate_cut
 from simagent.kernel.terminal import ESC_SEQ_RE
 from simagent.kernel_api.outputs import handle, number_of
 
-Status = Literal["ok", "error", "interrupted", "died", "timeout"]
+#: ``not_run``: the cell never ran (``simagent.outcomes.NOT_RUN``: no result).
+Status = Literal["ok", "error", "interrupted", "died", "timeout", "not_run"]
 
 #: Model-facing text of one execution (streams + value + displays + error), in characters.
 MODEL_TEXT_CAP = 256 * 1024
