@@ -207,15 +207,8 @@ def open_session(opts: RunOptions, notebook: Any) -> tuple[Any, Any]:
     try:
         config = Config.load(opts.workspace, trust=opts.trust_workspace)
         spec, _where = config.model_spec(opts.model)
-        if not spec:
-            untrusted = (" (this folder's .simagent/config.toml is not trusted, so its "
-                         "model is not read: 'simagent trust' shows it)"
-                         if config.ignored_line else "")
-            raise CliError(
-                f"no model configured{untrusted}: pass --model provider:model (e.g. "
-                "anthropic:claude-sonnet-4-5), set $SIMAGENT_MODEL, or put model = \"...\" in "
-                ".simagent/config.toml; scripted:PATH plays a script without a key",
-                exit_codes.USAGE)
+        if not spec:  # the CLI checked this already; run_headless's other callers too
+            raise CliError(config.missing_model_line(), exit_codes.USAGE)
         resolved = resolve_model(spec, model_config=config.model_settings)
         resolved.prepare_workspace(opts.workspace)
         session = Session.open(opts, model=resolved.id, config=config,
