@@ -38,6 +38,7 @@ llama-wheel:
 # mode under every context policy (real kernel, real simulators, real graph; scripted model).
 run: $(STAMP)
 	$(VENV)/bin/simagent bench run --out bench-out
+	cp bench-out/summary.md docs/results/bench-summary.md
 
 # Two workers (pytest-xdist): most tests wait on kernels and subprocesses, so on 2 cores
 # the suite takes ~9 min instead of ~15.

@@ -349,3 +349,17 @@ def test_a_probe_fact_only_in_the_full_output_file_keeps_its_pointer(tmp_path):
     plan = OraclePlan(Script.of("task", STEPS), probes=("NEWTON lambda=3.480",))
     view = plan.view(msgs, final=False)
     assert str(raw) in view[i].text  # the pointer names the file, not a bare mark
+
+
+def test_the_summary_file_is_the_headline_table_with_its_commit():
+    """``make run`` copies ``summary.md`` into docs/results: the docs' figures are the
+    ones this function wrote from the run's rows (issue 37, defect 16)."""
+    from simagent.bench.report import render_summary
+
+    rows = [{**r, "commit": "abc1234"} for r in rows_for(
+        "w", oracle=(100, 1.0, "pass", 3.0), oracle_cached=(110, 1.0, "pass", 1.0),
+        simagent=(150, 1.0, "pass", 1.2), stock=(300, 1.0, "pass", 2.4))]
+    text = render_summary(rows, mode="replay")
+    assert text.startswith("`simagent bench run --mode replay` at abc1234: 1 workflows, 4 runs")
+    assert opening_summary(rows) in text
+    assert render_summary([r for r in rows if r["policy"] != "simagent"], mode="replay") == ""

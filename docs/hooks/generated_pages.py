@@ -137,8 +137,9 @@ def bench_results() -> str:
     parts = ["# Bench results\n",
              "Each table below is a file a measuring command wrote (its commit and date "
              "are in the file); none is typed by hand. `make bench-attacks` writes "
-             "`docs/results/attacks.md`. `make run` writes the main bench's report to "
-             "`bench-out/report.md` (with its figures) on your machine.\n"]
+             "`docs/results/attacks.md`. `make run` writes the main bench's headline table to "
+             "`docs/results/bench-summary.md`, and its whole report (with its figures) to "
+             "`bench-out/report.md` on your machine.\n"]
     if not results:
         parts.append("No result file is committed yet.\n")
     for path in results:

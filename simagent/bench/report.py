@@ -370,7 +370,24 @@ def plot(rows: Sequence[dict[str, Any]], out_dir: Path) -> list[str]:
     return [*files, recall_plot(recall_groups(rows), out_dir)]
 
 
+def render_summary(rows: Sequence[dict[str, Any]], *, mode: str) -> str:
+    """``summary.md``: the headline table alone, with the commit and the run's size, for
+    the docs (``make run`` copies it to ``docs/results/bench-summary.md``): a figure the
+    docs show is one this run wrote, never one typed in."""
+    table = opening_summary(rows)
+    if not table:
+        return ""
+    commit = next((r.get("commit") for r in rows if r.get("commit")), None)
+    runs = len({(r["workflow"], r["policy"], r.get("window"), r.get("epoch")) for r in rows})
+    return (f"`simagent bench run --mode {mode}` at {commit or '?'}: "
+            f"{len({r['workflow'] for r in rows})} workflows, {runs} runs, one run of each "
+            f"(replay is deterministic given its recordings; `make run` records afresh, so "
+            f"timing text in outputs can move a token figure by a hair).\n\n"
+            f"{SUMMARY_NOTE}\n\n{table}\n")
+
+
 def write_report(rows: Sequence[dict[str, Any]], out_dir: Path, *, mode: str) -> Path:
+    """``report.md`` (everything) and ``summary.md`` (the headline table) in ``out_dir``."""
     plots = plot(rows, out_dir) if rows else []
     if rows and (pareto := pareto_plot(rows, out_dir)):
         plots.append(pareto)
@@ -378,4 +395,6 @@ def write_report(rows: Sequence[dict[str, Any]], out_dir: Path, *, mode: str) ->
 
     notebooks = report_section(out_dir, sorted({str(r["workflow"]) for r in rows}))
     path.write_text(render_report(rows, mode=mode, plots=plots) + notebooks, encoding="utf-8")
+    if summary := render_summary(rows, mode=mode):
+        (out_dir / "summary.md").write_text(summary, encoding="utf-8")
     return path
