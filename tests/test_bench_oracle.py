@@ -360,6 +360,7 @@ def test_the_summary_file_is_the_headline_table_with_its_commit():
         "w", oracle=(100, 1.0, "pass", 3.0), oracle_cached=(110, 1.0, "pass", 1.0),
         simagent=(150, 1.0, "pass", 1.2), stock=(300, 1.0, "pass", 2.4))]
     text = render_summary(rows, mode="replay")
-    assert text.startswith("`simagent bench run --mode replay` at abc1234: 1 workflows, 4 runs")
+    assert text.startswith("`simagent bench run --mode replay` at abc1234: 1 workflows, "
+                           "4 runs, one run of each")
     assert opening_summary(rows) in text
     assert render_summary([r for r in rows if r["policy"] != "simagent"], mode="replay") == ""

@@ -378,9 +378,10 @@ def render_summary(rows: Sequence[dict[str, Any]], *, mode: str) -> str:
     if not table:
         return ""
     commit = next((r.get("commit") for r in rows if r.get("commit")), None)
-    runs = len({(r["workflow"], r["policy"], r.get("window"), r.get("epoch")) for r in rows})
+    epochs = len({r.get("epoch") for r in rows})
     return (f"`simagent bench run --mode {mode}` at {commit or '?'}: "
-            f"{len({r['workflow'] for r in rows})} workflows, {runs} runs, one run of each "
+            f"{len({r['workflow'] for r in rows})} workflows, {len(rows)} runs, "
+            f"{'one run' if epochs == 1 else f'{epochs} epochs'} of each "
             f"(replay is deterministic given its recordings; `make run` records afresh, so "
             f"timing text in outputs can move a token figure by a hair).\n\n"
             f"{SUMMARY_NOTE}\n\n{table}\n")
