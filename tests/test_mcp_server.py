@@ -27,6 +27,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from waiting import stopped
 
 from simagent.context.thresholds import TOOL_CAP_CHARS
 from simagent.mcp_server import ops
@@ -301,12 +302,7 @@ def test_http_needs_the_token_and_runs_nothing_without_it(workspace: Path,
 
         got = anyio.run(main)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=30)
+        stopped(server)
         err.close()
     assert got["no token"].status_code == 401 and got["wrong token"].status_code == 401
     assert got["file after refusals"] is False  # refused requests ran nothing

@@ -23,6 +23,7 @@ import httpx
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from test_mcp_server import CALL_S, SIMAGENT, _free_port, _stdio, _text
+from waiting import stopped
 
 from simagent.context.thresholds import TOOL_CAP_CHARS
 from simagent.kernel.cut_lines import parse_cut
@@ -152,12 +153,7 @@ def test_http_takes_the_bearer_scheme_in_any_case(workspace: Path, tmp_path: Pat
 
         got = anyio.run(main)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=30)
+        stopped(server)
         err.close()
     assert got["basic"].status_code == 401  # another scheme is still refused
     assert not got["cell"].isError and _text(got["cell"]) == "42"

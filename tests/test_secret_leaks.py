@@ -32,6 +32,7 @@ import pytest
 from jupyter_client import BlockingKernelClient
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
+from waiting import stopped
 
 from simagent.agent.builder import build_agent
 from simagent.agent.mcp_tools import McpHub
@@ -344,12 +345,7 @@ def _served_env(workspace: Path, tmp_path: Path, key: str, *extra: str) -> str:
 
         return anyio.run(main)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(timeout=30)
+        stopped(server)
         err.close()
 
 

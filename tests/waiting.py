@@ -3,6 +3,7 @@ so (an ordering, not a sleep), and joined with a deadline."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from typing import Any
 
@@ -37,3 +38,14 @@ def joined(th: threading.Thread, box: dict, timeout: float = WAIT_S) -> Any:
     th.join(timeout)
     assert not th.is_alive(), f"still running after {timeout:g} s"
     return box["r"]
+
+
+def stopped(proc: subprocess.Popen, grace_s: float = 60) -> None:
+    """Stop a server process the test started: SIGTERM, then SIGKILL after ``grace_s``,
+    each wait bounded, so a server that ignores SIGTERM cannot hang the suite."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
