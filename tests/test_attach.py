@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 import pytest
 from jupyter_client import BlockingKernelClient
+from waiting import until
 
 from simagent import exit_codes
 from simagent.kernel import Kernel
@@ -39,15 +40,6 @@ SIMAGENT = [sys.executable, "-m", "simagent"]
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 START_S = 90.0  # a kernel or server start on a loaded machine
 FIGURE_MIME = "application/vnd.simagent.figure+json"
-
-
-def until(check: Callable[[], Any], seconds: float, what: str) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {seconds:g} s: {what}")
 
 
 def client(path: Path) -> BlockingKernelClient:

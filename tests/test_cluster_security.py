@@ -25,6 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_ensembles import loads
 
 from simagent.config import Config, ConfigError
 from simagent.kernel import Kernel
@@ -99,12 +100,6 @@ print(json.dumps(results))
 '''
 
 
-def _loads(result) -> dict:
-    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("JSON ")]
-    assert lines, result.model_text()[-3000:]
-    return json.loads(lines[-1][5:])
-
-
 class Box:
     kernel: Kernel
     ws: Path
@@ -134,7 +129,7 @@ def box(tmp_path_factory):
         b.before = _listening(b.pid)
         res = b.kernel.execute(SETUP, timeout=120)
         assert res.ok, res.model_text()[-3000:]
-        b.setup, b.human = _loads(res), res.human
+        b.setup, b.human = loads(res), res.human
         yield b
     finally:
         if b.kernel.is_alive():
@@ -210,8 +205,8 @@ print("JSON " + json.dumps({"status": _t.status.tolist(),
                             "address": _cluster._local[0].scheduler_address}))
 """, timeout=120)
     assert res.ok, res.model_text()[-3000:]
-    assert _loads(res) == {"status": ["ok"], "address": _loads(res)["address"]}
-    assert _loads(res)["address"].startswith("tls://")
+    assert loads(res) == {"status": ["ok"], "address": loads(res)["address"]}
+    assert loads(res)["address"].startswith("tls://")
     assert len(res.human) == 1, res.human
     link = re.fullmatch(r"Dask dashboard: (http://127\.0\.0\.1:\d+/status)", res.human[0])
     assert link, res.human

@@ -18,7 +18,6 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -32,7 +31,7 @@ import pytest
 from jupyter_client import BlockingKernelClient
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
-from waiting import stopped
+from waiting import stopped, until
 
 from simagent.agent.builder import build_agent
 from simagent.agent.mcp_tools import McpHub
@@ -71,15 +70,6 @@ def _hits(root: Path, needles: list[str]) -> list[str]:
             seen = ESC_SEQ_RE.sub("", data.decode("utf-8", "replace")).encode()
             found += [f"{path}: {n}" for n in needles if n.encode() in data or n.encode() in seen]
     return found
-
-
-def _until(check, seconds: float, what: str):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {seconds:g} s: {what}")
 
 
 def _turns(session: Session, steps: list[dict], window: int = 128_000,
@@ -168,8 +158,8 @@ def foreign_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
                                 stderr=subprocess.STDOUT, start_new_session=True)
     kids: list[psutil.Process] = []
     try:
-        _until(path.exists, START_S, "the connection file")
-        kids = _until(lambda: psutil.Process(proc.pid).children(recursive=True), START_S,
+        until(path.exists, START_S, "the connection file")
+        kids = until(lambda: psutil.Process(proc.pid).children(recursive=True), START_S,
                       "the kernel process")
         kc = BlockingKernelClient(connection_file=str(path))
         kc.load_connection_file()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 #: Bound on waiting for a cell to start or end; far beyond any healthy wait on a loaded
@@ -49,3 +51,14 @@ def stopped(proc: subprocess.Popen, grace_s: float = 60) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=30)
+
+
+def until(check: Callable[[], Any], seconds: float, what: str) -> Any:
+    """``check()``'s first true value, polled every 0.1 s; an ``AssertionError`` naming
+    ``what`` after ``seconds`` (a bound on a wait, not a timing assertion)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"not within {seconds:g} s: {what}")
