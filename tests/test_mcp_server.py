@@ -11,7 +11,6 @@ import base64
 import json
 import os
 import re
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -27,12 +26,11 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from waiting import stopped
+from mcp_http import SIMAGENT, serving
 
 from simagent.context.thresholds import TOOL_CAP_CHARS
 from simagent.mcp_server import ops
 
-SIMAGENT = str(Path(sys.executable).parent / "simagent")
 #: Bound on any one request (a kernel start and the scipy warm-up included).
 CALL_S = 240
 
@@ -233,36 +231,17 @@ def test_ask_mode_refuses_code_and_says_which_flag(workspace: Path, tmp_path: Pa
     assert not (workspace / "ran.txt").exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_http_needs_the_token_and_runs_nothing_without_it(workspace: Path,
                                                            tmp_path: Path) -> None:
     token = "t0ken-for-the-test-1234"
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    env = {**os.environ, ops.TOKEN_ENV: token}
-    err = open(tmp_path / "server.err", "w")  # noqa: SIM115 - closed below
-    server = subprocess.Popen([SIMAGENT, "mcp", "--workspace", str(workspace), "--http",
-                               str(port)], env=env, stdout=subprocess.DEVNULL, stderr=err)
     write_file = "open('ran.txt', 'w').write('ran')"
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
             "params": {"name": "run_python", "arguments": {"code": write_file}}}
     accept = {"Accept": "application/json, text/event-stream"}
-    try:
+    with serving(workspace, tmp_path / "server.err", token) as url:
         async def main() -> dict[str, Any]:
             got: dict[str, Any] = {}
-            with anyio.fail_after(CALL_S):  # the server is up when it answers at all
-                while True:
-                    try:
-                        got["no token"] = httpx.post(url, json=call, headers=accept, timeout=10)
-                        break
-                    except httpx.ConnectError:
-                        assert server.poll() is None, (tmp_path / "server.err").read_text()
-                        await anyio.sleep(0.2)
+            got["no token"] = httpx.post(url, json=call, headers=accept, timeout=10)
             got["wrong token"] = httpx.post(url, json=call, timeout=10, headers={
                 **accept, "Authorization": f"Bearer {token}x"})
             got["file after refusals"] = (workspace / "ran.txt").exists()
@@ -301,9 +280,6 @@ def test_http_needs_the_token_and_runs_nothing_without_it(workspace: Path,
             return got
 
         got = anyio.run(main)
-    finally:
-        stopped(server)
-        err.close()
     assert got["no token"].status_code == 401 and got["wrong token"].status_code == 401
     assert got["file after refusals"] is False  # refused requests ran nothing
     assert token not in (tmp_path / "server.err").read_text()  # from the env: not printed

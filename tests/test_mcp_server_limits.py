@@ -11,9 +11,7 @@ a real kernel behind it; every wait is bounded (the client's read timeout,
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,8 +20,8 @@ import anyio
 import httpx
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
-from test_mcp_server import CALL_S, SIMAGENT, _free_port, _stdio, _text
-from waiting import stopped
+from mcp_http import serving
+from test_mcp_server import CALL_S, _stdio, _text
 
 from simagent.context.thresholds import TOOL_CAP_CHARS
 from simagent.kernel.cut_lines import parse_cut
@@ -121,26 +119,13 @@ def test_a_cell_that_raised_is_an_error_and_bad_types_are_one_line(workspace: Pa
 
 def test_http_takes_the_bearer_scheme_in_any_case(workspace: Path, tmp_path: Path) -> None:
     token = "t0ken-for-the-test-5678"
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    env = {**os.environ, ops.TOKEN_ENV: token}
-    err = open(tmp_path / "server.err", "w")  # noqa: SIM115 - closed below
-    server = subprocess.Popen([SIMAGENT, "mcp", "--workspace", str(workspace), "--http",
-                               str(port)], env=env, stdout=subprocess.DEVNULL, stderr=err)
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
     accept = {"Accept": "application/json, text/event-stream"}
-    try:
+    with serving(workspace, tmp_path / "server.err", token) as url:
         async def main() -> dict[str, Any]:
             got: dict[str, Any] = {}
-            with anyio.fail_after(CALL_S):  # the server is up when it answers at all
-                while True:
-                    try:
-                        got["basic"] = httpx.post(url, json=ping, timeout=10, headers={
-                            **accept, "Authorization": f"Basic {token}"})
-                        break
-                    except httpx.ConnectError:
-                        assert server.poll() is None, (tmp_path / "server.err").read_text()
-                        await anyio.sleep(0.2)
+            got["basic"] = httpx.post(url, json=ping, timeout=10, headers={
+                **accept, "Authorization": f"Basic {token}"})
             async with httpx.AsyncClient(headers={"Authorization": f"bearer {token}"},
                                          timeout=httpx.Timeout(30, read=CALL_S)) as http, \
                     streamable_http_client(url, http_client=http) as (read, write, _), \
@@ -152,9 +137,6 @@ def test_http_takes_the_bearer_scheme_in_any_case(workspace: Path, tmp_path: Pat
             return got
 
         got = anyio.run(main)
-    finally:
-        stopped(server)
-        err.close()
     assert got["basic"].status_code == 401  # another scheme is still refused
     assert not got["cell"].isError and _text(got["cell"]) == "42"
 

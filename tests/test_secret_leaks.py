@@ -14,7 +14,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import stat
 import subprocess
 import sys
@@ -31,7 +30,8 @@ import pytest
 from jupyter_client import BlockingKernelClient
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
-from waiting import stopped, until
+from mcp_http import serving
+from waiting import until
 
 from simagent.agent.builder import build_agent
 from simagent.agent.mcp_tools import McpHub
@@ -46,7 +46,6 @@ from simagent.kernel.env_secrets import may_set_env
 from simagent.kernel.process import inherited_env
 from simagent.kernel.terminal import ESC_SEQ_RE
 from simagent.kernel_api.state_probe import string_shown
-from simagent.mcp_server import ops
 from simagent.session import Session
 from simagent.trace.redact import SECRET_NAME_PATTERN
 
@@ -54,7 +53,6 @@ pytestmark = pytest.mark.timeout(600)
 
 LEAKY = Path(__file__).parent / "mcp_servers" / "leaky.py"
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
-SIMAGENT = str(Path(sys.executable).parent / "simagent")
 START_S = 90.0
 CALL_S = 240
 SECRET_NAME = re.compile(SECRET_NAME_PATTERN, re.IGNORECASE)
@@ -294,33 +292,14 @@ def test_a_kernel_served_to_others_gets_no_secret_named_variable():
         "PATH": "/bin", "HOME": "/h", "DB_PASSWORD": "p" * 12}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _served_env(workspace: Path, tmp_path: Path, key: str, *extra: str) -> str:
     """What a cell run through ``simagent mcp --http`` prints of FAKE_API_KEY."""
     token = "t0ken-" + secrets.token_hex(8)
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    env = {**os.environ, ops.TOKEN_ENV: token, "FAKE_API_KEY": key}
-    err = open(tmp_path / f"server-{port}.err", "w")  # noqa: SIM115 - closed below
-    server = subprocess.Popen([SIMAGENT, "mcp", "--workspace", str(workspace), "--approval",
-                               "auto", "--http", str(port), *extra], env=env,
-                              stdout=subprocess.DEVNULL, stderr=err)
-    try:
+    env = {**os.environ, "FAKE_API_KEY": key}
+    with serving(workspace, tmp_path / f"server-{token}.err", token, "--approval", "auto",
+                 *extra, env=env) as url:
         async def main() -> str:
             headers = {"Authorization": f"Bearer {token}"}
-            with anyio.fail_after(CALL_S):
-                while True:
-                    try:
-                        httpx.get(url, timeout=5)
-                        break
-                    except httpx.ConnectError:
-                        assert server.poll() is None, (tmp_path / "server.err").read_text()
-                        await anyio.sleep(0.2)
             async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=CALL_S)
                                          ) as http, \
                     streamable_http_client(url, http_client=http) as (read, write, _), \
@@ -334,9 +313,6 @@ def _served_env(workspace: Path, tmp_path: Path, key: str, *extra: str) -> str:
                                  if isinstance(c, types.TextContent))
 
         return anyio.run(main)
-    finally:
-        stopped(server)
-        err.close()
 
 
 def test_mcp_http_kernels_get_no_secret_named_variable_unless_passed(workspace, tmp_path):
