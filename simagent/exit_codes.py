@@ -1,5 +1,7 @@
 """Exit codes of every command (design.md §3); the one home, read by cli, run and models."""
 
+import json
+
 OK = 0
 FAILED = 1  # an unexpected internal error (reported in one line)
 USAGE = 2  # usage or configuration error (missing API key, read-only state folder)
@@ -19,3 +21,10 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = USAGE) -> None:
         super().__init__(message)
         self.code = code
+
+
+def json_error(message: str, code: int) -> str:
+    """The one JSON object a ``--json`` command prints on stdout when it ends without a
+    report of its own, so a script always has something to parse: ``{"error",
+    "exit_code"}``, the code being the process's exit status."""
+    return json.dumps({"error": message, "exit_code": code})

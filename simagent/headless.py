@@ -142,9 +142,12 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
         print(session.config.ignored_line, file=err, flush=True)
 
     started = False  # a new session whose turn never started is discarded, not kept
+    report: dict[str, Any] | None = None  # run --json's object, once the exit code is known
     try:
-        if notebook is not None and not load.consented(session, notebook, err):
-            return exit_codes.APPROVAL  # none of its cells ran, nor did the turn
+        if notebook is not None and (held := load.withheld(session, notebook, err)):
+            if opts.json:  # none of its cells ran, nor did the turn
+                print(exit_codes.json_error(held, exit_codes.APPROVAL), file=out)
+            return exit_codes.APPROVAL
         try:  # before the kernel starts: a bad subagent file or model fails fast
             runner = turn_runner_for(session, resolved, front_end="headless")
         except SubagentError as exc:
@@ -173,32 +176,22 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
         else:
             started = True
             result = runner.run(first_prompt(account, opts.prompt or ""), printer)
-        report_turn(opts, session, result, printer, out, err)
+        show_answer(opts, session, printer, result, out, err)
         if export_to is not None:
             write_notebook(session, export_to, err)
-        if session.kernel_consent_needed is not None and session.kernel.gone:
-            print(f"simagent: {GONE.format(where=session.kernel.where)}; start a kernel "
-                  f"(jupyter kernel, or JupyterLab), then continue with 'simagent run "
-                  f"--resume {session.id} --kernel latest' (or its connection file)",
-                  file=err)
-            return exit_codes.KERNEL_CONSENT
-        if session.kernel_consent_needed is not None:  # the ladder stopped and asks
-            why = session.kernel_consent_needed.get("reason") or "it stopped answering"
-            print(f"simagent: {session.kernel.where} needs a restart that only its owner may "
-                  f"allow ({why}); simagent left it running, variables untouched: stop that "
-                  f"cell where it runs (if interrupts do not, restart the kernel there or end "
-                  f"its process), then continue with 'simagent run --resume {session.id} "
-                  f"--kernel {session.kernel.connection_file or session.kernel_existing}'",
-                  file=err)
-            return exit_codes.KERNEL_CONSENT
-        return exit_code(session, result, err)
+        code = exit_code(session, result, err)
+        report = json_report(session, result, code) if opts.json else None
+        return code
     finally:
         if started:
             session.close()
-            if (kernel_file := session.kernel.connection_file) is not None:
+            if (kernel_file := session.kernel.status().connection_file) is not None:
                 print(f"simagent: {left_running(kernel_file)}", file=err)  # the TUI's line
         else:
             session.discard()
+        # after the close: a close that raised leaves main's one error object instead
+        if report is not None:
+            print(json.dumps(report), file=out)
 
 
 def open_session(opts: RunOptions, notebook: Any) -> tuple[Any, Any]:
@@ -229,31 +222,53 @@ def approval_line(opts: RunOptions, session: Any) -> str:
     return f"simagent: approval {session.approval} ({where}): {MODE_HELP[session.approval]}"
 
 
-def report_turn(opts: RunOptions, session: Any, result: Any, printer: StreamPrinter,
+def show_answer(opts: RunOptions, session: Any, printer: StreamPrinter, result: Any,
                 out: TextIO, err: TextIO) -> None:
-    """The turn's answer on stdout (unless it streamed), or its JSON report; the session
-    id on stderr."""
-    if not opts.json and printer.wrote_text:
-        printer.end_line()
-    elif not opts.json and result.final and result.status != "error":
-        out.write(result.final + "\n")
+    """The turn's answer on stdout (unless it streamed) and the session id on stderr;
+    with ``--json`` nothing here: the report (``json_report``) is printed once the exit
+    code is known."""
     if opts.json:
-        print(json.dumps({
-            "session_id": session.id, "status": result.status, "final": result.final,
-            "tool_calls": result.tool_calls,
-            "usage": {"input_tokens": result.usage.input_tokens,
-                      "output_tokens": result.usage.output_tokens,
-                      "cache_read": result.usage.cache_read},
-            "trace_path": str(session.paths.trace), "state_dir": str(session.paths.root),
-            "error": result.error, "cost_ceiling": result.cost_ceiling,
-            "recovery": result.recovery}), file=out)
-    else:
-        print(f"[session {session.id}]", file=err)
+        return
+    if printer.wrote_text:
+        printer.end_line()
+    elif result.final and result.status != "error":
+        out.write(result.final + "\n")
+    print(f"[session {session.id}]", file=err)
+
+
+def json_report(session: Any, result: Any, code: int) -> dict[str, Any]:
+    """``run --json``'s object for a turn that ran, with the exit status the process
+    leaves with (an error before the turn is ``cli._fail``'s ``{"error", "exit_code"}``)."""
+    return {
+        "session_id": session.id, "status": result.status, "final": result.final,
+        "tool_calls": result.tool_calls,
+        "usage": {"input_tokens": result.usage.input_tokens,
+                  "output_tokens": result.usage.output_tokens,
+                  "cache_read": result.usage.cache_read},
+        "trace_path": str(session.paths.trace), "state_dir": str(session.paths.root),
+        "error": result.error, "cost_ceiling": result.cost_ceiling,
+        "recovery": result.recovery, "exit_code": code}
 
 
 def exit_code(session: Any, result: Any, err: TextIO) -> int:
     """How the turn ended as an exit code (design.md §3), with the line that says what
     to run next."""
+    kernel = session.kernel.status() if session.kernel_consent_needed is not None else None
+    if kernel is not None and kernel.gone:
+        print(f"simagent: {GONE.format(where=kernel.where)}; start a kernel "
+              f"(jupyter kernel, or JupyterLab), then continue with 'simagent run "
+              f"--resume {session.id} --kernel latest' (or its connection file)",
+              file=err)
+        return exit_codes.KERNEL_CONSENT
+    if kernel is not None:  # the ladder stopped and asks
+        why = session.kernel_consent_needed.get("reason") or "it stopped answering"
+        print(f"simagent: {kernel.where} needs a restart that only its owner may "
+              f"allow ({why}); simagent left it running, variables untouched: stop that "
+              f"cell where it runs (if interrupts do not, restart the kernel there or end "
+              f"its process), then continue with 'simagent run --resume {session.id} "
+              f"--kernel {kernel.connection_file or session.kernel_existing}'",
+              file=err)
+        return exit_codes.KERNEL_CONSENT
     if result.status == "paused":
         print(f"simagent: turn paused for approval; continue with 'simagent run --resume "
               f"{session.id} --approve' (or --reject)", file=err)

@@ -18,6 +18,7 @@ import pytest
 from conftest import write_config
 from test_cli_bad_input import _ro_mount_prefix
 
+from simagent import exit_codes
 from simagent.cli import build_parser
 from simagent.cli.arguments import _options, _subparsers
 from simagent.config import Config, ConfigError
@@ -114,6 +115,35 @@ def test_json_failures_print_one_json_object_with_the_error(argv, workspace):
     out = json.loads(proc.stdout)
     assert out["exit_code"] == 2 and out["error"] and "error" not in out["error"][:7]
     assert out["error"] in errors(proc.stderr)[0]
+
+
+@pytest.mark.parametrize("approval, status, code", [("workspace", "done", 0),
+                                                     ("ask", "paused", 3)])
+def test_a_turn_s_json_report_carries_the_exit_status(approval, status, code, workspace,
+                                                       tmp_path):
+    """A script reads one object whichever way the run ended: the turn's report names the
+    status the process leaves with, as an error object does."""
+    model = script(tmp_path, [{"tool": "run_python", "args": {"code": "x = 1"}},
+                              {"final": "done"}])
+    proc = cli(workspace, "run", "--json", "--approval", approval, "--model", model, "go")
+    (line,) = proc.stdout.splitlines()
+    out = json.loads(line)
+    assert (out["status"], out["exit_code"], proc.returncode) == (status, code, code), \
+        proc.stderr
+
+
+def test_a_notebook_held_for_approval_is_a_json_error_with_its_exit_status(workspace,
+                                                                            tmp_path):
+    (workspace / "n.ipynb").write_text(json.dumps({
+        "cells": [{"cell_type": "code", "source": "x = 1", "metadata": {}, "outputs": [],
+                   "execution_count": None}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    proc = cli(workspace, "run", "--json", "--approval", "ask", "--from-notebook",
+               "n.ipynb", "--model", script(tmp_path), "go")
+    assert proc.returncode == exit_codes.APPROVAL, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["exit_code"] == exit_codes.APPROVAL and "were not run" in out["error"]
+    assert f"simagent: {out['error']}" in proc.stderr.splitlines()
 
 
 # -------------------------------------------- defect 1: options before the command

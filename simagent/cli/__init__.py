@@ -10,11 +10,12 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from simagent import __version__, exit_codes, model_kinds  # noqa: F401  (kinds register)
+from simagent import __version__, exit_codes
 from simagent.cli import (
     bench_commands,
     mcp_command,
     notebook_command,
+    plugin_command,
     session_commands,
     workspace_commands,
 )
@@ -27,7 +28,7 @@ __all__ = ["CliError", "build_parser", "entry", "main", "parse_windows"]
 
 # Each command module adds its own subparsers; a new command is a new module in this list.
 COMMAND_MODULES = (session_commands, workspace_commands, bench_commands, mcp_command,
-                   notebook_command)
+                   notebook_command, plugin_command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,10 +88,8 @@ def _fail(line: str, code: int, as_json: bool) -> int:
     """Say why the command failed: the line on stderr, and a JSON object on stdout."""
     print(line, file=sys.stderr)
     if as_json:
-        import json
-
-        message = line.split(": ", 2)[-1] if ": error: " in line else line
-        print(json.dumps({"error": message, "exit_code": code}))
+        print(exit_codes.json_error(line.split(": ", 2)[-1] if ": error: " in line else line,
+                                    code))
     return code
 
 

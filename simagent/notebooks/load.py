@@ -236,18 +236,18 @@ def held_line(notebook: Notebook, mode: str, declined: bool = False) -> str:
             f"(simagent --from-notebook {notebook.path})")
 
 
-def consented(session: Any, notebook: Notebook, err: TextIO,
-              stdin: TextIO | None = None) -> bool:
-    """``simagent run``: whether the starting notebook's cells may run (before the
-    kernel starts).
+def withheld(session: Any, notebook: Notebook, err: TextIO,
+             stdin: TextIO | None = None) -> str | None:
+    """``simagent run``: None when the starting notebook's cells may run (asked before
+    the kernel starts), else why they may not, the line it printed.
 
     Where kernel code waits (``approval.notebook_waits``) a terminal on stdin is shown
     the cells and asked once, y/N for all; without one nobody can be asked, so none
     runs and one line on ``err`` says how to allow them (the caller exits 3, "paused
-    for approval").
+    for approval", and ``--json`` reports the line as its error).
     """
     if not notebook_waits(session.approval):
-        return True
+        return None
     stdin = sys.stdin if stdin is None else stdin
     declined = False
     if stdin.isatty():
@@ -258,11 +258,11 @@ def consented(session: Any, notebook: Notebook, err: TextIO,
         err.write(f"run all {n} code cell{'s' * (n != 1)} in the kernel? [y/N] ")
         err.flush()
         if stdin.readline().strip().lower() in ("y", "yes"):
-            return True
+            return None
         declined = True
-    print(f"simagent: {held_line(notebook, session.approval, declined)}", file=err,
-          flush=True)
-    return False
+    line = held_line(notebook, session.approval, declined)
+    print(f"simagent: {line}", file=err, flush=True)
+    return line
 
 
 def none_run(notebook: Notebook) -> LoadOutcome:
