@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from simagent.config import Config, SessionOptions
 from simagent.context.memory import ensure_memory
 from simagent.context.thresholds import ContextSettings
-from simagent.kernel import ExecResult, Kernel, ladder, snapshot
+from simagent.kernel import ExecResult, Kernel, KernelPort, ladder, snapshot
 from simagent.kernel.replay import budget_of as replay_budget_of
 from simagent.paths import (
     SessionPaths,
@@ -84,7 +84,7 @@ class Session:
 
     def __init__(self, workspace: Path, session_id: str, *, config: Config,
                  simulator: Simulator | None, approval: str,
-                 kernel: Kernel | None = None, resume: ResumeInfo | None = None,
+                 kernel: KernelPort | None = None, resume: ResumeInfo | None = None,
                  kernel_existing: str | None = None) -> None:
         register_config(config)  # its secrets are redacted from everything any front end writes
         self.workspace = workspace
@@ -117,7 +117,7 @@ class Session:
         self.usage = UsageTotals.from_trace(self.trace.iter_events(["model_usage"]))
         self._kernel = kernel
         self._kernel_lock = threading.Lock()
-        self._warmed = kernel is not None and kernel.is_alive()
+        self._warmed = kernel is not None and kernel.status().alive
         self.cancel_requested = threading.Event()  # set by TurnRunner.cancel, per turn
         self.turns = TurnRegistry()  # graph runs, and those a cancel abandoned
         self._checkpoint_conn: sqlite3.Connection | None = None
@@ -132,7 +132,7 @@ class Session:
     @classmethod
     def create(cls, workspace: str | os.PathLike[str], *, simulator: str | None = None,
                approval: str | None = None, model: str | None = None,
-               config: Config | None = None, kernel: Kernel | None = None,
+               config: Config | None = None, kernel: KernelPort | None = None,
                continued_from: str | None = None, notebook: Path | None = None,
                notebook_writable: bool = False,
                kernel_existing: str | None = None) -> Session:
@@ -160,7 +160,7 @@ class Session:
     @classmethod
     def resume(cls, workspace: str | os.PathLike[str], session_id: str | None = None, *,
                approval: str | None = None, model: str | None = None,
-               config: Config | None = None, kernel: Kernel | None = None,
+               config: Config | None = None, kernel: KernelPort | None = None,
                kernel_existing: str | None = None) -> Session:
         """Reopen a session (``session_id`` may be a prefix; None = the last one)."""
         ws = Path(workspace).expanduser().resolve()
@@ -174,7 +174,7 @@ class Session:
             start.close()
         sim_name = first.payload.get("simulator") if first else None
         sim = get_simulator(sim_name) if sim_name else None
-        keep_kernel = kernel is not None and kernel.is_alive()
+        keep_kernel = kernel is not None and kernel.status().alive
 
         info = ResumeInfo(resumed_at=datetime.now().strftime("%Y-%m-%d %H:%M"),
                           kernel_restarted=not keep_kernel and not kernel_existing)
@@ -240,16 +240,16 @@ class Session:
             self._checkpointer = redacting_sqlite_saver(conn)  # no secret at rest
         return self._checkpointer
 
-    def detach_kernel(self) -> Kernel | None:
+    def detach_kernel(self) -> KernelPort | None:
         """The running kernel, handed over: closing this session then leaves it running."""
         with self._kernel_lock:
             kernel, self._kernel = self._kernel, None
-        if kernel is not None and not kernel.is_alive():
+        if kernel is not None and not kernel.status().alive:
             kernel.shutdown()
             return None
         return kernel
 
-    def adopt_kernel(self, kernel: Kernel | None) -> None:
+    def adopt_kernel(self, kernel: KernelPort | None) -> None:
         """Take back a kernel handed out by :meth:`detach_kernel` (a failed hand-over)."""
         with self._kernel_lock:
             self._kernel = kernel
@@ -313,7 +313,7 @@ class Session:
 
     # --------------------------------------------------------------- kernel
     @property
-    def kernel(self) -> Kernel:
+    def kernel(self) -> KernelPort:
         with self._kernel_lock:
             if self._kernel is None:
                 env = dict(self.simulator.env) if self.simulator else {}

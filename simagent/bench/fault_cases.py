@@ -162,14 +162,14 @@ def oom_killer(limit_mb: float = OOM_LIMIT_MB, used: list[str] | None = None
 
     def start(session: Any) -> Callable[[], None]:
         done = threading.Event()
-        pid = session.kernel.pid
+        pid = session.kernel.status().pid
         group = _cgroup_limit(pid, limit_mb) if pid else None
         if used is not None:
             used.append("the OOM killer (memory cgroup)" if group else "an RSS watcher")
 
         def watch() -> None:
             while not done.wait(0.02):
-                now = session.kernel.pid if session.kernel_state != "stopped" else None
+                now = session.kernel.status().pid if session.kernel_state != "stopped" else None
                 if now and _rss_mb(now) > limit_mb:
                     try:
                         os.kill(now, signal.SIGKILL)
@@ -400,7 +400,7 @@ def _disk_full(lab: Lab, fast: bool) -> Outcome:
     runner = lab.scripted(session, steps)
     first = runner.run("set up the model")
     before = snapshot(session)
-    target = session.paths.outputs / raw_name(session.kernel.executions + 1)
+    target = session.paths.outputs / raw_name(session.kernel.status().executions + 1)
     target.symlink_to("/dev/full")
     clock = Clock()
     second = runner.run("print the table", clock)

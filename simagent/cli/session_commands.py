@@ -55,7 +55,7 @@ def attached_kernel(args: argparse.Namespace) -> None:
     if not args.kernel:
         return
     from simagent.kernel.attach import check  # (start-up speed: only with --kernel)
-    from simagent.kernel.process import KernelStartError
+    from simagent.kernel.port import KernelStartError
 
     try:
         check(args.kernel)

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from simagent.kernel.capture import OutputEvent
+    from simagent.kernel.port import KernelPort, KernelStartError, KernelStatus
     from simagent.kernel.result import Display, ErrorInfo, ExecResult
-    from simagent.kernel.supervisor import Kernel, KernelStartError
+    from simagent.kernel.supervisor import Kernel
 
-__all__ = ["HUMAN_MIME", "Display", "ErrorInfo", "ExecResult", "Kernel", "KernelStartError",
-           "OutputEvent"]
+__all__ = ["HUMAN_MIME", "Display", "ErrorInfo", "ExecResult", "Kernel", "KernelPort",
+           "KernelStartError", "KernelStatus", "OutputEvent"]
 
 #: The human-only channel: a ``display_data`` carrying this mime type (a JSON object with
 #: ``text``) is a notice for the person at the screen, e.g. a dashboard link. Capture keeps
@@ -26,7 +27,9 @@ HUMAN_MIME = "application/vnd.simagent.human+json"
 
 _HOMES = {
     "Kernel": "simagent.kernel.supervisor",
-    "KernelStartError": "simagent.kernel.supervisor",
+    "KernelStartError": "simagent.kernel.port",
+    "KernelPort": "simagent.kernel.port",
+    "KernelStatus": "simagent.kernel.port",
     "ExecResult": "simagent.kernel.result",
     "ErrorInfo": "simagent.kernel.result",
     "Display": "simagent.kernel.result",

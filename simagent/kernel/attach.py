@@ -28,7 +28,7 @@ import psutil
 from jupyter_core.paths import jupyter_runtime_dir
 
 from simagent.kernel.ladder import control_request
-from simagent.kernel.process import KernelStartError
+from simagent.kernel.port import KernelStartError
 
 #: How long an attach waits for the kernel to answer ``kernel_info``.
 ATTACH_READY_S = 10.0

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from simagent.kernel import env_secrets, helpers
+from simagent.kernel import env_secrets, helpers, memory
 from simagent.kernel.attach import GONE, AttachedLink
 from simagent.kernel.ladder import (
     HEARTBEAT_GRACE_S,
@@ -25,7 +25,8 @@ from simagent.kernel.ladder import (
     INTERRUPT_GRACE_S,
     Recovery,
 )
-from simagent.kernel.process import KernelStartError, OwnedLink
+from simagent.kernel.port import KernelStartError, KernelStatus
+from simagent.kernel.process import OwnedLink
 from simagent.kernel.replay import ReplayBudget, read_lineage, save_lineage
 from simagent.kernel.result import MODEL_TEXT_CAP
 from simagent.paths import SessionPaths
@@ -55,8 +56,12 @@ class KernelBase:
         heartbeat_grace_s: float = HEARTBEAT_GRACE_S,
         existing: str | None = None,
         keep_secret_env: frozenset[str] | None = None,
+        transport: str | None = None,
     ) -> None:
         self.paths = paths.ensure()
+        #: ``memory``: cells run in this process (:mod:`simagent.kernel.memory`, the test
+        #: seam); None: the environment's ``SIMAGENT_TEST_KERNEL`` decides, else a process
+        self.transport = transport
         self.cwd = Path(cwd) if cwd is not None else Path.cwd()
         self.kernel_name = kernel_name
         self.existing = existing
@@ -68,7 +73,7 @@ class KernelBase:
         self.keep_secret_env = keep_secret_env
         self.state: KernelState = "stopped"
         self.death_reason = ""
-        self._link: OwnedLink | AttachedLink | None = None
+        self._link: OwnedLink | AttachedLink | memory.MemoryLink | None = None
         self.lock = threading.Lock()
         self._interrupt_at: float | None = None
         self._last_sigint = 0.0
@@ -107,9 +112,11 @@ class KernelBase:
                 if p.stem.isdigit() and p.suffix in (".txt", ".json")]
         return max(nums, default=0)
 
-    def _new_link(self) -> OwnedLink | AttachedLink:
+    def _new_link(self) -> OwnedLink | AttachedLink | memory.MemoryLink:
         if self.existing:
             return AttachedLink(self.existing)
+        if memory.selected(self.transport):
+            return memory.MemoryLink(self.paths, self.cwd, self.extra_env)
         return OwnedLink(self.paths, self.cwd, self.kernel_name, self.extra_env,
                          self.keep_secret_env)
 
@@ -205,6 +212,15 @@ class KernelBase:
     def _process(self) -> Any:
         """The kernel's Popen, where simagent started it locally (None otherwise)."""
         return self._link.process() if isinstance(self._link, OwnedLink) else None
+
+    def status(self) -> KernelStatus:
+        """What the kernel is now, in one record (the port's only way to read it)."""
+        return KernelStatus(
+            state=self.state, alive=self.is_alive(), owned=self.owned, where=self.where,
+            pid=self.pid, executions=self.executions, generation=self.generation,
+            lineage=self.lineage, connection_file=self.connection_file, gone=self.gone,
+            attached_line=self.attached_line(), on_restart=self.on_restart,
+            left_alone=self.left_alone() if not self.owned else "")
 
     @property
     def executions(self) -> int:

@@ -20,6 +20,7 @@ from typing import IO, Any
 import psutil
 
 from simagent.kernel.launcher import FLOW_ENV, FlowAck
+from simagent.kernel.port import KernelStartError
 from simagent.paths import (
     SESSION_DIR_ENV,
     SessionPaths,
@@ -41,8 +42,6 @@ _SCRUB_ENV = ("PYTEST_CURRENT_TEST",)
 _LOG_NOISE = "running over TCP without encryption"
 
 
-class KernelStartError(RuntimeError):
-    """The kernel could not be started (or attached to); the message says why."""
 
 
 def default_kernelspec() -> Path:

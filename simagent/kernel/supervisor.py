@@ -42,7 +42,7 @@ from simagent.kernel.capture import Capture, OnOutput
 from simagent.kernel.cell_end import IDLE_LOST_NOTICE, CellEnd
 from simagent.kernel.ladder import INTERRUPT_RESEND_S, INTERRUPT_STEPS, Recovery
 from simagent.kernel.lifecycle import KernelBase, KernelState
-from simagent.kernel.process import KernelStartError
+from simagent.kernel.port import KernelStartError
 from simagent.kernel.result import ExecResult
 from simagent.kernel_api import effects
 from simagent.kernel_api.outputs import raw_name, write_record

@@ -333,7 +333,7 @@ def run_tui(opts: Any) -> int:
         print(f"simagent: error: {getattr(last, 'text', 'the session could not open')}",
               file=sys.stderr)
         return exit_codes.USAGE
-    kernel_file = ctl.session.kernel.connection_file if ctl.session is not None else None
+    kernel_file = ctl.session.kernel.status().connection_file if ctl.session is not None else None
     if kernel_file is not None:  # the person's kernel: how it was left, and how to go on
         print(f"simagent: session {ctl.session.id} (resume with: simagent --resume "
               f"{ctl.session.id} --kernel {kernel_file}); "

@@ -127,8 +127,9 @@ class TuiController(StatusFeed, TurnDriving):
 
         kernel = self.session.kernel
         why = recovery.get("reason") or "it stopped answering"
-        self.post(lambda: self.ask(f"{kernel.where}: {why}. Restart it? {kernel.on_restart}",
-                                   restart, lambda: self.note(kernel.left_alone())))
+        now = kernel.status()
+        self.post(lambda: self.ask(f"{now.where}: {why}. Restart it? {now.on_restart}",
+                                   restart, lambda: self.note(kernel.status().left_alone)))
 
     def _welcome(self) -> None:
         sim = self.session.simulator
@@ -181,7 +182,7 @@ class TuiController(StatusFeed, TurnDriving):
         def start() -> None:
             try:
                 session.start_kernel()
-                if line := session.kernel.attached_line():  # the person's kernel
+                if line := session.kernel.status().attached_line:  # the person's kernel
                     self.post(lambda: self.conversation.note(line, "info"))
                 if run_notebook:
                     self._run_notebook()

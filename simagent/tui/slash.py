@@ -112,7 +112,7 @@ def cmd_reset(ctl: TuiController, arg: str) -> None:
         if ctl.background("/reset", work):
             ctl.note("restarting the kernel…", "warning")
 
-    kernel = ctl.session.kernel
+    kernel = ctl.session.kernel.status()
     if kernel.owned:
         go()
     else:  # the person's kernel: say what a restart does to it, and ask
