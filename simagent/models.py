@@ -5,11 +5,12 @@ Keeping the parsing, API-key checks, window lookup and error wording here means 
 TUI and the bench all report the same one-line errors and agree on the context window that
 summarization and the ``/context`` meter are computed against.
 
-Model kinds register themselves (:func:`register_kind`), the way ``llm`` plugins register
-models: the provider kinds and ``openai-compatible:`` here, ``scripted:`` in the agent layer,
-``replay:`` in the bench, ``local:`` in :mod:`simagent.local_model`. So this base module
-imports no layer above it; the places that assemble a session import the kinds they offer
-(``simagent.model_kinds``). Provider failures and the retry policy live beside it, in
+Model kinds come from plugins (the ``register_model_kinds`` hook of
+:mod:`simagent.hookspecs`), the built-ins as any other: the provider kinds and
+``openai-compatible:`` here, ``scripted:`` in the agent layer, ``replay:`` in the bench,
+``local:`` in :mod:`simagent.local_model`. They are gathered on the first lookup
+(:func:`model_kinds`), so no caller imports a kind for its side effect and this module
+imports no layer above it. Provider failures and the retry policy live beside it, in
 :mod:`simagent.provider_errors`.
 
 Only the standard library is imported at module level: ``simagent --help`` imports this module
@@ -26,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simagent import plugins
 from simagent.exit_codes import PROVIDER as PROVIDER_ERROR  # keys, packages, HTTP
 from simagent.exit_codes import USAGE as USAGE_ERROR  # malformed spec or bad model config
+from simagent.hookspecs import hookimpl
 from simagent.provider_errors import (  # re-exported: callers name them from here
     COMPATIBLE_KEY_VAR,
     CONNECTION_ERRORS,
@@ -47,8 +50,8 @@ __all__ = [
     "ModelKind", "ModelSpec", "ResolvedModel", "TruncatedReply", "check_model_spec",
     "context_window",
     "describe_provider_error", "exception_chain", "expected_forms", "finish_reason_key",
-    "image_support", "max_output_tokens", "parse_model_spec", "refused_locally",
-    "register_kind", "resolve_model",
+    "image_support", "max_output_tokens", "model_kinds", "parse_model_spec",
+    "refused_locally", "resolve_model",
 ]
 
 # Checked before constructing the model: langchain's own missing-key errors are multi-line
@@ -135,23 +138,33 @@ class ModelKind:
     check: Callable[[ModelSpec], object] | None = None
 
 
-_KINDS: dict[str, ModelKind] = {}
+_kinds: dict[str, ModelKind] | None = None
 
 
-def register_kind(kind: ModelKind) -> ModelKind:
-    """Make ``kind.prefix`` a model kind (a later registration of the prefix replaces it)."""
-    _KINDS[kind.prefix.lower()] = kind
-    return kind
+def model_kinds() -> dict[str, ModelKind]:
+    """Every ``--model`` kind by prefix, from the plugins' ``register_model_kinds`` hooks,
+    gathered on the first call (a later registration of a prefix replaces an earlier one:
+    a third-party plugin's replaces a built-in's)."""
+    global _kinds
+    if _kinds is None:
+        found: dict[str, ModelKind] = {}
+        for entry in plugins.collect("register_model_kinds"):
+            if isinstance(entry.item, ModelKind):
+                found[entry.item.prefix.lower()] = entry.item
+            else:
+                plugins.refuse(entry, "register_model_kinds", "a simagent.models.ModelKind")
+        _kinds = found
+    return _kinds
 
 
 def kind_suggestions() -> list[tuple[str, str]]:
     """``(spec, note)`` examples from every registered kind that offers some."""
-    return [s for _, k in sorted(_KINDS.items()) if k.suggest for s in k.suggest()]
+    return [s for _, k in sorted(model_kinds().items()) if k.suggest for s in k.suggest()]
 
 
 def expected_forms() -> str:
     """The spec forms the registered kinds accept, for error lines."""
-    forms = [k.form for p, k in sorted(_KINDS.items()) if p != PROVIDER_KIND]
+    forms = [k.form for p, k in sorted(model_kinds().items()) if p != PROVIDER_KIND]
     return ("expected provider:model (e.g. anthropic:claude-sonnet-4-5, ollama:qwen3:8b)"
             + "".join(", " + f for f in forms))
 
@@ -216,7 +229,7 @@ def parse_model_spec(spec: str) -> ModelSpec:
         raise bad("no provider prefix")
     if not rest or rest.startswith("//"):
         raise bad("nothing after the prefix" if not rest else "looks like a bare URL")
-    kind = _KINDS.get(prefix.lower())
+    kind = model_kinds().get(prefix.lower())
     if kind is None:
         return ModelSpec(raw, PROVIDER_KIND, prefix.lower(), rest)
     name, url = rest, None
@@ -232,7 +245,7 @@ def check_model_spec(spec: str) -> ModelSpec:
     """``parse_model_spec``, then the kind's own light check (``ModelKind.check``): what
     the CLI runs before any heavy import."""
     parsed = parse_model_spec(spec)
-    kind = _KINDS.get(parsed.kind)
+    kind = model_kinds().get(parsed.kind)
     if kind is not None and kind.check is not None:
         kind.check(parsed)
     return parsed
@@ -257,7 +270,8 @@ def resolve_model(
         raise ModelError(f"model config 'images' must be true or false, got {cfg['images']!r}",
                          code=USAGE_ERROR)
     retry = _retry_policy(cfg)
-    built = _KINDS.get(parsed.kind, _KINDS[PROVIDER_KIND]).build(parsed, cfg, env)
+    kinds = model_kinds()
+    built = kinds.get(parsed.kind, kinds[PROVIDER_KIND]).build(parsed, cfg, env)
     chat = built.chat_model
     try:
         window = built.window or context_window(chat, cfg)
@@ -370,9 +384,12 @@ def compatible_chat(model: str, base_url: str, api_key: str, cfg: Mapping[str, A
                                 **extra)
 
 
-register_kind(ModelKind(PROVIDER_KIND, _provider, "provider:model"))
-register_kind(ModelKind("openai-compatible", _openai_compatible,
-                        "openai-compatible:MODEL@BASE_URL", _split_compatible))
+@hookimpl
+def register_model_kinds(register: Callable[[ModelKind], None]) -> None:
+    """The kinds this module knows: any langchain provider, and ``openai-compatible:``."""
+    register(ModelKind(PROVIDER_KIND, _provider, "provider:model"))
+    register(ModelKind("openai-compatible", _openai_compatible,
+                       "openai-compatible:MODEL@BASE_URL", _split_compatible))
 
 
 def _positive_int(v: Any) -> bool:

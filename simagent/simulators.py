@@ -1,11 +1,12 @@
 """Simulators as data (design.md §8): discovery and parsing of ``simulator.toml`` folders.
 
 A simulator is a folder: ``simulator.toml`` plus ``skills/`` and ``subagents/``. The
-bundled ``simulators/`` content folder is searched first, then installed packages that
+folders come from plugins' ``register_simulators`` hook (:mod:`simagent.hookspecs`): this
+module's own adds the bundled ``simulators/`` content folder, then installed packages that
 declare an entry point in the ``simagent.simulators`` group (the entry point resolves to
-the folder path, or to a module whose directory holds ``simulator.toml``); an installed
-simulator overrides a bundled one of the same name. Adding a simulator never touches
-agent code.
+the folder path, or to a module whose directory holds ``simulator.toml``); a third-party
+plugin's come after. A later simulator overrides an earlier one of the same name, so an
+installed one overrides a bundled one. Adding a simulator never touches agent code.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import importlib.util
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from importlib.metadata import PackageNotFoundError, entry_points, version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from simagent import plugins
+from simagent.hookspecs import hookimpl
 from simagent.paths import content_dir
 
 ENTRY_POINT_GROUP = "simagent.simulators"
@@ -180,7 +184,7 @@ def _state_registry(path: Path, data: dict[str, Any]) -> tuple[dict[str, Any], .
 
 def _entry_point_folders() -> list[Path]:
     folders = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in plugins.entry_points_in(ENTRY_POINT_GROUP):
         try:
             target = ep.load()
         except Exception:  # a broken plug-in must not take simagent down
@@ -194,15 +198,25 @@ def _entry_point_folders() -> list[Path]:
     return folders
 
 
-@cache
-def discover() -> dict[str, Simulator]:
-    """Every simulator, bundled first, installed ones overriding by name."""
-    found: dict[str, Simulator] = {}
+@hookimpl
+def register_simulators(register: Callable[[Path], None]) -> None:
+    """The bundled simulators, then those of the ``simagent.simulators`` entry points."""
     bundled = content_dir("simulators")
     folders = sorted(p for p in bundled.iterdir() if (p / "simulator.toml").is_file()) \
         if bundled.is_dir() else []
     for folder in [*folders, *_entry_point_folders()]:
-        sim = parse_simulator(folder)
+        register(folder)
+
+
+@cache
+def discover() -> dict[str, Simulator]:
+    """Every simulator the plugins register, a later one overriding an earlier by name."""
+    found: dict[str, Simulator] = {}
+    for entry in plugins.collect("register_simulators"):
+        if not isinstance(entry.item, (str, Path)):
+            plugins.refuse(entry, "register_simulators", "a folder path")
+            continue
+        sim = parse_simulator(Path(entry.item))
         found[sim.name] = sim
     return found
 

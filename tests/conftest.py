@@ -19,9 +19,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-# the CLI registers every --model kind at start; tests that embed a front end in-process
-# (the TUI, doctor) stand where the CLI would
-import simagent.model_kinds  # noqa: F401
 from simagent import workspace_trust
 from simagent.paths import SessionPaths, workspace_config_path
 from simagent.trace import redact

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-import simagent.model_kinds  # noqa: F401  (registers local:)
 from simagent.bench.live import live_verdict, server_timings
 from simagent.bench.policies import POLICIES
 from simagent.bench.workflow import resolve_workflows

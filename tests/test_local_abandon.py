@@ -23,7 +23,6 @@ from langchain_core.messages import HumanMessage
 from test_local_server import ENDLESS, servers_of
 from tiny_gguf import write_tiny_gguf
 
-import simagent.model_kinds  # noqa: F401  (registers local:)
 from simagent.agent.recorder import TraceRecorder
 from simagent.models import resolve_model
 from simagent.trace.log import TraceLog

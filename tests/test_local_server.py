@@ -31,7 +31,6 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.messages.utils import message_chunk_to_message
 from tiny_gguf import write_tiny_gguf
 
-import simagent.model_kinds  # noqa: F401  (registers local:)
 from simagent.agent.provider_retry import classify
 from simagent.agent.recovery import RecoveryMiddleware, is_nudge
 from simagent.compatible_chat import TEXT_CALL_KEY, reply_limit

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from openai_stub import OpenAIStub, Reply, error_reply  # tests/ is on sys.path (rootdir conftest)
 
-import simagent.model_kinds  # noqa: F401  (registers scripted:, replay:, local:)
 from simagent.models import (
     ModelError,
     ModelSpec,

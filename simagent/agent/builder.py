@@ -21,14 +21,12 @@ from deepagents.middleware.memory import MemoryMiddleware
 from deepagents.middleware.skills import SkillsMiddleware
 from langchain_core.runnables import RunnableConfig
 
-from simagent.agent import (
-    confine,
-    scripted_kind,  # noqa: F401  (registers scripted:, which subagents may name)
-)
+from simagent.agent import confine
 from simagent.agent.abandon_guard import AbandonGuard
 from simagent.agent.approval import interrupt_on_for_mode, readable_roots
 from simagent.agent.backend import WorkspacePathsMiddleware, build_backend
 from simagent.agent.context_layers import context_layers, skill_sources
+from simagent.agent.plugin_tools import plugin_tools
 from simagent.agent.prompts import (
     MEMORY_PROMPT,
     SKILLS_PROMPT,
@@ -281,6 +279,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     images = image_support(chat_model)
     tools = [*session_tools(session, context_settings),
              make_view_figure(session, *images), *extra_tools]
+    tools += plugin_tools(session, taken=[t.name for t in tools])  # register_tools hooks
     mcp = mcp_tooling(session, images)  # [mcp.servers.*]: their tools, held by the session
     tools += mcp.tools if mcp else []
 

@@ -1,17 +1,18 @@
 """The ``scripted:PATH`` model kind: a JSON trajectory played as a chat model.
 
-It registers itself with :mod:`simagent.models` on import; the assemblers import it
-(``simagent.model_kinds``, ``agent.builder``), so the base layer never reaches up here.
+A built-in plugin (:data:`simagent.plugins.BUILTIN`): its ``register_model_kinds`` hook
+adds the kind, so nothing imports this module for a side effect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from simagent.exit_codes import USAGE
-from simagent.models import KindModel, ModelError, ModelKind, ModelSpec, register_kind
+from simagent.hookspecs import hookimpl
+from simagent.models import KindModel, ModelError, ModelKind, ModelSpec
 
 DEFAULT_SCRIPTED_WINDOW = 128000
 
@@ -35,5 +36,9 @@ def build_scripted(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str])
         raise ModelError(f"invalid scripted model: {exc}", code=USAGE) from exc
 
 
-KIND = register_kind(ModelKind("scripted", build_scripted, "scripted:PATH",
-                                check=script_path))
+KIND = ModelKind("scripted", build_scripted, "scripted:PATH", check=script_path)
+
+
+@hookimpl
+def register_model_kinds(register: Callable[[ModelKind], None]) -> None:
+    register(KIND)

@@ -4,7 +4,9 @@ Every policy runs the same real graph, tools and kernel results; only context ha
 differs. A policy is context settings for simagent's own layers (all off for the
 baselines) plus, optionally, middleware that rewrites the request the model gets. The
 baselines' rewrites are pure functions of the message list, so tests check them on a
-synthetic history without a graph. Adding a policy is a few lines in :data:`POLICIES`.
+synthetic history without a graph. Adding a policy is a few lines in :data:`POLICIES`,
+or, from outside, a plugin's ``register_bench_policies`` hook (:mod:`simagent.hookspecs`);
+:func:`known_policies` is both, the built-ins registered through the same hook.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, ClearToolUsesEdit, ContextEditingMiddleware
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
+from simagent import plugins
 from simagent.bench.oracle import oracle_middleware
 from simagent.bench.oracle_cached import reprice
 from simagent.context.boundaries import safe_cuts
@@ -242,19 +245,32 @@ def _split_specs(spec: str) -> list[str]:
     return [s.strip() for s in [*out, cur] if s.strip()]
 
 
+def known_policies() -> dict[str, Policy]:
+    """Every policy by name, from the plugins' ``register_bench_policies`` hooks: the
+    built-ins (:data:`POLICIES`) first, a plugin's replacing one of the same name."""
+    found: dict[str, Policy] = {}
+    for entry in plugins.collect("register_bench_policies"):
+        if isinstance(entry.item, Policy):
+            found[entry.item.name] = entry.item
+        else:
+            plugins.refuse(entry, "register_bench_policies", "a simagent.bench.policies.Policy")
+    return found
+
+
 def resolve_policies(spec: str | None) -> list[Policy]:
     """``all`` / None -> every policy; else a comma list of names, each optionally with
     setting overrides: ``simagent[clear_fraction=0.3]``."""
+    known = known_policies()
     if not spec or spec == "all":
-        return list(POLICIES.values())
+        return list(known.values())
     out = []
     for item in _split_specs(spec):
         name, _, rest = item.partition("[")
         name = name.strip()
-        if name not in POLICIES:
-            raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+        if name not in known:
+            raise ValueError(f"unknown policy {name!r} (known: {', '.join(known)})")
         if rest and not rest.endswith("]"):
             raise ValueError(f"policy {item!r}: overrides go in brackets, e.g. "
                              f"{name}[clear_fraction=0.3]")
-        out.append(with_settings(POLICIES[name], rest[:-1]) if rest else POLICIES[name])
+        out.append(with_settings(known[name], rest[:-1]) if rest else known[name])
     return out

@@ -1,18 +1,19 @@
 """The ``replay:WORKFLOW_ID`` model kind: a bench workflow's scripted trajectory as a
 model (its kernel steps run for real; the zero-key demo).
 
-It registers itself with :mod:`simagent.models` on import (``simagent.model_kinds``
-imports it), so the base layer never imports the bench.
+A built-in plugin (:data:`simagent.plugins.BUILTIN`): its ``register_model_kinds`` hook
+adds the kind, so the layers below never import the bench for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from simagent.bench.workflow import WorkflowError, bundled_workflows, resolve_workflows
+from simagent.bench.workflow import WorkflowError, known_workflows, resolve_workflows
 from simagent.exit_codes import USAGE
-from simagent.models import KindModel, ModelError, ModelKind, ModelSpec, register_kind
+from simagent.hookspecs import hookimpl
+from simagent.models import KindModel, ModelError, ModelKind, ModelSpec
 
 
 def build_replay(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -> KindModel:
@@ -30,9 +31,13 @@ def build_replay(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) -
 
 
 def replay_suggestions() -> list[tuple[str, str]]:
-    """Every bundled workflow as a ``replay:`` spec (``/model``'s Tab offers them)."""
-    return [(f"replay:{wf}", "bench trajectory, no key") for wf in bundled_workflows()]
+    """Every known workflow as a ``replay:`` spec (``/model``'s Tab offers them)."""
+    return [(f"replay:{wf}", "bench trajectory, no key") for wf in known_workflows()]
 
 
-KIND = register_kind(ModelKind("replay", build_replay, "replay:WORKFLOW_ID",
-                               suggest=replay_suggestions))
+KIND = ModelKind("replay", build_replay, "replay:WORKFLOW_ID", suggest=replay_suggestions)
+
+
+@hookimpl
+def register_model_kinds(register: Callable[[ModelKind], None]) -> None:
+    register(KIND)

@@ -2,17 +2,22 @@
 
 Every error names the file and the field, because a workflow is hand-written TOML and a
 vague "invalid workflow" wastes an afternoon. Steps are validated by the scripted model's
-own ``flatten_steps`` (one home for the step format).
+own ``flatten_steps`` (one home for the step format). Workflows are found in the folders
+plugins register (``register_workflow_sources``, :mod:`simagent.hookspecs`); this module is
+the built-in plugin that registers the bundled folder.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simagent import plugins
+from simagent.hookspecs import hookimpl
 from simagent.paths import content_dir
 
 DEFAULT_WINDOW = 128_000
@@ -283,22 +288,42 @@ def _subagent_steps(steps: list[dict[str, Any]]) -> set[int]:
 
 
 def bundled_workflows() -> dict[str, Path]:
-    folder = content_dir("bench") / "workflows"
+    return _workflows_in(content_dir("bench") / "workflows")
+
+
+def _workflows_in(folder: Path) -> dict[str, Path]:
     return {p.stem: p for p in sorted(folder.glob("*.toml"))} if folder.is_dir() else {}
 
 
+@hookimpl
+def register_workflow_sources(register: Callable[[Path], None]) -> None:
+    register(content_dir("bench") / "workflows")
+
+
+def known_workflows() -> dict[str, Path]:
+    """Every workflow by id, from the folders plugins register: the bundled ones first, a
+    plugin's workflow replacing one of the same id."""
+    found: dict[str, Path] = {}
+    for entry in plugins.collect("register_workflow_sources"):
+        if isinstance(entry.item, (str, Path)):
+            found.update(_workflows_in(Path(entry.item)))
+        else:
+            plugins.refuse(entry, "register_workflow_sources", "a folder path")
+    return found
+
+
 def resolve_workflows(names: list[str] | None) -> list[Workflow]:
-    """Bundled ids or paths (all bundled workflows when ``names`` is empty)."""
-    bundled = bundled_workflows()
+    """Known ids or paths (every known workflow when ``names`` is empty)."""
+    known = known_workflows()
     if not names:
-        return [load_workflow(p) for p in bundled.values()]
+        return [load_workflow(p) for p in known.values()]
     out = []
     for name in names:
-        if name in bundled:
-            out.append(load_workflow(bundled[name]))
+        if name in known:
+            out.append(load_workflow(known[name]))
         elif Path(name).is_file():
             out.append(load_workflow(name))
         else:
-            known = ", ".join(bundled) or "none bundled"
-            raise WorkflowError(f"unknown workflow {name!r} (bundled: {known}; or give a path)")
+            ids = ", ".join(known) or "none bundled"
+            raise WorkflowError(f"unknown workflow {name!r} (known: {ids}; or give a path)")
     return out

@@ -156,9 +156,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     init.set_defaults(handler=cmd_init)
 
     sims = sub.add_parser("simulators", help="list simulators (bundled and plug-ins)",
-                          description="Every simulator simagent knows: bundled folders and "
-                                      "the simagent.simulators entry points, with whether "
-                                      "its packages are installed.")
+                          description="Every simulator simagent knows: bundled folders, "
+                                      "the simagent.simulators entry points and plugins' "
+                                      "register_simulators hooks, with whether its packages "
+                                      "are installed.")
     sims.add_argument("--json", action="store_true", help="print JSON")
     sims.set_defaults(handler=cmd_simulators)
 

@@ -9,7 +9,8 @@ of the window, at most ``context.thresholds.REPLY_TOKENS``), which the budget
 reserves: without a limit the server writes until ``n_ctx`` is full.
 ``ResolvedModel.close`` stops the server. Optional ``[model]`` keys: ``port`` (else a
 free one), ``chat_format`` (else the model's own template). Imports only the standard
-library at load; registers itself on import.
+library at load: a built-in plugin (:data:`simagent.plugins.BUILTIN`), loaded whenever a
+model spec is resolved; its ``register_model_kinds`` hook adds the kind.
 """
 
 from __future__ import annotations
@@ -18,18 +19,18 @@ import importlib.util
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from simagent.exit_codes import PROVIDER, USAGE
+from simagent.hookspecs import hookimpl
 from simagent.models import (
     KindModel,
     ModelError,
     ModelKind,
     ModelSpec,
     compatible_chat,
-    register_kind,
 )
 from simagent.paths import state_home
 
@@ -103,5 +104,9 @@ def _split_local(rest: str) -> tuple[str, str | None]:
     return rest, None
 
 
-KIND = register_kind(ModelKind("local", build_local, "local:PATH.gguf or local:PACKAGE",
-                               _split_local))
+KIND = ModelKind("local", build_local, "local:PATH.gguf or local:PACKAGE", _split_local)
+
+
+@hookimpl
+def register_model_kinds(register: Callable[[ModelKind], None]) -> None:
+    register(KIND)
