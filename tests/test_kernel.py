@@ -206,6 +206,17 @@ def test_multibyte_character_split_across_reads(shared: Kernel) -> None:
     assert "\ufffd" not in r.stdout
 
 
+def test_c_level_output_at_the_very_end_belongs_to_its_cell(shared: Kernel) -> None:
+    # more than a pipe holds, its last piece written as the cell ends: all in this cell
+    r = shared.execute("import os\nfor i in range(5):\n    os.write(1, str(i).encode() * 100_000)\n"
+                       "_ = os.write(1, b'|end')")
+    assert r.ok and r.raw_path is not None
+    assert r.raw_path.read_text() == "".join(str(i) * 100_000 for i in range(5)) + "|end"
+    for i in range(20):  # none runs late into the next cell
+        r = shared.execute(f"import os\nos.write(1, b'c{i}')\n_ = os.write(2, b'e{i}')")
+        assert (r.stdout, r.stderr) == (f"c{i}", f"e{i}")
+
+
 def test_cwd_is_the_workspace_and_stderr_goes_to_the_log(kernel: Kernel, workspace: Path) -> None:
     assert kernel.execute("import os\nos.getcwd()").value == repr(str(workspace))
     assert "IPKernelApp" in kernel.paths.kernel_log.read_text()

@@ -1,4 +1,4 @@
-"""Pure pieces of the kernel layer: launcher flow control and sentinel, caps, tracebacks."""
+"""Pure pieces of the kernel layer: launcher flow control, caps, tracebacks."""
 
 from __future__ import annotations
 
@@ -74,13 +74,6 @@ def test_flow_gives_up_on_an_absent_client_and_resumes_when_it_reads(flow) -> No
     write_ack(path, 5000)  # the client reads again
     f.wrote(100, stream)
     assert f.ack_seen == 5000
-
-
-def test_sync_sentinel_carry_holds_back_only_a_possible_prefix() -> None:
-    s = launcher.SYNC
-    assert launcher._split_sync_carry("abc" + s[:5]) == ("abc", s[:5])
-    assert launcher._split_sync_carry("abc\x1b") == ("abc", "\x1b")
-    assert launcher._split_sync_carry("plain text") == ("plain text", "")
 
 
 def test_cap_bytes_cuts_on_a_character_boundary() -> None:

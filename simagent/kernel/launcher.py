@@ -9,9 +9,11 @@ pinned, and ``tests/test_kernel.py`` proves each one on the real kernel):
    across reads becomes two U+FFFD. We read 64 KiB at a time through an incremental
    UTF-8 decoder, and do not echo the bytes into the kernel's log file.
 2. **C-level output belongs to the cell that printed it.** After each cell we flush C
-   stdio and push a sentinel through the fd pipes, waiting until the watcher has
-   forwarded everything before ipykernel reports the cell idle; otherwise the tail of
-   ``printf``/``os.write`` output races the idle message and is lost.
+   stdio and read what is left in the fd pipes ourselves, before ipykernel reports the
+   cell idle; otherwise the tail of ``printf``/``os.write`` output races the idle message
+   and is lost. The watcher thread reads the pipe under a lock, so no read is in flight
+   while the cell's end drains it: no hand-off between threads per cell (a sentinel
+   pushed through the pipes and waited for cost ~0.3 ms of a ~6 ms round trip).
 3. **Stream messages are bounded.** ipykernel batches writes for 0.2 s, so a fast
    printer sends 10-100 MB messages that the client must hold in memory whole. We flush
    once a buffer passes 1 MiB, which also gives the printer back-pressure.
@@ -61,11 +63,9 @@ import sys
 import threading
 import time
 
-#: Written through the fd pipes after each cell; an OSC sequence, invisible on a terminal.
-SYNC = "\x1b]simagent-sync\x07"
-_SYNC_BYTES = SYNC.encode()
 _READ_SIZE = 64 * 1024
 _FLUSH_AT_CHARS = 1 << 20
+#: Longest a cell's end waits on its C-level output (a C thread that never stops printing).
 _SYNC_WAIT_S = 2.0
 #: IPython's input history stays in memory (``In``, ``_ih``, ``%history`` of this
 #: kernel's life work) and never reaches ``~/.ipython/.../history.sqlite`` (point 10).
@@ -150,35 +150,34 @@ def _load_fflush():
         return None
 
 
-def _split_sync_carry(text: str) -> tuple[str, str]:
-    """Hold back a suffix of ``text`` that could be the start of a sentinel."""
-    for k in range(min(len(SYNC) - 1, len(text)), 0, -1):
-        if text.endswith(SYNC[:k]):
-            return text[:-k], text[-k:]
-    return text, ""
+def _forward(stream) -> int | None:
+    """One read of ``stream``'s fd pipe, written to the stream: bytes read (0: none were
+    waiting), None once the pipe is closed. The caller holds ``stream._simagent_pipe``."""
+    try:
+        data = os.read(stream._fid, _READ_SIZE)
+    except BlockingIOError:
+        return 0
+    if not data:
+        return None
+    if text := stream._simagent_decoder.decode(data):
+        stream.write(text)
+    return len(data)
 
 
 def _watch_pipe_fd(self) -> None:  # replaces OutStream._watch_pipe_fd
     if self._fid is None:
         return
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    event = self._simagent_sync
-    carry = ""
+    os.set_blocking(self._fid, False)
+    readable = select.poll()
+    readable.register(self._fid, select.POLLIN)
     try:
         while self._should_watch:
-            data = os.read(self._fid, _READ_SIZE)
-            if not data:
-                break
-            text = carry + decoder.decode(data)
-            synced = SYNC in text
-            if synced:
-                text = text.replace(SYNC, "")
-            text, carry = _split_sync_carry(text)
-            if text:
-                self.write(text)
-            if synced:
-                self.flush()
-                event.set()
+            # consumes nothing: a read happens only under the lock
+            if any(ev & select.POLLNVAL for _fd, ev in readable.poll()):
+                break  # the pipe was closed under us
+            with self._simagent_pipe:
+                if _forward(self) is None:
+                    break
     except Exception:
         self._exc = sys.exc_info()
 
@@ -190,7 +189,8 @@ def _patch_outstream() -> None:
     original_write = OutStream.write
 
     def __init__(self, *args, **kwargs):
-        self._simagent_sync = threading.Event()
+        self._simagent_pipe = threading.Lock()  # held for each read of the fd pipe
+        self._simagent_decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._simagent_unflushed = 0
         original_init(self, *args, **kwargs)
 
@@ -210,19 +210,31 @@ def _patch_outstream() -> None:
 
 
 def _sync_fd_output(*_args) -> None:
-    """post_run_cell hook: make the cell's C-level output arrive before its idle."""
+    """post_run_cell hook: make the cell's C-level output arrive before its idle, read
+    here from the pipes (what ipykernel's flush after the cell then sends)."""
     from ipykernel.iostream import OutStream  # kernel process only (see _patch_outstream)
 
     if _fflush is not None:
         _fflush(None)  # C stdio buffers into the pipes first
-    waiting = []
+    deadline = time.monotonic() + _SYNC_WAIT_S
     for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, OutStream) and stream._should_watch and stream._fid is not None:
-            stream._simagent_sync.clear()
-            os.write(stream._original_stdstream_fd, _SYNC_BYTES)
-            waiting.append(stream._simagent_sync)
-    for event in waiting:
-        event.wait(_SYNC_WAIT_S)
+        if (isinstance(stream, OutStream) and stream._should_watch
+                and stream._fid is not None and hasattr(stream, "_simagent_pipe")):
+            _drain(stream, deadline)
+
+
+def _drain(stream, deadline: float) -> None:
+    """Forward all ``stream``'s pipe holds now. A read shorter than asked for emptied the
+    pipe, so everything written before this call is forwarded (by the watcher, which
+    reads under the same lock, or here); a C thread that keeps the pipe full is cut off
+    at ``deadline``."""
+    if not stream._simagent_pipe.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        return
+    try:
+        while _forward(stream) == _READ_SIZE and time.monotonic() < deadline:
+            pass
+    finally:
+        stream._simagent_pipe.release()
 
 
 def _enable_faulthandler() -> None:
