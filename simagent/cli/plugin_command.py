@@ -17,10 +17,11 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(json.dumps({"plugins": [p.as_dict() for p in found if not p.error],
                           "failed": [p.as_dict() for p in found if p.error]}, indent=2))
         return exit_codes.OK
-    width = max((len(p.name) for p in found), default=0)
+    name_w = max((len(p.name) for p in found), default=0)
+    source_w = max((len(p.source) for p in found), default=0)
     for p in found:
         what = f"not loaded: {p.error}" if p.error else ", ".join(p.hooks) or "(no hooks)"
-        print(f"{p.name:<{width}}  {p.source:<10}  {what}")
+        print(f"{p.name:<{name_w}}  {p.source:<{source_w}}  {what}")
     return exit_codes.OK
 
 
