@@ -91,6 +91,15 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _holds(data: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+    """Whether ``data`` sets the key ``path`` names, table by table."""
+    for key in path:
+        if not isinstance(data, Mapping) or key not in data:
+            return False
+        data = data[key]
+    return True
+
+
 @dataclass(frozen=True)
 class Config:
     """Merged settings plus where each top-level layer came from."""
@@ -129,12 +138,18 @@ class Config:
         return workspace_trust.ignored_line(self.trust) if self.trust and \
             self.trust.ignored else None
 
-    def source(self, key: str) -> str:
+    def source(self, key: str, *inner: str) -> str:
         """The file a top-level ``key`` came from (the workspace's wins), for error lines
-        that name the file to fix."""
-        if key in self.workspace_data:
-            return str(self.trust.path if self.trust else workspace_config_path("."))
-        return str(user_config_path()) if key in self.user_data else "config"
+        that name the file to fix; with ``inner``, the file that set ``[key] inner...``,
+        since a table merged from both files holds keys of each."""
+        layers = ((self.workspace_data,
+                   str(self.trust.path if self.trust else workspace_config_path("."))),
+                  (self.user_data, str(user_config_path())))
+        for path in ((key, *inner), (key,)):
+            for layer, name in layers:
+                if _holds(layer, path):
+                    return name
+        return "config"
 
     def _at(self, section: str) -> str:
         return f"{self.source(section)}: [{section}]"

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import write_config
 from waiting import joined, run_until_output
 
 from simagent.config import Config, ConfigError
@@ -95,6 +96,22 @@ def test_config_kernel_table_sets_the_budget(workspace: Path) -> None:
     assert budget_of(Config({"kernel": {"replay": False}})).enabled is False
     with pytest.raises(ConfigError, match="replay_cell_s"):
         budget_of(Config({"kernel": {"replay_cell_s": "long"}}))
+
+
+def test_a_bad_replay_key_names_the_file_that_set_it(workspace: Path, _state_home: Path
+                                                    ) -> None:
+    """The two files' [kernel] tables merge: the line names the one holding the bad key."""
+    user = _state_home / "config.toml"
+    user.write_text("[kernel]\nreplay = false\n")
+    ws = write_config(workspace, '[kernel]\nreplay_total_s = "long"\n')
+    with pytest.raises(ConfigError) as err:
+        budget_of(Config.load(workspace))
+    assert str(err.value) == f"{ws}: [kernel] replay_total_s must be a number of seconds >= 0"
+    user.write_text('[kernel]\nreplay = "yes"\n')
+    ws.write_text("[kernel]\nreplay_total_s = 9\n")
+    with pytest.raises(ConfigError) as err:
+        budget_of(Config.load(workspace, trust=True))
+    assert str(err.value) == f"{user}: [kernel] replay must be true or false"
 
 
 def test_the_message_names_what_came_back_and_what_did_not() -> None:

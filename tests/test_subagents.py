@@ -99,6 +99,27 @@ def test_model_precedence_per_agent_then_section_then_file(tmp_path):
         model_spec_for(d, Config({"subagents": {"probe": "x"}}))
 
 
+def test_a_bad_subagent_setting_names_the_file_that_set_it(tmp_path, workspace, _state_home):
+    d = parse_subagent(write(tmp_path / "probe.md", "---\nname: probe\ndescription: x\n"
+                                                    "---\nbody\n"))
+    user = _state_home / "config.toml"
+    user.write_text('[subagents]\nprobe = "x"\n')
+    with pytest.raises(SubagentError) as err:
+        model_spec_for(d, Config.load(workspace))
+    assert str(err.value) == f"{user}: [subagents.probe] must be a table"
+    user.write_text("[subagents]\nmodel = 3\n")  # the merged table: each key its own file
+    ws = write_config(workspace, '[subagents.probe]\nmodel = ["openai:x"]\n')
+    with pytest.raises(SubagentError) as err:
+        model_spec_for(d, Config.load(workspace))
+    assert str(err.value) == (f"{ws}: [subagents.probe] model must be a model string or "
+                              "'inherit', got ['openai:x']")
+    ws.write_text("[subagents.probe]\nwindow = 8000\n")
+    with pytest.raises(SubagentError) as err:
+        model_spec_for(d, Config.load(workspace, trust=True))
+    assert str(err.value) == f"{user}: [subagents] model must be a model string or " \
+        "'inherit', got 3"
+
+
 def test_finish_report_keeps_a_filed_report_and_adds_what_was_really_read():
     from langchain_core.messages import AIMessage
 

@@ -137,12 +137,16 @@ def model_spec_for(defn: SubagentDef, config: Config) -> str | None:
     section = config.section("subagents")
     own = section.get(defn.name, {})
     if not isinstance(own, Mapping):
-        raise SubagentError(f"config: [subagents.{defn.name}] must be a table")
-    for value in (own.get("model"), section.get("model"), defn.model):
+        raise SubagentError(f"{config.source('subagents', defn.name)}: "
+                            f"[subagents.{defn.name}] must be a table")
+    for value, table in ((own.get("model"), (defn.name,)), (section.get("model"), ()),
+                         (defn.model, ())):  # the file's own model is a string: parse_subagent
         if value is None:
             continue
         if not isinstance(value, str):
-            raise SubagentError(f"config: subagent model must be a string, got {value!r}")
+            raise SubagentError(f"{config.source('subagents', *table, 'model')}: "
+                                f"[{'.'.join(('subagents', *table))}] model must be a model "
+                                f"string or 'inherit', got {value!r}")
         return None if value in ("", INHERIT) else value
     return None
 

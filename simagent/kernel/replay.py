@@ -346,27 +346,36 @@ def save_lineage(root: Path, lineage: int) -> None:
         pass
 
 
+class BadBudget(ValueError):
+    """A ``[kernel]`` replay key that cannot be used; ``key`` names it, so that the
+    caller can name the file that set it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def budget_from(section: Mapping[str, Any]) -> ReplayBudget:
     """A budget from a ``[kernel]`` config table (``replay``, ``replay_cell_s``,
-    ``replay_total_s``); ``ValueError`` names the bad key."""
+    ``replay_total_s``); ``BadBudget`` (a ``ValueError``) names the bad key."""
     values: dict[str, Any] = {}
     for key, attr in (("replay_cell_s", "cell_s"), ("replay_total_s", "total_s")):
         if key in section:
             v = section[key]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ValueError(f"[kernel] {key} must be a number of seconds >= 0")
+                raise BadBudget(key, f"[kernel] {key} must be a number of seconds >= 0")
             values[attr] = float(v)
     if "replay" in section:
         if not isinstance(section["replay"], bool):
-            raise ValueError("[kernel] replay must be true or false")
+            raise BadBudget("replay", "[kernel] replay must be true or false")
         values["enabled"] = section["replay"]
     return ReplayBudget(**values)
 
 
 def budget_of(config: Config) -> ReplayBudget:
     """The replay budget a config sets (its ``[kernel]`` table; see :func:`budget_from`),
-    a bad value raised as the ``ConfigError`` every front end reports."""
+    a bad value raised as the ``ConfigError`` every front end reports, naming the file."""
     try:
         return budget_from(config.section("kernel"))
-    except ValueError as exc:
-        raise ConfigError(f"config: {exc}") from exc
+    except BadBudget as exc:
+        raise ConfigError(f"{config.source('kernel', exc.key)}: {exc}") from exc
