@@ -115,6 +115,5 @@ def test_no_pin_for_other_providers_or_when_off(workspace):
             ("openai:gpt-5", th.ContextSettings(), False),
             ("scripted:x", th.ContextSettings(), False)):
         mw = ContextMiddleware(trace=None, compactor=None, settings=settings,
-                               model_id=model_id, window=30_000, max_output=None,
-                               large_results_dir=None)
+                               model_id=model_id, window=30_000, max_output=None)
         assert mw.pins_cache is expected, model_id

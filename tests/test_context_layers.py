@@ -19,10 +19,9 @@ from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.context import thresholds as th
-from simagent.context.compaction import BOUNDARY_KEY
 from simagent.context.manual import checkpoint_now, compact_now
-from simagent.context.middleware import current_view
 from simagent.context.recall import recall, request_text
+from simagent.context.state import BOUNDARY_KEY, current_view
 from simagent.context.summary import CHECKPOINT_SECTIONS
 from simagent.kernel_api.outputs import count_lines, raw_name
 from simagent.session import Session

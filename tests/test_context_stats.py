@@ -270,7 +270,7 @@ def test_panel_names_the_ruler_and_the_providers_ratio(tmp_path: Path) -> None:
 
 
 def test_a_resumed_agent_starts_calibrated_from_the_trace(tmp_path: Path) -> None:
-    from simagent.context.middleware import last_calibration
+    from simagent.context.counting import last_calibration
 
     o200k = {"ruler": "o200k_base"}
     with TraceLog(tmp_path / "trace.sqlite") as log:

@@ -32,9 +32,9 @@ from simagent.context.clearing import (
     input_pointer,
     plan_epoch,
 )
-from simagent.context.compaction import CLEARED_INPUTS_KEY, view_of
+from simagent.context.compaction import view_of
 from simagent.context.counting import count_messages
-from simagent.context.middleware import current_view
+from simagent.context.state import CLEARED_INPUTS_KEY, current_view
 
 CODE = "import numpy as np\n" + "# a long cell that set up the sweep\n" * 30 + "print(1)"
 

@@ -154,7 +154,7 @@ def test_loaded_schemas_unload_when_their_find_tools_result_is_cleared(workspace
 
     from simagent.agent.mcp_tools import McpHub, RemoteTool
     from simagent.agent.tool_deferral import ToolDeferral
-    from simagent.context.compaction import CLEARED_KEY
+    from simagent.context.state import CLEARED_KEY
 
     hub = McpHub({}, cwd=workspace, log_dir=workspace)
     try:

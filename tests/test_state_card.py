@@ -20,7 +20,8 @@ from simagent.context import thresholds as th
 from simagent.context.counting import count_message, is_state_card, measure
 from simagent.context.manual import compact_now
 from simagent.context.panel import render_context
-from simagent.context.state_card import STATE_CARD_KEY, render_card, with_card
+from simagent.context.state import STATE_CARD_KEY
+from simagent.context.state_card import render_card, with_card
 from simagent.context.stats import stats_from_trace
 from simagent.context.tokens import resolve_ruler
 from simagent.kernel import Kernel

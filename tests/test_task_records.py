@@ -20,8 +20,8 @@ from simagent.agent.scripted import ScriptedChatModel
 from simagent.bench.scorers import RunView, grade
 from simagent.bench.workflow import WorkflowError, load_workflow
 from simagent.context import thresholds as th
-from simagent.context.compaction import BOUNDARY_KEY, PENDING_CHECKPOINT_KEY
 from simagent.context.manual import checkpoint_now
+from simagent.context.state import BOUNDARY_KEY, PENDING_CHECKPOINT_KEY
 from simagent.context.stats import stats_from_trace
 from simagent.context.task_records import (
     check_record,

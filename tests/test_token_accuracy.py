@@ -137,7 +137,7 @@ def live_run(tmp_path_factory: pytest.TempPathFactory) -> LiveRun:
             results = [runner.run(p) for p in PROMPTS]
             events = session.trace.events()
             assert agent.context is not None
-            sent, reported = agent.context._last_sent, agent.context._last_reported
+            sent, reported = agent.context.calibration.sent, agent.context.calibration.reported
         finally:
             session.close()
         usages = [r.usage for r in stub.chat_requests]

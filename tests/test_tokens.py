@@ -149,7 +149,7 @@ def test_middleware_measures_with_its_models_ruler(tmp_path):
         return ContextMiddleware(trace=TraceLog(tmp_path / "t.sqlite"),
                                  compactor=Compactor(tmp_path / "h.md", ExtractiveSummarizer()),
                                  settings=settings, model_id=model_id, window=None,
-                                 max_output=None, large_results_dir=tmp_path)
+                                 max_output=None)
 
     assert mw("openai:gpt-4").ruler.name == "cl100k_base"
     assert mw("anthropic:claude-sonnet-4-5").ruler.name == "o200k_base"

@@ -5,7 +5,8 @@ a single large result (here rooted in the session directory through the backend'
 ``artifacts_root``, and traced); its stock summarization is switched off in place because
 it sits outside the skills and memory middleware and so cannot see the whole request —
 ``ContextMiddleware`` does summarization, clearing, the budget check and emergencies on
-the exact request instead. The guards (watchdog, cost ceiling) ride along.
+the exact request instead, and ``ToolCapMiddleware`` caps each tool result right after
+it. The guards (watchdog, cost ceiling) ride along.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from simagent.agent.scripted import ScriptedChatModel
 from simagent.agent.small_tier import SmallModelMiddleware, skill_names, small_prompt
 from simagent.agent.tool_text import SlimToolsMiddleware
 from simagent.context import thresholds as th
+from simagent.context.capping import ToolCapMiddleware
 from simagent.context.compaction import Compactor
 from simagent.context.counting import count_messages
 from simagent.context.guards import CostCeilingMiddleware, WatchdogMiddleware
@@ -227,19 +229,20 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
     tools = [make_mark_task_done()] if settings.checkpoints and agent == "main" else []
     context = ContextMiddleware(
         trace=session.trace, compactor=compactor, settings=settings, model_id=model_id,
-        window=window, max_output=max_output,
-        large_results_dir=session.paths.large_tool_results, agent=agent, tools=tools,
+        window=window, max_output=max_output, agent=agent, tools=tools,
         state_source=session.state_snapshot,
         task_records=session.paths.task_records if agent == "main" else None)
     fs = TracedFilesystemMiddleware(trace=session.trace, agent=agent, backend=backend,
                                     ruler=context.ruler,
                                     tool_token_limit_before_evict=context.thresholds.evict_tokens,
                                     tools=fs_tools)
-    middleware: list[Any] = [fs, SummarizationOff(), context]
+    middleware: list[Any] = [fs, SummarizationOff()]
     if settings.slim_tools:  # outside the context layers: they measure what is sent
-        middleware.insert(2, SlimToolsMiddleware())
+        middleware.append(SlimToolsMiddleware())
     if agent == "main" and th.small_agent(model_id, settings):
-        middleware.insert(-1, small_model_middleware(session, context.thresholds, settings))
+        middleware.append(small_model_middleware(session, context.thresholds, settings))
+    middleware += [context, ToolCapMiddleware(settings, session.paths.large_tool_results,
+                                              agent=agent)]
     if agent == "main":
         middleware += [WatchdogMiddleware(session.trace, settings, agent=agent),
                        CostCeilingMiddleware(session.trace, session.usage, settings),

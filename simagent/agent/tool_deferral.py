@@ -38,7 +38,7 @@ from simagent.context.deferral_policy import (
     loaded_names,
     search,
 )
-from simagent.context.middleware import current_view
+from simagent.context.state import current_view
 
 if TYPE_CHECKING:
     from simagent.context.thresholds import ContextSettings

@@ -40,7 +40,7 @@ class RequestTap:
 
 def final_view(agent: Any, session: Any) -> list[Any]:
     """The messages the model would see next (the context layers' view of the state)."""
-    from simagent.context.middleware import current_view  # langchain: only when run
+    from simagent.context.state import current_view  # langchain: only when run
 
     state = agent.graph.get_state(session.thread_config).values
     return list(current_view(state))

@@ -6,20 +6,33 @@ stays one ``read_file`` away. Error results are never cut: the end of an error i
 the model needs, and errors are short after the kernel's own traceback compaction.
 Tools that cap themselves (``tool_names.SELF_CAPPING``: ``run_python`` knows where its raw
 output already is) pass through untouched. Both cut with ``simagent.head_tail``.
+
+:class:`ToolCapMiddleware` applies the cap to every tool call's result. It is a middleware
+of its own: it acts on tool calls only and shares nothing with the model-call layers
+(``context/middleware.py``), and it is listed right after them, so each tool call passes
+it where it passed them when the two were one middleware.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import ToolMessage
+from langgraph.types import Command
 
+from simagent.context.thresholds import tool_cap
 from simagent.head_tail import head_and_tail
 from simagent.kernel.cut_lines import cut_note, file_slice, text_cut
 from simagent.paths import private_dir, write_private
 from simagent.tool_names import SELF_CAPPING
 from simagent.trace.redact import redact
+
+if TYPE_CHECKING:
+    from simagent.context.thresholds import ContextSettings
 
 #: Slack for markers a self-capping tool adds on top of its cap.
 MARKER_SLACK = 1_000
@@ -59,3 +72,42 @@ def cap_tool_message(msg: ToolMessage, cap: int, folder: Path | str | None) -> T
         except OSError as exc:
             where = f"(could not be saved: {exc.strerror or exc})"
     return msg.model_copy(update={"content": cap_text(text, cap, where)})
+
+
+class ToolCapMiddleware(AgentMiddleware):
+    """Each result over its tool's cap (``thresholds.tool_cap``) keeps head and tail; the
+    full text goes to ``folder`` (the session's ``large_tool_results/``)."""
+
+    def __init__(self, settings: ContextSettings, folder: Path | str | None,
+                 agent: str = "main") -> None:
+        super().__init__()
+        self.settings = settings
+        self.folder = folder
+        self.agent = agent
+
+    @property
+    def name(self) -> str:
+        return f"ToolCapMiddleware[{self.agent}]"
+
+    def cap(self, request: Any, result: Any) -> Any:
+        """``result`` (a message, or a ``Command`` carrying messages) with each tool
+        message capped."""
+        cap = tool_cap(request.tool_call.get("name") or "", self.settings)
+        if cap is None:
+            return result
+        if isinstance(result, ToolMessage):
+            return cap_tool_message(result, cap, self.folder)
+        if isinstance(result, Command) and isinstance(result.update, dict):
+            msgs = result.update.get("messages")
+            if isinstance(msgs, list):
+                capped = [cap_tool_message(m, cap, self.folder)
+                          if isinstance(m, ToolMessage) else m for m in msgs]
+                return Command(goto=result.goto, graph=result.graph,
+                               update={**result.update, "messages": capped})
+        return result
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return self.cap(request, handler(request))
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return self.cap(request, await handler(request))

@@ -25,13 +25,6 @@ from simagent.context.summary import ExtractiveSummarizer, Summarizer, boundary_
 if TYPE_CHECKING:
     from simagent.context.ledger import Ledger
 
-#: Graph-state keys (private: never passed to subagents, never in the graph's output).
-BOUNDARY_KEY = "simagent_boundary"
-CLEARED_KEY = "simagent_cleared"
-#: Calls whose input (a cell's code) is cleared from view with their result.
-CLEARED_INPUTS_KEY = "simagent_cleared_inputs"
-PENDING_CHECKPOINT_KEY = "simagent_pending_checkpoint"
-
 
 def cutoff_of(messages: Sequence[BaseMessage], boundary: dict[str, Any] | None) -> int:
     """Where the verbatim part starts, located by message id (robust to index shifts)."""

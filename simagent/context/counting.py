@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import (
     AIMessage,
@@ -29,6 +29,9 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from simagent.context.tokens import Ruler, active_ruler
+
+if TYPE_CHECKING:
+    from simagent.trace.log import TraceLog
 
 #: Openings of the two indexes the middleware appends to the system prompt (the prompts
 #: start with them); counting splits a request's system message at these to count each.
@@ -290,6 +293,55 @@ def calibrate(estimate: int, previous_estimate: int | None, previous_reported: i
     if not previous_estimate or not previous_reported:
         return estimate
     return int(estimate * calibration_ratio(previous_estimate, previous_reported))
+
+
+@dataclass
+class Calibration:
+    """Our count of an agent's previous request and the provider's figure for it, which
+    scale the next count (:func:`calibrate`); learnt from each reply's usage."""
+
+    sent: int | None = None
+    reported: int | None = None
+
+    @classmethod
+    def resumed(cls, trace: TraceLog | None, agent: str, model_id: str,
+                ruler: str) -> Calibration:
+        """A resumed session starts from the trace, so its first estimate is already
+        calibrated (:func:`last_calibration`)."""
+        return cls(*last_calibration(trace, agent, model_id, ruler))
+
+    def scale(self, estimate: int) -> int:
+        return calibrate(estimate, self.sent, self.reported)
+
+    def learn(self, sent: int, response: Any) -> None:
+        """After a call: our count of the request sent, and what the provider reported."""
+        msg = ai_message_of(response)
+        reported = (msg.usage_metadata or {}).get("input_tokens") if msg is not None else None
+        self.sent, self.reported = sent, reported or None
+
+
+def last_calibration(trace: TraceLog | None, agent: str, model_id: str, ruler: str
+                     ) -> tuple[int | None, int | None]:
+    """(our count, provider's count) of this agent's latest provider-reported call with
+    this model, counted with this ruler, from the trace; (None, None) when there is none
+    (a split counted with another ruler, or before rulers were traced, would mis-scale)."""
+    if trace is None:
+        return None, None
+    try:
+        events = trace.events(["model_usage"])
+    except Exception:  # a trace that cannot be read costs the calibration, not the agent
+        return None, None
+    for event in reversed(events):
+        p = event.payload
+        if ((p.get("agent") or "main") != agent or p.get("model") != model_id
+                or p.get("source") != "provider" or p.get("dropped")):
+            continue
+        if p.get("ruler") != ruler:
+            return None, None
+        sent = RequestSize.from_dict(p.get("request")).total
+        reported = int(p.get("input_tokens") or 0)
+        return (sent, reported) if sent and reported else (None, None)
+    return None, None
 
 
 def ai_message_of(response: Any) -> AIMessage | None:

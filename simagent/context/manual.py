@@ -21,17 +21,17 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.types import Command
 from pydantic import Field
 
-from simagent.context.compaction import (
+from simagent.context.compaction import Compaction, cutoff_of
+from simagent.context.counting import count_messages
+from simagent.context.reporting import emit
+from simagent.context.state import (
     BOUNDARY_KEY,
     CLEARED_INPUTS_KEY,
     CLEARED_KEY,
     PENDING_CHECKPOINT_KEY,
-    Compaction,
-    cutoff_of,
+    STATE_CARD_KEY,
 )
-from simagent.context.counting import count_messages
-from simagent.context.reporting import emit
-from simagent.context.state_card import STATE_CARD_KEY, card_event
+from simagent.context.state_card import card_event
 from simagent.context.task_records import (
     FROM_COMMAND,
     MARK_TASK_DONE,

@@ -1,4 +1,4 @@
-"""``ContextMiddleware``: every history layer around each model call (design.md §7).
+"""``ContextMiddleware``: the history layers around each model call (design.md §7).
 
 It sits inside the skills and memory middleware, so the request it measures is the one
 the model gets (system prompt with both indexes, tool schemas, messages). Per call, in
@@ -7,76 +7,70 @@ order, cheapest first:
 1. a task checkpoint left pending by ``mark_task_done`` is written at the new turn,
    with the typed record the model filed (``task_records.close_task``);
 2. the latest boundary (summary / checkpoint / emergency) rebuilds the view from the raw
-   messages; cleared results are swapped for placeholders;
+   messages; cleared results are swapped for placeholders (``state.model_view``);
 3. a clearing epoch runs when the window forces it (over the clearing trigger, freeing
-   enough) or when the prompt cache's prices pay for it (``epoch_cost.py``);
+   enough) or when the prompt cache's prices pay for it (``clearing.decide_epoch``);
 4. summarization runs if the request is still over the tier's trigger, or over the
    history budget (``window - system - summary - tool_defs - max_output``);
 5. after any of these that took kernel output from view, a kernel state card read from
-   the live kernel follows the newest message (``state_card.py``);
+   the live kernel follows the newest message (``state_card.py``, ``card_updates.py``);
 6. the call; on a context-overflow error, one emergency truncation (with a card) and one
-   retry.
+   retry; the provider's count of the request calibrates the next one
+   (``counting.Calibration``).
 
-Per tool call, results over the tool's cap keep head and tail, the full text goes to
-``large_tool_results/``. State keeps every raw message; decisions live in private state
-keys, so a resumed or rebuilt agent (another model) sees the same view.
+Why one middleware and not one per layer (as deepagents splits summarization from
+eviction, and langchain context editing from both): the layers are steps of one pass over
+one view. Each decides on the view and the calibrated size the steps before it left
+(clearing decides on the rebuilt view, summarization on what clearing left), the card
+goes in once, after whichever step took kernel output, for the last of their reasons,
+and what the call's changes cost the prompt cache is priced once, against the previous
+request's view. The emergency retry rebuilds from this call's layers (its boundary,
+clears and card). Split into middlewares, each would re-measure and re-render the view,
+see the others' state only a step later (a ``before_model`` update lands in the next
+node, not in the request being built), and the cache price, the card's reason and the
+retry would need this call's state passed between them. So the steps stay methods on
+one per-call :class:`_Pass`; their rules live in their own modules (``clearing``,
+``compaction``, ``task_records``, ``state_card``, ``card_updates``, ``thresholds``).
+Capping each tool result acts on tool calls only and shares nothing with them, so it
+is its own middleware (``capping.ToolCapMiddleware``); the state every layer keeps has
+one home, ``state.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, NotRequired
+from typing import Any
 
-from langchain.agents.middleware.types import (
-    AgentMiddleware,
-    AgentState,
-    ExtendedModelResponse,
-    PrivateStateAttr,
-)
+from langchain.agents.middleware.types import AgentMiddleware, ExtendedModelResponse
 from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.types import Command
 
 from simagent.context import card_updates as cards
 from simagent.context import thresholds as th
 from simagent.context.boundaries import turn_starts
-from simagent.context.capping import cap_tool_message
 from simagent.context.clearing import WORDS, clearable_inputs, decide_epoch
-from simagent.context.compaction import (
-    BOUNDARY_KEY,
-    CLEARED_INPUTS_KEY,
-    CLEARED_KEY,
-    PENDING_CHECKPOINT_KEY,
-    Compaction,
-    Compactor,
-    cutoff_of,
-    visible,
-)
-from simagent.context.counting import RequestSize, ai_message_of, calibrate, measure
+from simagent.context.compaction import Compaction, Compactor
+from simagent.context.counting import Calibration, RequestSize, measure
 from simagent.context.epoch_cost import EpochCost, input_prices
 from simagent.context.ledger import calls_by_id, trace_fields
 from simagent.context.overflow import is_context_overflow
 from simagent.context.prefix import pin_index, rewrite_tokens, with_cache_pin
 from simagent.context.prices import cache_rules
 from simagent.context.reporting import emit
-from simagent.context.state_card import STATE_CARD_KEY, card_event, render_card, with_card
+from simagent.context.state import (
+    BOUNDARY_KEY,
+    CLEARED_INPUTS_KEY,
+    CLEARED_KEY,
+    PENDING_CHECKPOINT_KEY,
+    STATE_CARD_KEY,
+    ContextState,
+    model_view,
+)
+from simagent.context.state_card import card_event, render_card
 from simagent.context.task_records import FROM_TOOL, close_task, pending_record
 from simagent.context.tokens import resolve_ruler, using
 from simagent.trace.log import TraceLog
-
-
-def _last(_old: Any, new: Any) -> Any:
-    return new
-
-
-class ContextState(AgentState):
-    simagent_boundary: Annotated[NotRequired[dict[str, Any] | None], PrivateStateAttr]
-    simagent_cleared: Annotated[NotRequired[list[str] | None], PrivateStateAttr]
-    simagent_cleared_inputs: Annotated[NotRequired[list[str] | None], PrivateStateAttr]
-    # last wins: two mark_task_done calls in one reply must not crash the step
-    simagent_pending_checkpoint: Annotated[NotRequired[dict[str, Any] | None],
-                                           PrivateStateAttr, _last]
-    simagent_state_card: Annotated[NotRequired[dict[str, Any] | None], PrivateStateAttr]
 
 
 @dataclass
@@ -119,13 +113,13 @@ class _Pass:
 
 
 class ContextMiddleware(AgentMiddleware):
-    """Checkpoints, clearing epochs, summarization, budget check, emergency, output caps."""
+    """Checkpoints, clearing epochs, summarization, budget check, state card, emergency."""
 
     state_schema = ContextState
 
     def __init__(self, *, trace: TraceLog, compactor: Compactor, settings: th.ContextSettings,
                  model_id: str, window: int | None, max_output: int | None,
-                 large_results_dir: Any, agent: str = "main", tools: list[Any] | None = None,
+                 agent: str = "main", tools: list[Any] | None = None,
                  state_source: Callable[[], dict[str, Any]] | None = None,
                  task_records: Any = None) -> None:
         super().__init__()
@@ -134,7 +128,6 @@ class ContextMiddleware(AgentMiddleware):
         self.settings = settings
         self.model_id = model_id
         self.agent = agent
-        self.large_results_dir = large_results_dir
         self.thresholds = th.thresholds_for(window, model_id, settings, max_output)
         #: the ruler every decision here is measured with (the model family's tokenizer)
         self.ruler = resolve_ruler(model_id, settings.tokenizer)
@@ -146,10 +139,8 @@ class ContextMiddleware(AgentMiddleware):
         self.cache_family = rules.family if rules else None
         #: the session's ``tasks.jsonl`` (None: task records live in state and trace only)
         self.task_records = task_records
-        # our count of the previous request and the provider's figure for it; a resumed
-        # session starts from the trace, so its first estimate is already calibrated
-        self._last_sent, self._last_reported = last_calibration(trace, agent, model_id,
-                                                                self.ruler.name)
+        #: our count of the previous request and the provider's figure for it
+        self.calibration = Calibration.resumed(trace, agent, model_id, self.ruler.name)
 
     @property
     def name(self) -> str:
@@ -161,7 +152,7 @@ class ContextMiddleware(AgentMiddleware):
 
     def _measure(self, request: Any, view: list[BaseMessage]) -> tuple[RequestSize, int]:
         size = measure(request.system_message, view, request.tools, self.ruler)
-        return size, calibrate(size.total, self._last_sent, self._last_reported)
+        return size, self.calibration.scale(size.total)
 
     def over_budget(self, size: RequestSize, tokens: int) -> bool:
         if not self.settings.budget_check:
@@ -369,9 +360,7 @@ class ContextMiddleware(AgentMiddleware):
 
     # --------------------------------------------------------------- model call
     def _finish(self, prep: Prepared, response: Any) -> Any:
-        msg = ai_message_of(response)
-        reported = (msg.usage_metadata or {}).get("input_tokens") if msg is not None else None
-        self._last_sent, self._last_reported = prep.size.total, reported or None
+        self.calibration.learn(prep.size.total, response)
         if not prep.update:
             return response
         if isinstance(response, ExtendedModelResponse):
@@ -424,67 +413,6 @@ class ContextMiddleware(AgentMiddleware):
             response = await handler(request.override(messages=prep.view))
         return self._finish(prep, response)
 
-    # ---------------------------------------------------------------- tool call
-    def _cap(self, request: Any, result: Any) -> Any:
-        name = request.tool_call.get("name") or ""
-        cap = th.tool_cap(name, self.settings)
-        if cap is None:
-            return result
-        if isinstance(result, ToolMessage):
-            return cap_tool_message(result, cap, self.large_results_dir)
-        if isinstance(result, Command) and isinstance(result.update, dict):
-            msgs = result.update.get("messages")
-            if isinstance(msgs, list):
-                capped = [cap_tool_message(m, cap, self.large_results_dir)
-                          if isinstance(m, ToolMessage) else m for m in msgs]
-                return Command(goto=result.goto, graph=result.graph,
-                               update={**result.update, "messages": capped})
-        return result
-
-    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        return self._cap(request, handler(request))
-
-    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        return self._cap(request, await handler(request))
-
-
-def last_calibration(trace: TraceLog | None, agent: str, model_id: str, ruler: str
-                     ) -> tuple[int | None, int | None]:
-    """(our count, provider's count) of this agent's latest provider-reported call with
-    this model, counted with this ruler, from the trace; (None, None) when there is none
-    (a split counted with another ruler, or before rulers were traced, would mis-scale)."""
-    if trace is None:
-        return None, None
-    try:
-        events = trace.events(["model_usage"])
-    except Exception:  # a trace that cannot be read costs the calibration, not the agent
-        return None, None
-    for event in reversed(events):
-        p = event.payload
-        if ((p.get("agent") or "main") != agent or p.get("model") != model_id
-                or p.get("source") != "provider" or p.get("dropped")):
-            continue
-        if p.get("ruler") != ruler:
-            return None, None
-        sent = RequestSize.from_dict(p.get("request")).total
-        reported = int(p.get("input_tokens") or 0)
-        return (sent, reported) if sent and reported else (None, None)
-    return None, None
-
-
-def current_view(state: dict[str, Any]) -> list[BaseMessage]:
-    """The model's view of a checkpointed state (for the bench's recall and for tests)."""
-    return model_view(list(state.get("messages") or []), state.get(BOUNDARY_KEY),
-                      state.get(CLEARED_KEY) or (), state.get(STATE_CARD_KEY),
-                      state.get(CLEARED_INPUTS_KEY) or ())
-
-
-def model_view(messages: list[BaseMessage], boundary: dict[str, Any] | None, cleared: Any,
-               card: dict[str, Any] | None, inputs: Any = ()) -> list[BaseMessage]:
-    """Raw messages -> what the model sees: boundary, cleared placeholders and input
-    pointers, state card."""
-    return with_card(visible(messages, boundary, cleared, inputs), card, boundary is not None)
-
 
 def _has_kernel_results(messages: list[BaseMessage], ids: Any) -> bool:
     """Whether any of the results ``ids`` came from the kernel (they carry a raw output)."""
@@ -492,6 +420,3 @@ def _has_kernel_results(messages: list[BaseMessage], ids: Any) -> bool:
                and isinstance(m.artifact, dict) and m.artifact.get("raw_path")
                for m in messages)
 
-
-__all__ = ["ContextMiddleware", "ContextState", "current_view", "cutoff_of",
-           "last_calibration"]

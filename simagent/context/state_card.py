@@ -14,8 +14,8 @@ call, so it costs nothing to make, works in replay, and cannot hallucinate a var
 
 The card is bounded (``[context] state_card_tokens``, default
 :data:`simagent.context.thresholds.STATE_CARD_TOKENS`): names are dropped smallest first,
-then files, then figures. It lives in private graph state (:data:`STATE_CARD_KEY`) with
-the id of the message it follows, so the same view is rebuilt on every call (a stable
+then files, then figures. It lives in private graph state (``context.state``) with the id
+of the message it follows, so the same view is rebuilt on every call (a stable
 prompt prefix) and a resumed session shows it too; the next compaction replaces it. When
 the kernel's generation changed since the previous card, the card says the kernel was
 restarted and lists the names that were lost.
@@ -35,8 +35,6 @@ from simagent.context.file_groups import FileItem, cells_phrase, group_files
 from simagent.context.tokens import Ruler, active_ruler
 from simagent.kernel_api.effects import describe_all, shown_path
 
-#: Graph-state key of the current card (private: never passed to subagents).
-STATE_CARD_KEY = "simagent_state_card"
 #: Compactions that make a card, as the trace's ``reason`` names them.
 REASONS = ("summary", "emergency", "compact", "checkpoint", "clear")
 _MAX_LOST = 40
