@@ -77,16 +77,25 @@ class Plugins:
     failed: list[PluginInfo] = field(default_factory=list)
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _plugins: Plugins | None = None
+_loading = False
 
 
 def plugins() -> Plugins:
-    """The process's plugins, loaded on the first call (thread-safe)."""
-    global _plugins
+    """The process's plugins, loaded on the first call (thread-safe). A plugin that asks
+    for them while it is being imported fails to load, rather than loading them twice."""
+    global _plugins, _loading
     with _lock:
         if _plugins is None:
-            _plugins = _load()
+            if _loading:
+                raise RuntimeError("a plugin used simagent's plugins while they were loading "
+                                   "(at its import)")
+            _loading = True
+            try:
+                _plugins = _load()
+            finally:
+                _loading = False
         return _plugins
 
 
