@@ -188,12 +188,12 @@ class _Heartbeat:
 def _shell_class() -> type:
     """An IPython shell whose display and errors become Jupyter messages (IPython is
     imported here, on first start: the kernel layer must not load it at import)."""
-    from ipykernel.compiler import XCachingCompiler  # as above: ipykernel's cell file names
-    from IPython.core.displayhook import DisplayHook  # heavy; only an in-memory kernel needs it
-    from IPython.core.displaypub import DisplayPublisher  # as above
-    from IPython.core.interactiveshell import InteractiveShell  # as above
-    from traitlets import Any as AnyTrait  # as above
-    from traitlets import Type
+    from ipykernel.compiler import XCachingCompiler  # heavy: only an in-memory kernel needs it
+    from IPython.core.displayhook import DisplayHook  # heavy, as above
+    from IPython.core.displaypub import DisplayPublisher  # heavy, as above
+    from IPython.core.interactiveshell import InteractiveShell  # heavy, as above
+    from traitlets import Any as AnyTrait  # with IPython, as above
+    from traitlets import Type  # with IPython, as above
 
     class Hook(DisplayHook):
         """``execute_result`` instead of printing ``Out[n]:``."""
