@@ -361,6 +361,33 @@ def test_the_summary_file_is_the_headline_table_with_its_commit():
         simagent=(150, 1.0, "pass", 1.2), stock=(300, 1.0, "pass", 2.4))]
     text = render_summary(rows, mode="replay")
     assert text.startswith("`simagent bench run --mode replay` at abc1234: 1 workflows, "
-                           "4 runs, one run of each")
+                           "4 runs. One run of each: token and dollar figures move between "
+                           "runs, since each run records")
     assert opening_summary(rows) in text
     assert render_summary([r for r in rows if r["policy"] != "simagent"], mode="replay") == ""
+    dirty = render_summary([{**r, "commit": "abc1234+dirty"} for r in rows], mode="replay")
+    assert dirty.startswith("`simagent bench run --mode replay` at abc1234+dirty "
+                            "(uncommitted changes on top of it): ")
+
+
+def test_repeated_runs_show_each_ratio_s_spread():
+    """Epochs are repeated runs (each its own recording, whose tokens differ): a ratio
+    that moved between them is its min–max, one that did not a single value; each run is
+    set against the references of its own epoch."""
+    from simagent.bench.report import render_summary
+
+    first = rows_for("w", oracle=(100, 1.0, "pass", 3.0), oracle_cached=(110, 1.0, "pass", 1.0),
+                     simagent=(150, 1.0, "pass", 1.2), stock=(300, 1.0, "pass", 2.4))
+    second = [{**r, "epoch": 1} for r in rows_for(
+        "w", oracle=(100, 1.0, "pass", 3.0), oracle_cached=(110, 1.0, "pass", 1.0),
+        simagent=(159, 0.5, "pass", 1.2), stock=(300, 1.0, "pass", 2.4))]
+    summary = opening_summary(first + second)
+    assert "| tuned long | 128k | 2/2 | 0.50 | 0.50–0.53x | 1.50–1.59x | 0.50x / 0.50x " \
+           "| 1.20x / 1.20x |" in summary
+    # the same references twice: each epoch's ratio alone, not a mix of the two
+    moved_refs = [{**r, "tokens_in": 2 * r["tokens_in"]} if r["policy"] == "stock" else r
+                  for r in second]
+    (line,) = [s for s in group_lines(first + moved_refs) if s["policy"] == "simagent"]
+    assert line["tokens_x_stock"] == (150 + 159) / (300 + 600)
+    text = render_summary([{**r, "commit": "abc1234"} for r in first + second], mode="replay")
+    assert "8 runs. 2 runs of each (`--epochs 2`, each replaying its own recording): " in text

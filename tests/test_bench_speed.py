@@ -138,7 +138,7 @@ SHAPE = ("workflow", "policy", "window", "enforced", "verdict", "failed_scorers"
 def test_workflows_in_worker_processes_give_the_serial_rows_in_plan_order(tmp_path,
                                                                        monkeypatch):
     # rows are reused for the same commit; others commit to this checkout while it runs
-    monkeypatch.setattr(workflow_runs, "git_commit", lambda: "pinned")
+    monkeypatch.setattr(workflow_runs, "git_commit", lambda **_: "pinned")
     wfs = []
     for wid, a in (("par-one", 6), ("par-two", 8)):
         wfs.append(load_workflow(wf_file(tmp_path, TWO.format(id=wid, a=a, v=a * 7), wid)))
@@ -167,3 +167,37 @@ def test_workflows_in_worker_processes_give_the_serial_rows_in_plan_order(tmp_pa
     assert again == parallel
     assert len(load_records(tmp_path / "parallel" / "records.jsonl")) == len(parallel)
     assert len(load_records(tmp_path / "parallel" / "notebooks.jsonl")) == 2
+
+
+STAMP = '''
+id = "stamp"
+title = "t"
+prompt = "Read the clock."
+[[steps]]
+tool = "run_python"
+args = {{ code = "import time\\nprint('stamp', time.time_ns() % 10**9)" }}
+[[steps]]
+final = "The stamp is {{out[-1]|stamp (\\\\d+)}}."
+[[probes]]
+fact = "stamp"
+from_step = 0
+[[scorers]]
+kind = "numeric"
+answer_regex = "stamp is (\\\\d+)"
+expected_from = {{ step = 0, regex = "stamp (\\\\d+)" }}
+'''
+
+
+@pytest.mark.slow
+def test_each_epoch_replays_its_own_recording(tmp_path, monkeypatch):
+    """Epochs are repeated runs, as two ``make run`` are: each records the kernel afresh
+    (whose text, and so whose tokens, differ between recordings), so the summary's
+    min–max over them is the spread a person rerunning the bench sees. Before, every
+    epoch replayed one recording."""
+    monkeypatch.setattr(workflow_runs, "git_commit", lambda **_: "pinned")
+    wf = load_workflow(wf_file(tmp_path, STAMP.format(), "stamp"))
+    rows = run_bench(BenchPlan([wf], resolve_policies("simagent"), epochs=2), tmp_path / "o")
+    assert [(r["epoch"], r["verdict"]) for r in rows] == [(0, "pass"), (1, "pass")], rows
+    assert rows[0]["final"] != rows[1]["final"]  # each quotes its own kernel's clock
+    assert sorted(p.name for p in (tmp_path / "o" / "recordings").iterdir()) == \
+        ["stamp", "stamp--1"]

@@ -64,7 +64,7 @@ def _ratio(rows: Sequence[dict[str, Any]], refs: dict[tuple[str, Any], dict[str,
     """sum(value(mine)) / sum(value(reference)) over workflows both completed."""
     num = den = 0.0
     for r in rows:
-        ref = refs.get((r["workflow"], r.get("window")))
+        ref = refs.get((r["workflow"], r.get("window"), r.get("epoch", 0)))
         if ref is None or provider_refused(r) or provider_refused(ref):
             continue
         a, b = value(r), value(ref)
@@ -83,7 +83,8 @@ def group_lines(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for group in GROUPS:
         for window in sorted((w for g, w in keys if g == group), key=lambda w: -(w or 0)):
             mine = [r for r in picked if group_of(r) == group and r.get("window") == window]
-            refs = {p: {(r["workflow"], r.get("window")): r for r in mine if r["policy"] == p}
+            refs = {p: {(r["workflow"], r.get("window"), r.get("epoch", 0)): r for r in mine
+                        if r["policy"] == p}  # each run set against its own epoch's
                     for p in (PEER, TOKEN_BOUND, DOLLAR_BOUND)}
             for policy in policy_order([r["policy"] for r in mine]):
                 runs = [r for r in mine if r["policy"] == policy]
@@ -109,25 +110,44 @@ def _times(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def _spread(values: Sequence[float | None]) -> str:
+    """A figure over repeated runs: one value where they agree to the shown digits, else
+    its min–max (``0.27–0.29x``)."""
+    if not values or any(v is None for v in values):
+        return "-"
+    shown = sorted({f"{v:.2f}" for v in values}, key=float)
+    return f"{shown[0]}x" if len(shown) == 1 else f"{shown[0]}–{shown[-1]}x"
+
+
 def _window_label(window: Any) -> str:
     return window_tag(int(window)) if window else "-"
 
 
 def opening_summary(rows: Sequence[dict[str, Any]]) -> str:
-    """One screen: simagent per group and window, as multiples of stock and the bounds."""
+    """One screen: simagent per group and window, as multiples of stock and the bounds;
+    with several epochs (repeated runs, each its own recording) each ratio is its
+    min–max over them, and passed and min recall count every run."""
     lines = [line for line in group_lines(rows) if line["policy"] == "simagent"]
     if not lines:
         return ""
+    epochs = sorted({r.get("epoch", 0) for r in rows})
+    each = [{(s["group"], s["window"]): s for s in group_lines(
+        [r for r in rows if r.get("epoch", 0) == e]) if s["policy"] == "simagent"}
+        for e in epochs]
     out = ["| group | window | passed | min recall | tokens x stock | tokens x oracle "
            "| $ x stock (Anthropic / OpenAI) | $ x oracle-cached (Anthropic / OpenAI) |",
            "|---|---|---|---|---|---|---|---|"]
     for s in lines:
+        runs = [e[key] for e in each if (key := (s["group"], s["window"])) in e]
+
+        def fig(name: str, runs: list[dict[str, Any]] = runs) -> str:
+            return _spread([r[name] for r in runs])
+
         out.append(
             f"| {s['group']} | {_window_label(s['window'])} | {s['passed']}/{s['runs']} | "
-            f"{s['min_recall']:.2f} | {_times(s['tokens_x_stock'])} | "
-            f"{_times(s['tokens_x_oracle'])} "
-            f"| {_times(s['usd_anthropic_x_stock'])} / {_times(s['usd_openai_x_stock'])} "
-            f"| {_times(s['usd_anthropic_x_bound'])} / {_times(s['usd_openai_x_bound'])} |")
+            f"{s['min_recall']:.2f} | {fig('tokens_x_stock')} | {fig('tokens_x_oracle')} "
+            f"| {fig('usd_anthropic_x_stock')} / {fig('usd_openai_x_stock')} "
+            f"| {fig('usd_anthropic_x_bound')} / {fig('usd_openai_x_bound')} |")
     return "\n".join(out)
 
 

@@ -39,6 +39,11 @@ SUMMARY_NOTE = (
     "lower bound), dollars against `oracle-cached` (the oracle's clearing rescheduled for "
     "each provider's prompt cache); both against `stock`. *Held-out* workflows were "
     "written apart from the tuning. Ratios sum the workflows both runs completed.")
+#: Why a token figure differs between two runs of the same commit (measured: two runs of
+#: two workflows at 13e2329 differed in every row, up to 0.02 in a summary ratio).
+MOVES = ("token and dollar figures move between runs, since each run records the "
+         "workflows' kernel steps afresh and the timings, session ids and paths in the text "
+         "the model reads change its token counts")
 RECOVERY_DEFINITION = (
     "Policies that lose no probe fact rank first, then by the share they lose; within "
     "that, by long-workflow input tokens plus recovery cost: what a model that "
@@ -378,13 +383,17 @@ def render_summary(rows: Sequence[dict[str, Any]], *, mode: str) -> str:
     if not table:
         return ""
     commit = next((r.get("commit") for r in rows if r.get("commit")), None)
-    epochs = len({r.get("epoch") for r in rows})
-    return (f"`simagent bench run --mode {mode}` at {commit or '?'}: "
-            f"{len({r['workflow'] for r in rows})} workflows, {len(rows)} runs, "
-            f"{'one run' if epochs == 1 else f'{epochs} epochs'} of each "
-            f"(replay is deterministic given its recordings; `make run` records afresh, so "
-            f"timing text in outputs can move a token figure by a hair).\n\n"
-            f"{SUMMARY_NOTE}\n\n{table}\n")
+    epochs = len({r.get("epoch", 0) for r in rows})
+    moves = MOVES if mode == "replay" else "a live model's runs differ"
+    spread = (f"One run of each: {moves}; `--epochs N` repeats each run N times and shows "
+              "each ratio's min–max" if epochs == 1 else
+              f"{epochs} runs of each (`--epochs {epochs}`"
+              f"{', each replaying its own recording' if mode == 'replay' else ''}): "
+              f"{moves}, so each ratio is its min–max over them")
+    dirty = " (uncommitted changes on top of it)" if str(commit).endswith("+dirty") else ""
+    return (f"`simagent bench run --mode {mode}` at {commit or 'an unknown commit'}{dirty}: "
+            f"{len({r['workflow'] for r in rows})} workflows, {len(rows)} runs. "
+            f"{spread}.\n\n{SUMMARY_NOTE}\n\n{table}\n")
 
 
 def write_report(rows: Sequence[dict[str, Any]], out_dir: Path, *, mode: str) -> Path:

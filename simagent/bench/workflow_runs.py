@@ -330,7 +330,7 @@ def run_bench(plan: BenchPlan, out_dir: Path, progress: Callable[[str], None] | 
     the rows are the same for any number); a live bench runs one row at a time.
     ``notebooks``: each workflow's notebook check runs in its worker after its rows."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    commit = git_commit()
+    commit = git_commit(mark_dirty=True)  # the summary names it: uncommitted code says so
     done = {row_key(r): r for r in load_records(out_dir / "records.jsonl")}
     total, n = len(plan.keys()), 0
     rows: list[list[dict[str, Any]]] = []  # per workflow: finished rows, then new ones
@@ -364,22 +364,33 @@ def run_workflow(job: Any, say: Callable[[str], None], *, mode: str, model: str 
                  out_dir: Path, commit: str | None, notebooks: bool = False
                  ) -> list[dict[str, Any]]:
     """One workflow's missing rows (``job``: a ``row_pool.WorkflowJob``): its kernel
-    recorded once, then each row, appended to ``records.jsonl`` as it finishes; then,
-    with ``notebooks``, its notebook check."""
+    recorded once per epoch, then each row, appended to ``records.jsonl`` as it finishes;
+    then, with ``notebooks``, its notebook check.
+
+    Each epoch replays its own recording: the kernel's text (timings, paths) differs
+    between recordings, and with it the tokens, so epochs are repeated runs, as two
+    ``make run`` would be, and the summary gives each figure's spread over them."""
     wf, rows, new = job.wf, list(job.done), []
-    recording = record(wf, out_dir / "recordings" / wf.id, progress=say) \
-        if mode == "replay" else None
+    recordings: dict[int, Any] = {}
+
+    def recording_of(epoch: int) -> Any:
+        if epoch not in recordings:
+            recordings[epoch] = record(wf, out_dir / "recordings" / (
+                wf.id + (f"--{epoch}" if epoch else "")), progress=say)
+        return recordings[epoch]
+
     for win, enforced, policy, epoch, label in job.runs:
         say(label)
         twin = next((r for r in rows if r["workflow"] == wf.id and r["policy"] == policy.name
                      and r["epoch"] == epoch and r.get("commit") == commit
-                     and unrefused_at(r, win)), None) if enforced and recording else None
+                     and unrefused_at(r, win)), None) if enforced and mode == "replay" \
+            else None
         at = replace(wf, window=win)
         if twin is not None:
             row = enforced_twin(twin)
         else:
-            row = run_replay(at, policy, epoch, recording, out_dir, say, label, commit,
-                             enforced) if recording else \
+            row = run_replay(at, policy, epoch, recording_of(epoch), out_dir, say, label,
+                             commit, enforced) if mode == "replay" else \
                 run_live(at, policy, epoch, model or "", out_dir, commit, enforced)
         locked_append(append_record, out_dir / "records.jsonl", row)
         rows.append(row)
