@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from simagent.config import Config, SessionOptions
 from simagent.context.memory import ensure_memory
-from simagent.context.thresholds import ContextSettings
+from simagent.context.settings import ContextSettings
 from simagent.kernel import ExecResult, Kernel, KernelPort, ladder, snapshot
 from simagent.kernel.replay import budget_of as replay_budget_of
 from simagent.paths import (

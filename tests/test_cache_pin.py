@@ -15,10 +15,10 @@ from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.bench.caching import scripted_requests, simulate, totals
-from simagent.context import thresholds as th
 from simagent.context.placeholders import placeholder
 from simagent.context.prefix import EPHEMERAL, pin_index, with_cache_pin
 from simagent.context.prices import cache_rules
+from simagent.context.settings import ContextSettings
 from simagent.models import ResolvedModel, parse_model_spec
 from simagent.session import Session
 
@@ -78,7 +78,7 @@ def test_anthropic_requests_carry_at_most_four_breakpoints_and_the_pin_saves_wri
                             payloads=[], disable_streaming=True)
     resolved = ResolvedModel(spec=parse_model_spec(MODEL), chat_model=chat, window=30_000,
                              max_output=4_096)
-    settings = th.ContextSettings(summarize=False, budget_check=False, state_card_tokens=0)
+    settings = ContextSettings(summarize=False, budget_check=False, state_card_tokens=0)
     session = Session.create(workspace, approval="auto")
     try:
         agent = build_agent(session, resolved, context_settings=settings)
@@ -110,10 +110,10 @@ def test_no_pin_for_other_providers_or_when_off(workspace):
     from simagent.context.middleware import ContextMiddleware
 
     for model_id, settings, expected in (
-            (MODEL, th.ContextSettings(), True),
-            (MODEL, th.ContextSettings(cache_pin=False), False),
-            ("openai:gpt-5", th.ContextSettings(), False),
-            ("scripted:x", th.ContextSettings(), False)):
+            (MODEL, ContextSettings(), True),
+            (MODEL, ContextSettings(cache_pin=False), False),
+            ("openai:gpt-5", ContextSettings(), False),
+            ("scripted:x", ContextSettings(), False)):
         mw = ContextMiddleware(trace=None, compactor=None, settings=settings,
                                model_id=model_id, window=30_000, max_output=None)
         assert mw.pins_cache is expected, model_id

@@ -158,14 +158,14 @@ def test_a_clearing_epoch_traces_its_cache_write_and_context_shows_it(workspace)
     from simagent.agent.runner import TurnRunner
     from simagent.agent.scripted import ScriptedChatModel
     from simagent.bench.caching import scripted_requests
-    from simagent.context import thresholds as th
     from simagent.context.panel import render_context
+    from simagent.context.settings import ContextSettings
     from simagent.context.stats import stats_from_trace
     from simagent.session import Session
 
     steps = [{"tool": "run_python", "args": {"code": f"print('R{i}', 'v' * 3000)"}}
              for i in range(20)] + [{"final": "done"}]
-    settings = th.ContextSettings(summarize=False, budget_check=False, state_card_tokens=0)
+    settings = ContextSettings(summarize=False, budget_check=False, state_card_tokens=0)
     session = Session.create(workspace, approval="auto")
     try:
         model = ScriptedChatModel.from_steps(steps, window=30_000, enforce_window=True)

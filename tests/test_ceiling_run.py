@@ -21,7 +21,7 @@ from simagent.agent.events import ContextEvent, Notice
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.context.guards import ceiling_tripped
-from simagent.context.thresholds import ContextSettings
+from simagent.context.settings import ContextSettings
 from simagent.headless import StreamPrinter
 from simagent.presentation.notices import context_line
 from simagent.session import Session

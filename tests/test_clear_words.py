@@ -132,7 +132,7 @@ def test_after_an_epoch_the_requests_carry_the_headlines_of_cleared_exchanges(wo
     from simagent.agent.builder import build_agent
     from simagent.agent.runner import TurnRunner
     from simagent.agent.scripted import ScriptedChatModel
-    from simagent.context import thresholds as th
+    from simagent.context.settings import ContextSettings
     from simagent.session import Session
 
     @tool("dump")
@@ -145,7 +145,7 @@ def test_after_an_epoch_the_requests_carry_the_headlines_of_cleared_exchanges(wo
     session = Session.create(workspace, approval="auto")
     try:
         model = ScriptedChatModel.from_steps(steps, window=128_000, enforce_window=True)
-        settings = th.ContextSettings(summarize=False, cost_model="anthropic:claude-sonnet-4-5")
+        settings = ContextSettings(summarize=False, cost_model="anthropic:claude-sonnet-4-5")
         agent = build_agent(session, model, extra_tools=[dump], context_settings=settings)
         assert TurnRunner(session, agent).run("go").status == "done"
         clears = [e.payload for e in session.trace.events(["context_clear"])]

@@ -21,6 +21,7 @@ from simagent.agent.scripted import ScriptedChatModel
 from simagent.context import thresholds as th
 from simagent.context.manual import checkpoint_now, compact_now
 from simagent.context.recall import recall, request_text
+from simagent.context.settings import ContextSettings
 from simagent.context.state import BOUNDARY_KEY, current_view
 from simagent.context.summary import CHECKPOINT_SECTIONS
 from simagent.kernel_api.outputs import count_lines, raw_name
@@ -37,7 +38,7 @@ def dump(n: int) -> str:
     return (head + body)[:n - 11] + "\nREPORT-END"
 
 
-def make(workspace: Path, steps, *, settings: th.ContextSettings, window: int,
+def make(workspace: Path, steps, *, settings: ContextSettings, window: int,
          enforce: bool = True, tools=()):
     session = Session.create(workspace, approval="auto")
     model = ScriptedChatModel.from_steps(steps, window=window, enforce_window=enforce)
@@ -73,7 +74,7 @@ def test_run_python_cap_keeps_head_tail_and_the_error(opened):
             "raise ValueError('boom at the end')")
     session, _model, agent, runner = opened(
         [{"tool": "run_python", "args": {"code": code}}, {"final": "ok"}],
-        settings=th.ContextSettings(tool_caps={"run_python": 8_000}), window=128_000)
+        settings=ContextSettings(tool_caps={"run_python": 8_000}), window=128_000)
     assert runner.run("go").status == "done"
     result = next(m for m in state_of(agent, session)["messages"] if isinstance(m, ToolMessage))
     text = result.text
@@ -93,7 +94,7 @@ def test_run_python_cap_keeps_head_tail_and_the_error(opened):
 def test_generic_tool_cap_saves_the_full_result(opened):
     session, _model, agent, runner = opened(
         [{"tool": "dump", "args": {"n": 100_000}}, {"final": "{out[-1]|REPORT-END}"}],
-        settings=th.ContextSettings(), window=128_000, tools=[dump])
+        settings=ContextSettings(), window=128_000, tools=[dump])
     assert runner.run("go").final == "REPORT-END"
     msg = next(m for m in state_of(agent, session)["messages"] if isinstance(m, ToolMessage))
     assert len(msg.text) < th.TOOL_CAP_CHARS + 500 and msg.text.startswith("REPORT-START")
@@ -105,7 +106,7 @@ def test_generic_tool_cap_saves_the_full_result(opened):
 def test_eviction_lands_in_the_session_dir_and_the_preview_names_it(opened):
     session, model, agent, runner = opened(
         [{"tool": "dump", "args": {"n": BIG}}, {"final": "done"}],
-        settings=th.ContextSettings(tool_caps={"dump": 0}), window=128_000, tools=[dump])
+        settings=ContextSettings(tool_caps={"dump": 0}), window=128_000, tools=[dump])
     runner.run("go")
     msg = next(m for m in state_of(agent, session)["messages"] if isinstance(m, ToolMessage))
     path = session.paths.large_tool_results / msg.tool_call_id
@@ -142,7 +143,7 @@ def test_long_session_crosses_every_threshold_in_order_without_overflow(opened):
     n = 64
     # inputs stay in view, so the history grows past the summary trigger (input clearing
     # on its own is tested in test_input_clearing.py)
-    settings = th.ContextSettings(evict_tokens=5_000, clear_inputs=False,
+    settings = ContextSettings(evict_tokens=5_000, clear_inputs=False,
                                   tool_caps={"run_python": 6_000, "execute": 0})
     # the window is sized so the real-token history crosses the summary trigger (85 %)
     session, model, agent, runner = opened(long_steps(n), settings=settings, window=32_000,
@@ -174,7 +175,7 @@ def test_long_session_crosses_every_threshold_in_order_without_overflow(opened):
 def test_clearing_happens_in_epochs_and_keeps_the_prefix_stable(opened):
     steps = [{"tool": "run_python", "args": {"code": f"print('R{i}', 'v' * 3000)"}}
              for i in range(24)] + [{"final": "done"}]
-    settings = th.ContextSettings(summarize=False, budget_check=False,
+    settings = ContextSettings(summarize=False, budget_check=False,
                                   clear_by_expected=False)  # reads to come: more, smaller epochs
     session, model, _agent, runner = opened(steps, settings=settings, window=30_000)
     assert runner.run("go").status == "done"
@@ -205,7 +206,7 @@ def test_record_attempt_and_errors_are_never_cleared(opened):
     steps += [{"tool": "run_python", "args": {"code": f"print('R{i}', 'v' * 3000)"}}
               for i in range(20)] + [{"final": "done"}]
     session, model, _agent, runner = opened(
-        steps, settings=th.ContextSettings(summarize=False, budget_check=False), window=30_000)
+        steps, settings=ContextSettings(summarize=False, budget_check=False), window=30_000)
     runner.run("go")
     assert kinds(session, "context_clear")
     last = model.requests[-1]
@@ -219,7 +220,7 @@ def test_record_attempt_and_errors_are_never_cleared(opened):
 def test_overflow_triggers_one_emergency_compaction_and_one_retry(opened):
     steps = [{"tool": "run_python", "args": {"code": f"print('E{i}', 'w' * 2000)"}}
              for i in range(12)] + [{"final": "{out[-1]|E\\d+}"}]
-    settings = th.ContextSettings(window=500_000, summarize=False, clear_fraction=None,
+    settings = ContextSettings(window=500_000, summarize=False, clear_fraction=None,
                                   budget_check=False)
     session, model, _agent, runner = opened(steps, settings=settings, window=10_000)
     result = runner.run("go")
@@ -239,7 +240,7 @@ def test_overflow_triggers_one_emergency_compaction_and_one_retry(opened):
 def test_overflow_that_compaction_cannot_fix_fails_after_one_retry(opened):
     steps = [{"tool": "run_python", "args": {"code": "print('small')"}},
              {"tool": "dump", "args": {"n": 12_000}}, {"final": "never"}]
-    settings = th.ContextSettings(window=500_000, summarize=False, clear_fraction=None,
+    settings = ContextSettings(window=500_000, summarize=False, clear_fraction=None,
                                   budget_check=False, evict_tokens=None, tool_caps={"dump": 0})
     session, model, _agent, runner = opened(steps, settings=settings, window=7_000,
                                            tools=[dump])
@@ -254,7 +255,7 @@ def test_budget_check_compacts_before_the_call(opened):
     steps = [{"tool": "run_python", "args": {"code": f"print('B{i}', 'q' * 4000)"}}
              for i in range(8)] + [{"final": "done"}]
     # the tier trigger alone would never fire; the reply reserve leaves little history room
-    settings = th.ContextSettings(summary_fraction=1.0, clear_fraction=None,
+    settings = ContextSettings(summary_fraction=1.0, clear_fraction=None,
                                   max_output_tokens=14_000)
     session, model, _agent, runner = opened(steps, settings=settings, window=24_000)
     assert runner.run("go").status == "done"
@@ -266,7 +267,7 @@ def test_budget_check_compacts_before_the_call(opened):
 def test_trace_counts_match_what_the_model_received(opened):
     session, model, _agent, runner = opened(
         [{"tool": "run_python", "args": {"code": "print(1)"}}, {"final": "ok"}],
-        settings=th.ContextSettings(), window=128_000)
+        settings=ContextSettings(), window=128_000)
     runner.run("go")
     usage = [p for _, _, p in kinds(session, "model_usage")]
     for p, counted in zip(usage, model.cursor.request_tokens, strict=True):
@@ -279,7 +280,7 @@ def test_trace_counts_match_what_the_model_received(opened):
 def test_compact_now_summarizes_with_focus_and_keeps_raw_state(opened):
     steps = [{"tool": "run_python", "args": {"code": f"print('C{i} =', {i} * 11)"}}
              for i in range(6)] + [{"final": "first done"}, {"final": "second"}]
-    session, model, agent, runner = opened(steps, settings=th.ContextSettings(),
+    session, model, agent, runner = opened(steps, settings=ContextSettings(),
                                            window=128_000)
     runner.run("first task")
     n_raw = len(state_of(agent, session)["messages"])
@@ -302,7 +303,7 @@ def test_mark_task_done_slices_the_finished_task_at_the_next_turn(opened):
     steps = [{"tool": "run_python", "args": {"code": "print('T1 result =', 6 * 7)"}},
              {"tool": "mark_task_done", "args": {"answer": "T1 computed: 42"}},
              {"final": "task one done"}, {"final": "task two"}]
-    session, model, _agent, runner = opened(steps, settings=th.ContextSettings(),
+    session, model, _agent, runner = opened(steps, settings=ContextSettings(),
                                            window=128_000)
     runner.run("task one")
     assert not kinds(session, "context_checkpoint")  # nothing sliced mid-task
@@ -325,7 +326,7 @@ def test_mark_task_done_slices_the_finished_task_at_the_next_turn(opened):
 def test_done_command_checkpoints_between_turns(opened):
     steps = [{"tool": "run_python", "args": {"code": "print('D =', 5)"}},
              {"final": "one"}, {"final": "two"}]
-    session, model, agent, runner = opened(steps, settings=th.ContextSettings(),
+    session, model, agent, runner = opened(steps, settings=ContextSettings(),
                                            window=128_000)
     runner.run("one")
     res = checkpoint_now(agent.graph, session.thread_config, agent.context, note="D found")
@@ -350,7 +351,7 @@ def test_done_command_checkpoints_between_turns(opened):
 def test_a_rebuilt_agent_sees_the_same_view(opened, workspace):
     steps = [{"tool": "run_python", "args": {"code": f"print('S{i}', 'v' * 3000)"}}
              for i in range(22)] + [{"final": "done"}, {"final": "again"}]
-    settings = th.ContextSettings(summarize=False, budget_check=False)
+    settings = ContextSettings(summarize=False, budget_check=False)
     session, model, _agent, runner = opened(steps, settings=settings, window=30_000)
     runner.run("go")
     assert kinds(session, "context_clear")
@@ -370,9 +371,9 @@ def test_summary_model_is_configurable(workspace, tmp_path):
     script = tmp_path / "summ.json"
     script.write_text('[{"final": "# Session intent\\nfrom the cheap model"}]')
     chat = ScriptedChatModel.from_steps([])
-    assert isinstance(build_summarizer(th.ContextSettings(), chat, "scripted"),
+    assert isinstance(build_summarizer(ContextSettings(), chat, "scripted"),
                       ExtractiveSummarizer)
-    cheap = build_summarizer(th.ContextSettings(summary_model=f"scripted:{script}"), chat, "x")
+    cheap = build_summarizer(ContextSettings(summary_model=f"scripted:{script}"), chat, "x")
     assert isinstance(cheap, ModelSummarizer)
     text = cheap([HumanMessage("hello")], kind="summary")
     assert text == "# Session intent\nfrom the cheap model"
@@ -399,7 +400,7 @@ def test_model_summaries_do_not_stream_as_the_answer_and_are_accounted(opened, t
     script.write_text('[{"final": "SUMMARY-TEXT from the cheap model"}]')
     steps = [{"tool": "run_python", "args": {"code": f"print('S{i}', 'v' * 3000)"}}
              for i in range(14)] + [{"final": "THE-ANSWER"}]
-    settings = th.ContextSettings(summary_model=f"scripted:{script}", clear_fraction=None)
+    settings = ContextSettings(summary_model=f"scripted:{script}", clear_fraction=None)
     session, _model, _agent, runner = opened(steps, settings=settings, window=16_000)
     events = []
     assert runner.run("go", events.append).final == "THE-ANSWER"
@@ -415,13 +416,13 @@ def test_two_task_marks_in_one_reply_and_compact_after_a_failed_turn(opened):
     steps = [{"tools": [{"tool": "mark_task_done", "args": {"answer": "a"}},
                         {"tool": "mark_task_done", "args": {"answer": "b"}}]},
              {"final": "done"}]
-    session, _model, agent, runner = opened(steps, settings=th.ContextSettings(),
+    session, _model, agent, runner = opened(steps, settings=ContextSettings(),
                                            window=128_000)
     assert runner.run("go").status == "done"
     assert state_of(agent, session)["simagent_pending_checkpoint"]["record"]["answer"] == "b"
     # a turn that fails (the script is exhausted mid-way is fine; force a provider error)
     failing = ScriptedChatModel.from_steps([], window=1_000, enforce_window=True)
-    runner.switch_agent(build_agent(session, failing, context_settings=th.ContextSettings(
+    runner.switch_agent(build_agent(session, failing, context_settings=ContextSettings(
         emergency=False, summarize=False, clear_fraction=None, budget_check=False)))
     assert runner.run("again").status == "error"
     res = compact_now(agent.graph, session.thread_config, agent.context)
@@ -431,7 +432,7 @@ def test_two_task_marks_in_one_reply_and_compact_after_a_failed_turn(opened):
 def test_capped_full_text_survives_eviction_of_the_preview(opened):
     session, _model, agent, runner = opened(
         [{"tool": "dump", "args": {"n": 300_000}}, {"final": "ok"}],
-        settings=th.ContextSettings(evict_tokens=1_000), window=128_000, tools=[dump])
+        settings=ContextSettings(evict_tokens=1_000), window=128_000, tools=[dump])
     runner.run("go")
     msg = next(m for m in state_of(agent, session)["messages"] if isinstance(m, ToolMessage))
     full = session.paths.large_tool_results / f"{msg.tool_call_id}.full.txt"

@@ -18,8 +18,9 @@ import pytest
 from simagent.context import prices
 from simagent.context.counting import CATEGORIES
 from simagent.context.panel import render_context, status_label
+from simagent.context.settings import ContextSettings
 from simagent.context.stats import ContextStats, stats_from_events, stats_from_trace
-from simagent.context.thresholds import CLEAR_FRACTION, ContextSettings, thresholds_for
+from simagent.context.thresholds import CLEAR_FRACTION, thresholds_for
 from simagent.trace.log import TraceLog
 
 MODEL = "anthropic:claude-sonnet-4-5"

@@ -4,10 +4,12 @@ Expected values are worked out by hand from the rules the docstrings state."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simagent.context import thresholds as th
-from simagent.context.thresholds import ContextConfigError, ContextSettings
+from simagent.context.settings import ContextConfigError, ContextSettings
 
 FRACTION_KEYS = ("clear_fraction", "summary_fraction", "clear_min_freed_fraction",
                  "summary_keep_fraction", "clear_keep_fraction")
@@ -22,7 +24,7 @@ def _error(data: dict) -> str:
 
 def test_unknown_keys_are_listed_sorted_with_every_known_key():
     message = _error({"zeta": 1, "bogus": 2})
-    known = sorted(f.name for f in th.fields(ContextSettings))
+    known = sorted(f.name for f in dataclasses.fields(ContextSettings))
     assert message == (f"[context]: unknown setting(s) bogus, zeta; known: "
                        f"{', '.join(known)}")
 

@@ -13,7 +13,7 @@ from pydantic import Field
 from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
-from simagent.context import thresholds as th
+from simagent.context.settings import ContextSettings
 from simagent.session import Session
 
 #: simagent's per-message count against the cookbook rule on the wire payload: the two
@@ -37,7 +37,7 @@ def _open(workspace, steps, *, window, settings=None):
     session = Session.create(workspace, approval="auto")
     model = IndependentProvider.from_steps(steps, window=window, enforce_window=True)
     runner = TurnRunner(session, build_agent(session, model,
-                                             context_settings=settings or th.ContextSettings()))
+                                             context_settings=settings or ContextSettings()))
     return session, model, runner
 
 
@@ -68,7 +68,7 @@ def test_the_budget_check_prevents_overflow_by_an_independent_ruler(workspace):
     request leaves the reply's reserve (``max_output_tokens``) free."""
     steps = [{"tool": "run_python", "args": {"code": f"print('B{i}', 'q' * 4000)"}}
              for i in range(8)] + [{"final": "done"}]
-    settings = th.ContextSettings(summary_fraction=1.0, clear_fraction=None,
+    settings = ContextSettings(summary_fraction=1.0, clear_fraction=None,
                                   max_output_tokens=14_000)
     session, model, runner = _open(workspace, steps, window=24_000, settings=settings)
     try:

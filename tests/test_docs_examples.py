@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from simagent.config import ConfigError, McpServer, parse_mcp_servers
-from simagent.context.thresholds import ContextSettings
+from simagent.context.settings import ContextSettings
 from simagent.local_model.kind import LOCAL_KEYS
 from simagent.provider_errors import RETRY_KEYS
 

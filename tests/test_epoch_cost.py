@@ -20,6 +20,7 @@ from simagent.context.epoch_cost import (
     requests_since,
     stale_ages,
 )
+from simagent.context.settings import ContextSettings
 
 ANTHROPIC = InputPrices(read=0.1, write=1.25, family="anthropic")
 OPENAI = InputPrices(read=0.1, write=1.0, family="openai")
@@ -156,7 +157,7 @@ def test_below_the_window_trigger_an_epoch_comes_when_the_cache_prices_pay(works
     from simagent.context.panel import render_context
     from simagent.context.stats import stats_from_events
 
-    settings = th.ContextSettings(summarize=False, clear_keep=2,
+    settings = ContextSettings(summarize=False, clear_keep=2,
                                   cost_model="anthropic:claude-sonnet-4-5")
     session, model = _run(workspace, settings)
     try:
@@ -181,7 +182,7 @@ def test_below_the_window_trigger_an_epoch_comes_when_the_cache_prices_pay(works
 
 
 def test_without_the_cost_rule_only_the_window_clears(workspace):
-    settings = th.ContextSettings(summarize=False, clear_keep=2, clear_by_cost=False,
+    settings = ContextSettings(summarize=False, clear_keep=2, clear_by_cost=False,
                                   cost_model="anthropic:claude-sonnet-4-5")
     session, _model = _run(workspace, settings)
     try:

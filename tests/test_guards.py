@@ -27,7 +27,7 @@ from simagent.context.guards import (
     strip_pending_calls,
 )
 from simagent.context.prices import FREE, PRICES, cost_usd, price_for, totals_cost
-from simagent.context.thresholds import ContextSettings
+from simagent.context.settings import ContextSettings
 from simagent.session import Session
 from simagent.trace.log import TraceLog
 from simagent.trace.usage import Usage, UsageTotals

@@ -24,7 +24,6 @@ from langchain_openai.chat_models.base import (
 )
 
 from simagent.bench.policies import POLICIES, resolve_policies
-from simagent.context import thresholds as th
 from simagent.context.boundaries import orphans, safe_cuts
 from simagent.context.clearing import (
     apply_cleared,
@@ -34,6 +33,7 @@ from simagent.context.clearing import (
 )
 from simagent.context.compaction import view_of
 from simagent.context.counting import count_messages
+from simagent.context.settings import ContextSettings
 from simagent.context.state import CLEARED_INPUTS_KEY, current_view
 
 CODE = "import numpy as np\n" + "# a long cell that set up the sweep\n" * 30 + "print(1)"
@@ -117,8 +117,8 @@ def test_an_epoch_counts_what_input_clearing_frees():
 
 
 def test_the_setting_is_on_for_simagent_and_off_for_the_baselines():
-    assert th.ContextSettings().clear_inputs
-    assert th.ContextSettings.from_mapping({"clear_inputs": False}).clear_inputs is False
+    assert ContextSettings().clear_inputs
+    assert ContextSettings.from_mapping({"clear_inputs": False}).clear_inputs is False
     assert POLICIES["simagent"].settings.clear_inputs
     # the oracle bounds start from simagent's settings; their own middleware decides what
     # stays in view (clear_fraction is None, so simagent's clearing never runs there)
@@ -306,7 +306,7 @@ def test_an_epoch_clears_the_code_with_the_result_on_the_real_graph(workspace):
     codes = [f"# step {i}: " + "the parameters of this sweep step, " * 40
              + f"\nprint('R{i}', 'v' * 3000)" for i in range(24)]
     steps = [{"tool": "run_python", "args": {"code": c}} for c in codes] + [{"final": "done"}]
-    settings = th.ContextSettings(summarize=False, budget_check=False)
+    settings = ContextSettings(summarize=False, budget_check=False)
     session = Session.create(workspace, approval="auto")
     try:
         model = ScriptedChatModel.from_steps(steps, window=30_000, enforce_window=True)
@@ -364,7 +364,7 @@ def test_with_input_clearing_off_the_code_stays(workspace):
     session = Session.create(workspace, approval="auto")
     try:
         model = ScriptedChatModel.from_steps(steps, window=30_000)
-        agent = build_agent(session, model, context_settings=th.ContextSettings(
+        agent = build_agent(session, model, context_settings=ContextSettings(
             summarize=False, budget_check=False, clear_inputs=False))
         TurnRunner(session, agent).run("go")
         assert list(session.trace.events(["context_clear"]))

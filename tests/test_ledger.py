@@ -19,7 +19,6 @@ from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.agent.tools import RECALL, session_tools
 from simagent.bench.policies import UNMANAGED
-from simagent.context import thresholds as th
 from simagent.context.clearing import apply_cleared
 from simagent.context.ledger import (
     MAX_PER_KIND,
@@ -36,6 +35,7 @@ from simagent.context.ledger import (
 )
 from simagent.context.manual import checkpoint_now, compact_now
 from simagent.context.panel import render_context
+from simagent.context.settings import ContextSettings
 from simagent.context.stats import stats_from_trace
 from simagent.context.summary import boundary_message, offload
 from simagent.session import Session
@@ -203,7 +203,7 @@ def test_trace_fields_summarize_an_entry_for_context(session_paths):
 
 
 # ------------------------------------------------------- real graph and kernel
-def open_session(workspace: Path, steps, settings: th.ContextSettings, window: int):
+def open_session(workspace: Path, steps, settings: ContextSettings, window: int):
     session = Session.create(workspace, approval="auto")
     model = ScriptedChatModel.from_steps(steps, window=window, enforce_window=True)
     agent = build_agent(session, model, context_settings=settings)
@@ -234,14 +234,14 @@ def test_clearing_and_a_summary_write_entries_and_the_model_recalls_a_dropped_va
              for i in range(24)] + [{"final": "swept"}]
     # a first turn under clearing only: epochs clear the older results
     session, _model, _agent, runner = opened(
-        steps, th.ContextSettings(summarize=False, budget_check=False), 30_000)
+        steps, ContextSettings(summarize=False, budget_check=False), 30_000)
     assert runner.run("sweep R").status == "done"
     # the same thread, rebuilt with summaries only and a low trigger: the next turn's
     # first call summarizes, then the model asks recall for a value that left the view
     model = ScriptedChatModel.from_steps(
         [{"tool": RECALL, "args": {"query": "R2 value_mV"}, "id": "recall-1"},  # ids unique
          {"final": "{out[-1]|R2 value_mV = \\S+ mV}"}], window=30_000, enforce_window=True)
-    agent = build_agent(session, model, context_settings=th.ContextSettings(
+    agent = build_agent(session, model, context_settings=ContextSettings(
         clear_fraction=None, summary_fraction=0.1))
     result = TurnRunner(session, agent).run("what was R2?")
     assert result.status == "done", result.error
@@ -278,7 +278,7 @@ def test_compact_and_done_write_entries_that_context_shows(opened, workspace):
     steps = [{"tool": "run_python", "args": {"code": f"print('C{i} =', {i} * 11, 'J')"}}
              for i in range(6)] + [{"final": "first done"}, {"final": "second"},
                                    {"final": "third"}]
-    session, _model, agent, runner = opened(steps, th.ContextSettings(), 128_000)
+    session, _model, agent, runner = opened(steps, ContextSettings(), 128_000)
     runner.run("first task")
     res = compact_now(agent.graph, session.thread_config, agent.context, focus="the C values")
     assert res.done
@@ -322,7 +322,7 @@ def test_an_emergency_truncation_writes_an_entry_too(opened):
     steps = [{"tool": "run_python", "args": {"code": code.format(i=i)}}
              for i in range(12)] + [{"final": "{out[-1]|E\\d+_V}"}]
     # only the provider's refusal compacts here (the configured window hides the model's)
-    settings = th.ContextSettings(window=500_000, summarize=False, clear_fraction=None,
+    settings = ContextSettings(window=500_000, summarize=False, clear_fraction=None,
                                   budget_check=False)
     session, model, _agent, runner = opened(steps, settings, 14_000)
     assert runner.run("go").status == "done"

@@ -32,6 +32,7 @@ from simagent.context.deferral_policy import (
     search,
 )
 from simagent.context.panel import render_context
+from simagent.context.settings import ContextSettings
 from simagent.context.stats import stats_from_trace
 from simagent.session import Session
 
@@ -186,12 +187,12 @@ def test_loaded_schemas_unload_when_their_find_tools_result_is_cleared(workspace
 
 
 def test_deferral_share_is_one_pure_function():
-    s = th.ContextSettings()
+    s = ContextSettings()
     limit = th.defer_tools_limit(128_000, s)
     assert limit == int(128_000 * th.DEFER_TOOLS_FRACTION)
     assert th.defer_tools(limit + 1, 128_000, s) and not th.defer_tools(limit, 128_000, s)
-    assert not th.defer_tools(10**6, 128_000, th.ContextSettings(defer_tools=False))
-    assert th.defer_tools(1, 128_000, th.ContextSettings.from_mapping({"defer_tools": True}))
+    assert not th.defer_tools(10**6, 128_000, ContextSettings(defer_tools=False))
+    assert th.defer_tools(1, 128_000, ContextSettings.from_mapping({"defer_tools": True}))
 
 
 # ------------------------------------------------------------------ the real graph
@@ -247,7 +248,7 @@ def test_each_server_fault_is_one_clear_error_and_the_session_goes_on(opened, wo
              ("lab__band_gap", {"subject": "GaAs"})]
     session, runner, built = opened(
         [{"tool": name, "args": args} for name, args in calls] + [{"final": "done"}],
-        context_settings=th.ContextSettings(defer_tools=False))
+        context_settings=ContextSettings(defer_tools=False))
     events: list = []
     result = runner.run("exercise the faults", on_event=events.append)
     assert result.status == "done", result
@@ -281,7 +282,7 @@ def test_a_server_that_cannot_restart_is_one_error_until_it_can(opened, workspac
         {"tool": "lab__band_gap", "args": {"subject": "Si"}},
         {"tool": "run_python", "args": {"code": f"import os; os.remove({str(marker)!r})"}},
         {"tool": "lab__band_gap", "args": {"subject": "Ge"}},
-        {"final": "{out[-1]}"}], context_settings=th.ContextSettings(defer_tools=False))
+        {"final": "{out[-1]}"}], context_settings=ContextSettings(defer_tools=False))
     result = runner.run("go")
     assert result.status == "done" and "band_gap(Ge" in result.final
     refused = next(m for m in tool_messages(built, session) if m.name == "lab__band_gap")
@@ -295,7 +296,7 @@ def test_a_10_mb_result_is_capped_like_any_result_and_kept_whole_on_disk(opened,
     write_config(workspace, timeout_s=300)
     session, runner, built = opened([{"tool": "lab__ten_megabytes", "args": {}},
                                      {"final": "done"}],
-                                    context_settings=th.ContextSettings(defer_tools=False))
+                                    context_settings=ContextSettings(defer_tools=False))
     assert runner.run("big").status == "done"
     big = {m.name: m for m in tool_messages(built, session)}["lab__ten_megabytes"]
     assert big.status != "error"
@@ -323,7 +324,7 @@ def test_ask_waits_for_the_person_before_an_mcp_call(opened, workspace):
     write_config(workspace)
     session, runner, built = opened(
         [{"tool": "lab__molar_mass", "args": {"subject": "N2"}}, {"final": "{out[-1]}"}],
-        approval="ask", context_settings=th.ContextSettings(defer_tools=False))
+        approval="ask", context_settings=ContextSettings(defer_tools=False))
     paused = runner.run("go")
     assert paused.status == "paused"
     assert paused.interrupts[0].action_requests[0]["name"] == "lab__molar_mass"
@@ -397,7 +398,7 @@ def test_a_streamable_http_server_with_headers(opened, workspace, http_server):
         'headers = { Authorization = "Bearer wrong" }\n')
     session, runner, built = opened([{"tool": "web__band_gap", "args": {"subject": "Si"}},
                                      {"final": "{out[-1]}"}],
-                                    context_settings=th.ContextSettings(defer_tools=False))
+                                    context_settings=ContextSettings(defer_tools=False))
     assert len([t for t in built.tools if t.name.startswith("web__")]) == 40
     assert not [t for t in built.tools if t.name.startswith("denied__")]
     assert "band_gap(Si" in runner.run("go").final

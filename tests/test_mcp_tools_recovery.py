@@ -22,11 +22,11 @@ from test_mcp_tools import server_pids, tool_messages, write_config
 
 from simagent.agent.events import ContextEvent, ToolFinished, ToolOutput
 from simagent.agent.mcp_tools import START_TIMEOUT_S, open_notices
-from simagent.context import thresholds as th
 from simagent.context.deferral_policy import FIND_TOOLS
+from simagent.context.settings import ContextSettings
 from simagent.context.stats import stats_from_trace
 
-NO_DEFER = th.ContextSettings(defer_tools=False)
+NO_DEFER = ContextSettings(defer_tools=False)
 opened, http_server = base.opened, base.http_server  # the fixtures, shared
 
 

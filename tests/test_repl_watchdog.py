@@ -37,8 +37,9 @@ from simagent.context.repl_watch import (
     same_code,
     scan,
 )
+from simagent.context.settings import ContextConfigError, ContextSettings
 from simagent.context.stats import stats_from_trace
-from simagent.context.thresholds import ContextConfigError, ContextSettings, repl_watchdog_mode
+from simagent.context.thresholds import repl_watchdog_mode
 from simagent.presentation.notices import context_line
 from simagent.session import Session
 

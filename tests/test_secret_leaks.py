@@ -38,9 +38,9 @@ from simagent.agent.mcp_tools import McpHub
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.config import parse_mcp_servers
-from simagent.context import thresholds as th
 from simagent.context.counting import is_state_card
 from simagent.context.manual import compact_now
+from simagent.context.settings import ContextSettings
 from simagent.kernel import Kernel
 from simagent.kernel.env_secrets import may_set_env
 from simagent.kernel.process import inherited_env
@@ -71,9 +71,9 @@ def _hits(root: Path, needles: list[str]) -> list[str]:
 
 
 def _turns(session: Session, steps: list[dict], window: int = 128_000,
-           settings: th.ContextSettings | None = None):
+           settings: ContextSettings | None = None):
     model = ScriptedChatModel.from_steps(steps, window=window, enforce_window=True)
-    agent = build_agent(session, model, context_settings=settings or th.ContextSettings())
+    agent = build_agent(session, model, context_settings=settings or ContextSettings())
     return model, agent, TurnRunner(session, agent)
 
 
@@ -116,7 +116,7 @@ def test_the_card_and_its_updates_hold_no_secret_value(workspace):
              + [{"tool": "run_python", "args": {"code": f"print('S{i}', 'v' * 3000)"}}
                 for i in range(8)]
              + [{"final": "done"}, {"final": "two"}])
-    settings = th.ContextSettings(summarize=False, budget_check=False)  # updates: default
+    settings = ContextSettings(summarize=False, budget_check=False)  # updates: default
     session = Session.create(workspace, approval="auto")
     try:
         model, agent, runner = _turns(session, steps, 30_000, settings)

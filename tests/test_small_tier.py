@@ -28,13 +28,8 @@ from simagent.agent.small_tier import (
     ran_a_tool,
 )
 from simagent.bench.policies import POLICIES
-from simagent.context.thresholds import (
-    SMALL_REPLY_TOKENS,
-    ContextSettings,
-    model_tier,
-    reply_limit,
-    small_agent,
-)
+from simagent.context.settings import ContextSettings
+from simagent.context.thresholds import SMALL_REPLY_TOKENS, model_tier, reply_limit, small_agent
 from simagent.session import Session
 
 FORCED = {"type": "function", "function": {"name": "run_python"}}

@@ -10,6 +10,7 @@ from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.context import thresholds as th
 from simagent.context.recall import recall
+from simagent.context.settings import ContextSettings
 from simagent.session import Session
 
 WINDOW = 16_000
@@ -33,7 +34,7 @@ def test_a_small_window_summarizes_with_the_small_tier_without_thrashing(workspa
         model = ScriptedChatModel.from_steps(steps(n), window=WINDOW, enforce_window=True)
         # a generous keep leaves the view near the trigger after each summary, as a large
         # fixed prompt (a simulator's skills and tools) does at this window
-        settings = th.ContextSettings(summary_keep_fraction=0.3)
+        settings = ContextSettings(summary_keep_fraction=0.3)
         agent = build_agent(session, model, context_settings=settings)
         result = TurnRunner(session, agent).run("run the sweep")
         assert result.status == "done", result.error

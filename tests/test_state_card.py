@@ -16,10 +16,10 @@ from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.bench.kernel_recording import Recording, ReplaySession
 from simagent.bench.workflow import resolve_workflows
-from simagent.context import thresholds as th
 from simagent.context.counting import count_message, is_state_card, measure
 from simagent.context.manual import compact_now
 from simagent.context.panel import render_context
+from simagent.context.settings import ContextConfigError, ContextSettings
 from simagent.context.state import STATE_CARD_KEY
 from simagent.context.state_card import render_card, with_card
 from simagent.context.stats import stats_from_trace
@@ -267,7 +267,7 @@ def test_a_clearing_epoch_of_kernel_results_brings_a_card_from_the_live_kernel(w
                                                        "field = np.ones((50, 40))"}}]
              + [{"tool": "run_python", "args": {"code": f"print('R{i}', 'v' * 3000)"}}
                 for i in range(20)] + [{"final": "done"}])
-    settings = th.ContextSettings(summarize=False, budget_check=False,
+    settings = ContextSettings(summarize=False, budget_check=False,
                                   state_card_updates=False)  # every card in full
     session, model, agent, runner = _make(workspace, steps, settings, 30_000)
     try:
@@ -298,7 +298,7 @@ def test_a_clearing_epoch_of_kernel_results_brings_a_card_from_the_live_kernel(w
 def test_compact_brings_a_card_and_a_restart_is_reported(workspace):
     steps = [{"tool": "run_python", "args": {"code": "alpha = [1, 2, 3]\nbeta = 2.5"}},
              {"final": "one"}, {"final": "two"}, {"final": "three"}]
-    session, model, agent, runner = _make(workspace, steps, th.ContextSettings(), 128_000)
+    session, model, agent, runner = _make(workspace, steps, ContextSettings(), 128_000)
     try:
         runner.run("one")
         assert compact_now(agent.graph, session.thread_config, agent.context).done
@@ -322,7 +322,7 @@ def test_no_card_when_switched_off(workspace):
     steps = [{"tool": "run_python", "args": {"code": "x = 1"}}, {"final": "one"},
              {"final": "two"}]
     session, model, agent, runner = _make(workspace, steps,
-                                          th.ContextSettings(state_card_tokens=0), 128_000)
+                                          ContextSettings(state_card_tokens=0), 128_000)
     try:
         runner.run("one")
         assert compact_now(agent.graph, session.thread_config, agent.context).done
@@ -363,10 +363,10 @@ def test_a_bad_state_registry_in_simulator_toml_is_one_clear_error(tmp_path):
 
 
 def test_state_card_tokens_setting_is_validated():
-    assert th.ContextSettings.from_mapping({"state_card_tokens": 800}).state_card_tokens == 800
+    assert ContextSettings.from_mapping({"state_card_tokens": 800}).state_card_tokens == 800
     for bad in (-1, 1.5, "many", True):
-        with pytest.raises(th.ContextConfigError, match="state_card_tokens"):
-            th.ContextSettings.from_mapping({"state_card_tokens": bad})
+        with pytest.raises(ContextConfigError, match="state_card_tokens"):
+            ContextSettings.from_mapping({"state_card_tokens": bad})
 
 
 # ---------------------------------------------------------------- replay
@@ -410,7 +410,7 @@ def test_later_epochs_send_updates_and_the_card_before_them_stays_byte_for_byte(
                                                        "field = np.ones((50, 40))"}}]
              + [{"tool": "run_python", "args": {"code": f"v{i} = {i}\nprint('R{i}', 'v' * 3000)"}}
                 for i in range(20)] + [{"final": "done"}])
-    settings = th.ContextSettings(summarize=False, budget_check=False)  # updates: default
+    settings = ContextSettings(summarize=False, budget_check=False)  # updates: default
     session, model, _agent, runner = _make(workspace, steps, settings, 30_000)
     try:
         assert runner.run("go").status == "done"

@@ -26,8 +26,8 @@ from simagent.agent.subagents import (
     parse_subagent,
 )
 from simagent.config import Config
+from simagent.context.settings import ContextSettings
 from simagent.context.stats import stats_from_trace
-from simagent.context.thresholds import ContextSettings
 from simagent.session import Session
 from simagent.simulators import discover, get_simulator
 
@@ -329,7 +329,7 @@ def test_each_defined_subagent_retries_by_its_own_models_policy(simpy_session, t
     retries by the main model's policy."""
     from simagent.agent.builder import build_defined_subagents
     from simagent.agent.provider_retry import ProviderRetryMiddleware, RetryPolicy
-    from simagent.context.thresholds import ContextSettings
+    from simagent.context.settings import ContextSettings
 
     sub_script = write(tmp_path / "cheap.json", json.dumps([{"final": "x"}]))
     config = Config({"subagents": {"run-analyst": {"model": f"scripted:{sub_script}",

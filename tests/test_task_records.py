@@ -19,8 +19,8 @@ from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.bench.scorers import RunView, grade
 from simagent.bench.workflow import WorkflowError, load_workflow
-from simagent.context import thresholds as th
 from simagent.context.manual import checkpoint_now
+from simagent.context.settings import ContextSettings
 from simagent.context.state import BOUNDARY_KEY, PENDING_CHECKPOINT_KEY
 from simagent.context.stats import stats_from_trace
 from simagent.context.task_records import (
@@ -52,7 +52,7 @@ def opened(workspace):
         session = Session.create(workspace, approval="auto")
         sessions.append(session)
         model = ScriptedChatModel.from_steps(steps, window=128_000)
-        agent = build_agent(session, model, context_settings=th.ContextSettings())
+        agent = build_agent(session, model, context_settings=ContextSettings())
         return session, model, agent, TurnRunner(session, agent)
 
     yield _open
@@ -282,7 +282,7 @@ def test_simagent_context_lists_the_records(opened, workspace, capsys):
     runner.run("fit")
     checkpoint_now(agent.graph, session.thread_config, agent.context)
     runner.run("two")
-    stats = stats_from_trace(session.paths.trace, th.ContextSettings())
+    stats = stats_from_trace(session.paths.trace, ContextSettings())
     assert [t.source for t in stats.task_records] == ["/done"]
     session.close()
 

@@ -9,10 +9,11 @@ from simagent.config import Config, ConfigError
 from simagent.context import thresholds as th
 from simagent.context.capping import cap_text
 from simagent.context.overflow import is_context_overflow
+from simagent.context.settings import ContextSettings
 
 
 def test_defaults_follow_the_seeds_except_the_earlier_lossless_clearing():
-    t = th.thresholds_for(200_000, "anthropic:claude-opus-4-7", th.ContextSettings())
+    t = th.thresholds_for(200_000, "anthropic:claude-opus-4-7", ContextSettings())
     # the seeds evict at 20k chars/4-tokens; re-derived on the bench with real tokens: 10k
     assert (t.window, t.tier, t.evict_tokens) == (200_000, "frontier", 10_000)
     # the seeds clear at 60 %; our placeholders keep a path, so we clear at 30 % (bench)
@@ -31,18 +32,18 @@ def test_defaults_follow_the_seeds_except_the_earlier_lossless_clearing():
 ])
 def test_summary_trigger_by_tier(model, tier, fraction):
     assert th.model_tier(model) == tier
-    trigger = th.summary_trigger_tokens(100_000, model, th.ContextSettings())
+    trigger = th.summary_trigger_tokens(100_000, model, ContextSettings())
     assert trigger == int(100_000 * fraction)
 
 
 def test_every_window_keeps_the_newest_result_and_unknown_windows_fall_back():
-    s = th.ContextSettings()
+    s = ContextSettings()
     # one default since issue 31 (CLEAR_KEEP): the kept share of the window, not a count
     # per window size, keeps fewer in a small window
     assert th.clear_keep(99_999, s) == th.clear_keep(100_000, s) == th.CLEAR_KEEP == 1
-    assert th.clear_keep(16_000, th.ContextSettings(clear_keep=4)) == 4
+    assert th.clear_keep(16_000, ContextSettings(clear_keep=4)) == 4
     assert th.effective_window(None, s) == th.FALLBACK_WINDOW
-    assert th.effective_window(None, th.ContextSettings(window=32_768)) == 32_768
+    assert th.effective_window(None, ContextSettings(window=32_768)) == 32_768
 
 
 def test_history_budget_formula():
@@ -54,7 +55,7 @@ def test_config_overrides_and_clear_errors(workspace):
     write_config(workspace, "[context]\nclear_fraction = 0.5\nclear_keep = 2\n"
                  "watchdog = 'enforce'\n[context.summary_tiers]\nsmall = 0.3\n"
                  "[context.tool_caps]\nrun_python = 9000\n")
-    s = th.ContextSettings.from_config(Config.load(workspace))
+    s = ContextSettings.from_config(Config.load(workspace))
     assert th.clear_trigger_tokens(100_000, s) == 50_000 and th.clear_keep(50_000, s) == 2
     assert th.summary_fraction("claude-haiku-4-5", s) == 0.3
     assert th.summary_fraction("claude-sonnet-4-5", s) == 0.65  # other tiers keep defaults
@@ -63,7 +64,36 @@ def test_config_overrides_and_clear_errors(workspace):
                       ("watchdog = 'loud'", "watchdog")):
         write_config(workspace, f"[context]\n{bad}\n")
         with pytest.raises(ConfigError, match=word):
-            th.ContextSettings.from_config(Config.load(workspace))
+            ContextSettings.from_config(Config.load(workspace))
+
+
+def test_a_bad_context_key_names_the_file_that_set_it(workspace, _state_home):
+    """The two files' [context] tables merge: the line names the one holding the bad key
+    (issue 37: it said ``[context] ...`` with no file), and says what to fix there."""
+    user = _state_home / "config.toml"
+    user.write_text("[context]\nwatchdog = 'loud'\n")
+    ws = write_config(workspace, "[context]\nclear_fraction = 0.5\n")
+    with pytest.raises(ConfigError) as err:
+        ContextSettings.from_config(Config.load(workspace))
+    assert str(err.value) == f"{user}: [context] watchdog must be one of off, warn, enforce"
+    user.write_text("[context]\nclear_keep = 2\n")
+    for bad, line in (
+            ("clear_fraction = 1.5", "[context] clear_fraction: clear_fraction must be a "
+                                     "fraction in (0, 1]"),
+            ("[context.summary_tiers]\nsmall = 2", "[context] summary_tiers: small must be a "
+                                                   "fraction in (0, 1]"),
+            ("[context.tool_caps]\ngrep = -1", "[context.tool_caps] values must be whole "
+                                               "numbers of characters (0 disables a tool's "
+                                               "cap)"),
+            ("tokenizer = 'gpt2'", "[context] tokenizer must be one of auto, "),
+            ("nonsense = 1", "[context]: unknown setting(s) nonsense; known: ")):
+        ws.write_text(f"[context]\n{bad}\n")
+        with pytest.raises(ConfigError) as err:
+            ContextSettings.from_config(Config.load(workspace, trust=True))
+        assert str(err.value).startswith(f"{ws}: {line}"), str(err.value)
+    # without a file (a bench policy's overrides) the line names the key alone
+    with pytest.raises(ConfigError, match=r"^\[context\] watchdog must be one of"):
+        ContextSettings.from_mapping({"watchdog": "loud"})
 
 
 def test_cap_text_keeps_head_and_tail_and_names_the_file():
@@ -88,7 +118,7 @@ def test_other_errors_are_not_overflows():
 
 
 def test_clearing_always_comes_before_summarization():
-    s = th.ContextSettings()
+    s = ContextSettings()
     for model in ("anthropic:claude-opus-4", "openai:gpt-4o", "anthropic:claude-haiku-4-5",
                   None):
         t = th.thresholds_for(128_000, model, s)
@@ -97,7 +127,7 @@ def test_clearing_always_comes_before_summarization():
         th.CLEAR_FRACTION * 128_000)
     small = th.thresholds_for(128_000, "anthropic:claude-haiku-4-5", s)
     assert abs(small.clear_trigger - 128_000 * th.CLEAR_BEFORE_SUMMARY * 0.35) <= 1
-    off = th.thresholds_for(128_000, None, th.ContextSettings(summarize=False))
+    off = th.thresholds_for(128_000, None, ContextSettings(summarize=False))
     assert off.clear_trigger == int(th.CLEAR_FRACTION * 128_000)
 
 
@@ -108,12 +138,12 @@ def test_an_unplaced_model_with_a_small_window_is_small():
     assert th.model_tier("replay:ase-eos-md", 128_000) is None
     # a model the name places keeps its tier whatever it is served with
     assert th.model_tier("anthropic:claude-opus-4-7", 16_000) == "frontier"
-    t = th.thresholds_for(16_000, "scripted:x", th.ContextSettings())
+    t = th.thresholds_for(16_000, "scripted:x", ContextSettings())
     assert (t.tier, t.summary_fraction) == ("small", 0.35)
 
 
 def test_the_summary_trigger_is_a_share_of_the_room_the_fixed_prompt_leaves():
-    s = th.ContextSettings()
+    s = ContextSettings()
     # at 16k the small tier's share of the window would sit under a 5.5k fixed prompt
     assert th.summary_trigger_tokens(16_000, "scripted:x", s) == int(16_000 * 0.35) <= 5_600
     trigger = th.summary_trigger_tokens(16_000, "scripted:x", s, fixed=5_500)
@@ -124,12 +154,12 @@ def test_the_summary_trigger_is_a_share_of_the_room_the_fixed_prompt_leaves():
     # at 128k the difference is under 1 %
     big = th.thresholds_for(128_000, "anthropic:claude-opus-4-7", s)
     assert 0 < big.for_prompt(5_500).summary_trigger - big.summary_trigger < 0.01 * 128_000
-    off = th.thresholds_for(16_000, "scripted:x", th.ContextSettings(summarize=False))
+    off = th.thresholds_for(16_000, "scripted:x", ContextSettings(summarize=False))
     assert off.for_prompt(5_500).summary_trigger is None
 
 
 def test_a_summary_at_the_trigger_waits_for_growth_since_the_last_one():
-    t = th.thresholds_for(16_000, "scripted:x", th.ContextSettings())
+    t = th.thresholds_for(16_000, "scripted:x", ContextSettings())
     assert t.clear_min_freed == 1_600
     assert th.summary_grown(10_000, None, t)  # no summary yet
     assert th.summary_grown(10_000, {"cutoff": 4}, t)  # a checkpoint/emergency boundary

@@ -154,8 +154,8 @@ def test_counts_and_ctx_percent_agree_with_the_server_within_10_percent(live_run
     is within 10 % of the prompt tokens the server reports, and so is the ctx percentage
     the status bar derives from it."""
     from simagent.context.panel import status_label, whole_percent
+    from simagent.context.settings import ContextSettings
     from simagent.context.stats import stats_from_events
-    from simagent.context.thresholds import ContextSettings
 
     assert [r.status for r in live_run.results] == ["done", "done"]
     assert live_run.results[-1].final == "Four tables in all."

@@ -19,7 +19,7 @@ from simagent.context.counting import (
     count_text,
     measure,
 )
-from simagent.context.thresholds import ContextConfigError, ContextSettings
+from simagent.context.settings import ContextConfigError, ContextSettings
 from simagent.context.tokens import Ruler, encoding_for_model, resolve_ruler, using
 
 NUMERIC = "\n".join(f"{k:5d} {k * 1.234567e-3:.6e} {math.sin(k):+.8f} {k ** 2:>10d}"

@@ -13,8 +13,8 @@ from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.agent.tool_text import DESCRIPTIONS, task_description
-from simagent.context import thresholds as th
 from simagent.context.counting import count_tools, tool_schema
+from simagent.context.settings import ContextSettings
 from simagent.context.tokens import Ruler
 from simagent.session import Session
 
@@ -33,7 +33,7 @@ def sent_tools(workspace, monkeypatch, *, slim: bool, steps=None):
     try:
         model = ScriptedChatModel.from_steps(steps or [{"final": "ok"}], window=128_000)
         agent = build_agent(session, model,
-                            context_settings=th.ContextSettings(slim_tools=slim))
+                            context_settings=ContextSettings(slim_tools=slim))
         result = TurnRunner(session, agent).run("hi")
     finally:
         session.close()

@@ -24,7 +24,8 @@ from test_attach import (  # noqa: F401  (fixtures, used by name: hence F811 bel
 )
 
 from simagent import exit_codes
-from simagent.context.thresholds import ContextSettings, model_tier, small_agent, tier_name
+from simagent.context.settings import ContextSettings
+from simagent.context.thresholds import model_tier, small_agent, tier_name
 from simagent.session import Session
 from simagent.trace.log import TraceLog
 from simagent.trace.sessions import list_sessions, sessions_dir

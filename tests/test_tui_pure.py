@@ -264,8 +264,8 @@ def test_status_label_levels_come_from_the_context_panel():
     from dataclasses import replace
 
     from simagent.context.panel import status_label
+    from simagent.context.settings import ContextSettings
     from simagent.context.stats import stats_from_events
-    from simagent.context.thresholds import ContextSettings
 
     base = stats_from_events([], settings=ContextSettings(window=100_000))
     assert base.window_known

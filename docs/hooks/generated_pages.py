@@ -20,6 +20,7 @@ import inspect
 import os
 from dataclasses import MISSING, fields
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[2]
 #: argparse wraps help at the terminal's width: a fixed one keeps the page the same anywhere.
@@ -75,19 +76,26 @@ def _comment(lines: list[str], lineno: int) -> str:
     return " ".join([*above, inline]).strip()
 
 
-def field_comments(cls: type) -> dict[str, str]:
+def module_constants(module: ModuleType) -> dict[str, str]:
+    """The comment of each module-level constant of ``module``, by name."""
+    module_source = inspect.getsource(module)
+    module_lines = module_source.splitlines()
+    body = ast.parse(module_source).body
+    constants = {node.targets[0].id: _comment(module_lines, node.lineno) for node in body
+                 if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
+    constants.update({node.target.id: _comment(module_lines, node.lineno) for node in body
+                      if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)})
+    return constants
+
+
+def field_comments(cls: type, *homes: ModuleType) -> dict[str, str]:
     """The comment of each dataclass field as written in its source, followed by the
     comment of the module constant its default names (``EVICT_TOKENS``: why that number
-    is written there, once)."""
-    module_source = inspect.getsource(inspect.getmodule(cls))
-    module_lines = module_source.splitlines()
-    constants = {node.targets[0].id: _comment(module_lines, node.lineno)
-                 for node in ast.parse(module_source).body
-                 if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
-    constants.update({node.target.id: _comment(module_lines, node.lineno)
-                      for node in ast.parse(module_source).body
-                      if isinstance(node, ast.AnnAssign)
-                      and isinstance(node.target, ast.Name)})
+    is written there, once), in the class's module or one of ``homes`` (where the
+    numbers it imports live)."""
+    constants: dict[str, str] = {}
+    for module in (*homes, inspect.getmodule(cls)):
+        constants.update({k: v for k, v in module_constants(module).items() if v})
     source = inspect.getsource(cls)
     lines = source.splitlines()
     out: dict[str, str] = {}
@@ -111,16 +119,18 @@ def _default(f) -> str:
 
 def context_settings_reference() -> str:
     """The ``[context]`` table's keys, from ``ContextSettings``' own definition."""
-    from simagent.context.thresholds import ContextSettings
+    from simagent.context import thresholds
+    from simagent.context.settings import ContextSettings
 
-    notes = field_comments(ContextSettings)
+    notes = field_comments(ContextSettings, thresholds)
     rows = ["| key | type | default | what it does |", "|---|---|---|---|"]
     for f in fields(ContextSettings):
         note = notes.get(f.name, "").replace("|", "\\|")
         kind = str(f.type).replace("|", "\\|")
         rows.append(f"| `{f.name}` | `{kind}` | `{_default(f)}` | {note} |")
     return ("# `[context]` settings\n\n"
-            "Generated from `simagent.context.thresholds.ContextSettings` when the site is "
+            "Generated from `simagent.context.settings.ContextSettings` (its defaults are the "
+            "numbers of `simagent/context/thresholds.py`) when the site is "
             "built: every key the `[context]` table accepts (any other is an error naming "
             "the known ones), its default, and the comment beside its definition. How the "
             "layers use them: [Context management](../context.md).\n\n"

@@ -53,7 +53,7 @@ from simagent.paths import CONTENT_FOLDERS, content_dir
 
 if TYPE_CHECKING:
     from simagent.context.middleware import ContextMiddleware
-    from simagent.context.thresholds import ContextSettings
+    from simagent.context.settings import ContextSettings
     from simagent.models import ResolvedModel
     from simagent.session import Session
 

@@ -37,6 +37,7 @@ from simagent.context.manual import make_mark_task_done
 from simagent.context.middleware import ContextMiddleware
 from simagent.context.repl_watch import ReplWatchMiddleware
 from simagent.context.reporting import emit
+from simagent.context.settings import ContextSettings
 from simagent.context.summary import ExtractiveSummarizer, ModelSummarizer, Summarizer
 from simagent.context.tokens import Ruler, resolve_ruler
 from simagent.models import resolve_model
@@ -150,7 +151,7 @@ class SummarizationOff(AgentMiddleware):
         return "SummarizationMiddleware"
 
 
-def build_summarizer(settings: th.ContextSettings, chat_model: Any, model_id: str,
+def build_summarizer(settings: ContextSettings, chat_model: Any, model_id: str,
                      session: Session | None = None) -> Summarizer:
     """``auto``: the agent's model (extractive for scripted/replay models, which cannot
     summarize); ``extractive``; or any model spec for a cheaper summarizer. Summary calls
@@ -190,7 +191,7 @@ def skill_sources(session: Session) -> list[tuple[str, str]]:
 
 
 def small_model_middleware(session: Session, thresholds: th.Thresholds,
-                           settings: th.ContextSettings) -> SmallModelMiddleware:
+                           settings: ContextSettings) -> SmallModelMiddleware:
     """The small model's prompt, tools and reply limit for this session
     (``agent/small_tier.py``); the limit never passes the output the budget reserves."""
     sources = [Path(path) for path, _label in skill_sources(session)]
@@ -214,7 +215,7 @@ class ContextLayers:
 
 def context_layers(session: Session, *, chat_model: Any, model_id: str, window: int | None,
                    max_output: int | None, backend: Any, agent: str = "main",
-                   settings: th.ContextSettings | None = None,
+                   settings: ContextSettings | None = None,
                    fs_tools: list[str] | None = None, front_end: str = "tui") -> ContextLayers:
     """The context layers of one agent; ``fs_tools`` limits its file tools (None = stock).
 

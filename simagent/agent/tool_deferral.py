@@ -41,7 +41,7 @@ from simagent.context.deferral_policy import (
 from simagent.context.state import current_view
 
 if TYPE_CHECKING:
-    from simagent.context.thresholds import ContextSettings
+    from simagent.context.settings import ContextSettings
     from simagent.context.tokens import Ruler
     from simagent.session import Session
 

@@ -41,7 +41,7 @@ from simagent.bench.kernel_bench import rss_bytes
 from simagent.bench.kill_child import ChildSpec, alive, kill_context, run_child
 from simagent.bench.kill_series import run_series
 from simagent.bench.provider_fault_cases import PROVIDER_CASES
-from simagent.context.thresholds import ContextSettings
+from simagent.context.settings import ContextSettings
 from simagent.kernel_api.outputs import raw_name
 from simagent.presentation.transcript import render_html, render_markdown
 from simagent.session import Session

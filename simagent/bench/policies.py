@@ -25,11 +25,8 @@ from simagent.bench.oracle import oracle_middleware
 from simagent.bench.oracle_cached import reprice
 from simagent.context.boundaries import safe_cuts
 from simagent.context.counting import count_messages
-from simagent.context.thresholds import (
-    REPL_WATCHDOG_BY_FRONT_END,
-    ContextConfigError,
-    ContextSettings,
-)
+from simagent.context.settings import ContextConfigError, ContextSettings
+from simagent.context.thresholds import REPL_WATCHDOG_BY_FRONT_END
 
 #: Baseline numbers, from the peers' documented defaults (seeds 000-003, design §9.3).
 STOCK_EVICT_TOKENS = 20_000

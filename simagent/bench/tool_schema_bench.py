@@ -21,7 +21,7 @@ from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
 from simagent.config import Config
-from simagent.context.thresholds import ContextSettings
+from simagent.context.settings import ContextSettings
 from simagent.session import Session
 
 #: The test suite's server (a source checkout); ``--server`` names another.

@@ -147,8 +147,8 @@ def cmd_transcript(args: argparse.Namespace) -> int:
 def cmd_context(args: argparse.Namespace) -> int:
     from simagent.config import Config, ConfigError
     from simagent.context.panel import render_context
+    from simagent.context.settings import ContextConfigError, ContextSettings
     from simagent.context.stats import stats_from_trace
-    from simagent.context.thresholds import ContextConfigError, ContextSettings
     from simagent.trace.sessions import find_session
 
     try:

@@ -32,7 +32,7 @@ from simagent.tool_names import SELF_CAPPING
 from simagent.trace.redact import redact
 
 if TYPE_CHECKING:
-    from simagent.context.thresholds import ContextSettings
+    from simagent.context.settings import ContextSettings
 
 #: Slack for markers a self-capping tool adds on top of its cap.
 MARKER_SLACK = 1_000

@@ -30,7 +30,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 
 from simagent.context.prices import usage_cost
 from simagent.context.reporting import emit, write_stream
-from simagent.context.thresholds import ContextSettings
+from simagent.context.settings import ContextSettings
 from simagent.trace.log import TraceLog
 from simagent.trace.usage import Usage, UsageTotals
 

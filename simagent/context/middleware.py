@@ -58,6 +58,7 @@ from simagent.context.overflow import is_context_overflow
 from simagent.context.prefix import pin_index, rewrite_tokens, with_cache_pin
 from simagent.context.prices import cache_rules
 from simagent.context.reporting import emit
+from simagent.context.settings import ContextSettings
 from simagent.context.state import (
     BOUNDARY_KEY,
     CLEARED_INPUTS_KEY,
@@ -117,7 +118,7 @@ class ContextMiddleware(AgentMiddleware):
 
     state_schema = ContextState
 
-    def __init__(self, *, trace: TraceLog, compactor: Compactor, settings: th.ContextSettings,
+    def __init__(self, *, trace: TraceLog, compactor: Compactor, settings: ContextSettings,
                  model_id: str, window: int | None, max_output: int | None,
                  agent: str = "main", tools: list[Any] | None = None,
                  state_source: Callable[[], dict[str, Any]] | None = None,

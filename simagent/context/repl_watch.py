@@ -40,7 +40,8 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from simagent.context.counting import is_user_message
 from simagent.context.guards import MARK, notice, stop_turn
 from simagent.context.reporting import emit
-from simagent.context.thresholds import ContextSettings, repl_watchdog_mode
+from simagent.context.settings import ContextSettings
+from simagent.context.thresholds import repl_watchdog_mode
 from simagent.tool_names import RUN_PYTHON
 from simagent.trace.log import TraceLog
 

@@ -22,8 +22,9 @@ from typing import Any
 from simagent.context import prices
 from simagent.context.counting import CATEGORIES, RequestSize
 from simagent.context.deferral_policy import ToolsView, tools_view_from_events
+from simagent.context.settings import ContextSettings
 from simagent.context.task_records import records_from_events
-from simagent.context.thresholds import ContextSettings, Thresholds, thresholds_for
+from simagent.context.thresholds import Thresholds, thresholds_for
 from simagent.trace.log import TraceLog
 from simagent.trace.usage import UsageTotals, token_count
 

@@ -1,11 +1,13 @@
-"""Every context threshold, as small pure functions of the loaded window (design.md §7).
+"""Every context number, and each threshold as a small pure function of the loaded window
+and the settings (design.md §7).
 
 One home: the middleware that acts and the ``/context`` panel that explains read the same
 functions, so what the panel promises is what happens. Defaults start from the
 seeds (eviction 20k tokens; clearing at 60 % keeping 6, or 3 below a 100k window;
 summarization per model tier keeping 10 %) and are re-derived from the bench, measured
 with the real tokenizer (``context.tokens``); every number can be overridden in the
-``[context]`` table of ``.simagent/config.toml``::
+``[context]`` table of ``.simagent/config.toml``, which ``context/settings.py`` reads and
+checks (``ContextSettings``)::
 
     [context]
     clear_fraction = 0.5
@@ -20,11 +22,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from simagent.config import ConfigError
-from simagent.context.tokens import RULERS
+if TYPE_CHECKING:
+    from simagent.context.settings import ContextSettings
 
 #: Window assumed when a model reports none (a cautious mid-size window).
 FALLBACK_WINDOW = 128_000
@@ -149,140 +151,6 @@ TOKENIZER = "auto"
 STATE_CARD_TOKENS = 1_500
 #: ... and at most this share of the window (800 tokens at 16k, the full 1.5k from 30k up).
 STATE_CARD_FRACTION = 0.05
-
-
-class ContextConfigError(ConfigError):
-    """A ``[context]`` setting that cannot be used; the message names the key."""
-
-
-@dataclass(frozen=True)
-class ContextSettings:
-    """The configurable numbers; ``enabled`` switches whole layers (the bench's policies)."""
-
-    evict_tokens: int | None = EVICT_TOKENS
-    clear_fraction: float | None = CLEAR_FRACTION
-    clear_keep: int | None = None  # None: CLEAR_KEEP
-    clear_keep_fraction: float | None = CLEAR_KEEP_FRACTION  # None: count only
-    clear_min_freed_fraction: float = CLEAR_MIN_FREED_FRACTION
-    #: clear a run_python call's code with its result (a pointer to ``_out[n].code``)
-    clear_inputs: bool = True
-    #: with it, cut the model's words beside calls whose results are all cleared to their
-    #: first sentence (``clearing.without_words``)
-    clear_words: bool = True
-    #: below the clearing trigger, an epoch also runs once the stale results have cost
-    #: in cache reads what its cache rewrite costs (``context.epoch_cost``)
-    clear_by_cost: bool = True
-    #: ... counting as the rent what keeping them is expected to cost over as many
-    #: requests again as the session has made (``epoch_cost.horizon``), when that is more
-    clear_by_expected: bool = True
-    #: the model whose cache prices decide that (None: the model in use); the bench's
-    #: replay names the model it prices at, so it decides as that model would live
-    cost_model: str | None = None
-    #: send deepagents' tools with simagent's slim descriptions (``agent/tool_text.py``)
-    slim_tools: bool = True
-    #: a small open-weight model gets a short prompt, skills by name, one or two tools and
-    #: a forced first tool call (:func:`small_agent`, ``agent/small_tier.py``)
-    small_agent: bool = True
-    #: force a small model's calls to ``run_python`` until one ran without an error,
-    #: decoded by llama.cpp under the tool's JSON-schema grammar (live bench, 0.5B: a
-    #: valid call in ~6 s where unforced it guessed an answer or wrote prose)
-    small_agent_force_call: bool = True
-    summary_fraction: float | None = None  # None: by tier
-    summary_tiers: Mapping[str, float] = field(default_factory=lambda: dict(SUMMARY_TIERS))
-    summary_keep_fraction: float = SUMMARY_KEEP_FRACTION
-    summary_model: str = SUMMARY_MODEL
-    tokenizer: str = TOKENIZER
-    tool_cap_chars: int = TOOL_CAP_CHARS
-    tool_caps: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_TOOL_CAPS))
-    window: int | None = None  # overrides the model's reported window
-    max_output_tokens: int | None = None
-    watchdog: str = "warn"
-    watchdog_repeats: int = WATCHDOG_REPEATS
-    #: off | warn | enforce; None: by front end (:data:`REPL_WATCHDOG_BY_FRONT_END`)
-    repl_watchdog: str | None = None
-    repl_same_error: int = REPL_SAME_ERROR
-    repl_failed_run: int = REPL_FAILED_RUN
-    #: a failed cell re-run with only whitespace changes (caught before it runs)
-    repl_whitespace_rerun: bool = True
-    max_turn_usd: float | None = None
-    max_session_usd: float | None = None
-    max_turn_tokens: int | None = None
-    max_session_tokens: int | None = None
-    summarize: bool = True
-    checkpoints: bool = True
-    budget_check: bool = True
-    emergency: bool = True
-    state_card_tokens: int = STATE_CARD_TOKENS
-    #: a clearing epoch sends what changed on the card, not the card again in full, and
-    #: the card stays where it was (``context.card_updates``)
-    state_card_updates: bool = True
-    #: a fourth prompt-cache breakpoint before the results the next epoch clears
-    #: (Anthropic; ``simagent.context.prefix.pin_index``)
-    cache_pin: bool = True
-    ledger: bool = True  # the dropped-items ledger and the recall tool (context/ledger.py)
-    #: defer MCP tool schemas behind ``find_tools``: None = when they exceed
-    #: ``defer_tools_fraction`` of the window (:func:`defer_tools`)
-    defer_tools: bool | None = None
-    defer_tools_fraction: float = DEFER_TOOLS_FRACTION
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> ContextSettings:
-        """Settings from a ``[context]`` table; unknown keys and bad values are errors."""
-        data = dict(data or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ContextConfigError(f"[context]: unknown setting(s) {', '.join(unknown)}; "
-                                     f"known: {', '.join(sorted(known))}")
-        base = cls()
-        tiers = dict(SUMMARY_TIERS)
-        tiers.update(_fractions("summary_tiers", data.pop("summary_tiers", {}) or {}))
-        for key in ("clear_fraction", "summary_fraction", "clear_min_freed_fraction",
-                    "summary_keep_fraction", "clear_keep_fraction", "defer_tools_fraction"):
-            if data.get(key) is not None:
-                _fractions(key, {key: data[key]})
-        if data.get("watchdog", "warn") not in WATCHDOG_MODES:
-            raise ContextConfigError(f"[context] watchdog must be one of "
-                                     f"{', '.join(WATCHDOG_MODES)}")
-        if data.get("repl_watchdog") not in (None, *WATCHDOG_MODES):
-            raise ContextConfigError(f"[context] repl_watchdog must be one of "
-                                     f"{', '.join(WATCHDOG_MODES)} (unset: by front end)")
-        for key in ("repl_same_error", "repl_failed_run"):
-            n = data.get(key, 0)
-            if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise ContextConfigError(f"[context] {key} must be a whole number of cells "
-                                         "(0 switches that signal off)")
-
-        if data.get("tokenizer", "auto") not in ("auto", *RULERS):
-            raise ContextConfigError(f"[context] tokenizer must be one of auto, "
-                                     f"{', '.join(RULERS)}")
-        card = data.get("state_card_tokens", STATE_CARD_TOKENS)
-        if not isinstance(card, int) or isinstance(card, bool) or card < 0:
-            raise ContextConfigError("[context] state_card_tokens must be a whole number of "
-                                     "tokens (0 turns the kernel state card off)")
-        caps = data.pop("tool_caps", {}) or {}
-        if not isinstance(caps, Mapping) or not all(
-                isinstance(v, int) and v >= 0 for v in caps.values()):
-            raise ContextConfigError("[context.tool_caps] values must be whole numbers of "
-                                     "characters (0 disables a tool's cap)")
-        try:
-            return replace(base, summary_tiers=tiers, tool_caps={**DEFAULT_TOOL_CAPS, **caps},
-                           **data)
-        except TypeError as exc:
-            raise ContextConfigError(f"[context]: {exc}") from exc
-
-    @classmethod
-    def from_config(cls, config: Any) -> ContextSettings:
-        return cls.from_mapping(config.section("context") if config is not None else {})
-
-
-def _fractions(where: str, values: Mapping[str, Any]) -> dict[str, float]:
-    out = {}
-    for key, value in values.items():
-        if not isinstance(value, int | float) or not 0 < float(value) <= 1:
-            raise ContextConfigError(f"[context] {where}: {key} must be a fraction in (0, 1]")
-        out[key] = float(value)
-    return out
 
 
 def repl_watchdog_mode(settings: ContextSettings, front_end: str = "tui") -> str:
