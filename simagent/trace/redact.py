@@ -78,8 +78,9 @@ def secret_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     with _lock:
         named = set(_named_vars)
         found.update(_registered)
-    for name, value in env.items():
-        if (looks_secret(name) or name in named) and value and len(value) >= MIN_SECRET_LEN:
+    for name in env:  # a value is read (decoded) only for a secret-looking name
+        if (looks_secret(name) or name in named) and (value := env.get(name)) \
+                and len(value) >= MIN_SECRET_LEN:
             found.setdefault(value, name)
     return found
 
@@ -136,8 +137,8 @@ class Redactor:
         if self._fixed is not None and self._key is not None:
             return self._forms  # a fixed table is built once
         table = self._fixed if self._fixed is not None else secret_values()
-        key = tuple(sorted(table.items()))
-        if key != self._key:
+        if table != self._key:  # compared as dicts: no sort on every read
+            key = dict(table)
             forms: dict[str, str] = {}
             for value, name in table.items():
                 forms[value] = name
