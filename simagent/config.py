@@ -151,8 +151,10 @@ class Config:
                     return name
         return "config"
 
-    def _at(self, section: str) -> str:
-        return f"{self.source(section)}: [{section}]"
+    def where(self, section: str, key: str | None = None) -> str:
+        """How an error line about ``[section] key`` starts: the file that set it, then
+        the table (``models.resolve_model`` takes it for ``[model]``)."""
+        return f"{self.source(section, *([key] if key else []))}: [{section}]"
 
     def section(self, name: str) -> dict[str, Any]:
         value = self.data.get(name, {})
@@ -222,8 +224,8 @@ class Config:
             return cli_value
         value = self.section("kernel").get("existing")
         if value is not None and (not isinstance(value, str) or not value.strip()):
-            raise ConfigError(f'{self._at("kernel")} existing must be a connection file, a kernel '
-                              'id or "latest"')
+            raise ConfigError(f'{self.where("kernel", "existing")} existing must be a connection '
+                              'file, a kernel id or "latest"')
         return value or None
 
     def ensemble_scheduler(self, environ: Mapping[str, str] | None = None
@@ -240,8 +242,8 @@ class Config:
         if value in (None, ""):
             return None, "unset"
         if not isinstance(value, str):
-            raise ConfigError(f"{self._at('ensembles')} scheduler must be an address string "
-                              "such as \"tcp://host:8786\"")
+            raise ConfigError(f"{self.where('ensembles', 'scheduler')} scheduler must be an "
+                              "address string such as \"tcp://host:8786\"")
         return value, "config [ensembles] scheduler"
 
     def ensemble_workers(self) -> int | None:
@@ -250,7 +252,8 @@ class Config:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{self._at('ensembles')} workers must be a positive integer")
+            raise ConfigError(f"{self.where('ensembles', 'workers')} workers must be a positive "
+                              "integer")
         return value
 
     def ensemble_dashboard(self) -> bool:
@@ -258,7 +261,8 @@ class Config:
         any local user can read, hence off by default)."""
         value = self.section("ensembles").get("dashboard", False)
         if not isinstance(value, bool):
-            raise ConfigError(f"{self._at('ensembles')} dashboard must be true or false")
+            raise ConfigError(f"{self.where('ensembles', 'dashboard')} dashboard must be true "
+                              "or false")
         return value
 
     def ensemble_kernel_env(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -284,12 +288,13 @@ class Config:
         asking (data folders), each absolute or ``~``-relative."""
         value = self.section("files").get("readable", [])
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(f'{self._at("files")} readable must be a list of folder paths, '
-                              'e.g. readable = ["/data/runs", "~/shared"]')
+            raise ConfigError(f'{self.where("files", "readable")} readable must be a list of '
+                              'folder paths, e.g. readable = ["/data/runs", "~/shared"]')
         paths = tuple(Path(v).expanduser() for v in value)
         if relative := [str(p) for p in paths if not p.is_absolute()]:
-            raise ConfigError(f"{self._at('files')} readable: {', '.join(relative)} is not an "
-                              "absolute path (start it with / or ~)")
+            raise ConfigError(f"{self.where('files', 'readable')} readable: "
+                              f"{', '.join(relative)} is not an absolute path (start it with / "
+                              "or ~)")
         return paths
 
     def mcp_servers(self) -> dict[str, McpServer]:

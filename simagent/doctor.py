@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from simagent import workspace_trust
@@ -98,7 +99,8 @@ def check_model(config: Config) -> Check:
                      "(scripted:PATH and the bench's replay need no key)", level="warn")
 
     try:
-        resolved = resolve_model(spec, model_config=config.model_settings)
+        resolved = resolve_model(spec, model_config=config.model_settings,
+                                 settings_at=partial(config.where, "model"))
     except ModelError as exc:
         return Check("model", False, f"{spec} ({where}): {str(exc).splitlines()[0]}",
                      "set the API key variable or install the provider package named")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TextIO
 
 from simagent import exit_codes
@@ -202,7 +203,8 @@ def open_session(opts: RunOptions, notebook: Any) -> tuple[Any, Any]:
         spec, _where = config.model_spec(opts.model)
         if not spec:  # the CLI checked this already; run_headless's other callers too
             raise CliError(config.missing_model_line(), exit_codes.USAGE)
-        resolved = resolve_model(spec, model_config=config.model_settings)
+        resolved = resolve_model(spec, model_config=config.model_settings,
+                                 settings_at=partial(config.where, "model"))
         resolved.prepare_workspace(opts.workspace)
         session = Session.open(opts, model=resolved.id, config=config,
                                default_simulator=resolved.default_simulator or

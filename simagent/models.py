@@ -84,12 +84,16 @@ _PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 
 
 class ModelError(Exception):
-    """A user-facing, single-line model problem; ``code`` is the CLI exit status."""
+    """A user-facing, single-line model problem; ``code`` is the CLI exit status.
+    ``setting``: the model-config key whose value it is about (a kind raises it so), for
+    :func:`resolve_model` to name the file that set it."""
 
-    def __init__(self, message: str, *, code: int = PROVIDER_ERROR, env_var: str | None = None):
+    def __init__(self, message: str, *, code: int = PROVIDER_ERROR, env_var: str | None = None,
+                 setting: str | None = None):
         super().__init__(" ".join(str(message).split()))
         self.code = code
         self.env_var = env_var
+        self.setting = setting
 
 
 @dataclass(frozen=True)
@@ -256,22 +260,32 @@ def resolve_model(
     *,
     model_config: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    settings_at: Callable[[str], str] | None = None,
 ) -> ResolvedModel:
     """Build the chat model for ``spec``; construction never touches the network, except
-    for kinds that start their own server (``local:``), which wait for it to answer."""
+    for kinds that start their own server (``local:``), which wait for it to answer.
+    ``settings_at``: how a line about a bad ``model_config`` key starts (a config's
+    ``where``: the file that set it and the table), else ``model config:``."""
     parsed = parse_model_spec(spec)
     cfg = dict(model_config or {})
     env = os.environ if environ is None else environ
-    for key in ("window", "num_ctx", "max_output"):
-        if key in cfg and not _positive_int(cfg[key]):
-            raise ModelError(f"model config {key!r} must be a positive integer, got {cfg[key]!r}",
-                             code=USAGE_ERROR)
-    if "images" in cfg and not isinstance(cfg["images"], bool):
-        raise ModelError(f"model config 'images' must be true or false, got {cfg['images']!r}",
-                         code=USAGE_ERROR)
-    retry = _retry_policy(cfg)
-    kinds = model_kinds()
-    built = kinds.get(parsed.kind, kinds[PROVIDER_KIND]).build(parsed, cfg, env)
+    try:
+        for key in ("window", "num_ctx", "max_output"):
+            if key in cfg and not _positive_int(cfg[key]):
+                raise ModelError(f"{key} must be a positive integer, got {cfg[key]!r}",
+                                 code=USAGE_ERROR, setting=key)
+        if "images" in cfg and not isinstance(cfg["images"], bool):
+            raise ModelError(f"images must be true or false, got {cfg['images']!r}",
+                             code=USAGE_ERROR, setting="images")
+        retry = _retry_policy(cfg)
+        kinds = model_kinds()
+        built = kinds.get(parsed.kind, kinds[PROVIDER_KIND]).build(parsed, cfg, env)
+    except ModelError as exc:
+        if exc.setting is None:
+            raise
+        at = settings_at(exc.setting) if settings_at else "model config:"
+        raise ModelError(f"{at} {exc}", code=exc.code, env_var=exc.env_var,
+                         setting=exc.setting) from exc
     chat = built.chat_model
     try:
         window = built.window or context_window(chat, cfg)
@@ -290,10 +304,12 @@ def _retry_policy(cfg: Mapping[str, Any]) -> RetryPolicy | None:
     settings = {k: cfg[k] for k in RETRY_KEYS if k in cfg}
     if not settings:
         return None
-    try:
-        return RetryPolicy.from_settings(settings)
-    except ValueError as exc:
-        raise ModelError(f"model config: {exc}", code=USAGE_ERROR) from exc
+    for key, value in settings.items():  # one by one: the error says which key is bad
+        try:
+            RetryPolicy.from_settings({key: value})
+        except ValueError as exc:
+            raise ModelError(str(exc), code=USAGE_ERROR, setting=key) from exc
+    return RetryPolicy.from_settings(settings)
 
 
 def _no_sdk_retries(provider: str, cfg: Mapping[str, Any], kwargs: dict[str, Any]) -> None:

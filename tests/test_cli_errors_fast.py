@@ -281,6 +281,15 @@ def test_a_config_value_of_the_wrong_kind_names_its_file(workspace, tmp_path, _s
         Config.load(other).files_readable()
 
 
+def test_a_bad_model_setting_names_its_file(workspace, tmp_path, _state_home):
+    (_state_home / "config.toml").write_text(
+        f'[model]\nid = "{script(tmp_path)}"\nmax_output = 0\n')
+    line = one_error(cli(workspace, "run", "hi"))
+    assert line.endswith(f"{_state_home / 'config.toml'}: [model] max_output must be a "
+                         "positive integer, got 0"), line
+    assert state_sessions(_state_home) == []
+
+
 # --------------------------------------------------------- defect 8: long prompts
 def test_a_prompt_from_stdin_dash_and_a_file(workspace, tmp_path):
     model = script(tmp_path, [{"final": "ok"}])

@@ -155,6 +155,43 @@ def test_bad_config_window_is_usage_error() -> None:
     assert info.value.code == 2
 
 
+def test_a_bad_model_setting_names_the_file_that_set_it(tmp_path: Path, workspace: Path,
+                                                          _state_home: Path) -> None:
+    """``[model]`` merges both files: each bad key is named with the file that set it,
+    for simagent's checks and a kind's own (``local:``'s port) alike."""
+    from functools import partial
+
+    from conftest import write_config
+    from tiny_gguf import write_tiny_gguf
+
+    from simagent.config import Config
+
+    user = _state_home / "config.toml"
+    user.write_text('[model]\nretries = -1\nport = "x"\n')
+    ws = write_config(workspace, '[model]\nwindow = "big"\n')
+
+    def error(spec: str) -> str:
+        config = Config.load(workspace, trust=True)
+        with pytest.raises(ModelError) as info:
+            resolve_model(spec, model_config=config.model_settings,
+                          settings_at=partial(config.where, "model"), environ={})
+        assert info.value.code == 2
+        return str(info.value)
+
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([{"final": "done"}]))
+    assert error(f"scripted:{script}") == \
+        f"{ws}: [model] window must be a positive integer, got 'big'"
+    ws.write_text("[model]\nwindow = 4000\n")
+    assert error(f"scripted:{script}") == \
+        f"{user}: [model] retries must be a whole number >= 0, got -1"
+    user.write_text('[model]\nport = "x"\n')
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
+    assert error(f"local:{gguf}") == f"{user}: [model] port must be a TCP port number, got 'x'"
+    with pytest.raises(ModelError, match=r"^model config: window must be a positive integer"):
+        resolve_model(f"scripted:{script}", model_config={"window": 0})
+
+
 def test_ollama_window_or_extra_hint() -> None:
     spec = "ollama:qwen3:8b"
     if importlib.util.find_spec("langchain_ollama") is not None:

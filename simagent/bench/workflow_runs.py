@@ -275,7 +275,8 @@ def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
     workspace.mkdir(parents=True, exist_ok=True)
     wf.write_fixtures(workspace)
     config = live_config(workspace, wf.window if enforced else None)
-    resolved = resolve_model(model_spec, model_config=config.model_settings)
+    resolved = resolve_model(model_spec, model_config=config.model_settings,
+                             settings_at=partial(config.where, "model"))
     try:
         session = Session.create(workspace, simulator=wf.simulator, approval="auto",
                                  model=resolved.id, config=config)

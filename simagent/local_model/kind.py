@@ -62,17 +62,18 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
     if info.trained_window and window > info.trained_window:
         raise ModelError(f"window {window} is larger than {info.path.name} supports "
                          f"({info.trained_window} tokens); set window <= "
-                         f"{info.trained_window} in the [model] config", code=USAGE)
+                         f"{info.trained_window} in the [model] config", code=USAGE,
+                         setting="window" if cfg.get("window") else None)
     port = cfg.get("port")
     if port is not None and (not isinstance(port, int) or isinstance(port, bool)
                              or not 0 < port < 65536):
-        raise ModelError(f"model config 'port' must be a TCP port number, got {port!r}",
-                         code=USAGE)
+        raise ModelError(f"port must be a TCP port number, got {port!r}", code=USAGE,
+                         setting="port")
     threads = cfg.get("threads")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool)
                                 or threads < 1):
-        raise ModelError(f"model config 'threads' must be a whole number >= 1, got "
-                         f"{threads!r}", code=USAGE)
+        raise ModelError(f"threads must be a whole number >= 1, got {threads!r}", code=USAGE,
+                         setting="threads")
     if importlib.util.find_spec("llama_cpp") is None:
         raise ModelError("local: models need llama.cpp's server: pip install "
                          "'simagent[local]' (make install builds it)", code=PROVIDER)

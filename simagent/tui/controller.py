@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from simagent.cli_input import unwritable
@@ -141,7 +142,8 @@ class TuiController(StatusFeed, TurnDriving):
     def _resolve(self, spec: str) -> str | None:
         """Resolve ``spec`` into ``self.resolved``; a one-line error, or None when fine."""
         try:
-            resolved = resolve_model(spec, model_config=self.config.model_settings)
+            resolved = resolve_model(spec, model_config=self.config.model_settings,
+                                     settings_at=partial(self.config.where, "model"))
         except ModelError as exc:
             return model_error_line(spec, exc)
         self.resolved = resolved
