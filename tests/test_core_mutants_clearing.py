@@ -9,6 +9,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from simagent.context import clearing as cl
 from simagent.context.counting import count_messages
+from simagent.context.epoch_cost import InputPrices
 
 RAW = "/s/outputs/0007.txt"
 
@@ -69,34 +70,47 @@ def test_candidates_keep_the_newest_within_count_and_tokens():
     assert ids(cl.candidates([*excluded, *_thread(1)[1:]], set(), keep=0)) == ["c0", "c0"]
 
 
-def test_plan_epoch_due_only_over_the_trigger_and_the_minimum():
+#: Prices at which no epoch is ever due by cost (reads are free, so stale results pay no
+#: rent): the window rule of ``decide_epoch`` alone decides.
+WINDOW_ONLY = InputPrices(read=0.0, write=1.0)
+
+
+def window_epoch(msgs: list, cleared: set, **kw) -> tuple:
+    """``decide_epoch`` at :data:`WINDOW_ONLY` prices: (cleared or None, why, cost)."""
+    new, why, cost = cl.decide_epoch(msgs, cleared, prices=WINDOW_ONLY, **kw)
+    assert why in (None, "window")
+    return new, why, cost
+
+
+def test_a_window_epoch_is_due_only_over_the_trigger_and_the_minimum():
     msgs = _thread(4)
-    assert cl.plan_epoch(msgs, set(), total_tokens=100, trigger=None, keep=1,
-                         min_freed=1) is None
-    assert cl.plan_epoch(msgs, set(), total_tokens=100, trigger=100, keep=1,
-                         min_freed=1) is None
-    planned = cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1, min_freed=1)
-    assert planned is not None
-    cleared, freed = planned
-    assert cleared == {"c0", "c1", "c2"}
+    nothing = (None, None)
+    assert window_epoch(msgs, set(), total_tokens=100, trigger=None, keep=1,
+                        min_freed=1)[:2] == nothing
+    assert window_epoch(msgs, set(), total_tokens=100, trigger=100, keep=1,
+                        min_freed=1)[:2] == nothing
+    cleared, why, cost = window_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1,
+                                      min_freed=1)
+    assert (cleared, why) == ({"c0", "c1", "c2"}, "window")
     names = cl.tool_names(msgs)
     expect = sum(count_messages([m]) - count_messages([cl._cleared_copy(m, names)])
                  for m in msgs if isinstance(m, ToolMessage) and m.tool_call_id != "c3")
+    freed = cost.freed
     assert freed == expect > 0
-    assert cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1,
-                         min_freed=freed) == planned
-    assert cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1,
-                         min_freed=freed + 1) is None
-    assert cl.plan_epoch(msgs, {"x"}, total_tokens=101, trigger=100, keep=1,
-                         min_freed=1)[0] == {"x", "c0", "c1", "c2"}
-    assert cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=4,
-                         min_freed=0) is None  # nothing to clear
-    with_inputs = cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1,
-                                min_freed=1, clear_inputs=True)
-    assert with_inputs[0] == cleared and with_inputs[1] > freed
-    small = cl.plan_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1, min_freed=1,
-                          keep_tokens=1)
-    assert small is not None and small[0] == cleared
+    assert window_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1,
+                        min_freed=freed)[:2] == (cleared, "window")
+    assert window_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1,
+                        min_freed=freed + 1)[:2] == nothing
+    assert window_epoch(msgs, {"x"}, total_tokens=101, trigger=100, keep=1,
+                        min_freed=1)[0] == {"x", "c0", "c1", "c2"}
+    assert window_epoch(msgs, set(), total_tokens=101, trigger=100, keep=4,
+                        min_freed=0)[:2] == nothing  # nothing to clear
+    with_inputs = window_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1,
+                               min_freed=1, clear_inputs=True)
+    assert with_inputs[0] == cleared and with_inputs[2].freed > freed
+    small = window_epoch(msgs, set(), total_tokens=101, trigger=100, keep=1, min_freed=1,
+                         keep_tokens=1)
+    assert small[0] == cleared
 
 
 def test_apply_cleared_swaps_results_and_inputs_and_leaves_the_rest():

@@ -28,11 +28,12 @@ from simagent.context.boundaries import orphans, safe_cuts
 from simagent.context.clearing import (
     apply_cleared,
     clearable_inputs,
+    decide_epoch,
     input_pointer,
-    plan_epoch,
 )
 from simagent.context.compaction import view_of
 from simagent.context.counting import count_messages
+from simagent.context.epoch_cost import UNPRICED
 from simagent.context.settings import ContextSettings
 from simagent.context.state import CLEARED_INPUTS_KEY, current_view
 
@@ -105,15 +106,16 @@ def test_an_epoch_counts_what_input_clearing_frees():
         msgs += [AIMessage("", id=f"a{i}", tool_calls=[
             {"name": "run_python", "args": {"code": CODE}, "id": f"c{i}"}]),
             kernel_result(f"c{i}", i + 1, "x " * 300)]
-    plain = plan_epoch(msgs, (), total_tokens=10**6, trigger=1, keep=2, min_freed=1)
-    both = plan_epoch(msgs, (), total_tokens=10**6, trigger=1, keep=2, min_freed=1,
-                      clear_inputs=True)
-    assert plain and both and plain[0] == both[0] == {f"c{i}" for i in range(6)}
+    kw = {"total_tokens": 10**6, "trigger": 1, "keep": 2, "min_freed": 1, "prices": UNPRICED}
+    plain = decide_epoch(msgs, (), **kw)
+    both = decide_epoch(msgs, (), clear_inputs=True, **kw)
+    assert plain[1] == both[1] == "window"  # over the trigger: the window decides
+    assert plain[0] == both[0] == {f"c{i}" for i in range(6)}
     cleared = plain[0]
     only = count_messages(msgs) - count_messages(apply_cleared(msgs, cleared))
     whole = count_messages(msgs) - count_messages(
         apply_cleared(msgs, cleared, clearable_inputs(msgs, cleared)))
-    assert plain[1] == only and both[1] == whole > only
+    assert plain[2].freed == only and both[2].freed == whole > only
 
 
 def test_the_setting_is_on_for_simagent_and_off_for_the_baselines():

@@ -111,32 +111,6 @@ def is_error(msg: ToolMessage) -> bool:
     return msg.status == "error" or artifact.get("status") in ("error", "died", "timeout")
 
 
-def plan_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *, total_tokens: int,
-               trigger: int | None, keep: int, min_freed: int,
-               excluded: Collection[str] = EXCLUDED_TOOLS,
-               keep_tokens: int | None = None,
-               clear_inputs: bool = False) -> tuple[frozenset[str], int] | None:
-    """The new cleared set and the tokens it frees, or None when no epoch is due.
-
-    Due when the request is over ``trigger`` and clearing every candidate frees at least
-    ``min_freed`` tokens; a smaller gain would bust caches for little. With
-    ``clear_inputs`` the calls' inputs that go with the results count too.
-    """
-    if trigger is None or total_tokens <= trigger:
-        return None
-    names = tool_names(messages)
-    todo = candidates(messages, cleared, keep, excluded, keep_tokens)
-    freed = sum(count_messages([m]) - count_messages([_cleared_copy(m, names)]) for m in todo)
-    if clear_inputs and todo:
-        pointers = input_pointers(messages, clearable_inputs(messages, [m.tool_call_id
-                                                                        for m in todo]))
-        freed += sum(count_messages([m]) - count_messages([without_inputs(m, pointers)])
-                     for m in messages if _holds_any(m, pointers))
-    if not todo or freed < max(1, min_freed):
-        return None
-    return frozenset(cleared) | {m.tool_call_id for m in todo}, freed
-
-
 def savings(messages: Sequence[BaseMessage], todo: Sequence[ToolMessage],
             clear_inputs: bool = False, cleared: Collection[str] = (),
             words: bool = False) -> tuple[dict[str, int], frozenset[str]]:
@@ -178,10 +152,12 @@ def decide_epoch(messages: Sequence[BaseMessage], cleared: Collection[str], *,
                  ) -> tuple[frozenset[str] | None, str | None, EpochCost]:
     """(the new cleared set or None, why: "window" | "cost", the cost figures).
 
-    The window decides first (over ``trigger`` with at least ``min_freed`` to free, as
-    :func:`plan_epoch`); below it the epoch is due when the candidates have cost in cache
-    reads, while stale, at least what its rewrite costs (``epoch_cost``), counting the
-    ``card_tokens`` of the state card that follows an epoch clearing kernel output;
+    The window decides first: due when the request is over ``trigger`` and clearing every
+    candidate frees at least ``min_freed`` tokens (a smaller gain would bust caches for
+    little), the inputs that go with the results counted with ``clear_inputs``. Below it
+    the epoch is due when the candidates have cost in cache reads, while stale, at least
+    what its rewrite costs (``epoch_cost``), counting the ``card_tokens`` of the state
+    card that follows an epoch clearing kernel output;
     ``words``: the model's words beside calls whose results all go count as freed;
     ``expect``: the rent counts the reads expected over the session's :func:`horizon`."""
     todo = candidates(messages, cleared, keep, excluded, keep_tokens)
