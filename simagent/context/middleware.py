@@ -18,22 +18,23 @@ order, cheapest first:
    retry; the provider's count of the request calibrates the next one
    (``counting.Calibration``).
 
-Why one middleware and not one per layer (as deepagents splits summarization from
-eviction, and langchain context editing from both): the layers are steps of one pass over
-one view. Each decides on the view and the calibrated size the steps before it left
-(clearing decides on the rebuilt view, summarization on what clearing left), the card
-goes in once, after whichever step took kernel output, for the last of their reasons,
-and what the call's changes cost the prompt cache is priced once, against the previous
-request's view. The emergency retry rebuilds from this call's layers (its boundary,
-clears and card). Split into middlewares, each would re-measure and re-render the view,
-see the others' state only a step later (a ``before_model`` update lands in the next
-node, not in the request being built), and the cache price, the card's reason and the
-retry would need this call's state passed between them. So the steps stay methods on
-one per-call :class:`_Pass`; their rules live in their own modules (``clearing``,
-``compaction``, ``task_records``, ``state_card``, ``card_updates``, ``thresholds``).
-Capping each tool result acts on tool calls only and shares nothing with them, so it
-is its own middleware (``capping.ToolCapMiddleware``); the state every layer keeps has
-one home, ``state.py``.
+Why one middleware and not one per layer (deepagents splits summarization from
+eviction; langchain keeps context editing apart from both): the layers are steps of one
+pass over one request. Each decides on the view and the calibrated size the steps before
+it left (clearing on the rebuilt view, summarization on what clearing left); the card
+goes in once, after whichever steps took kernel output, with one reason (a summary's
+over a checkpoint's over a clear's); what the call's changes cost the prompt cache is
+priced once, against the previous request's view; the emergency retry rebuilds from this
+call's layers (its boundary, clears and card). Only ``wrap_model_call`` sees the exact
+request (``before_model`` gets the state, not the system prompt with its indexes or the
+tool schemas), so each layer split off would be a ``wrap_model_call`` of its own that
+measures and renders the view again, and the card's reason, the cache price and the
+retry would need this call's state handed between middlewares. So the steps stay
+methods on one per-call :class:`_Pass`; their rules live in their own modules
+(``clearing``, ``compaction``, ``task_records``, ``state_card``, ``card_updates``,
+``thresholds``). Capping each tool result acts on tool calls only and shares nothing
+with them, so it is its own middleware (``capping.ToolCapMiddleware``); the state every
+layer keeps has one home, ``state.py``.
 """
 
 from __future__ import annotations
