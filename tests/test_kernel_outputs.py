@@ -111,6 +111,16 @@ def test_out_in_the_kernel_survives_a_restart(kernel: Kernel) -> None:
     assert r.stdout.splitlines() == ["final=42 3", "Interactive namespace is empty."]
 
 
+def test_a_record_file_is_made_while_its_cell_runs_and_renamed_when_it_ends(
+        kernel: Kernel) -> None:
+    # made while the cell runs (off the round trip), listed by no reader until it is whole
+    r = kernel.execute(f"import os\nprint(sorted(os.listdir({str(kernel.paths.outputs)!r})), "
+                       "len(_out))")
+    assert r.stdout == "['0001.json.tmp'] 0"
+    assert sorted(p.name for p in kernel.paths.outputs.iterdir()) == ["0001.json", "0001.txt"]
+    assert json.loads((kernel.paths.outputs / "0001.json").read_text())["status"] == "ok"
+
+
 def test_figures_are_in_the_record(kernel: Kernel) -> None:
     fig = kernel.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
     assert fig.ok and fig.displays

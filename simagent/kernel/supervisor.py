@@ -45,7 +45,7 @@ from simagent.kernel.lifecycle import KernelBase, KernelState
 from simagent.kernel.port import KernelStartError
 from simagent.kernel.result import ExecResult
 from simagent.kernel_api import effects
-from simagent.kernel_api.outputs import raw_name, write_record
+from simagent.kernel_api.outputs import RecordFile, raw_name
 from simagent.kernel_api.state_probe import expression
 from simagent.outcomes import NOT_RUN
 from simagent.trace.redact import SECRET_NAME_PATTERN
@@ -59,6 +59,9 @@ PROBE_WAIT_S = 2.0
 class Kernel(KernelBase):
     """A supervised Jupyter kernel whose outputs land in a session's folders (see the
     module docstring; its life between executions is :class:`KernelBase`'s)."""
+
+    #: the running execution's record file, made while its cell runs (``_write_record``)
+    _record: RecordFile | None = None
 
     def restore(self) -> Recovery:
         """Restart (or start) the kernel and replay the current lineage (``/restore``);
@@ -178,7 +181,10 @@ class Kernel(KernelBase):
         """Execution ``n``'s record beside its raw output, for ``_out[n]`` in the kernel
         and for replay (``lineage``, and ``effects``: what it did outside the kernel)."""
         error = result.error.text() if result.error is not None else None
-        write_record(self.paths.outputs, self._seq, {
+        record, self._record = self._record, None
+        if record is None or record.n != self._seq:
+            record = RecordFile(self.paths.outputs, self._seq)
+        record.write({
             "n": self._seq, "code": code, "status": result.status, "error": error,
             "figures": [str(d.path) for d in result.displays if d.path is not None],
             "elapsed_s": round(result.elapsed_s, 3), "execution_count": result.execution_count,
@@ -213,6 +219,7 @@ class Kernel(KernelBase):
         self.state = "busy"
         msg_id = kc.execute(code, store_history=True, allow_stdin=False,
                             user_expressions=env_secrets.expressions(code))  # what it set
+        self._record = RecordFile(self.paths.outputs, self._seq)  # made while it runs
         notice = _join(self._notice, recovery.message() if recovery is not None else "")
         self._notice = ""
         state_lost = recovery is not None and not recovery.state_restored

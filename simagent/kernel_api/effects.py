@@ -205,10 +205,11 @@ def finish(effects: list[dict[str, Any]]) -> dict[str, Any]:
 def take(session_dir: Path, pid: int | None, count: int | None) -> list[dict[str, Any]]:
     """The effects the kernel ``pid`` wrote for execution ``count``; the file is removed
     so a later execution cannot be given them. [] when there are none."""
-    path = Path(session_dir) / EFFECTS_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        path.unlink()
+    path = os.path.join(session_dir, EFFECTS_FILE)
+    try:  # os.open: most cells have no effects, and a missing file costs 4 us, not 22
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_CLOEXEC), encoding="utf-8") as fh:
+            data = json.load(fh)
+        os.unlink(path)
     except (OSError, ValueError):
         return []
     if not isinstance(data, dict) or data.get("pid") != pid or data.get("count") != count:
