@@ -235,6 +235,9 @@ class OwnedLink:
         return getattr(self.process(), "pid", None)
 
     def is_alive(self) -> bool:
+        proc = self.process()
+        if proc is not None:  # what km.is_alive() asks, without its event loop (~25 us
+            return proc.poll() is None  # before every execution)
         return self.km is not None and self.km.is_alive()
 
     def exit_reason(self) -> str:
