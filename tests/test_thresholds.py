@@ -71,13 +71,16 @@ def test_a_bad_context_key_names_the_file_that_set_it(workspace, _state_home):
     """The two files' [context] tables merge: the line names the one holding the bad key
     (issue 37: it said ``[context] ...`` with no file), and says what to fix there."""
     user = _state_home / "config.toml"
-    user.write_text("[context]\nwatchdog = 'loud'\n")
-    ws = write_config(workspace, "[context]\nclear_fraction = 0.5\n")
-    with pytest.raises(ConfigError) as err:
-        ContextSettings.from_config(Config.load(workspace))
-    assert str(err.value) == f"{user}: [context] watchdog must be one of off, warn, enforce"
-    user.write_text("[context]\nclear_keep = 2\n")
+    ws = write_config(workspace, "[context]\nclear_keep = 2\n")
     for bad, line in (
+            ("watchdog = 'loud'", "[context] watchdog must be one of off, warn, enforce"),
+            ("repl_watchdog = 'loud'", "[context] repl_watchdog must be one of off, warn, "
+                                       "enforce (unset: by front end)"),
+            ("repl_failed_run = -1", "[context] repl_failed_run must be a whole number of "
+                                     "cells (0 switches that signal off)"),
+            ("tokenizer = 'gpt2'", "[context] tokenizer must be one of auto, "),
+            ("state_card_tokens = 1.5", "[context] state_card_tokens must be a whole number "
+                                        "of tokens"),
             ("clear_fraction = 1.5", "[context] clear_fraction: clear_fraction must be a "
                                      "fraction in (0, 1]"),
             ("[context.summary_tiers]\nsmall = 2", "[context] summary_tiers: small must be a "
@@ -85,12 +88,17 @@ def test_a_bad_context_key_names_the_file_that_set_it(workspace, _state_home):
             ("[context.tool_caps]\ngrep = -1", "[context.tool_caps] values must be whole "
                                                "numbers of characters (0 disables a tool's "
                                                "cap)"),
-            ("tokenizer = 'gpt2'", "[context] tokenizer must be one of auto, "),
             ("nonsense = 1", "[context]: unknown setting(s) nonsense; known: ")):
-        ws.write_text(f"[context]\n{bad}\n")
+        user.write_text(f"[context]\n{bad}\n")
         with pytest.raises(ConfigError) as err:
-            ContextSettings.from_config(Config.load(workspace, trust=True))
-        assert str(err.value).startswith(f"{ws}: {line}"), str(err.value)
+            ContextSettings.from_config(Config.load(workspace))
+        assert str(err.value).startswith(f"{user}: {line}"), str(err.value)
+    user.write_text("[context]\nwatchdog = 'warn'\n")
+    ws.write_text("[context]\nclear_fraction = 0\n")  # the workspace's own bad key
+    with pytest.raises(ConfigError) as err:
+        ContextSettings.from_config(Config.load(workspace, trust=True))
+    assert str(err.value) == (f"{ws}: [context] clear_fraction: clear_fraction must be a "
+                              "fraction in (0, 1]")
     # without a file (a bench policy's overrides) the line names the key alone
     with pytest.raises(ConfigError, match=r"^\[context\] watchdog must be one of"):
         ContextSettings.from_mapping({"watchdog": "loud"})
