@@ -144,7 +144,7 @@ def test_long_session_crosses_every_threshold_in_order_without_overflow(opened):
     # inputs stay in view, so the history grows past the summary trigger (input clearing
     # on its own is tested in test_input_clearing.py)
     settings = ContextSettings(evict_tokens=5_000, clear_inputs=False,
-                                  tool_caps={"run_python": 6_000, "execute": 0})
+                               tool_caps={"run_python": 6_000, "execute": 0})
     # the window is sized so the real-token history crosses the summary trigger (85 %)
     session, model, agent, runner = opened(long_steps(n), settings=settings, window=32_000,
                                            enforce=True)
@@ -176,7 +176,7 @@ def test_clearing_happens_in_epochs_and_keeps_the_prefix_stable(opened):
     steps = [{"tool": "run_python", "args": {"code": f"print('R{i}', 'v' * 3000)"}}
              for i in range(24)] + [{"final": "done"}]
     settings = ContextSettings(summarize=False, budget_check=False,
-                                  clear_by_expected=False)  # reads to come: more, smaller epochs
+                               clear_by_expected=False)  # reads to come: more, smaller epochs
     session, model, _agent, runner = opened(steps, settings=settings, window=30_000)
     assert runner.run("go").status == "done"
     clears = kinds(session, "context_clear")
@@ -221,7 +221,7 @@ def test_overflow_triggers_one_emergency_compaction_and_one_retry(opened):
     steps = [{"tool": "run_python", "args": {"code": f"print('E{i}', 'w' * 2000)"}}
              for i in range(12)] + [{"final": "{out[-1]|E\\d+}"}]
     settings = ContextSettings(window=500_000, summarize=False, clear_fraction=None,
-                                  budget_check=False)
+                               budget_check=False)
     session, model, _agent, runner = opened(steps, settings=settings, window=10_000)
     result = runner.run("go")
     assert result.status == "done", result.error
@@ -241,7 +241,7 @@ def test_overflow_that_compaction_cannot_fix_fails_after_one_retry(opened):
     steps = [{"tool": "run_python", "args": {"code": "print('small')"}},
              {"tool": "dump", "args": {"n": 12_000}}, {"final": "never"}]
     settings = ContextSettings(window=500_000, summarize=False, clear_fraction=None,
-                                  budget_check=False, evict_tokens=None, tool_caps={"dump": 0})
+                               budget_check=False, evict_tokens=None, tool_caps={"dump": 0})
     session, model, _agent, runner = opened(steps, settings=settings, window=7_000,
                                            tools=[dump])
     result = runner.run("go")
@@ -256,7 +256,7 @@ def test_budget_check_compacts_before_the_call(opened):
              for i in range(8)] + [{"final": "done"}]
     # the tier trigger alone would never fire; the reply reserve leaves little history room
     settings = ContextSettings(summary_fraction=1.0, clear_fraction=None,
-                                  max_output_tokens=14_000)
+                               max_output_tokens=14_000)
     session, model, _agent, runner = opened(steps, settings=settings, window=24_000)
     assert runner.run("go").status == "done"
     summaries = kinds(session, "context_summary")

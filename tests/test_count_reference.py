@@ -69,7 +69,7 @@ def test_the_budget_check_prevents_overflow_by_an_independent_ruler(workspace):
     steps = [{"tool": "run_python", "args": {"code": f"print('B{i}', 'q' * 4000)"}}
              for i in range(8)] + [{"final": "done"}]
     settings = ContextSettings(summary_fraction=1.0, clear_fraction=None,
-                                  max_output_tokens=14_000)
+                               max_output_tokens=14_000)
     session, model, runner = _open(workspace, steps, window=24_000, settings=settings)
     try:
         assert runner.run("go").status == "done"

@@ -158,7 +158,7 @@ def test_below_the_window_trigger_an_epoch_comes_when_the_cache_prices_pay(works
     from simagent.context.stats import stats_from_events
 
     settings = ContextSettings(summarize=False, clear_keep=2,
-                                  cost_model="anthropic:claude-sonnet-4-5")
+                               cost_model="anthropic:claude-sonnet-4-5")
     session, model = _run(workspace, settings)
     try:
         peak = max(model.cursor.request_tokens)
@@ -183,7 +183,7 @@ def test_below_the_window_trigger_an_epoch_comes_when_the_cache_prices_pay(works
 
 def test_without_the_cost_rule_only_the_window_clears(workspace):
     settings = ContextSettings(summarize=False, clear_keep=2, clear_by_cost=False,
-                                  cost_model="anthropic:claude-sonnet-4-5")
+                               cost_model="anthropic:claude-sonnet-4-5")
     session, _model = _run(workspace, settings)
     try:
         clears = [e.payload for e in session.trace.events(["context_clear"])]

@@ -323,7 +323,7 @@ def test_an_emergency_truncation_writes_an_entry_too(opened):
              for i in range(12)] + [{"final": "{out[-1]|E\\d+_V}"}]
     # only the provider's refusal compacts here (the configured window hides the model's)
     settings = ContextSettings(window=500_000, summarize=False, clear_fraction=None,
-                                  budget_check=False)
+                               budget_check=False)
     session, model, _agent, runner = opened(steps, settings, 14_000)
     assert runner.run("go").status == "done"
     events = payloads(session, "context_emergency")

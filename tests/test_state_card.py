@@ -268,7 +268,7 @@ def test_a_clearing_epoch_of_kernel_results_brings_a_card_from_the_live_kernel(w
              + [{"tool": "run_python", "args": {"code": f"print('R{i}', 'v' * 3000)"}}
                 for i in range(20)] + [{"final": "done"}])
     settings = ContextSettings(summarize=False, budget_check=False,
-                                  state_card_updates=False)  # every card in full
+                               state_card_updates=False)  # every card in full
     session, model, agent, runner = _make(workspace, steps, settings, 30_000)
     try:
         assert runner.run("go").status == "done"
