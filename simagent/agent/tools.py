@@ -20,7 +20,8 @@ from langchain_core.tools import BaseTool, tool
 from simagent.agent.cancel_account import lost_line
 from simagent.context import memory as memory_notes
 from simagent.context.ledger import recall_text
-from simagent.context.thresholds import ContextSettings, tool_cap
+from simagent.context.settings import ContextSettings
+from simagent.context.thresholds import tool_cap
 from simagent.kernel.attach import MODEL_MAY_NOT_RESET
 from simagent.kernel.digesters import output_digester
 from simagent.kernel_api.figures import is_figure_id, render_caption
@@ -189,7 +190,7 @@ def make_reset_kernel(session: Session) -> BaseTool:
         a wedged or hopelessly inconsistent kernel; an interrupted or failed cell needs
         no reset.
         """
-        if not session.kernel.owned:  # the person's kernel: never without their consent
+        if not session.kernel.status().owned:  # the person's kernel: never without their consent
             return MODEL_MAY_NOT_RESET
         seconds = session.restart_kernel()
         return (f"Kernel restarted in {seconds:.1f} s. All variables and imports are gone; "
