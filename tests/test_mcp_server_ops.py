@@ -1,6 +1,7 @@
 """``simagent mcp``'s pure rules (``simagent.mcp_server.ops``): the ``output`` tool's text,
 progress lines, figure numbers, resource confinement, ``--http``'s address, the bearer
-check and approval over MCP. No SDK, no kernel: an outputs folder written by hand."""
+check and approval over MCP. No kernel: an outputs folder written by hand (and the SDK's
+client in memory for what ``initialize`` says)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import json
 import os
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp.shared.memory import create_connected_server_and_client_session
 
+from simagent import __version__
 from simagent.kernel_api.outputs import raw_name, record_name
-from simagent.mcp_server import ops
+from simagent.mcp_server import ops, server
 from simagent.mcp_server.ops import McpToolError
+from simagent.session import Session
 
 
 def _outputs(tmp_path: Path, *texts: str) -> Path:
@@ -153,10 +158,20 @@ def test_a_figure_file_is_labelled_by_its_bytes() -> None:
 
 def test_run_python_description_reads_its_default_timeout_from_one_place(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import anyio
-
-    from simagent.mcp_server import server
-
     monkeypatch.setattr(server, "DEFAULT_RUN_TIMEOUT_S", 60.0)
     tools = {t.name: t.description for t in anyio.run(server.build_server(None).list_tools)}
     assert "Past `timeout_s` (default 60) the cell is interrupted" in tools["run_python"]
+
+
+def test_initialize_names_simagents_own_version(workspace: Path) -> None:
+    """A host's ``initialize`` reads ``serverInfo.version``: simagent's (the SDK put its
+    own, ``mcp``'s, there). The SDK's client against the real server, in memory: the
+    kernel starts at the first cell, so none starts here."""
+    mcp = server.build_server(lambda: Session.create(workspace, approval="workspace"))
+
+    async def hello() -> object:
+        async with create_connected_server_and_client_session(mcp._mcp_server) as client:
+            return (await client.initialize()).serverInfo
+
+    info = anyio.run(hello)
+    assert (info.name, info.version) == (ops.SERVER_NAME, __version__)

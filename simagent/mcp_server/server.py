@@ -41,6 +41,7 @@ from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent
 from pydantic import ValidationError
 
+from simagent import __version__
 from simagent.agent.tools import DEFAULT_RUN_TIMEOUT_S
 from simagent.mcp_server import ops
 from simagent.mcp_server.ops import McpToolError
@@ -135,6 +136,8 @@ def build_server(open_session: Callable[[], Session], *, host: str = ops.DEFAULT
     """The FastMCP server; ``open_session`` makes each client's session (in a thread)."""
     mcp = _Server(ops.SERVER_NAME, instructions=INSTRUCTIONS, lifespan=_lifespan(open_session),
                   log_level="WARNING", host=host, port=port)
+    # initialize's serverInfo.version: FastMCP takes none and the SDK then says its own
+    mcp._mcp_server.version = __version__
 
     def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
         """Register ``fn``: its docstring on one line is the description (indentation
