@@ -187,7 +187,9 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
         if started:
             session.close()
             if (kernel_file := session.kernel.status().connection_file) is not None:
-                print(f"simagent: {left_running(kernel_file)}", file=err)  # the TUI's line
+                how = left_running(kernel_file, f"simagent run --resume {session.id}",
+                                   ' "..."')  # the TUI's words, run's command
+                print(f"simagent: {how}", file=err)
         else:
             session.discard()
         # after the close: a close that raised leaves main's one error object instead

@@ -340,7 +340,8 @@ def test_headless_reports_a_kernel_it_may_not_restart_and_exits(jupyter_kernel, 
     assert proc.returncode == exit_codes.KERNEL_CONSENT, proc.stderr
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("simagent: ")][1:]
     assert len(line) == 2 and "only its owner may allow" in line[0], proc.stderr
-    assert line[1].endswith(f"({jupyter_kernel.path}) is still running")  # its last word
+    assert f"({jupyter_kernel.path}) is still running; resume with: simagent run " \
+        "--resume " in line[1]  # its last word
     assert "left it running, variables untouched" in line[0]
     assert "simagent run --resume " in line[0] and line[0].endswith(
         f"--kernel {jupyter_kernel.path}'")

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +29,7 @@ from test_attach import (  # noqa: F401  (fixtures, used by name: hence F811 bel
 from simagent import exit_codes
 from simagent.context.settings import ContextSettings
 from simagent.context.thresholds import model_tier, small_agent, tier_name
+from simagent.kernel.attach import left_running
 from simagent.session import Session
 from simagent.trace.log import TraceLog
 from simagent.trace.sessions import list_sessions, sessions_dir
@@ -115,8 +119,38 @@ def test_headless_says_the_attached_kernel_stays_running(workspace: Path, tmp_pa
     done = cli(workspace, "run", "--kernel", str(jupyter_kernel.path), "--model", model,
                "--approval", "auto", "set z")
     assert done.returncode == 0, done.stderr
-    assert done.stderr.splitlines()[-1] == (
-        f"simagent: the kernel it attached to ({jupyter_kernel.path}) is still running")
+    sid = re.search(r"^\[session (\S+)\]$", done.stderr, re.M)[1]
+    last = done.stderr.splitlines()[-1]
+    assert last == (
+        f"simagent: the kernel it attached to ({jupyter_kernel.path}) is still running; "
+        f'resume with: simagent run --resume {sid} --kernel {jupyter_kernel.path} "..."')
+    # the command it gives works: the same session, in the same kernel, z still there
+    command = shlex.split(last.split("resume with: ", 1)[1])
+    assert command[:2] == ["simagent", "run"] and command[-1] == "..."
+    model = script(tmp_path / "again.json", [
+        {"tool": "run_python", "args": {"code": "print(f'z*14={z * 14}')"}},
+        {"final": "{out[-1]|z\\*14=(\\d+)}"}])
+    again = cli(workspace, *command[1:-1], "--model", model, "--approval", "auto", "z?")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "42\n" and f"[session {sid}]" in again.stderr
+
+
+def test_the_way_out_of_an_attached_kernel_says_how_to_resume(tmp_path: Path):
+    """While the kernel runs: ``--kernel`` with its file (quoted for a shell); once it has
+    ended, a kernel of simagent's own or another that runs (its file would not attach)."""
+    folder = tmp_path / "my kernels"
+    folder.mkdir()
+    path = folder / "kernel-1.json"
+    with socket.create_server(("127.0.0.1", 0)) as hb:
+        path.write_text(json.dumps({"shell_port": 1, "hb_port": hb.getsockname()[1],
+                                    "ip": "127.0.0.1", "transport": "tcp"}))
+        running = left_running(path, "simagent run --resume S1", ' "..."')
+    assert running == (f"the kernel it attached to ({path}) is still running; resume "
+                       f"with: simagent run --resume S1 --kernel '{path}' \"...\"")
+    assert shlex.split(running.split("resume with: ")[1])[5] == str(path)
+    assert left_running(path, "simagent --resume S1") == (
+        f"the kernel it attached to ({path}) is no longer running; resume with: simagent "
+        "--resume S1 (a kernel of simagent's own), or with --kernel and one that runs")
 
 
 def test_a_sigkilled_attached_kernel_is_said_gone_and_the_next_cell_has_no_result(
@@ -147,6 +181,9 @@ def test_a_sigkilled_attached_kernel_is_said_gone_and_the_next_cell_has_no_resul
     assert "left it running" not in err and "variables untouched" not in err
     assert "  ✖ run_python kernel died" in err  # the cell it was running
     assert "  □ run_python no result" in err and "■" not in err  # the one it never ran
+    assert err.splitlines()[-1].startswith(  # its file would not attach again
+        f"simagent: the kernel it attached to ({jupyter_kernel.path}) is no longer running; "
+        "resume with: simagent run --resume ")
 
 
 # ------------------------------------------------------------------ 10: /restore

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import socket
 import time
 import urllib.request
@@ -183,10 +184,17 @@ def still_listening(path: Path) -> bool:
         return False
 
 
-def left_running(path: Path) -> str:
-    """How simagent left the person's kernel, said on the way out (true at that moment)."""
-    now = "is still running" if still_listening(path) else "is no longer running"
-    return f"the kernel it attached to ({path}) {now}"
+def left_running(path: Path, resume: str, prompt: str = "") -> str:
+    """How simagent left the person's kernel and how to go on, said on the way out (true
+    at that moment). ``resume`` is the command that resumes the session (``simagent
+    --resume ID``), ``prompt`` what follows ``--kernel`` in it: the same kernel again while
+    it runs; once it has ended, a kernel of simagent's own or another of the person's."""
+    if still_listening(path):
+        return (f"the kernel it attached to ({path}) is still running; resume with: "
+                f"{resume} --kernel {shlex.quote(str(path))}{prompt}")
+    return (f"the kernel it attached to ({path}) is no longer running; resume with: "
+            f"{resume}{prompt} (a kernel of simagent's own), or with --kernel and one "
+            "that runs")
 
 
 def resolve(existing: str) -> Path:

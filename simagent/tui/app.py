@@ -335,9 +335,9 @@ def run_tui(opts: Any) -> int:
         return exit_codes.USAGE
     kernel_file = ctl.session.kernel.status().connection_file if ctl.session is not None else None
     if kernel_file is not None:  # the person's kernel: how it was left, and how to go on
-        print(f"simagent: session {ctl.session.id} (resume with: simagent --resume "
-              f"{ctl.session.id} --kernel {kernel_file}); "
-              f"{left_running(kernel_file)}", file=sys.stderr)
+        print(f"simagent: session {ctl.session.id}; "
+              f"{left_running(kernel_file, f'simagent --resume {ctl.session.id}')}",
+              file=sys.stderr)
     elif ctl.session is not None:
         print(f"simagent: session {ctl.session.id} (resume with: simagent --resume "
               f"{ctl.session.id})", file=sys.stderr)
