@@ -138,7 +138,7 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
                        "--resume ID or --continue", exit_codes.USAGE)
     notebook = read_start_notebook(opts)  # before anything exists: a bad file changes nothing
     export_to = notebook_target(opts)  # likewise an unwritable --notebook PATH
-    resolved, session = open_session(opts, notebook)
+    resolved, session = open_session(opts, notebook, err)
     if session.config.ignored_line:  # first: it explains whatever follows
         print(session.config.ignored_line, file=err, flush=True)
 
@@ -197,16 +197,19 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             print(json.dumps(report), file=out)
 
 
-def open_session(opts: RunOptions, notebook: Any) -> tuple[Any, Any]:
+def open_session(opts: RunOptions, notebook: Any, err: TextIO = sys.stderr) -> tuple[Any, Any]:
     """(the resolved model, the new or resumed session) ``opts`` ask for; every problem
-    a one-line ``CliError`` before any session exists."""
+    a one-line ``CliError`` before any session exists. A model slow to build (a local
+    server loading) says each step on ``err`` as it starts, as the TUI does."""
     try:
         config = Config.load(opts.workspace, trust=opts.trust_workspace)
         spec, _where = config.model_spec(opts.model)
         if not spec:  # the CLI checked this already; run_headless's other callers too
             raise CliError(config.missing_model_line(), exit_codes.USAGE)
         resolved = resolve_model(spec, model_config=config.model_settings,
-                                 settings_at=partial(config.where, "model"))
+                                 settings_at=partial(config.where, "model"),
+                                 progress=lambda line: print(f"simagent: {line}", file=err,
+                                                             flush=True))
         resolved.prepare_workspace(opts.workspace)
         session = Session.open(opts, model=resolved.id, config=config,
                                default_simulator=resolved.default_simulator or

@@ -23,6 +23,7 @@ import contextlib
 import os
 import re
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ __all__ = [
     "context_window",
     "describe_provider_error", "exception_chain", "expected_forms", "finish_reason_key",
     "image_support", "max_output_tokens", "model_kinds", "parse_model_spec",
-    "refused_locally", "resolve_model",
+    "refused_locally", "resolve_model", "say_progress",
 ]
 
 # Checked before constructing the model: langchain's own missing-key errors are multi-line
@@ -81,6 +82,9 @@ FINISH_KEYS = {"ChatOpenAI": "finish_reason", "AzureChatOpenAI": "finish_reason"
 PROVIDER_KIND = "provider"
 
 _PREFIX = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+#: Where :func:`say_progress` lines go while :func:`resolve_model` builds (its ``progress``).
+_PROGRESS: ContextVar[Callable[[str], None] | None] = ContextVar("model_progress",
+                                                                default=None)
 
 
 class ModelError(Exception):
@@ -255,17 +259,38 @@ def check_model_spec(spec: str) -> ModelSpec:
     return parsed
 
 
+def say_progress(line: str) -> None:
+    """Say ``line``, a slow step of building a model (a local server loading its model),
+    to the front end that is waiting for it (``resolve_model(progress=...)``): the words
+    live with the step, in the kind; where they show is the front end's. Without one,
+    nowhere: a bench or ``/model`` that asked for no lines gets none."""
+    if (say := _PROGRESS.get()) is not None:
+        say(line)
+
+
 def resolve_model(
     spec: str,
     *,
     model_config: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
     settings_at: Callable[[str], str] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ResolvedModel:
     """Build the chat model for ``spec``; construction never touches the network, except
     for kinds that start their own server (``local:``), which wait for it to answer.
     ``settings_at``: how a line about a bad ``model_config`` key starts (a config's
-    ``where``: the file that set it and the table), else ``model config:``."""
+    ``where``: the file that set it and the table), else ``model config:``. ``progress``
+    gets the kind's lines about slow steps (:func:`say_progress`) while it builds."""
+    said = _PROGRESS.set(progress)
+    try:
+        return _resolve(spec, model_config, environ, settings_at)
+    finally:
+        _PROGRESS.reset(said)
+
+
+def _resolve(spec: str, model_config: Mapping[str, Any] | None,
+             environ: Mapping[str, str] | None,
+             settings_at: Callable[[str], str] | None) -> ResolvedModel:
     parsed = parse_model_spec(spec)
     cfg = dict(model_config or {})
     env = os.environ if environ is None else environ

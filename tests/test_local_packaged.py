@@ -80,6 +80,33 @@ def test_a_checksum_mismatch_of_a_packaged_model_is_one_line_before_any_server(
     assert list((_state_home / "models").iterdir()) == []  # nothing a later run would trust
 
 
+def test_the_first_use_says_the_parts_are_being_joined_and_a_later_one_does_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _state_home: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Joining 491 MB takes a while: a front end that passes ``progress`` is told, before
+    it starts, and only then (the joined file is reused after)."""
+    data = (b"GGUF" + b"a" * 100, b"b" * 50)
+    dists = fake_part_packages(tmp_path / "site", *data)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    whole = b"".join(data)
+    model = PackagedModel("fake", "a test", dists, hashlib.sha256(whole).hexdigest(),
+                          len(whole))
+    monkeypatch.setitem(PACKAGED, "fake", model)
+    dest = _state_home / "models" / model.file_name
+    for run in range(2):
+        said: list[str] = []
+        with pytest.raises(ModelError, match=r"not a GGUF model file|damaged GGUF"):
+            resolve_model("local:fake", environ={}, progress=said.append)  # parts, not a model
+        assert said == ([f"joining the 2 parts of local:fake into {dest} (first use only; "
+                         "0 MB, checked against its sha256)…"] if run == 0 else [])
+        assert dest.read_bytes() == whole
+    dest.unlink()
+    capsys.readouterr()
+    with pytest.raises(ModelError, match="GGUF"):
+        resolve_model("local:fake", environ={})  # no progress asked for: nothing said
+    assert capsys.readouterr() == ("", "") and dest.is_file()
+
+
 def test_missing_part_packages_name_the_extra_to_install() -> None:
     absent = PackagedModel("nope", "", ("simagent-no-such-part1", "simagent-no-such-part2"),
                            "0" * 64, 1)

@@ -314,6 +314,30 @@ def test_simagent_run_counts_usage_and_compacts_on_the_servers_overflow(
     assert len(replies) >= 3 and max(replies) <= 2 * 8
 
 
+def starting(spec: str) -> str:
+    return (f"simagent: starting llama.cpp's server for {spec} (the first reply waits "
+            "until it has loaded the model)…")
+
+
+def test_simagent_run_says_what_it_waits_for_while_the_server_loads(
+        tiny: Path, tmp_path: Path) -> None:
+    """The server's start was seconds to minutes of silence on stderr (the TUI alone
+    said it): ``run`` says it as it starts, and how long the model took to load, before
+    anything else of the turn."""
+    tiny = own_copy(tiny, tmp_path)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    configure(workspace, f"local:{tiny}", window=16384, max_output=8)
+    done = run(workspace, "run", "--approval", "auto", "hello")
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == starting(f"local:{tiny}"), done.stderr
+    assert re.fullmatch(rf"simagent: llama\.cpp's server loaded local:{re.escape(str(tiny))} "
+                        r"in \d+\.\d s", lines[1]), done.stderr
+    assert lines[2].startswith("simagent: approval auto"), done.stderr
+    assert servers_of(tiny) == []
+
+
 def test_a_killed_simagent_leaves_no_server(tiny: Path, tmp_path: Path) -> None:
     """SIGKILL gives simagent no chance to stop anything: the server notices its stdin
     close and exits by itself."""
@@ -409,9 +433,10 @@ def test_a_server_that_fails_to_start_shows_its_logs_last_lines(tmp_path: Path) 
     w.write_tensors_to_file()
     w.close()
     code, lines = bad_run(tmp_path, f"local:{broken}")
-    assert code == 4 and len(lines) == 1
-    assert "the llama.cpp server exited (code 1) before it was ready; its log" in lines[0]
-    assert "ends: " in lines[0] and "rror" in lines[0].split("ends: ", 1)[1]
+    # what it was doing (it did start a server), then why that failed, in one line
+    assert code == 4 and len(lines) == 2 and lines[0] == starting(f"local:{broken}")
+    assert "the llama.cpp server exited (code 1) before it was ready; its log" in lines[1]
+    assert "ends: " in lines[1] and "rror" in lines[1].split("ends: ", 1)[1]
     assert servers_of(broken) == []
 
 

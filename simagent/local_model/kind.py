@@ -82,7 +82,8 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
     alias = re.sub(r"[^A-Za-z0-9._-]+", "-", info.path.stem)[:60] or "local"
     server = start_server(info.path, alias=alias, n_ctx=window, port=port,
                           log_path=server_log_path(alias),
-                          chat_format=cfg.get("chat_format"), threads=threads)
+                          chat_format=cfg.get("chat_format"), threads=threads,
+                          name=spec.raw)
     try:
         from simagent.compatible_chat import reply_limit  # langchain: only when used
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from simagent.exit_codes import PROVIDER, USAGE
-from simagent.models import ModelError
+from simagent.models import ModelError, say_progress
 from simagent.paths import private_dir, private_opener
 
 HOST = "127.0.0.1"
@@ -139,17 +139,25 @@ def get_props(port: int, timeout: float = 2.0) -> dict[str, Any] | None:
 def start_server(model: Path, *, alias: str, n_ctx: int, log_path: Path,
                  port: int | None = None, chat_format: str | None = None,
                  ready_timeout: float = READY_TIMEOUT_S,
-                 threads: int | None = None) -> LlamaServer:
-    """Start and wait for a server; ``ModelError`` (no process left) when it cannot."""
+                 threads: int | None = None, name: str | None = None) -> LlamaServer:
+    """Start and wait for a server; ``ModelError`` (no process left) when it cannot.
+    ``name``: the model as the person named it (``local:...``), in the progress lines."""
     if port is not None and port_in_use(port):
         raise ModelError(f"port {port} on {HOST} is in use: stop what listens there or "
                          "leave 'port' out of the [model] config to use a free one",
                          code=USAGE)
+    name = name or str(model)
+    # loading takes seconds to minutes, with nothing else to show: say what is waited for
+    say_progress(f"starting llama.cpp's server for {name} (the first reply waits until "
+                 "it has loaded the model)…")
+    started = time.monotonic()
     for attempt in range(PORT_TRIES):
         chosen = port or free_port()
         server = _spawn(model, alias, n_ctx, chosen, log_path, chat_format, threads)
         try:
             _wait_ready(server, ready_timeout)
+            say_progress(f"llama.cpp's server loaded {name} in "
+                         f"{time.monotonic() - started:.1f} s")
             return server
         except _PortTaken:
             server.stop()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simagent.exit_codes import USAGE
-from simagent.models import ModelError
+from simagent.models import ModelError, say_progress
 
 CHUNK = 1 << 20
 
@@ -112,4 +112,7 @@ def assembled_path(name: str, home: Path) -> Path:
     dest = home / "models" / model.file_name
     if dest.is_file() and dest.stat().st_size == model.size:
         return dest
-    return assemble(part_files(model), dest, sha256=model.sha256, size=model.size)
+    parts = part_files(model)
+    say_progress(f"joining the {len(parts)} parts of local:{name} into {dest} (first use "
+                 f"only; {model.size / 1e6:.0f} MB, checked against its sha256)…")
+    return assemble(parts, dest, sha256=model.sha256, size=model.size)

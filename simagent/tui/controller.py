@@ -36,6 +36,11 @@ from simagent.tui.turn_driving import TurnDriving
 
 Post = Callable[[Callable[[], None]], None]
 
+
+def _on_terminal(line: str) -> None:
+    print(f"simagent: {line}", file=sys.stderr, flush=True)
+
+
 class TuiController(StatusFeed, TurnDriving):
     def __init__(self, opts: SessionOptions, post: Post | None = None,
                  invalidate: Callable[[], None] | None = None) -> None:
@@ -79,11 +84,10 @@ class TuiController(StatusFeed, TurnDriving):
             spec, _where = self.config.model_spec(self.opts.model)
             if self.opts.resuming and not self.opts.model:  # the conversation's own model
                 spec = resumed_model(self.opts) or spec
-            if spec and spec.startswith("local:") and sys.stderr.isatty():
-                # the screen stays blank until the server has loaded the model (minutes)
-                print(f"simagent: starting llama.cpp's server for {spec} (a packaged "
-                      "model is first assembled, once)…", file=sys.stderr, flush=True)
-            model_error = self._resolve(spec) if spec else None
+            # before the first paint, a slow model (a local server loading) says what it
+            # does on the terminal itself; later (/model) the screen is the app's
+            said = _on_terminal if sys.stderr.isatty() else None
+            model_error = self._resolve(spec, progress=said) if spec else None
             self.session = Session.open(  # a replay workflow brings its simulator
                 self.opts, model=self.model_id, config=self.config,
                 default_simulator=(self.resolved.default_simulator if self.resolved else None)
@@ -139,11 +143,12 @@ class TuiController(StatusFeed, TurnDriving):
             "", f"simagent · {where}workspace {self.session.workspace}\n"
                 "/help lists commands · ctrl+O expands tool output · ctrl+C interrupts"))
 
-    def _resolve(self, spec: str) -> str | None:
+    def _resolve(self, spec: str, progress: Callable[[str], None] | None = None) -> str | None:
         """Resolve ``spec`` into ``self.resolved``; a one-line error, or None when fine."""
         try:
             resolved = resolve_model(spec, model_config=self.config.model_settings,
-                                     settings_at=partial(self.config.where, "model"))
+                                     settings_at=partial(self.config.where, "model"),
+                                     progress=progress)
         except ModelError as exc:
             return model_error_line(spec, exc)
         self.resolved = resolved
