@@ -319,6 +319,7 @@ def starting(spec: str) -> str:
             "until it has loaded the model)…")
 
 
+@pytest.mark.slow
 def test_simagent_run_says_what_it_waits_for_while_the_server_loads(
         tiny: Path, tmp_path: Path) -> None:
     """The server's start was seconds to minutes of silence on stderr (the TUI alone
