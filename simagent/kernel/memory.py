@@ -53,6 +53,8 @@ SEAM_ENV = "SIMAGENT_TEST_KERNEL"
 MEMORY = "memory"
 #: One in-memory cell at a time per process (see the module docstring).
 _CELL_LOCK = threading.RLock()
+#: How long a cell's writes gather before they are sent (ipykernel's flush interval).
+FLUSH_S = 0.2
 #: How long ``restart``/``close`` wait for a running cell to take its KeyboardInterrupt.
 STOP_WAIT_S = 2.0
 _ids = itertools.count(1)
@@ -84,17 +86,27 @@ class _Session:
 
 
 class _Stream:
-    """``sys.stdout``/``sys.stderr`` while a cell runs: each write is a ``stream``."""
+    """``sys.stdout``/``sys.stderr`` while a cell runs. As ipykernel's ``OutStream`` does,
+    writes are gathered and sent as one ``stream`` message per :data:`FLUSH_S` (and at the
+    cell's end), so a loop of prints arrives as ipykernel would send it, not a write each."""
 
     encoding = "utf-8"
     errors = "replace"
 
     def __init__(self, name: str, publish: Any) -> None:
         self.name, self._publish = name, publish
+        self._lock = threading.Lock()
+        self._pending: list[str] = []
+        self._timer: threading.Timer | None = None
 
     def write(self, text: str) -> int:
         if text:
-            self._publish("stream", {"name": self.name, "text": str(text)})
+            with self._lock:
+                self._pending.append(str(text))
+                if self._timer is None:
+                    self._timer = threading.Timer(FLUSH_S, self.flush)
+                    self._timer.daemon = True
+                    self._timer.start()
         return len(text)
 
     def writelines(self, lines: Any) -> None:
@@ -102,7 +114,13 @@ class _Stream:
             self.write(line)
 
     def flush(self) -> None:
-        return None
+        with self._lock:
+            text, self._pending = "".join(self._pending), []
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        if text:
+            self._publish("stream", {"name": self.name, "text": text})
 
     def isatty(self) -> bool:
         return False
@@ -378,6 +396,10 @@ class MemoryLink:
         parent = request["header"]
 
         def publish(msg_type: str, body: dict[str, Any]) -> None:
+            if msg_type != "stream":  # what was printed before it comes first, as in ipykernel
+                for stream in (sys.stdout, sys.stderr):
+                    if isinstance(stream, _Stream):
+                        stream.flush()
             kc.iopub.put(_message(msg_type, body, parent, kc.session.session))
 
         silent, store = bool(content.get("silent")), bool(content.get("store_history"))
@@ -418,14 +440,17 @@ class MemoryLink:
             saved = (sys.stdout, sys.stderr, sys.modules.get("__main__"),
                      InteractiveShell._instance, os.getcwd())
             os.environ.update(env)
-            if publish is not None:
-                sys.stdout, sys.stderr = _Stream("stdout", publish), _Stream("stderr", publish)
+            streams = (_Stream("stdout", publish), _Stream("stderr", publish)) if publish else ()
+            if streams:
+                sys.stdout, sys.stderr = streams
             sys.modules["__main__"] = self._shell.user_module
             InteractiveShell._instance = self._shell  # display() and get_ipython() find it
             try:
                 os.chdir(self.cwd)
                 yield
             finally:
+                for stream in streams:  # the cell's last words, before its reply
+                    stream.flush()
                 sys.stdout, sys.stderr = saved[0], saved[1]
                 if saved[2] is not None:
                     sys.modules["__main__"] = saved[2]
