@@ -62,8 +62,8 @@ def test_the_marker_finds_blocks_and_only_marked_ones():
             '```python title="runnable"\nprint(3)\n```\n')
     assert runnable_blocks(text) == [("bash", "echo one\n"), ("python", "print(3)\n")]
     pages = {p.relative_to(ROOT).as_posix() for p in _pages_with_examples()}
-    # the tour's no-key turn, a notebook out and in, and an attack row at least
-    assert {"README.md", "docs/getting-started.md"} <= pages
+    # the tour's no-key turn, a notebook out and in, an attack row, an MCP client at least
+    assert {"README.md", "docs/getting-started.md", "docs/mcp.md"} <= pages
     readme = (ROOT / "README.md").read_text()
     for command in ("simagent run --model scripted:", "simagent notebook",
                     "--from-notebook", "simagent bench attacks --only"):
