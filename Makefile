@@ -11,7 +11,7 @@ LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 WHEEL_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/simagent/wheels
 LLAMA_WHEELS  := $(WHEEL_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_CMAKE)' | sha256sum | cut -c1-12)
 
-.PHONY: install run test lint docs bench-kernel bench-cli bench-live bench-faults bench-attacks mutate clean llama-wheel
+.PHONY: install run test test-fast test-slow test-real lint docs bench-kernel bench-cli bench-live bench-faults bench-attacks mutate clean llama-wheel
 
 install: $(STAMP)
 
@@ -40,10 +40,23 @@ run: $(STAMP)
 	$(VENV)/bin/simagent bench run --out bench-out
 	cp bench-out/summary.md docs/results/bench-summary.md
 
-# Two workers (pytest-xdist): most tests wait on kernels and subprocesses, so on 2 cores
-# the suite takes ~9 min instead of ~15.
-test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+# Two speeds. test-fast: the tests that take well under a second each with the kernel in
+# memory (SIMAGENT_TEST_KERNEL=memory: simagent/kernel/memory.py) and start no process: the
+# suite to run after each change. `make test` runs it first, then the slow ones (pytest
+# marker `slow`: subprocesses, servers, tmux, whole bench runs) on the same in-memory
+# kernel, then those marked `real` on kernel processes: what the stand-in cannot show
+# (signals, C-level output, a kernel's death, effects, attaching) and one end-to-end run
+# per claim. Two workers (pytest-xdist): the slow and real tests wait on processes.
+test-fast: $(STAMP)
+	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "not real and not slow"
+
+test-slow: $(STAMP)
+	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "slow and not real"
+
+test-real: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m real
+
+test: test-fast test-slow test-real
 
 # Imports run one way (the layers in pyproject.toml's [tool.importlinter]; ARCHITECTURE.md).
 lint: $(STAMP)

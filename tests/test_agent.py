@@ -53,6 +53,7 @@ def opened(workspace):
         s.close()
 
 
+@pytest.mark.real
 def test_two_kernel_calls_then_an_answer_computed_by_the_kernel(opened):
     session, model, runner = opened([
         {"tool": "run_python", "args": {"code": "import hashlib\n"
@@ -218,6 +219,7 @@ def test_empty_replies_are_nudged_at_most_twice_in_a_row(opened):
     assert model.remaining == 1
 
 
+@pytest.mark.slow
 def test_approval_ask_pauses_execute_then_approve_runs_it(opened, workspace):
     (workspace / "data.csv").write_text("a,b\n1,2\n")
     session, _model, runner = opened([
@@ -261,6 +263,7 @@ def test_installed_source_and_bundled_content_are_read_only(opened):
     assert target.read_text() == before
 
 
+@pytest.mark.real
 def test_cancel_interrupts_the_kernel_and_keeps_state(opened):
     session, model, runner = opened([
         {"tool": "run_python", "args": {"code": "kept = 123\nimport time\n"
@@ -287,6 +290,7 @@ def test_cancel_interrupts_the_kernel_and_keeps_state(opened):
     assert runner.run("again").final == "kept=123"
 
 
+@pytest.mark.slow
 def test_a_model_call_that_ignores_the_cancel_is_abandoned_and_its_reply_dropped(opened):
     """ctrl+C while the provider has not sent a token: the turn ends without waiting for
     it, the next turn runs meanwhile, and the late reply never reaches the state."""
@@ -324,6 +328,7 @@ def test_a_model_call_that_ignores_the_cancel_is_abandoned_and_its_reply_dropped
     assert runner.run("third").status == "done"  # the thread goes on
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("force", [False, True])
 def test_a_cell_that_ignores_the_interrupt_is_waited_for_unless_forced(opened, force):
     """Silence after a cancel is not always the model: a running cell has its own bounded
@@ -360,6 +365,7 @@ def test_a_cell_that_ignores_the_interrupt_is_waited_for_unless_forced(opened, f
     assert "restart" in results[-1]["content"].lower()
 
 
+@pytest.mark.slow
 def test_the_callers_context_reaches_the_graph(opened):
     """The graph runs on a pump thread; context variables of the caller (usage callbacks,
     tracing) still see its model calls."""

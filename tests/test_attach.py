@@ -36,6 +36,9 @@ from simagent.kernel.ladder import DECLINED
 from simagent.outcomes import NOT_RUN
 from simagent.paths import SessionPaths
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 SIMAGENT = [sys.executable, "-m", "simagent"]
 JUPYTER = str(Path(sys.executable).parent / "jupyter")
 START_S = 90.0  # a kernel or server start on a loaded machine

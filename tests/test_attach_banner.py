@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from test_attach import FIGURE_MIME, jupyter_kernel, run, runtime  # noqa: F401 - fixtures
 
 from simagent.kernel import Kernel
 from simagent.paths import SessionPaths
+
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
 
 #: What the person's client sees of simagent's helpers: (the banner's name, the check).
 ADDED = {"`_out`": "'_out' in globals()",

@@ -29,7 +29,8 @@ from test_attach import (  # noqa: F401  (fixtures, used by name: hence F811 bel
     until,
 )
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = [pytest.mark.real,
+              pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
 
 
 class Pane:

@@ -39,6 +39,9 @@ from simagent.bench.attack_lab import (
     skip,
 )
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 #: The attack classes of issue 40 the catalogue must cover.
 CLASSES = {"trust", "notebook", "paths", "links", "reads", "memory", "mcp-client", "mcp-http",
            "dask", "secrets", "permissions"}

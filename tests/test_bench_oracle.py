@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from simagent.agent.scripted import fill_template, tool_outputs
@@ -134,6 +135,7 @@ def test_code_defining_what_a_later_step_calls_keeps_only_its_signatures():
                                      for c in m.tool_calls}
 
 
+@pytest.mark.slow
 def test_no_policy_beats_the_oracle_on_a_bundled_workflow_at_a_small_window(tmp_path):
     """The acceptance check on a real bench run: at 16k simagent summarises five times
     on this workflow, and neither it nor stock may send fewer tokens than the oracle at
@@ -293,6 +295,7 @@ expected = 31.4159
 """
 
 
+@pytest.mark.slow
 def test_no_policy_beats_the_oracle_on_a_real_replay_and_oracle_cached_pays_less(tmp_path):
     path = tmp_path / "workflows" / "oracle-demo.toml"
     path.parent.mkdir()

@@ -106,6 +106,7 @@ def test_no_cut_function_orphans_a_call_or_a_result(seed, keep_n, keep_tokens):
         assert isinstance(msgs[start], HumanMessage) and start in cuts
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(seeds, st.integers(0, 3000), st.integers(1, 12))
 def test_compactor_views_stay_valid(tmp_path_factory, seed, keep_tokens, min_messages):

@@ -150,6 +150,7 @@ def test_rewrite_tokens_counts_from_the_first_changed_message():
 
 
 # ------------------------------------------------------------ real graph, /context
+@pytest.mark.slow
 def test_a_clearing_epoch_traces_its_cache_write_and_context_shows_it(workspace):
     """Real graph and kernel: each epoch's event carries the tokens the next request
     writes again, which is what the automatic-cache simulation bills that request beyond

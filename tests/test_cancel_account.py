@@ -49,6 +49,7 @@ def _wait_file(path: Path, limit_s: float = 60) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.parametrize("force", [False, True])
 def test_a_restart_under_a_cancelled_cell_is_told_to_person_and_model(workspace, tmp_path,
@@ -110,6 +111,7 @@ def test_a_restart_under_a_cancelled_cell_is_told_to_person_and_model(workspace,
         session.close()
 
 
+@pytest.mark.real
 @pytest.mark.slow
 def test_headless_ctrl_c_reports_the_restart_on_stderr_and_in_json(workspace, tmp_path,
                                                                    _state_home):
@@ -142,6 +144,7 @@ def test_headless_ctrl_c_reports_the_restart_on_stderr_and_in_json(workspace, tm
     assert "↻ run_python kernel restarted" in err
 
 
+@pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_tui_second_ctrl_c_on_a_stopping_cell_tells_the_truth_and_the_bar_follows(

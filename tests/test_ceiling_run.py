@@ -170,6 +170,7 @@ def _limit(workspace: Path, tokens: int) -> None:
     write_config(workspace, f"[context]\nmax_session_tokens = {tokens}\n")
 
 
+@pytest.mark.slow
 def test_run_exits_5_refuses_the_next_turn_and_resets(workspace: Path, tmp_path: Path):
     _limit(workspace, 1)
     first = _script(tmp_path / "a.json", [

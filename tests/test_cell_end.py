@@ -19,6 +19,9 @@ from simagent.kernel import Kernel, ladder
 from simagent.kernel.cell_end import IDLE_LOST_GRACE_S, IDLE_LOST_NOTICE
 from simagent.paths import SessionPaths
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 #: Drops the kernel's next idle status (this cell's), then puts the real method back.
 DROP_NEXT_IDLE = """\
 def _drop_next_idle():

@@ -19,6 +19,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["--help"], ["bench", "--help"], ["bench", "kernel", "--help"],
                                   ["run", "--help"], ["sessions", "--help"],
                                   ["transcript", "--help"], ["init", "--help"],
@@ -37,17 +38,20 @@ def test_help_does_not_import_heavy_libraries(argv: list[str]) -> None:
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.slow
 def test_version() -> None:
     r = run_cli("--version")
     assert r.returncode == 0 and r.stdout.strip() == f"simagent {__version__}"
 
 
+@pytest.mark.slow
 def test_usage_errors_are_one_line_with_exit_2() -> None:
     r = run_cli("bench", "nonsense")
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "invalid choice" in r.stderr
 
 
+@pytest.mark.slow
 def test_kernel_bench_reports_exactly_the_contract_keys() -> None:
     results, detail = run_kernel_bench(roundtrip_runs=5, capture_sizes_mb=(1,), out_grep_mb=2)
     assert set(results) == {"roundtrip_ratio", "capture_mb_s", "peak_rss_growth_mb",

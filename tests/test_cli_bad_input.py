@@ -61,6 +61,7 @@ def error_lines(stderr: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ item 7: bytes
+@pytest.mark.slow
 def test_a_prompt_byte_that_is_not_utf8_is_replaced_and_said(workspace, tmp_path):
     model = scripted(tmp_path, [{"final": "noted"}])
     proc = cli(workspace, "run", "--json", "--model", model, b"caf\xe9 au lait")
@@ -74,6 +75,7 @@ def test_a_prompt_byte_that_is_not_utf8_is_replaced_and_said(workspace, tmp_path
     assert [s["id"] for s in sessions(workspace)] == [out["session_id"]]
 
 
+@pytest.mark.slow
 def test_a_path_whose_bytes_are_not_utf8_is_refused_before_any_session(workspace, tmp_path):
     """A prompt is prose (a replaced byte keeps its meaning); a path is a name (a replaced
     byte names another file), so it is refused with exit 2 instead."""
@@ -92,6 +94,7 @@ def test_a_path_whose_bytes_are_not_utf8_is_refused_before_any_session(workspace
 
 
 # ------------------------------------------------------- item 9: empty prompts
+@pytest.mark.slow
 @pytest.mark.parametrize("prompt", ["", "   "])
 def test_an_empty_prompt_is_refused_and_leaves_no_session(workspace, tmp_path, prompt):
     proc = cli(workspace, "run", "--model", scripted(tmp_path, [{"final": "x"}]), prompt)
@@ -102,6 +105,7 @@ def test_an_empty_prompt_is_refused_and_leaves_no_session(workspace, tmp_path, p
 
 
 # ------------------------------------------- item 7: no session for no turn
+@pytest.mark.real
 def test_a_run_whose_kernel_cannot_start_leaves_no_session(workspace, tmp_path):
     (workspace / ".simagent").mkdir()
     write_config(workspace,
@@ -113,6 +117,7 @@ def test_a_run_whose_kernel_cannot_start_leaves_no_session(workspace, tmp_path):
 
 
 # ------------------------------------------------- item 9: missing key is config
+@pytest.mark.slow
 def test_a_missing_api_key_is_a_configuration_error(workspace):
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     proc = subprocess.run([*SIMAGENT, "run", "--model", "openai:gpt-4o", "hi"], cwd=workspace,
@@ -125,6 +130,7 @@ def test_a_missing_api_key_is_a_configuration_error(workspace):
 
 
 # -------------------------------------- item 9: refused on this machine is final
+@pytest.mark.slow
 def test_a_refused_local_endpoint_fails_at_once(workspace):
     with socket.socket() as sock:  # bound, never listening: connects are refused
         sock.bind(("127.0.0.1", 0))
@@ -170,6 +176,7 @@ def _ro_mount_prefix(target: Path) -> list[str] | None:
     return prefix if probe.returncode == 0 else None
 
 
+@pytest.mark.slow
 def test_init_in_a_read_only_workspace_names_it(workspace):
     prefix = _ro_mount_prefix(workspace)
     if prefix is None:
@@ -181,6 +188,7 @@ def test_init_in_a_read_only_workspace_names_it(workspace):
     assert "writable folder" in line and "internal error" not in line
 
 
+@pytest.mark.slow
 def test_a_read_only_output_path_is_named_with_its_own_fix(workspace, tmp_path):
     model = scripted(tmp_path, [{"final": "fine"}])
     assert cli(workspace, "run", "--model", model, "hi").returncode == 0
@@ -196,6 +204,7 @@ def test_a_read_only_output_path_is_named_with_its_own_fix(workspace, tmp_path):
            "location" in line
 
 
+@pytest.mark.slow
 def test_run_with_a_read_only_state_home_names_it(workspace, tmp_path, _state_home):
     model = scripted(tmp_path, [{"final": "fine"}])
     prefix = _ro_mount_prefix(_state_home)
@@ -215,6 +224,7 @@ def test_run_with_a_read_only_state_home_names_it(workspace, tmp_path, _state_ho
 
 
 # ------------------------------------- item 10: a person's words out of view
+@pytest.mark.slow
 def test_a_huge_prompt_moved_to_a_file_is_said_traced_and_counted(workspace, tmp_path):
     # Many arguments (one is capped at 128 KiB by the OS), joined as `simagent run` does.
     words = [f"line{i} " + "lorem ipsum dolor sit amet " * 2_000 for i in range(6)]
@@ -242,6 +252,7 @@ def _headings() -> set[str]:
                                                      re.MULTILINE)}
 
 
+@pytest.mark.slow
 def test_every_readme_reference_the_program_prints_names_a_section(workspace):
     """``(see README: X)`` in any message or file simagent writes names a real heading."""
     package = Path(__file__).resolve().parents[1] / "simagent"
@@ -304,6 +315,7 @@ def _tui_command(workspace: Path, home: Path, model: str, prefix: list[str] = ()
             f"TERM=xterm-256color {shlex.join([*prefix, *SIMAGENT, '--model', model])}")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_a_tui_left_without_a_word_leaves_no_session(workspace, tmp_path, _state_home):
     model = scripted(tmp_path, [{"final": "Hello there."}])
@@ -326,6 +338,7 @@ def test_a_tui_left_without_a_word_leaves_no_session(workspace, tmp_path, _state
     assert [s["turns"] for s in sessions(workspace)] == [1]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_the_tui_with_a_read_only_state_home_names_it(workspace, tmp_path, _state_home):
     prefix = _ro_mount_prefix(_state_home)

@@ -88,6 +88,7 @@ USAGE_ERRORS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", USAGE_ERRORS, ids=lambda a: " ".join(a)[:40])
 def test_usage_errors_are_answered_before_any_heavy_import(argv, workspace, tmp_path):
     """The measured speed (``simagent bench cli``) comes from this: the error is found
@@ -117,6 +118,7 @@ def test_json_failures_print_one_json_object_with_the_error(argv, workspace):
     assert out["error"] in errors(proc.stderr)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("approval, status, code", [("workspace", "done", 0),
                                                      ("ask", "paused", 3)])
 def test_a_turn_s_json_report_carries_the_exit_status(approval, status, code, workspace,
@@ -132,6 +134,7 @@ def test_a_turn_s_json_report_carries_the_exit_status(approval, status, code, wo
         proc.stderr
 
 
+@pytest.mark.slow
 def test_a_notebook_held_for_approval_is_a_json_error_with_its_exit_status(workspace,
                                                                             tmp_path):
     (workspace / "n.ipynb").write_text(json.dumps({
@@ -147,6 +150,7 @@ def test_a_notebook_held_for_approval_is_a_json_error_with_its_exit_status(works
 
 
 # -------------------------------------------- defect 1: options before the command
+@pytest.mark.slow
 def test_options_before_the_command_are_honoured(workspace, tmp_path, _state_home):
     proc = cli(workspace, "--model", script(tmp_path, [{"final": "honoured"}]), "run", "hi")
     assert proc.returncode == 0, proc.stderr
@@ -212,6 +216,7 @@ def test_reading_commands_refuse_a_missing_workspace_too(command, workspace, tmp
 
 
 # ------------------------------------------------ defects 4 and 13: output paths
+@pytest.mark.slow
 def test_output_paths_in_a_missing_folder_and_a_read_only_state_home(workspace, tmp_path,
                                                                       _state_home):
     steps = [{"tool": "run_python", "args": {"code": "x = 41 + 1"}}, {"final": "done"}]
@@ -230,6 +235,7 @@ def test_output_paths_in_a_missing_folder_and_a_read_only_state_home(workspace, 
     assert "not noted in the session's trace" in proc.stderr
 
 
+@pytest.mark.slow
 def test_an_unwritable_home_names_simagent_home(workspace, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -259,6 +265,7 @@ def test_a_broken_user_config_is_named_by_every_command(command, content, worksp
     assert ("not UTF-8" if b"\xe9" in content else "invalid TOML") in line
 
 
+@pytest.mark.slow
 def test_doctor_reports_a_broken_config_as_a_failing_row(workspace, _state_home):
     (_state_home / "config.toml").write_bytes(b"model = [\n")
     proc = cli(workspace, "doctor", "--quick", "--json")
@@ -281,6 +288,7 @@ def test_a_config_value_of_the_wrong_kind_names_its_file(workspace, tmp_path, _s
         Config.load(other).files_readable()
 
 
+@pytest.mark.slow
 def test_a_bad_model_setting_names_its_file(workspace, tmp_path, _state_home):
     (_state_home / "config.toml").write_text(
         f'[model]\nid = "{script(tmp_path)}"\nmax_output = 0\n')
@@ -291,6 +299,7 @@ def test_a_bad_model_setting_names_its_file(workspace, tmp_path, _state_home):
 
 
 # --------------------------------------------------------- defect 8: long prompts
+@pytest.mark.slow
 def test_a_prompt_from_stdin_dash_and_a_file(workspace, tmp_path):
     model = script(tmp_path, [{"final": "ok"}])
     piped = cli(workspace, "run", "--json", "--model", model, stdin="from a pipe\n")
@@ -319,6 +328,7 @@ def test_run_help_documents_the_long_prompt_ways(workspace):
 
 
 # ------------------------------------------------------------- make bench-cli
+@pytest.mark.slow
 def test_the_cli_bench_measures_every_case(workspace):
     proc = cli(workspace, "bench", "cli", "--runs", "1", "--json", timeout=600)
     report = json.loads(proc.stdout)

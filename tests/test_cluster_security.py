@@ -154,16 +154,19 @@ def _assert_refused(results: dict[str, str], box: Box) -> None:
     assert not ran, ran
 
 
+@pytest.mark.slow
 def test_the_sessions_own_sweep_runs_on_a_tls_cluster(box):
     assert box.setup["status"] == ["ok"] * 4 and box.setup["v"] == [0, 1, 8, 27]
     for address in [box.setup["scheduler"], *box.setup["workers"], *box.setup["nannies"]]:
         assert re.fullmatch(r"tls://127\.0\.0\.1:\d+", address), address
 
 
+@pytest.mark.slow
 def test_another_process_cannot_run_a_task_on_it(box):
     _assert_refused(_probe(box), box)
 
 
+@pytest.mark.slow
 def test_another_user_cannot_run_a_task_on_it(box):
     setpriv = shutil.which("setpriv")
     if setpriv is None or os.geteuid() != 0:
@@ -193,6 +196,7 @@ def test_only_tls_ports_listen_and_the_key_is_on_no_command_line(box):
         assert not any(secret in v for v in p.environ().values())
 
 
+@pytest.mark.slow
 def test_the_dashboard_serves_only_when_asked_for(box):
     res = box.kernel.execute("""
 _cluster.close_local()

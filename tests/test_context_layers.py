@@ -69,6 +69,7 @@ def state_of(agent, session):
 
 
 # ------------------------------------------------------------------------ cap
+@pytest.mark.slow
 def test_run_python_cap_keeps_head_tail_and_the_error(opened):
     code = ("print('HEAD-MARK')\nfor i in range(3000):\n    print(f'line {i:05d} ' + 'x' * 40)\n"
             "raise ValueError('boom at the end')")
@@ -139,6 +140,7 @@ def long_steps(n_calls: int) -> list[dict]:
     return steps
 
 
+@pytest.mark.slow
 def test_long_session_crosses_every_threshold_in_order_without_overflow(opened):
     n = 64
     # inputs stay in view, so the history grows past the summary trigger (input clearing
@@ -251,6 +253,7 @@ def test_overflow_that_compaction_cannot_fix_fails_after_one_retry(opened):
 
 
 # -------------------------------------------------------- budget and counting
+@pytest.mark.slow
 def test_budget_check_compacts_before_the_call(opened):
     steps = [{"tool": "run_python", "args": {"code": f"print('B{i}', 'q' * 4000)"}}
              for i in range(8)] + [{"final": "done"}]

@@ -223,6 +223,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, env=os.environ.copy())
 
 
+@pytest.mark.slow
 def test_cli_context_json_and_text(workspace: Path) -> None:
     from simagent.session import Session
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from payload_reference import payload_tokens  # tests/ is on sys.path (rootdir conftest)
 from pydantic import Field
 
@@ -41,6 +42,7 @@ def _open(workspace, steps, *, window, settings=None):
     return session, model, runner
 
 
+@pytest.mark.slow
 def test_simagent_counts_what_an_independent_ruler_counts(workspace):
     """The figure the trace keeps per category (what the status bar and thresholds read)
     is within 2 % of the wire payload counted by tiktoken, request by request."""
@@ -62,6 +64,7 @@ def test_simagent_counts_what_an_independent_ruler_counts(workspace):
         session.close()
 
 
+@pytest.mark.slow
 def test_the_budget_check_prevents_overflow_by_an_independent_ruler(workspace):
     """The window is enforced by the independent ruler: the middleware, which decides
     with simagent's counter, still never sends a request the provider refuses, and each

@@ -147,6 +147,7 @@ def test_the_slice_a_kernel_marker_names_returns_exactly_the_omitted_lines(
         [*printed, "done", f"Out[{r.execution_count}]: 42"]
 
 
+@pytest.mark.slow
 def test_output_the_search_cannot_place_keeps_the_old_marker(kernel: Kernel) -> None:
     r = kernel.execute("import sys\nfor k in range(600):\n    print('out', k)\n"
                        "    print('err', k, file=sys.stderr)")

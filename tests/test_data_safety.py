@@ -34,6 +34,9 @@ from simagent.paths import SessionPaths
 from simagent.session import Session
 from simagent.trace import redact as redact_mod
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 
 def _write(workspace: Path, call_id: str) -> dict:
     return {"tool": "write_file", "id": call_id,

@@ -113,6 +113,7 @@ PYBAMM_LOG = """
 """
 
 
+@pytest.mark.slow
 def test_pybamm_experiment_log_digests_to_a_tenth_keeping_warnings_errors_finals(tmp_path):
     log = run_log(tmp_path, "pybamm", PYBAMM_LOG)
     raw = log.read_text()
@@ -231,6 +232,7 @@ ASE_LOG = """
 """
 
 
+@pytest.mark.slow
 def test_ase_optimizer_and_md_logs_digest_to_a_tenth_keeping_warnings_errors_finals(tmp_path):
     log = run_log(tmp_path, "ase", ASE_LOG)
     raw = log.read_text()

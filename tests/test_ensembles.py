@@ -225,6 +225,7 @@ say(n3=n3, n4=n_calls() - n0, y=third.y.tolist(),
     assert out["y"] == [0, -1, -2, -3] and not any(out["cached"])
 
 
+@pytest.mark.slow
 def test_interrupt_stops_running_cases_keeps_finished_rows_and_resumes(box, slow_flag):
     before = loads(run(box, "say(pids=worker_pids())"))["pids"]
     cases_dir = box.session / "ensembles" / "napping" / "cases"
@@ -276,6 +277,7 @@ say(status=part.status.tolist(), pids=worker_pids(), cached=df.cached.tolist(),
     assert out["csv_rows"] == 6
 
 
+@pytest.mark.slow
 def test_an_error_of_the_sweep_itself_stops_its_cases(box, slow_flag):
     """Not a case's error: the kernel side fails mid-sweep (here the cache raises)."""
     before = loads(run(box, "say(pids=worker_pids())"))["pids"]
@@ -349,6 +351,7 @@ say(pickled=len(PICKLED), ok=df.status.tolist(), kind=sorted(set(df.kind)))
     assert out["pickled"] <= 2  # the identity hash and the one shipped copy, not 8 more
 
 
+@pytest.mark.real
 def test_an_edited_workspace_module_runs_again(box):
     for mod in ("wsmod", "wsinner"):
         (box.ws / f"{mod}.py").write_text("def g(x):\n    return x + 1\n")
@@ -431,6 +434,7 @@ def external(tmp_path_factory):
     assert all(p.poll() is not None for p in procs)
 
 
+@pytest.mark.real
 def test_an_external_scheduler_runs_the_same_study(box, external):
     address, worker_pid = external
     # a workspace module the external worker cannot import: it travels by value
@@ -471,6 +475,7 @@ _cluster.close_all()
 
 
 # ------------------------------------------------------------------ human channel
+@pytest.mark.slow
 def test_headless_run_shows_human_notices_on_stderr_not_to_the_model(workspace, tmp_path):
     steps = [{"tool": "run_python", "args": {"code": (
         "from simagent.kernel_api import notify_human\n"
@@ -502,6 +507,7 @@ def test_headless_run_shows_human_notices_on_stderr_not_to_the_model(workspace, 
 
 
 # -------------------------------------------------------------------------- bench
+@pytest.mark.slow
 def test_bench_ensemble_reports_speedup_and_overhead():
     from simagent.bench.ensemble_bench import run_ensemble_bench
 

@@ -25,6 +25,9 @@ from simagent.bench.fault_bench import (
     snapshot,
 )
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 
 def test_unknown_fault_ids_are_an_error_naming_the_known_ones():
     with pytest.raises(ValueError, match="kernel-exit"):

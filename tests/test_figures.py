@@ -192,6 +192,7 @@ def test_the_inline_backend_sends_the_summary_with_the_png(kernel: Kernel) -> No
     assert rec.stdout.strip() == "True"
 
 
+@pytest.mark.real
 def test_summaries_survive_a_restart_and_pyplot_reconfiguration(kernel: Kernel) -> None:
     kernel.restart()
     r = kernel.execute("%matplotlib inline\nimport matplotlib.pyplot as plt\n"

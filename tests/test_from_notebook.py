@@ -70,6 +70,7 @@ def sessions(workspace: Path) -> list:
     return json.loads(proc.stdout or "[]")
 
 
+@pytest.mark.slow
 def test_the_notebooks_state_is_in_the_kernel_and_the_model_gets_a_compact_account(
         workspace, tmp_path):
     write_notebook(workspace / "study.ipynb", CELLS)
@@ -108,6 +109,7 @@ def test_the_notebooks_state_is_in_the_kernel_and_the_model_gets_a_compact_accou
         len(account)
 
 
+@pytest.mark.slow
 def test_a_failing_cell_stops_the_run_names_it_and_leaves_nothing(workspace, tmp_path):
     path = write_notebook(workspace / "broken.ipynb", [
         new_markdown_cell("# Broken"), new_code_cell("x = 1"),
@@ -133,6 +135,7 @@ def test_a_failing_cell_stops_the_run_names_it_and_leaves_nothing(workspace, tmp
                  "cells": [{"cell_type": "code", "source": "x = 1"}]}),
      "is not a valid nbformat 4 notebook"),
 ])
+@pytest.mark.slow
 def test_a_bad_notebook_gets_one_line_and_changes_nothing(workspace, tmp_path, content, says):
     path = workspace / "bad.ipynb"
     if content is not None:
@@ -150,6 +153,7 @@ def test_a_bad_notebook_gets_one_line_and_changes_nothing(workspace, tmp_path, c
         assert path.read_text() == content
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("writable", [False, True])
 def test_the_notebook_is_read_only_to_the_agent_unless_allowed(workspace, tmp_path, writable):
     path = write_notebook(workspace / "study.ipynb", CELLS[:2])
@@ -180,6 +184,7 @@ def test_notebook_writable_needs_from_notebook(workspace):
                                    "--from-notebook PATH")
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_the_cells_and_no_turn_runs(workspace, tmp_path):
     path = write_notebook(workspace / "slow.ipynb", [
         new_code_cell("a = 1"), new_code_cell("import time\ntime.sleep(30)"),
@@ -210,6 +215,7 @@ def test_ctrl_c_stops_the_cells_and_no_turn_runs(workspace, tmp_path):
     assert "never asked" not in out
 
 
+@pytest.mark.real
 def test_tui_shows_progress_and_ctrl_c_keeps_the_state_and_the_session(workspace, tmp_path):
     """The TUI's engine room (``post`` calls at once): one notice follows the cells, ctrl+C
     stops the sleeping cell, what ran stays in the kernel, and the first prompt carries
@@ -292,6 +298,7 @@ def _loaded(ctl, deadline: float) -> None:
     ctl.wait(WAIT_S)
 
 
+@pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.parametrize("workflow", ["scipy-fit-report", "pybamm-rate-capability"])
 def test_a_sessions_notebook_starts_a_session_with_the_same_state_card(workspace, tmp_path,

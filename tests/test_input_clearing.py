@@ -14,6 +14,7 @@ import itertools
 import json
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_anthropic.chat_models import _format_messages
@@ -237,6 +238,7 @@ def responses_pairs(items: list[dict]) -> list[tuple[str, list[str], list[str]]]
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**32 - 1), st.floats(0, 1), st.booleans())
 def test_random_clearing_sets_leave_every_provider_a_valid_conversation(seed, share, cut):

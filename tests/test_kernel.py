@@ -13,6 +13,9 @@ from simagent.kernel.replay import ReplayBudget
 from simagent.kernel.result import MODEL_TEXT_CAP
 from simagent.paths import SessionPaths
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:

@@ -26,6 +26,9 @@ from simagent.kernel_api.outputs import (
 )
 from simagent.paths import SessionPaths
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 LOG = "".join(f"step {k:4d} residual={1.0 / (k + 1):.3e}\n" for k in range(3000)) \
     + "WARNING: dt reduced\n" + "final residual 3.3e-04\n"
 

@@ -62,6 +62,7 @@ def test_the_port_is_small_and_both_transports_are_one_kernel(tmp_path: Path) ->
                  if p != "self"], name
 
 
+@pytest.mark.slow
 def test_same_cells_read_the_same_on_a_kernel_process_and_in_memory(tmp_path: Path) -> None:
     real, real_status = _run("process", tmp_path / "real")
     memory, memory_status = _run("memory", tmp_path / "memory")

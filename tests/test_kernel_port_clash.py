@@ -18,6 +18,9 @@ from jupyter_client.connect import LocalPortCache
 from simagent.kernel import Kernel
 from simagent.paths import SessionPaths
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 
 def test_a_taken_port_gives_fresh_ports_not_a_failure(session_paths: SessionPaths,
                                                        workspace: Path,

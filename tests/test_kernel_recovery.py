@@ -34,6 +34,9 @@ from simagent.kernel.replay import (
 from simagent.paths import SessionPaths
 from simagent.session import Session
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 
 def rec(n: int, code: str, status: str = "ok", s: float = 0.01, lineage: int = 1) -> dict:
     return {"n": n, "code": code, "status": status, "elapsed_s": s, "lineage": lineage}

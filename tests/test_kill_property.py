@@ -25,6 +25,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from simagent.bench.kill_child import (
     ChildSpec,
     integrity,
@@ -37,6 +39,7 @@ from simagent.paths import SessionPaths
 KILLS = int(os.environ.get("SIMAGENT_KILLS", "200"))
 
 
+@pytest.mark.real
 def test_sigkill_at_random_moments_leaves_a_consistent_resumable_session(tmp_path):
     series = run_series(tmp_path, KILLS, kill_context())
     assert not series.problems, "\n".join(series.problems[:40])
@@ -54,6 +57,7 @@ def test_sigkill_at_random_moments_leaves_a_consistent_resumable_session(tmp_pat
     print("last committed event before each kill:", dict(series.last_kinds.most_common()))
 
 
+@pytest.mark.slow
 def test_simagent_run_continue_resumes_a_killed_session(tmp_path, workspace):
     """The CLI path: a session killed mid-cell resumes with ``simagent run --continue``,
     and the killed call reaches the model answered as interrupted."""

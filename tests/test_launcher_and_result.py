@@ -13,6 +13,9 @@ from simagent.kernel import launcher
 from simagent.kernel.capture import Capture
 from simagent.kernel.result import ExecResult, cap_bytes, compact_traceback
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 
 class FakeStream:
     """Counts flushes: the writer flushes before every wait for an ack (the client can

@@ -228,6 +228,7 @@ def payloads(session, kind):
     return [e.payload for e in session.trace.events([kind])]
 
 
+@pytest.mark.slow
 def test_clearing_and_a_summary_write_entries_and_the_model_recalls_a_dropped_value(opened):
     steps = [{"tool": "run_python",
               "args": {"code": f"print('R{i} value_mV =', {i} * 37.5, 'mV')\nprint('v' * 3000)"}}

@@ -66,6 +66,7 @@ def test_server_timings_without_a_log_are_none(tmp_path: Path) -> None:
     assert server_timings(tmp_path / "x.log") is None
 
 
+@pytest.mark.slow
 def test_server_timings_are_read_from_a_real_llama_cpp_servers_log(tmp_path: Path) -> None:
     """The lines a real llama.cpp server prints after each completion (tiny random model,
     two short requests) add up to the figures a live record carries."""
@@ -117,6 +118,7 @@ def test_the_live_table_has_one_line_per_workflow_policy_and_window() -> None:
     assert live_table(rows[3:]) == ""
 
 
+@pytest.mark.real
 def test_a_local_server_runs_the_configured_number_of_threads(tmp_path: Path) -> None:
     """``[model] threads``: on a 2-core machine others share, a 2-thread llama.cpp server
     crawled (the live bench's first reply had streamed 76 tokens after 8 minutes); the

@@ -55,6 +55,7 @@ def decode_runs(text: str) -> list[int]:
     return [int(m) for m in re.findall(r"\s eval time =.*?/\s*(\d+) runs", text)]
 
 
+@pytest.mark.slow
 def test_an_abandoned_stream_stops_the_servers_generation(served, tmp_path: Path) -> None:
     log = Path(served.info["log"])
     start = log.stat().st_size

@@ -92,6 +92,7 @@ def served(tiny: Path, tmp_path_factory: pytest.TempPathFactory):
     assert servers_of(tiny) == []
 
 
+@pytest.mark.slow
 def test_window_and_tier_come_from_the_server(served, tiny: Path) -> None:
     # 1000 asked; llama.cpp rounds n_ctx up to a multiple of 256 and says so in /props
     assert served.window == 1024 and served.info["n_ctx"] == 1024
@@ -206,6 +207,7 @@ def test_a_cut_off_tool_call_from_the_server_gets_the_recovery_nudge(served) -> 
     assert is_nudge(nudge) and "`set_unit` was not run" in nudge.content
 
 
+@pytest.mark.slow
 def test_a_server_killed_mid_stream_is_a_provider_fault_and_leaves_nothing(
         tiny: Path, tmp_path: Path) -> None:
     tiny = own_copy(tiny, tmp_path)  # the module's server serves the shared file
@@ -339,6 +341,7 @@ def test_simagent_run_says_what_it_waits_for_while_the_server_loads(
     assert servers_of(tiny) == []
 
 
+@pytest.mark.slow
 def test_a_killed_simagent_leaves_no_server(tiny: Path, tmp_path: Path) -> None:
     """SIGKILL gives simagent no chance to stop anything: the server notices its stdin
     close and exits by itself."""
@@ -374,12 +377,14 @@ def bad_run(tmp_path: Path, model: str, **cfg: object) -> tuple[int, list[str]]:
     return proc.returncode, [ln for ln in proc.stderr.splitlines() if ln.strip()]
 
 
+@pytest.mark.slow
 def test_a_missing_gguf_is_one_usage_line(tmp_path: Path) -> None:
     code, lines = bad_run(tmp_path, f"local:{tmp_path / 'nope.gguf'}")
     assert code == 2 and lines == [f"simagent: error: local model file not found: "
                                    f"{tmp_path / 'nope.gguf'}"]
 
 
+@pytest.mark.slow
 def test_a_folder_given_as_the_model_is_one_usage_line(tmp_path: Path) -> None:
     folder = tmp_path / "models.gguf"
     folder.mkdir()
@@ -387,6 +392,7 @@ def test_a_folder_given_as_the_model_is_one_usage_line(tmp_path: Path) -> None:
     assert code == 2 and lines == [f"simagent: error: {folder} is a folder, not a GGUF model file"]
 
 
+@pytest.mark.slow
 def test_a_file_that_is_not_gguf_or_is_cut_short_is_one_usage_line(
         tiny: Path, tmp_path: Path) -> None:
     text = tmp_path / "notes.gguf"
@@ -400,6 +406,7 @@ def test_a_file_that_is_not_gguf_or_is_cut_short_is_one_usage_line(
     assert servers_of(cut) == []
 
 
+@pytest.mark.slow
 def test_a_window_beyond_the_trained_one_is_refused_before_any_server(tmp_path: Path) -> None:
     small = write_tiny_gguf(tmp_path / "small.gguf", trained_window=2048)
     code, lines = bad_run(tmp_path, f"local:{small}", window=4096)
@@ -409,6 +416,7 @@ def test_a_window_beyond_the_trained_one_is_refused_before_any_server(tmp_path: 
     assert servers_of(small) == []
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_one_line(tiny: Path, tmp_path: Path) -> None:
     tiny = own_copy(tiny, tmp_path)
     with socket.socket() as taken:
@@ -420,6 +428,7 @@ def test_a_port_in_use_is_one_line(tiny: Path, tmp_path: Path) -> None:
     assert servers_of(tiny) == []
 
 
+@pytest.mark.slow
 def test_a_server_that_fails_to_start_shows_its_logs_last_lines(tmp_path: Path) -> None:
     broken = tmp_path / "broken.gguf"
     # a valid header whose tensors do not match the architecture: llama.cpp refuses it
@@ -469,6 +478,7 @@ def test_the_packaged_instruct_model_calls_tools_forced_and_as_text(tmp_path: Pa
         resolved.close()
 
 
+@pytest.mark.slow
 def test_a_live_bench_run_loads_the_window_asked_and_stops_its_server(
         tiny: Path, tmp_path: Path) -> None:
     """``bench run --mode live --window W``: the local server loads n_ctx = W, and each
@@ -491,6 +501,7 @@ def test_a_live_bench_run_loads_the_window_asked_and_stops_its_server(
     assert not list((home / "logs").glob("llama-server-own-*"))
 
 
+@pytest.mark.slow
 def test_a_sessions_server_log_is_kept_beside_its_files(tiny: Path, tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -505,6 +516,7 @@ def test_a_sessions_server_log_is_kept_beside_its_files(tiny: Path, tmp_path: Pa
     assert servers_of(tiny) == []
 
 
+@pytest.mark.slow
 def test_a_live_bench_on_a_missing_gguf_is_one_usage_line(tmp_path: Path) -> None:
     done = run(tmp_path, "bench", "run", "--mode", "live", "--model",
                f"local:{tmp_path / 'gone.gguf'}", "--policy", "simagent", "--window", "8k",

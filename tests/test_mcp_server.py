@@ -85,6 +85,7 @@ async def _cancel_when(s: ClientSession, code: str, started: str, notify: bool =
         params=types.CancelledNotificationParams(requestId=request_id, reason="test"))))
 
 
+@pytest.mark.real
 def test_stdio_runs_cells_caps_greps_reports_progress_and_cancels(workspace: Path,
                                                                   tmp_path: Path) -> None:
     async def main() -> dict[str, Any]:
@@ -160,6 +161,7 @@ def test_stdio_runs_cells_caps_greps_reports_progress_and_cancels(workspace: Pat
     assert "print(x, y)" in md.stdout and "41 5" in md.stdout
 
 
+@pytest.mark.real
 def test_stdio_bad_input_gives_one_clear_error_and_the_session_goes_on(
         workspace: Path, tmp_path: Path) -> None:
     async def main() -> list[tuple[bool, str]]:
@@ -221,6 +223,7 @@ def test_stdio_bad_input_gives_one_clear_error_and_the_session_goes_on(
     assert any(k == "kernel_recovery" for k, _ in events)
 
 
+@pytest.mark.slow
 def test_ask_mode_refuses_code_and_says_which_flag(workspace: Path, tmp_path: Path) -> None:
     async def main() -> types.CallToolResult:
         async with _stdio(workspace, tmp_path / "server.err", "--approval", "ask") as s:
@@ -231,6 +234,7 @@ def test_ask_mode_refuses_code_and_says_which_flag(workspace: Path, tmp_path: Pa
     assert not (workspace / "ran.txt").exists()
 
 
+@pytest.mark.slow
 def test_http_needs_the_token_and_runs_nothing_without_it(workspace: Path,
                                                            tmp_path: Path) -> None:
     token = "t0ken-for-the-test-1234"
@@ -301,6 +305,7 @@ def test_http_needs_the_token_and_runs_nothing_without_it(workspace: Path,
             db.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--http", "nope"], ["--sim", "no-such-simulator"]])
 def test_bad_command_lines_fail_in_one_line(workspace: Path, args: list[str]) -> None:
     done = subprocess.run([SIMAGENT, "mcp", "--workspace", str(workspace), *args],
@@ -309,6 +314,7 @@ def test_bad_command_lines_fail_in_one_line(workspace: Path, args: list[str]) ->
     assert done.stderr.startswith("simagent: error: ") and done.stderr.count("\n") == 1
 
 
+@pytest.mark.real
 @pytest.mark.slow
 def test_a_client_no_one_here_wrote_runs_a_cell(workspace: Path) -> None:
     """The MCP Inspector's CLI (npm, pinned: later releases need node 22) as the host."""
@@ -349,6 +355,7 @@ serve_stdio(mcp)
 """
 
 
+@pytest.mark.slow
 def test_stray_stdout_in_the_server_cannot_corrupt_the_protocol(workspace: Path,
                                                                  tmp_path: Path) -> None:
     """On stdio, stdout is the protocol: a print (even one without a newline, which would

@@ -31,6 +31,7 @@ _SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="20" height="10">'
         '<rect width="20" height="10" fill="teal"/></svg>')
 
 
+@pytest.mark.real
 def test_restore_replays_reset_clears_and_the_session_exports(workspace: Path,
                                                               tmp_path: Path) -> None:
     async def main() -> dict[str, object]:
@@ -118,6 +119,7 @@ if hold and "simagent.kernel.launcher" in sys.orig_argv:
 """
 
 
+@pytest.mark.real
 def test_a_cancel_while_the_kernel_starts_means_the_cell_never_runs(workspace: Path,
                                                                     tmp_path: Path) -> None:
     hold = tmp_path / "hold"
@@ -171,6 +173,7 @@ def test_a_cancel_while_the_kernel_starts_means_the_cell_never_runs(workspace: P
                                         if k == "kernel_exec"}
 
 
+@pytest.mark.slow
 def test_a_port_in_use_fails_in_one_line_before_any_announcement(workspace: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -184,6 +187,7 @@ def test_a_port_in_use_fails_in_one_line_before_any_announcement(workspace: Path
                            f"already in use (another server has this port: choose another)\n")
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_while_a_cell_runs_interrupts_it_and_stops_the_kernel(
         workspace: Path, tmp_path: Path, signum: int) -> None:
@@ -246,6 +250,7 @@ async def _answered(url: str) -> None:
                 await anyio.sleep(0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inherited", ["default", "ignored"])
 def test_ctrl_c_stops_the_http_server_with_130(workspace: Path, inherited: str) -> None:
     """Also when it inherits SIGINT ignored, as a script's background job does: the
@@ -273,6 +278,7 @@ def test_ctrl_c_stops_the_http_server_with_130(workspace: Path, inherited: str) 
             server.stderr.close()
 
 
+@pytest.mark.slow
 def test_run_by_hand_in_a_terminal_it_says_what_it_waits_for(workspace: Path) -> None:
     import pty
     import select

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import httpx
+import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp_http import serving
@@ -37,6 +38,7 @@ def _page_text(text: str) -> str:
     return text[: text.rindex("\n[page ")]
 
 
+@pytest.mark.slow
 def test_a_20_mb_output_comes_in_pages_and_every_reply_holds_the_cap(workspace: Path,
                                                                       tmp_path: Path) -> None:
     async def main() -> dict[str, Any]:
@@ -91,6 +93,7 @@ def test_a_20_mb_output_comes_in_pages_and_every_reply_holds_the_cap(workspace: 
     assert got["after"] == "alive"  # the session (and its kernel) went on
 
 
+@pytest.mark.slow
 def test_a_cell_that_raised_is_an_error_and_bad_types_are_one_line(workspace: Path,
                                                                    tmp_path: Path) -> None:
     async def main() -> list[types.CallToolResult]:
@@ -117,6 +120,7 @@ def test_a_cell_that_raised_is_an_error_and_bad_types_are_one_line(workspace: Pa
         (True, "Error executing tool figure: n must be a string or an integer, not 1.5")]
 
 
+@pytest.mark.slow
 def test_http_takes_the_bearer_scheme_in_any_case(workspace: Path, tmp_path: Path) -> None:
     token = "t0ken-for-the-test-5678"
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}

@@ -96,6 +96,7 @@ def test_bad_server_entries_are_config_errors_naming_them(entry, says):
     assert says in str(err.value) and f"[mcp.servers.{next(iter(entry))}]" in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_bad_entry_stops_the_cli_with_one_line_and_exit_2(workspace, tmp_path):
     """Checked when the session opens (exit 2, like every configuration error), not when
     the agent is built (an internal error)."""
@@ -196,6 +197,7 @@ def test_deferral_share_is_one_pure_function():
 
 
 # ------------------------------------------------------------------ the real graph
+@pytest.mark.slow
 def test_a_scripted_session_finds_a_tool_and_calls_it(opened, workspace):
     """40 tools' schemas exceed the deferral share, so the first request carries none of
     them; ``find_tools`` loads the match, the next request carries it, the call runs on
@@ -228,6 +230,7 @@ def test_a_scripted_session_finds_a_tool_and_calls_it(opened, workspace):
     assert json.loads(json.dumps(stats.as_dict()))["tools"]["servers"][0]["tools"] == 40
 
 
+@pytest.mark.slow
 def test_without_deferral_every_schema_is_sent(opened, workspace):
     write_config(workspace, context="[context]\ndefer_tools = false")
     session, runner, built = opened([{"tool": "lab__band_gap", "args": {"subject": "Si"}},
@@ -238,6 +241,7 @@ def test_without_deferral_every_schema_is_sent(opened, workspace):
     assert view is not None and not view.deferred and view.loaded == ()
 
 
+@pytest.mark.slow
 def test_each_server_fault_is_one_clear_error_and_the_session_goes_on(opened, workspace):
     """Crash, hang, malformed result: each gives one error the model can read, a notice
     and a trace event; the next call restarts the server; every call and result is in
@@ -271,6 +275,7 @@ def test_each_server_fault_is_one_clear_error_and_the_session_goes_on(opened, wo
     assert len(traced) == len(calls)
 
 
+@pytest.mark.slow
 def test_a_server_that_cannot_restart_is_one_error_until_it_can(opened, workspace, tmp_path):
     """After a crash the next call restarts the server; while it cannot start, each call
     says so (one error), and once it can, calls work again, all in one turn."""
@@ -292,6 +297,7 @@ def test_a_server_that_cannot_restart_is_one_error_until_it_can(opened, workspac
         "started", "died", "failed"]
 
 
+@pytest.mark.slow
 def test_a_10_mb_result_is_capped_like_any_result_and_kept_whole_on_disk(opened, workspace):
     write_config(workspace, timeout_s=300)
     session, runner, built = opened([{"tool": "lab__ten_megabytes", "args": {}},
@@ -308,6 +314,7 @@ def test_a_10_mb_result_is_capped_like_any_result_and_kept_whole_on_disk(opened,
     assert "MIDDLE-MARKER found at row 200000" in path.read_text()
 
 
+@pytest.mark.slow
 def test_a_server_that_cannot_start_leaves_the_session_usable(opened, workspace):
     write_config(workspace, extra_args=("--fail-start",))
     session, runner, built = opened([{"final": "still here"}])
@@ -320,6 +327,7 @@ def test_a_server_that_cannot_start_leaves_the_session_usable(opened, workspace)
     assert view is not None and view.servers[0].status.startswith("failed")
 
 
+@pytest.mark.slow
 def test_ask_waits_for_the_person_before_an_mcp_call(opened, workspace):
     write_config(workspace)
     session, runner, built = opened(
@@ -333,6 +341,7 @@ def test_ask_waits_for_the_person_before_an_mcp_call(opened, workspace):
     assert done.status == "done" and "molar_mass(N2" in done.final
 
 
+@pytest.mark.slow
 def test_doctor_says_which_servers_answer_and_how_many_tools(workspace, tmp_path):
     from simagent.doctor import check_mcp, render
 
@@ -386,6 +395,7 @@ def http_server(tmp_path):
             proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_a_streamable_http_server_with_headers(opened, workspace, http_server):
     """``url`` + ``headers``: the bearer header reaches the server and its tools work; a
     wrong token is one failed server at start, with the 401 in the notice."""
@@ -407,6 +417,7 @@ def test_a_streamable_http_server_with_headers(opened, workspace, http_server):
     assert [f["server"] for f in failed] == ["denied"] and "401" in failed[0]["notice"]
 
 
+@pytest.mark.slow
 def test_closing_the_session_stops_its_servers(workspace):
     write_config(workspace)
     session = Session.create(workspace, approval="auto")
@@ -420,6 +431,7 @@ def test_closing_the_session_stops_its_servers(workspace):
     assert server_pids() == set()
 
 
+@pytest.mark.slow
 def test_the_bench_deferral_sends_under_a_third_per_request_same_verdict():
     """``simagent bench tool-schemas`` on the 40-tool server: input tokens per request
     with deferral at most 0.3x all schemas loaded, the same answer both ways."""

@@ -35,6 +35,7 @@ def _mcp_notices(events) -> list[ContextEvent]:
 
 
 # ------------------------------------------------------------------ down at open
+@pytest.mark.slow
 def test_a_server_down_at_open_is_said_at_open_and_its_tools_join_once_it_starts(
         opened, workspace, tmp_path):
     """The server refuses to start while a marker exists. The person is told at open,
@@ -69,6 +70,7 @@ def test_a_server_down_at_open_is_said_at_open_and_its_tools_join_once_it_starts
     assert view.deferred_tokens > view.limit
 
 
+@pytest.mark.slow
 def test_a_late_tool_waits_for_approval_like_one_present_at_open(opened, workspace, tmp_path):
     """In ``workspace`` mode an MCP call waits for the person; a tool whose server came
     up after the graph was built waits too, and runs once approved."""
@@ -89,6 +91,7 @@ def test_a_late_tool_waits_for_approval_like_one_present_at_open(opened, workspa
     assert done.status == "done" and "band_gap(Si" in done.final, done
 
 
+@pytest.mark.slow
 def test_simagent_run_says_a_failed_server_once_at_open(workspace, tmp_path):
     """``simagent run``: the failed server is one line on stderr before the turn, with
     the log's path; the turn goes on."""
@@ -107,6 +110,7 @@ def test_simagent_run_says_a_failed_server_once_at_open(workspace, tmp_path):
 
 
 # ------------------------------------------------------------------ HTTP dying mid-call
+@pytest.mark.slow
 def test_an_http_server_dying_mid_call_is_one_error_and_the_session_goes_on(
         opened, workspace, http_server):
     """The HTTP server exits during ``crash_now``: one error naming it; the next call
@@ -132,6 +136,7 @@ def test_an_http_server_dying_mid_call_is_one_error_and_the_session_goes_on(
 
 
 # ------------------------------------------------------------------ progress
+@pytest.mark.slow
 def test_progress_notifications_reach_the_tool_card_while_the_call_runs(
         opened, workspace, tmp_path):
     """Each step of ``slow_steps`` waits until the test has seen the previous step's
@@ -164,6 +169,7 @@ def test_progress_notifications_reach_the_tool_card_while_the_call_runs(
 
 
 # ------------------------------------------------------------------ images
+@pytest.mark.slow
 @pytest.mark.parametrize("takes_images", [True, False])
 def test_an_image_result_is_sent_as_an_image_or_saved_and_named(workspace, takes_images):
     """A model that takes images in tool results gets the image block; one that does
@@ -204,6 +210,7 @@ def test_an_image_result_is_sent_as_an_image_or_saved_and_named(workspace, takes
 
 
 # ------------------------------------------------------------------ cancel, stray stdout
+@pytest.mark.slow
 def test_cancelling_the_turn_stops_waiting_for_an_mcp_call_and_says_so(
         opened, workspace, tmp_path):
     """ctrl+C (``TurnRunner.cancel``) during a call that would wait forever: the turn
@@ -231,6 +238,7 @@ def test_cancelling_the_turn_stops_waiting_for_an_mcp_call_and_says_so(
     assert again.status == "done" and "band_gap(Si" in again.final, again
 
 
+@pytest.mark.slow
 def test_a_server_that_prints_garbage_is_one_true_line_and_no_traceback(workspace, tmp_path):
     """A 'server' that writes a line that is not MCP and then says nothing: ``simagent
     run`` tells the person once, quoting the line; the SDK's traceback for it and the
@@ -254,6 +262,7 @@ def test_a_server_that_prints_garbage_is_one_true_line_and_no_traceback(workspac
     assert "Traceback" not in run.stderr and "never retrieved" not in run.stderr, run.stderr
 
 
+@pytest.mark.slow
 def test_a_missing_relative_command_says_where_it_was_looked_for(workspace, tmp_path):
     """``command = ".venv/bin/simagent"`` runs from the workspace: a person whose file is
     elsewhere reads where it was looked for; no log is named when the server wrote none."""

@@ -68,6 +68,7 @@ def test_only_the_index_enters_the_prompt_and_notes_are_read_on_demand(workspace
         session.close()
 
 
+@pytest.mark.slow
 def test_memory_command_lists_and_shows(workspace):
     folder = mem.ensure_memory(workspace)
     mem.remember(folder, "Chen2020 capacity", "Measured 4.95 Ah.", "simulator")

@@ -15,6 +15,7 @@ from simagent.models import PROVIDER_KIND, model_kinds
 SIMAGENT = str(Path(sys.executable).parent / "simagent")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["run"], ["tui"]])
 def test_model_help_names_every_registered_kind(command: list[str]) -> None:
     done = subprocess.run([SIMAGENT, *command, "--help"], capture_output=True, text=True,

@@ -94,6 +94,7 @@ def test_replay_plays_a_bench_workflow() -> None:
     assert resolved.workflow.prompt and resolved.window == resolved.workflow.window
 
 
+@pytest.mark.slow
 def test_models_module_imports_no_langchain() -> None:
     code = ("import sys, simagent.models; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "

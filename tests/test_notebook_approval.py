@@ -61,6 +61,7 @@ def test_the_decision_lives_with_the_approval_policy():
         notebook_waits("never")
 
 
+@pytest.mark.slow
 def test_headless_ask_without_a_terminal_runs_no_cell_and_exits_paused(workspace, tmp_path):
     write_notebook(workspace)
     proc = run_cli(workspace, scripted(tmp_path), "ask")
@@ -75,6 +76,7 @@ def test_headless_ask_without_a_terminal_runs_no_cell_and_exits_paused(workspace
                     f"--from-notebook {(workspace / 'marks.ipynb').resolve()})"), err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["workspace", "auto"])
 def test_headless_workspace_and_auto_run_the_cells_as_before(workspace, tmp_path, mode):
     write_notebook(workspace)
@@ -85,6 +87,7 @@ def test_headless_workspace_and_auto_run_the_cells_as_before(workspace, tmp_path
     assert "turn ran" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer, runs", [("y", True), ("n", False)])
 def test_headless_ask_on_a_terminal_shows_the_cells_and_asks_once(workspace, tmp_path,
                                                                   answer, runs):

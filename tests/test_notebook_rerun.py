@@ -62,6 +62,7 @@ def _notebook(*sources: str) -> nbformat.NotebookNode:
     return nb
 
 
+@pytest.mark.slow
 def test_a_rerun_kernels_own_log_stays_off_the_terminal_unless_it_dies(tmp_path, capfd):
     """ipykernel warns about plain TCP on every start; ``make run`` re-runs 16 notebooks
     and printed that warning 16 times. The kernel's log is kept and shown only with the

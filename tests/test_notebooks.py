@@ -245,6 +245,7 @@ def scripted_session(tmp_path_factory) -> tuple[Path, dict, dict]:
     return workspace, json.loads(proc.stdout), env
 
 
+@pytest.mark.slow
 def test_notebook_command_writes_a_notebook_that_reruns(scripted_session, tmp_path):
     workspace, run, env = scripted_session
     proc = _cli(workspace, "notebook", "-o", str(tmp_path / "s.ipynb"), env=env)
@@ -280,6 +281,7 @@ def test_notebook_command_writes_a_notebook_that_reruns(scripted_session, tmp_pa
     assert f'href="{(tmp_path / "s.ipynb").as_uri()}"' in (tmp_path / "t.html").read_text()
 
 
+@pytest.mark.slow
 def test_all_writes_failed_and_display_cells_tagged_and_nbclient_skips_them(
         scripted_session, tmp_path):
     workspace, run, env = scripted_session
@@ -298,6 +300,7 @@ def test_all_writes_failed_and_display_cells_tagged_and_nbclient_skips_them(
         == "ZeroDivisionError"  # skipped: the session's outputs kept
 
 
+@pytest.mark.slow
 def test_default_path_is_the_session_id_in_the_workspace(scripted_session):
     workspace, run, env = scripted_session
     proc = _cli(workspace, "notebook", env=env)
@@ -307,6 +310,7 @@ def test_default_path_is_the_session_id_in_the_workspace(scripted_session):
     path.unlink()
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_writes_nothing(scripted_session, tmp_path):
     workspace, run, env = scripted_session
     before = len(_events(Path(run["state_dir"]), "notebook_written"))
@@ -321,6 +325,7 @@ def test_bad_input_is_one_line_and_writes_nothing(scripted_session, tmp_path):
     assert len(_events(Path(run["state_dir"]), "notebook_written")) == before
 
 
+@pytest.mark.slow
 def test_a_session_with_no_code_gets_one_line_and_no_file(tmp_path):
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -332,6 +337,7 @@ def test_a_session_with_no_code_gets_one_line_and_no_file(tmp_path):
     assert not list(workspace.glob("*.ipynb"))
 
 
+@pytest.mark.slow
 def test_run_notebook_writes_after_the_turn_and_checks_the_path_first(tmp_path):
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -352,6 +358,7 @@ def test_run_notebook_writes_after_the_turn_and_checks_the_path_first(tmp_path):
     assert list_sessions(workspace)[0].notebook == str(workspace / "out.ipynb")
 
 
+@pytest.mark.slow
 def test_secrets_from_the_environment_never_reach_the_notebook(tmp_path):
     """One secret is in the environment while the session runs (the trace redacts it),
     one only when the notebook is written: neither appears in the file."""
@@ -372,6 +379,7 @@ def test_secrets_from_the_environment_never_reach_the_notebook(tmp_path):
     assert "[redacted:DEMO_API_KEY]" in text and "[redacted:LATER_TOKEN]" in text
 
 
+@pytest.mark.slow
 def test_tui_notebook_command_writes_the_session(workspace, tmp_path):
     from test_tui_app import drive
 

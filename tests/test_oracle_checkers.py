@@ -176,6 +176,7 @@ def test_check_left_on_disk_catches_bad_requests_and_states(tmp_path):
 
 
 # -------------------------------------------------------------- leftover processes
+@pytest.mark.slow
 def test_a_leftover_process_is_found_and_alive_until_reaped(tmp_path):
     prefix = str(tmp_path / "sessions")
     env = {**os.environ, "SIMAGENT_SESSION_DIR": f"{prefix}/abc"}
@@ -201,6 +202,7 @@ def test_a_leftover_process_is_found_and_alive_until_reaped(tmp_path):
     assert not alive(proc.pid)
 
 
+@pytest.mark.slow
 def test_the_fork_row_counts_and_ends_forked_children_left_running(tmp_path):
     from simagent.bench.fault_cases import _children_left
 

@@ -142,6 +142,7 @@ RAISING_LINE = ("simagent: plugin raising: register_model_kinds failed: "
                 "RuntimeError: no kinds today")
 
 
+@pytest.mark.slow
 def test_plugins_lists_each_plugin_its_source_and_hooks_and_the_broken_one(workspace, site):
     proc = cli(workspace, "plugins", "--json", site=site)
     assert proc.returncode == 0, proc.stderr
@@ -167,6 +168,7 @@ def test_plugins_lists_each_plugin_its_source_and_hooks_and_the_broken_one(works
     assert "built-in" in rows["simagent.models"]
 
 
+@pytest.mark.slow
 def test_a_plugin_model_kind_calls_a_plugin_tool_in_a_real_run(workspace, site):
     proc = cli(workspace, "run", "--model", "demo:hello", "--approval", "auto", "--json",
                "greet Ada", site=site)
@@ -181,6 +183,7 @@ def test_a_plugin_model_kind_calls_a_plugin_tool_in_a_real_run(workspace, site):
             in errors)  # a plugin cannot borrow a name approval lets through
 
 
+@pytest.mark.slow
 def test_a_plugin_tool_waits_for_approval_in_workspace_mode(workspace, site):
     proc = cli(workspace, "run", "--model", "demo:hello", "--approval", "workspace",
                "--json", "greet Ada", site=site)
@@ -189,6 +192,7 @@ def test_a_plugin_tool_waits_for_approval_in_workspace_mode(workspace, site):
     assert "waiting for approval: demo_greet" in proc.stderr
 
 
+@pytest.mark.slow
 def test_plugin_simulators_workflows_and_policies_are_known(workspace, site):
     sims = cli(workspace, "simulators", "--json", site=site)
     assert sims.returncode == 0, sims.stderr
@@ -207,6 +211,7 @@ def test_plugin_simulators_workflows_and_policies_are_known(workspace, site):
     assert policy.stdout.strip() == "raw, from a plugin"
 
 
+@pytest.mark.slow
 def test_help_loads_no_plugin_machinery(workspace):
     """Plugins load when a hook is first called, never for ``--help``: pluggy and the
     entry-point scan (about 0.1 s) stay off start-up."""
@@ -217,6 +222,7 @@ def test_help_loads_no_plugin_machinery(workspace):
     assert not loaded & {"pluggy", "simagent.plugins", "simagent.models"}
 
 
+@pytest.mark.slow
 def test_without_plugins_the_builtins_are_listed(workspace):
     proc = cli(workspace, "plugins", "--json")
     assert proc.returncode == 0, proc.stderr

@@ -263,6 +263,7 @@ def test_cancel_during_a_backoff_ends_the_turn_at_once(turns):
     assert t.retries()[-1]["gave_up"] and t.retries()[-1]["cancelled"]
 
 
+@pytest.mark.slow
 def test_simagent_run_exits_4_with_one_error_line_and_resumes_clean(workspace):
     """The real CLI: every retry fails, so exit 4 with one ``simagent: error`` line; a
     resumed run sends the model no trace of the failed turn's reply."""

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import write_config
 from langchain_core.messages import AIMessage, BaseMessage
 
@@ -136,6 +137,7 @@ def _requests(ctl: Any, workspace: Path) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 def test_ctrl_o_is_display_only_the_next_request_is_byte_identical(tmp_path):
     """"ctrl+O expands every card (display only; the model's context is untouched)": the
     same conversation with and without ctrl+O sends byte-identical requests."""
@@ -196,6 +198,7 @@ def _trace_figure(ctl: Any) -> tuple[int, bool]:
     return used, estimated
 
 
+@pytest.mark.slow
 def test_status_bar_ctx_matches_context_in_every_state(workspace, tmp_path):
     """"ctx NN% ... computed by the same function as /context": after a turn, after a
     clearing epoch, after a summary (``~``) and after the next measured call, the status

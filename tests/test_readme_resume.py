@@ -109,6 +109,7 @@ def test_a_killed_bench_resumes_skips_finished_rows_and_repairs_a_torn_line(tmp_
     assert text.endswith("\n") and len(text.splitlines()) == 3
 
 
+@pytest.mark.real
 def test_ctrl_c_during_a_replay_stops_it_and_keeps_the_kernel(workspace, tmp_path):
     """"Ctrl+C during a replay stops the replay and keeps the kernel", from the TUI: a
     ``/restore`` replaying a 60 s cell is stopped by ctrl+C; the kernel process is the
@@ -147,6 +148,7 @@ def test_ctrl_c_during_a_replay_stops_it_and_keeps_the_kernel(workspace, tmp_pat
     assert seen["value"] == "(False, False)", seen  # the replay stopped before them
 
 
+@pytest.mark.slow
 def test_restore_in_a_session_resumed_by_a_second_process(workspace, tmp_path):
     """"/restore replays on demand, also in a session resumed by a new process": a real
     ``simagent run`` defines state and exits (its kernel with it); the TUI in this

@@ -312,6 +312,7 @@ def test_whitespace_rerun_is_stopped_before_it_runs(opened):
     _no_orphans(_state(session, runner))
 
 
+@pytest.mark.slow
 def test_off_and_a_new_user_turn_start_afresh(opened):
     session, _model, runner = opened([bad_value(1), bad_value(2), {"final": "two failed"},
                                       bad_value(3), {"final": "one more failed"}],
@@ -337,6 +338,7 @@ def _simagent_run(workspace, tmp_path, steps) -> subprocess.CompletedProcess[str
                           capture_output=True, timeout=180)
 
 
+@pytest.mark.slow
 def test_simagent_run_enforces_unless_config_says_otherwise(workspace, tmp_path):
     steps = [bad_value(1), bad_value(2), bad_value(3),
              {"tool": "run_python", "args": {"code": "print('fourth')"}},

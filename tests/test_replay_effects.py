@@ -24,6 +24,9 @@ from simagent.kernel.replay import BACKUP_MAX_BYTES, Skip, load_records, select
 from simagent.kernel_api import effects as fx
 from simagent.paths import SessionPaths
 
+#: the kernel process is what these tests are about (make test-real)
+pytestmark = pytest.mark.real
+
 W = "/ws"
 
 

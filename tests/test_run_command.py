@@ -44,6 +44,7 @@ def trace_kinds(state_dir: str) -> list[str]:
         db.close()
 
 
+@pytest.mark.real
 def test_run_json_reports_the_contract_fields(workspace, tmp_path):
     model = script(tmp_path / "a.json", [
         {"tool": "run_python", "args": {"code": "import statistics\n"
@@ -65,6 +66,7 @@ def test_run_json_reports_the_contract_fields(workspace, tmp_path):
                                                   "message_user"]
 
 
+@pytest.mark.slow
 def test_plain_run_streams_the_answer_to_stdout_and_activity_to_stderr(workspace, tmp_path):
     model = script(tmp_path / "a.json", [
         {"tool": "run_python", "args": {"code": "print(2 ** 10)"}},
@@ -76,6 +78,7 @@ def test_plain_run_streams_the_answer_to_stdout_and_activity_to_stderr(workspace
     assert "[session " in proc.stderr
 
 
+@pytest.mark.slow
 def test_resume_in_a_new_process_with_another_model(workspace, tmp_path):
     first = script(tmp_path / "first.json", [
         {"tool": "run_python", "args": {"code": "secret_number = 31337\nprint('set')"}},
@@ -114,6 +117,7 @@ def test_resume_in_a_new_process_with_another_model(workspace, tmp_path):
     assert rows[0]["id"] == sid and rows[0]["turns"] == 3
 
 
+@pytest.mark.slow
 def test_resumed_prompt_says_the_kernel_restarted(workspace, tmp_path):
     from simagent.agent.builder import build_agent
     from simagent.agent.scripted import ScriptedChatModel
@@ -136,6 +140,7 @@ def test_resumed_prompt_says_the_kernel_restarted(workspace, tmp_path):
         session.close()
 
 
+@pytest.mark.slow
 def test_approval_ask_pauses_execute_exits_3_and_approve_continues(workspace, tmp_path):
     (workspace / "input.txt").write_text("one\ntwo\nthree\n")
     model = script(tmp_path / "a.json", [
@@ -157,6 +162,7 @@ def test_approval_ask_pauses_execute_exits_3_and_approve_continues(workspace, tm
     assert "hitl_response" in trace_kinds(data["state_dir"])
 
 
+@pytest.mark.slow
 def test_openai_compatible_model_end_to_end_over_http(workspace):
     replies = [Reply(tool_calls=[("run_python", json.dumps({"code": "print(6 * 7)"}))],
                      prompt_tokens=1200, completion_tokens=30, cached_tokens=1000),
@@ -177,6 +183,7 @@ def test_openai_compatible_model_end_to_end_over_http(workspace):
     assert bodies[0]["messages"][0]["role"] == "system"
 
 
+@pytest.mark.slow
 def test_provider_error_is_one_line_and_exit_4(workspace):
     with OpenAIStub([error_reply(401, "invalid api key")]) as stub:
         proc = cli(workspace, "run", "--model", f"openai-compatible:m@{stub.base_url}", "hi",
@@ -187,6 +194,7 @@ def test_provider_error_is_one_line_and_exit_4(workspace):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_missing_key_names_the_variable(workspace):
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     proc = subprocess.run([*SIMAGENT, "run", "--model", "anthropic:claude-sonnet-4-5", "hi"],
@@ -202,6 +210,7 @@ def test_no_model_configured_is_a_usage_error(workspace):
     assert "no model configured" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_model_from_workspace_config(workspace, tmp_path):
     model = script(tmp_path / "a.json", [{"final": "configured"}])
     (workspace / ".simagent").mkdir()
@@ -211,6 +220,7 @@ def test_model_from_workspace_config(workspace, tmp_path):
     assert proc.stdout.strip() == "configured"
 
 
+@pytest.mark.real
 def test_transcript_markdown_and_html_with_an_embedded_figure(workspace, tmp_path):
     model = script(tmp_path / "a.json", [
         {"tool": "run_python", "args": {"code": "import matplotlib.pyplot as plt\n"
@@ -236,6 +246,7 @@ def test_approve_needs_a_session(workspace, args):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.real
 def test_a_killed_process_leaves_trace_and_checkpoints_resumable(workspace, tmp_path):
     import signal
     import time
@@ -282,6 +293,7 @@ def test_a_killed_process_leaves_trace_and_checkpoints_resumable(workspace, tmp_
     assert json.loads(p2.stdout)["final"] == "resumed fine"
 
 
+@pytest.mark.slow
 def test_run_with_a_replay_model_uses_the_workflow_simulator(workspace):
     """``--model replay:WORKFLOW`` is the zero-key demo: the workflow's simulator and
     inputs come with it, as they do in the TUI."""
@@ -298,6 +310,7 @@ def test_run_with_a_replay_model_uses_the_workflow_simulator(workspace):
     assert data["tool_calls"] >= 5 and "agents" in data["final"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signals", [1, 2])
 def test_ctrl_c_while_the_model_is_silent_ends_the_run_and_keeps_the_session(workspace,
                                                                              tmp_path,

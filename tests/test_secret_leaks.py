@@ -180,6 +180,7 @@ def foreign_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
         psutil.wait_procs(alive, timeout=10)
 
 
+@pytest.mark.slow
 def test_an_attached_kernels_own_secrets_are_redacted_everywhere(foreign_kernel, workspace):
     """The person's kernel has FOO_TOKEN, simagent does not: a cell prints it and keeps it
     as ``api_token``; the model got it redacted, and outputs/, the trace, the checkpoints
@@ -217,6 +218,7 @@ def test_a_secret_a_cell_puts_in_simagents_own_kernel_is_redacted_later(session_
     assert _hits(session_paths.outputs, [value]) == []
 
 
+@pytest.mark.real
 def test_a_secret_set_by_code_that_does_not_say_env_is_learned_at_the_state_probe(
         session_paths, tmp_path):
     """A module the cell imports sets Y_TOKEN (the cell's code does not say ``env``, so its
@@ -243,6 +245,7 @@ def _leaky(key_file: Path) -> dict:
                                         "env": {"SIMAGENT_TEST_RUN": tag}}})
 
 
+@pytest.mark.slow
 def test_an_mcp_servers_log_is_private_and_redacted_line_by_line(session_paths, tmp_path,
                                                                  monkeypatch):
     key = "sk-" + secrets.token_hex(16)
@@ -315,6 +318,7 @@ def _served_env(workspace: Path, tmp_path: Path, key: str, *extra: str) -> str:
         return anyio.run(main)
 
 
+@pytest.mark.real
 def test_mcp_http_kernels_get_no_secret_named_variable_unless_passed(workspace, tmp_path):
     key = "sk-" + secrets.token_hex(12)
     assert _served_env(workspace, tmp_path, key) == "absent"

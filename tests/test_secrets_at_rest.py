@@ -67,6 +67,7 @@ def _simagent(args: list[str], env: dict[str, str], cwd: Path,
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_two_keys_reach_no_file_and_every_state_file_is_private(tmp_path):
     """A cell prints one key and holds the other as a literal, the shell echoes one (in
     the main agent and in a subagent), an attempt and a memory note quote both, a file is
@@ -215,6 +216,7 @@ def test_a_cell_that_held_a_key_is_not_replayed_as_its_redacted_code(session_pat
         assert "NameError" in (kernel.execute("key").error.ename or "")
 
 
+@pytest.mark.slow
 def test_an_mcp_server_that_prints_a_key_and_returns_an_image_leaves_no_key(tmp_path):
     """A session whose MCP server (``tests/mcp_servers/leaky.py``, from the user's config)
     prints the key to its stderr at start and on each call, and answers with an image:

@@ -11,6 +11,7 @@ import pytest
 from simagent.session import Session
 
 
+@pytest.mark.real
 def test_a_close_whose_trace_cannot_be_written_still_shuts_the_kernel_down(workspace):
     session = Session.create(workspace, approval="auto")
     session._warmed = True  # no simulator warm-up: one plain cell

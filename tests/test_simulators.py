@@ -114,6 +114,7 @@ def _install_plugin(tmp_path: Path) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_entry_point_plugin_is_discovered_and_its_missing_package_reported(tmp_path):
     target = _install_plugin(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(target)}
@@ -191,6 +192,7 @@ def test_init_with_an_unknown_simulator_is_a_usage_error(tmp_path):
     assert not (tmp_path / ".simagent").exists()
 
 
+@pytest.mark.slow
 def test_doctor_checks_every_simulator_in_a_kernel(tmp_path):
     r = cli("doctor", "--json", "--workspace", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -203,6 +205,7 @@ def test_doctor_checks_every_simulator_in_a_kernel(tmp_path):
     assert checks["model"]["level"] == "warn" and checks["model"]["fix"]
 
 
+@pytest.mark.slow
 def test_doctor_fails_with_a_fix_when_the_workspace_simulator_is_missing(tmp_path):
     target = _install_plugin(tmp_path)
     ws = tmp_path / "ws"

@@ -24,6 +24,7 @@ def _id(path: Path) -> str:
     return path.parent.name
 
 
+@pytest.mark.real
 @pytest.mark.slow
 @pytest.mark.parametrize("path", skill_files(), ids=_id)
 def test_skill_examples_run_and_match_their_claims(path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import pytest
+
 from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
@@ -27,6 +29,7 @@ def steps(n: int, lines: int = 60) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_a_small_window_summarizes_with_the_small_tier_without_thrashing(workspace):
     n = 60
     session = Session.create(workspace, approval="auto")

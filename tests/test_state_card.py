@@ -123,6 +123,7 @@ def test_the_shipped_pybamm_and_cantera_registries_read_their_objects(kernel):
     assert all("registry" in e for e in state["names"][:6])
 
 
+@pytest.mark.slow
 def test_probe_does_not_wait_on_a_running_cell(kernel):
     worker = threading.Thread(target=kernel.execute, args=("import time; time.sleep(4)",))
     worker.start()
@@ -262,6 +263,7 @@ def _make(workspace: Path, steps, settings, window):
     return session, model, agent, TurnRunner(session, agent)
 
 
+@pytest.mark.slow
 def test_a_clearing_epoch_of_kernel_results_brings_a_card_from_the_live_kernel(workspace):
     steps = ([{"tool": "run_python", "args": {"code": "import numpy as np\n"
                                                        "field = np.ones((50, 40))"}}]

@@ -154,6 +154,7 @@ def _installed_source(sim_name: str, rel: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_source_explorer_reads_source_the_parent_never_sees(simpy_session):
     source = _installed_source("simpy", "resources/resource.py")
     text = source.read_text()
@@ -305,6 +306,7 @@ def test_report_tool_name_is_what_the_prompts_promise():
     assert [s.name for s in ToolStrategy(ReportSchema).schema_specs] == [REPORT_TOOL]
 
 
+@pytest.mark.slow
 def test_run_exits_with_the_subagent_models_error_code_before_the_kernel_starts(tmp_path):
     import subprocess
     import sys

@@ -40,6 +40,7 @@ TOKENS = st.sampled_from(
 TEXTS = st.lists(TOKENS, max_size=60).map("".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(TEXTS)
 def test_matches_pyte(text: str) -> None:
@@ -59,6 +60,7 @@ def test_collapse_cr_is_terminal_overwrite(segs: list[str]) -> None:
     assert collapse_cr(line) == pyte_full(line)
 
 
+@pytest.mark.slow
 def test_real_tqdm_single_and_nested_bars_collapse_exactly() -> None:
     tqdm = pytest.importorskip("tqdm").tqdm
     f = io.StringIO()

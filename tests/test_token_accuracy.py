@@ -149,6 +149,7 @@ def _main_usage(events: list[Any]) -> list[tuple[int, Any]]:
             if e.kind == "model_usage" and e.payload.get("agent") == "main"]
 
 
+@pytest.mark.slow
 def test_counts_and_ctx_percent_agree_with_the_server_within_10_percent(live_run):
     """Our count of each request (what the status bar shows before the provider answers)
     is within 10 % of the prompt tokens the server reports, and so is the ctx percentage

@@ -67,6 +67,7 @@ def test_counts_are_cached_by_content(monkeypatch):
     assert ruler.count(NUMERIC) == first and len(calls) == 2
 
 
+@pytest.mark.slow
 def test_runs_offline_with_the_network_unreachable(tmp_path):
     """No download: sockets refuse, proxies point nowhere, tiktoken's cache is empty."""
     code = textwrap.dedent("""

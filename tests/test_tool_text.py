@@ -75,6 +75,7 @@ def test_slim_schemas_are_the_same_tools_for_far_fewer_tokens(both):
     assert all("\n    " not in s["description"] for s in slim.values())
 
 
+@pytest.mark.slow
 def test_slim_texts_keep_the_instructions_the_workflows_rely_on(both):
     (slim, _, _), (stock, _, _) = both
     text = {name: s["description"] for name, s in slim.items()}

@@ -76,6 +76,7 @@ def test_a_path_or_url_never_makes_a_model_small_agent():
 
 
 # ------------------------------------------------------------------ 6: answer paragraphs
+@pytest.mark.slow
 def test_headless_answer_keeps_two_messages_apart(workspace: Path, tmp_path: Path):
     model = script(tmp_path / "two.json", [
         {"say": "The root is at the crossing.", "tool": "run_python",
@@ -87,6 +88,7 @@ def test_headless_answer_keeps_two_messages_apart(workspace: Path, tmp_path: Pat
 
 
 # ------------------------------------------------------------------ 12: session titles
+@pytest.mark.slow
 def test_a_session_from_a_notebook_is_titled_by_the_prompt(workspace: Path, tmp_path: Path):
     nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                "language": "python"}})
@@ -112,6 +114,7 @@ def test_a_notebook_session_without_a_prompt_is_titled_from_the_notebook(workspa
 
 
 # ------------------------------------------------------------------ 9, 15: an attached kernel
+@pytest.mark.slow
 def test_headless_says_the_attached_kernel_stays_running(workspace: Path, tmp_path: Path,
                                                           jupyter_kernel):  # noqa: F811
     model = script(tmp_path / "s.json", [
@@ -153,6 +156,7 @@ def test_the_way_out_of_an_attached_kernel_says_how_to_resume(tmp_path: Path):
         "--resume S1 (a kernel of simagent's own), or with --kernel and one that runs")
 
 
+@pytest.mark.real
 def test_a_sigkilled_attached_kernel_is_said_gone_and_the_next_cell_has_no_result(
         workspace: Path, tmp_path: Path, jupyter_kernel):  # noqa: F811
     flag = tmp_path / "running"
@@ -206,6 +210,7 @@ def test_restore_names_what_it_did_not_bring_back(workspace: Path):
 
 
 # ------------------------------------------------------------------ 11: a cut reply
+@pytest.mark.slow
 def test_a_reply_cut_at_the_output_limit_is_said_and_traced(workspace: Path, tmp_path: Path):
     model = script(tmp_path / "cut.json", [
         {"final": "The fit converges to tau = 4.2 and the resid", "cut": True}])
@@ -222,6 +227,7 @@ def test_a_reply_cut_at_the_output_limit_is_said_and_traced(workspace: Path, tmp
     assert len(cut) == 1 and cut[0]["agent"] == "main" and cut[0]["output_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_a_finished_reply_gets_no_cut_notice(workspace: Path, tmp_path: Path):
     model = script(tmp_path / "whole.json", [{"final": "The fit converges."}])
     done = cli(workspace, "run", "--model", model, "--approval", "auto", "fit")

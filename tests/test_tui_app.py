@@ -96,6 +96,7 @@ def drive(workspace: Path, scenario, output=None, **opts) -> TuiController:
     return ctl
 
 
+@pytest.mark.slow
 def test_turn_card_ctrl_o_completion_and_context(workspace, tmp_path):
     model = script(tmp_path / "s.json", [
         {"tool": "run_python", "args": {"code": "vals = [i * i for i in range(60)]\n"
@@ -135,6 +136,7 @@ def test_turn_card_ctrl_o_completion_and_context(workspace, tmp_path):
     drive(workspace, scenario, model=model)
 
 
+@pytest.mark.slow
 def test_every_slash_command_runs(workspace, tmp_path):
     (workspace / "notes.txt").write_text("x")
     model = script(tmp_path / "s.json", [
@@ -197,6 +199,7 @@ def test_every_slash_command_runs(workspace, tmp_path):
     assert ctl.quit_requested
 
 
+@pytest.mark.slow
 def test_approval_shows_a_diff_and_accept_reject(workspace, tmp_path):
     (workspace / "params.py").write_text("rate = 1\nsteps = 10\n")
     model = script(tmp_path / "s.json", [
@@ -249,6 +252,7 @@ def test_approval_shows_a_diff_and_accept_reject(workspace, tmp_path):
     assert kinds == ["hitl_request", "hitl_response"] * 3
 
 
+@pytest.mark.slow
 def test_no_model_opens_explains_and_model_command_switches(workspace, tmp_path, monkeypatch):
     monkeypatch.delenv("SIMAGENT_MODEL", raising=False)
     model = script(tmp_path / "s.json", [{"final": "hello from the script"}])
@@ -289,6 +293,7 @@ def test_replay_demo_prefills_the_workflow_prompt_and_runs(workspace):
     drive(workspace, scenario, model="replay:canary")
 
 
+@pytest.mark.real
 def test_ctrl_c_interrupts_keeps_state_and_twice_quits(workspace, tmp_path):
     model = script(tmp_path / "s.json", [
         {"tool": "run_python", "args": {"code": "marker = 'kept'\nimport time\n"
@@ -320,6 +325,7 @@ def test_ctrl_c_interrupts_keeps_state_and_twice_quits(workspace, tmp_path):
     drive(workspace, scenario, model=model)
 
 
+@pytest.mark.slow
 def test_ctrl_c_after_the_reply_is_not_an_interrupt(workspace, tmp_path):
     """The reply is in but the turn still catches up (a slow trace read for the stats):
     the bar says working, and ctrl+C has nothing to interrupt, so it asks to quit."""
@@ -354,6 +360,7 @@ def test_ctrl_c_after_the_reply_is_not_an_interrupt(workspace, tmp_path):
     drive(workspace, scenario, model=model)
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_model_is_silent_gives_the_prompt_back(workspace, tmp_path):
     """A provider thinking (or stalled) before its first token cannot be interrupted;
     ctrl+C abandons the turn instead of waiting, and the late reply never shows."""
@@ -384,6 +391,7 @@ def test_ctrl_c_while_the_model_is_silent_gives_the_prompt_back(workspace, tmp_p
     drive(workspace, scenario, model=model)
 
 
+@pytest.mark.slow
 def test_shift_tab_cycles_approval_and_resume_shows_history(workspace, tmp_path):
     model = script(tmp_path / "s.json", [{"final": "first answer"}])
 
@@ -408,6 +416,7 @@ def test_shift_tab_cycles_approval_and_resume_shows_history(workspace, tmp_path)
     drive(workspace, second, model=again, resume=ctl.session.id)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [10, 40])
 def test_narrow_terminal_renders_without_error(workspace, tmp_path, columns):
     from prompt_toolkit.data_structures import Size
@@ -441,6 +450,7 @@ def test_narrow_terminal_renders_without_error(workspace, tmp_path, columns):
     drive(workspace, scenario, output=Narrow(), model=model)
 
 
+@pytest.mark.slow
 def test_cost_ceiling_notices_reset_command_and_input_keys(workspace, tmp_path):
     (workspace / ".simagent").mkdir()
     write_config(workspace, "[context]\nmax_turn_tokens = 9000\n")
@@ -476,6 +486,7 @@ def test_cost_ceiling_notices_reset_command_and_input_keys(workspace, tmp_path):
     drive(workspace, scenario, model=model)
 
 
+@pytest.mark.real
 def test_a_failing_command_is_a_notice_and_a_quit_mid_turn_is_clean(workspace, tmp_path,
                                                                    monkeypatch):
     from simagent.tui import slash
@@ -510,6 +521,7 @@ def test_a_failing_command_is_a_notice_and_a_quit_mid_turn_is_clean(workspace, t
     assert errors == ["turn cancelled by the user"] and ends == ["exit"]
 
 
+@pytest.mark.slow
 def test_an_approval_whose_resume_is_refused_stays_pending(workspace, tmp_path):
     (workspace / ".simagent").mkdir()
     model = script(tmp_path / "s.json", [

@@ -115,6 +115,7 @@ def test_hidden_code_is_counted_in_lines_not_wrapped_rows():
     assert len(shown) == 4 and "… 16 more lines of code" in more
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_tmux_expanded_card_of_a_big_print_states_the_real_count(workspace, tmp_path,
                                                                  _state_home):

@@ -169,6 +169,7 @@ def test_rows_never_exceed_the_width(text, width):
 
 
 # --------------------------------------------------------------- the real terminal
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_tmux_pane_shows_whole_words_and_a_table(workspace, tmp_path, _state_home):
     """``simagent`` in a 100-column tmux pane: what a person's terminal shows."""

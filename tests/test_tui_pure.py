@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -188,6 +189,7 @@ def test_running_card_shows_code_and_a_live_tail():
     assert "out 29" in text and "out 5\n" not in text
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(st.sampled_from(HOSTILE), st.integers(min_value=1, max_value=30),
        st.booleans())

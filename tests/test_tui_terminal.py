@@ -75,6 +75,7 @@ def pane(workspace, tmp_path, _state_home):
         p.close()
 
 
+@pytest.mark.real
 def test_tmux_card_ctrl_o_context_and_ctrl_c(pane, _state_home):
     pane.wait_for(lambda s: "kernel idle" in s and "›" in s)
     pane.type("print sixty rows")
@@ -124,6 +125,7 @@ def test_no_terminal_is_a_clear_error(workspace):
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_tmux_status_counts_a_provider_retry_down_and_the_turn_goes_on(workspace, _state_home):
     """A 429 asking for 4 s over real HTTP: the status line shows the retry and its
     countdown while the turn waits, then the answer arrives in the same turn."""

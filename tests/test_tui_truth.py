@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from test_tui_app import CTRL_C, ENTER, Driver, drive, script
 
 from simagent.agent.events import ToolFinished, ToolStarted
@@ -34,6 +35,7 @@ def _card_rows(text: str, code: str) -> list[str]:
     return [row for row in text.splitlines() if "run_python" in row and code in row]
 
 
+@pytest.mark.slow
 def test_a_failed_cell_is_never_marked_ok_in_the_tui(workspace, tmp_path):
     from simagent.outcomes import MARKS
 
@@ -55,6 +57,7 @@ def test_a_failed_cell_is_never_marked_ok_in_the_tui(workspace, tmp_path):
     drive(workspace, scenario, model=model)
 
 
+@pytest.mark.real
 def test_headless_and_transcript_mark_failed_cells_as_the_tui_does(workspace, tmp_path,
                                                                    _state_home):
     from simagent.outcomes import MARKS
@@ -93,6 +96,7 @@ def test_a_reused_call_id_gets_its_own_card():
     assert [c.content for c in cards] == ["first", "second"]
 
 
+@pytest.mark.slow
 def test_switching_scripts_in_one_conversation_keeps_every_card(workspace, tmp_path):
     one = script(tmp_path / "one.json", [
         {"tool": "run_python", "args": {"code": "print('from script one')"}},
@@ -122,6 +126,7 @@ def test_switching_scripts_in_one_conversation_keeps_every_card(workspace, tmp_p
     drive(workspace, scenario, model=one)
 
 
+@pytest.mark.slow
 def test_a_message_typed_before_a_model_waits_and_is_not_glued_to_the_command(
         workspace, tmp_path, monkeypatch):
     monkeypatch.delenv("SIMAGENT_MODEL", raising=False)
@@ -144,6 +149,7 @@ def test_a_message_typed_before_a_model_waits_and_is_not_glued_to_the_command(
     drive(workspace, scenario)
 
 
+@pytest.mark.slow
 def test_continue_keeps_the_resumed_sessions_model(workspace, tmp_path, monkeypatch):
     first = script(tmp_path / "first.json", [{"final": "the first script answers"}])
     other = script(tmp_path / "other.json", [{"final": "the default model"}])
@@ -219,6 +225,7 @@ def test_a_subagents_filed_report_is_marked_ok(workspace, tmp_path):
     drive(workspace, scenario, model=model)
 
 
+@pytest.mark.slow
 def test_done_counts_messages_in_words_that_agree(workspace, tmp_path):
     """A question cancelled before the model answered leaves one message to checkpoint."""
     model = script(tmp_path / "s.json", [{"final": "too late", "wait": 3}])
@@ -241,6 +248,7 @@ def test_done_counts_messages_in_words_that_agree(workspace, tmp_path):
     drive(workspace, scenario, model=model)
 
 
+@pytest.mark.slow
 def test_the_status_bar_follows_the_kernel_when_no_turn_runs(workspace, tmp_path):
     """The kernel changes state on its own (an abandoned turn's cell stopping, the
     ladder's restart): the bar is redrawn then too, not only while a turn runs."""

@@ -168,6 +168,7 @@ def test_no_config_is_absent_and_never_ignored(workspace):
 
 
 # ------------------------------------------------------------------ the real CLI
+@pytest.mark.slow
 def test_run_in_a_hostile_folder_executes_nothing_and_sends_no_key(workspace, tmp_path,
                                                                    listener):
     marker = tmp_path / "PWNED"
@@ -199,6 +200,7 @@ def test_run_in_a_hostile_folder_executes_nothing_and_sends_no_key(workspace, tm
     assert workspace_trust.is_trusted(workspace, workspace_config_path(workspace).read_bytes())
 
 
+@pytest.mark.slow
 def test_run_says_a_trusted_workspace_set_the_approval(workspace, tmp_path):
     write_config(workspace, 'approval = "auto"\n')
     proc = cli(workspace, "run", "--model", script(tmp_path / "s.json", [{"final": "ok"}]),
@@ -208,6 +210,7 @@ def test_run_says_a_trusted_workspace_set_the_approval(workspace, tmp_path):
         "simagent: approval auto (trusted .simagent/config.toml): nothing waits")
 
 
+@pytest.mark.slow
 def test_doctor_in_a_hostile_folder_runs_no_server_command(workspace, tmp_path, listener):
     marker = tmp_path / "PWNED"
     hostile(workspace, listener.port, marker)
@@ -223,6 +226,7 @@ def test_doctor_in_a_hostile_folder_runs_no_server_command(workspace, tmp_path, 
     assert "mcp x" in names and marker.exists()  # the probe does start a trusted server
 
 
+@pytest.mark.slow
 def test_mcp_in_a_hostile_folder_says_it_ignores_the_file(workspace, tmp_path):
     marker = tmp_path / "PWNED"
     hostile(workspace, 9, marker)
@@ -231,6 +235,7 @@ def test_mcp_in_a_hostile_folder_says_it_ignores_the_file(workspace, tmp_path):
     assert proc.stdout == "" and not marker.exists()
 
 
+@pytest.mark.slow
 def test_init_trusts_what_it_wrote_but_not_an_untrusted_file_it_kept(workspace, tmp_path):
     clean = tmp_path / "clean"
     clean.mkdir()
@@ -247,6 +252,7 @@ def test_init_trusts_what_it_wrote_but_not_an_untrusted_file_it_kept(workspace, 
     assert Config.load(workspace).trust.ignored
 
 
+@pytest.mark.slow
 def test_trust_command_shows_what_it_trusts_and_revokes(workspace):
     write_config(workspace, 'approval = "auto"\n', trusted=False)
     proc = cli(workspace, "trust")
@@ -259,6 +265,13 @@ def test_trust_command_shows_what_it_trusts_and_revokes(workspace):
     assert Config.load(workspace).trust.ignored
 
 
+def _unwrapped(screen: str) -> str:
+    """The screen without any whitespace: where the terminal wrapped a line, a space at the
+    break is trimmed from the captured line's end, so words can be compared only unspaced."""
+    return "".join(screen.split())
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 @pytest.mark.parametrize("answer", ["n", "y"])
 def test_the_tui_asks_once_before_it_opens(workspace, tmp_path, _state_home, answer):
@@ -268,12 +281,11 @@ def test_the_tui_asks_once_before_it_opens(workspace, tmp_path, _state_home, ans
     pane = Pane(workspace, script(tmp_path / "s.json", [{"final": "ok"}]), _state_home)
     try:
         screen = pane.wait_for(lambda s: "Trust this folder's config? [y/N]" in s, 60)
-        assert "is not trusted yet. It would:" in screen.replace("\n", "")  # wrapped
+        assert "isnottrustedyet.Itwould:" in _unwrapped(screen)
         assert "  - set approval = 'auto'" in screen
         pane.type(answer)
         if answer == "n":
-            pane.wait_for(lambda s: "ignoring" in s and "not trusted" in s.replace("\n", ""),
-                          90)
+            pane.wait_for(lambda s: "ignoring" in s and "nottrusted" in _unwrapped(s), 90)
         else:
             pane.wait_for(lambda s: "/help lists commands" in s, 90)
             assert "ignoring" not in pane.screen()
