@@ -225,7 +225,7 @@ say(n3=n3, n4=n_calls() - n0, y=third.y.tolist(),
     assert out["y"] == [0, -1, -2, -3] and not any(out["cached"])
 
 
-@pytest.mark.slow
+@pytest.mark.real
 def test_interrupt_stops_running_cases_keeps_finished_rows_and_resumes(box, slow_flag):
     before = loads(run(box, "say(pids=worker_pids())"))["pids"]
     cases_dir = box.session / "ensembles" / "napping" / "cases"

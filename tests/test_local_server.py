@@ -410,9 +410,10 @@ def test_a_file_that_is_not_gguf_or_is_cut_short_is_one_usage_line(
 def test_a_window_beyond_the_trained_one_is_refused_before_any_server(tmp_path: Path) -> None:
     small = write_tiny_gguf(tmp_path / "small.gguf", trained_window=2048)
     code, lines = bad_run(tmp_path, f"local:{small}", window=4096)
+    config = tmp_path / "ws" / ".simagent" / "config.toml"
     assert code == 2 and lines == [
-        "simagent: error: window 4096 is larger than small.gguf supports (2048 tokens); "
-        "set window <= 2048 in the [model] config"]
+        f"simagent: error: {config}: [model] window 4096 is larger than small.gguf supports "
+        "(2048 tokens); set window <= 2048 in the [model] config"]
     assert servers_of(small) == []
 
 

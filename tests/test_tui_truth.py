@@ -35,7 +35,7 @@ def _card_rows(text: str, code: str) -> list[str]:
     return [row for row in text.splitlines() if "run_python" in row and code in row]
 
 
-@pytest.mark.slow
+@pytest.mark.real
 def test_a_failed_cell_is_never_marked_ok_in_the_tui(workspace, tmp_path):
     from simagent.outcomes import MARKS
 
