@@ -135,5 +135,5 @@ def test_a_local_server_runs_the_configured_number_of_threads(tmp_path: Path) ->
     finally:
         resolved.close()
     assert first.startswith("--- simagent: ") and first.endswith(" --threads 1")
-    with pytest.raises(ModelError, match="'threads' must be a whole number >= 1"):
+    with pytest.raises(ModelError, match="model config: threads must be a whole number >= 1"):
         resolve_model(f"local:{model}", model_config={"window": 512, "threads": 0})
