@@ -116,9 +116,13 @@ def test_out_in_the_kernel_survives_a_restart(kernel: Kernel) -> None:
 
 def test_a_record_file_is_made_while_its_cell_runs_and_renamed_when_it_ends(
         kernel: Kernel) -> None:
-    # made while the cell runs (off the round trip), listed by no reader until it is whole
-    r = kernel.execute(f"import os\nprint(sorted(os.listdir({str(kernel.paths.outputs)!r})), "
-                       "len(_out))")
+    # made while the cell runs (off the round trip: just after the request is sent, so the
+    # cell waits for it, bounded), listed by no reader until it is whole
+    r = kernel.execute(f"import os, time\nd = {str(kernel.paths.outputs)!r}\n"
+                       "t = time.monotonic()\n"
+                       "while not os.listdir(d) and time.monotonic() - t < 10:\n"
+                       "    time.sleep(0.01)\n"
+                       "print(sorted(os.listdir(d)), len(_out))")
     assert r.stdout == "['0001.json.tmp'] 0"
     assert sorted(p.name for p in kernel.paths.outputs.iterdir()) == ["0001.json", "0001.txt"]
     assert json.loads((kernel.paths.outputs / "0001.json").read_text())["status"] == "ok"
