@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import io
 import itertools
 import os
@@ -203,9 +204,11 @@ class _Heartbeat:
         return self._link.is_alive()
 
 
+@functools.cache
 def _shell_class() -> type:
     """An IPython shell whose display and errors become Jupyter messages (IPython is
-    imported here, on first start: the kernel layer must not load it at import)."""
+    imported here, on first start: the kernel layer must not load it at import; the
+    classes are made once per process, every start and restart reuses them)."""
     from ipykernel.compiler import XCachingCompiler  # heavy: only an in-memory kernel needs it
     from IPython.core.displayhook import DisplayHook  # heavy, as above
     from IPython.core.displaypub import DisplayPublisher  # heavy, as above
@@ -310,8 +313,7 @@ class MemoryLink:
         from IPython.core.display_functions import display  # with IPython (_shell_class)
         from IPython.core.pylabtools import select_figure_formats  # as above
 
-        if "image/png" not in self._shell.display_formatter.formatters or not getattr(
-                self._shell, "_figures_selected", False):
+        if not getattr(self._shell, "_figures_selected", False):  # once per shell
             select_figure_formats(self._shell, {"png"})
             self._shell._figures_selected = True
         try:
@@ -323,8 +325,7 @@ class MemoryLink:
     def restart(self) -> bool:
         """A fresh namespace (the cell running now, if any, is interrupted first)."""
         self._stop_cell()
-        old_requests = self._requests
-        old_requests.put(None)
+        self._requests.put(None)  # the old worker ends; start() makes a new one
         self.start()
         return True
 
