@@ -9,13 +9,13 @@ every figure the tool showed (see :func:`figure_rows` on why images are not draw
 
 from __future__ import annotations
 
-import difflib
 import time
 from typing import Any
 
 from simagent.kernel_api.figures import parse_captions
 from simagent.outcomes import mark as outcome_mark
 from simagent.presentation.notices import one_line
+from simagent.presentation.previews import action_preview
 from simagent.tui.entries import (
     NOTES_MAX_CHARS,
     TASK_TOOL,
@@ -232,37 +232,6 @@ def render_reasoning(entry: ReasoningEntry, width: int, expanded: bool, now: flo
     if not expanded:
         body = body[-REASONING_TAIL_ROWS:]
     return rows + _indent_rows(body, "  ", "class:reasoning")
-
-
-def action_preview(name: str, args: dict[str, Any], current: str | None) -> str:
-    """What an approval would do, as text: a unified diff for file changes.
-
-    ``current`` is the file's text now (None when it does not exist or is unreadable).
-    """
-    path = str(args.get("file_path") or args.get("path") or "")
-    if name == "write_file":
-        new = str(args.get("content") or "")
-        old = current or ""
-        diff = difflib.unified_diff(old.splitlines(), new.splitlines(),
-                                    "a/" + path if current is not None else "/dev/null",
-                                    "b/" + path, lineterm="", n=2)
-        return "\n".join(diff) or f"(no change to {path})"
-    if name == "edit_file":
-        old_s, new_s = str(args.get("old_string") or ""), str(args.get("new_string") or "")
-        if current is not None and old_s and old_s in current:
-            replaced = (current.replace(old_s, new_s) if args.get("replace_all")
-                        else current.replace(old_s, new_s, 1))
-            diff = difflib.unified_diff(current.splitlines(), replaced.splitlines(),
-                                        "a/" + path, "b/" + path, lineterm="", n=2)
-        else:
-            diff = difflib.unified_diff(old_s.splitlines(), new_s.splitlines(),
-                                        "a/" + path, "b/" + path, lineterm="", n=1)
-        return "\n".join(diff) or f"(no change to {path})"
-    if name == "execute":
-        return f"$ {args.get('command', '')}"
-    if name == "run_python":  # the whole cell, as it will run (ask mode gates it)
-        return str(args.get("code", ""))
-    return one_line(args, width=2_000)
 
 
 def _diff_style(line: str) -> str:

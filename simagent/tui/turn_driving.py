@@ -8,13 +8,12 @@ A mixin of ``TuiController`` (its state lives there: ``session``, ``runner``,
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from simagent.agent.confine import prompt_line
 from simagent.agent.events import Interrupt, Retrying
+from simagent.presentation.previews import action_preview, file_now
 from simagent.tui.entries import ApprovalEntry
-from simagent.tui.render import action_preview
 
 
 class TurnDriving:
@@ -37,15 +36,7 @@ class TurnDriving:
     def _preview(self, event: Any) -> None:
         for i, req in enumerate(event.action_requests):
             args = dict(req.get("args") or {})
-            current = None
-            path = args.get("file_path") or args.get("path")
-            if path and req.get("name") in ("write_file", "edit_file"):
-                target = Path(str(path))
-                target = target if target.is_absolute() else self.session.workspace / target
-                try:
-                    current = target.read_text(errors="replace")
-                except OSError:
-                    current = None
+            current = file_now(str(req.get("name")), args, self.session.workspace)
             preview = action_preview(str(req.get("name")), args, current)
             note = prompt_line(req)  # the real file and why it waits
             self.previews[(event.interrupt_id, i)] = f"{note}\n{preview}" if note else preview
