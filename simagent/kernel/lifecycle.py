@@ -155,10 +155,11 @@ class KernelBase:
         its variables went with it, and only the person can start another."""
         return isinstance(self._link, AttachedLink) and self._link.gone()
 
-    def left_alone(self) -> str:
+    def left_alone(self, gone: bool | None = None) -> str:
         """What the person is told when they do not let simagent restart their kernel:
-        the state it is in and how simagent goes on."""
-        if self.gone:
+        the state it is in and how simagent goes on (``gone``: already asked of the
+        kernel's ports, so :meth:`status` checks them once)."""
+        if self.gone if gone is None else gone:
             return (GONE.format(where=self.where) + "; start a kernel and attach to it "
                     "(simagent --resume ID --kernel latest), or /reset to try a restart")
         now = {"busy": "it is still running the cell that would not stop",
@@ -215,12 +216,13 @@ class KernelBase:
 
     def status(self) -> KernelStatus:
         """What the kernel is now, in one record (the port's only way to read it)."""
+        gone = self.gone  # an attached kernel's ports, asked once
         return KernelStatus(
             state=self.state, alive=self.is_alive(), owned=self.owned, where=self.where,
             pid=self.pid, executions=self.executions, generation=self.generation,
-            lineage=self.lineage, connection_file=self.connection_file, gone=self.gone,
+            lineage=self.lineage, connection_file=self.connection_file, gone=gone,
             attached_line=self.attached_line(), on_restart=self.on_restart,
-            left_alone=self.left_alone() if not self.owned else "")
+            left_alone=self.left_alone(gone) if not self.owned else "")
 
     @property
     def executions(self) -> int:
