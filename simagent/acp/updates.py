@@ -152,7 +152,7 @@ def _diff(name: str, args: dict[str, Any], before: str | None,
     return [tool_diff_content(str(target), after, before)]
 
 
-def _figures(content: str, workspace: Path) -> list[Any]:
+def figure_blocks(content: str, workspace: Path) -> list[Any]:
     """Each figure a result names (``[figure fig-… WxH: path]``) as an image block, read
     from the file the kernel saved; the caption and summary stay in the text."""
     blocks: list[Any] = []
@@ -173,7 +173,7 @@ def _figures(content: str, workspace: Path) -> list[Any]:
     return blocks
 
 
-def _plan(args: dict[str, Any]) -> Update | None:
+def plan_update(args: dict[str, Any]) -> Update | None:
     todos = args.get("todos")
     if not isinstance(todos, list):
         return None
@@ -292,7 +292,7 @@ class TurnUpdates:
             first = call is None
             self.calls[event.id] = call or _Call(event.name, args, event.agent)
             self.calls[event.id].started |= started
-            plan = _plan(args) if first else None
+            plan = plan_update(args) if first else None
             return [plan] if plan is not None else []
         if event.name in DIFF_TOOLS and (call is None or started):
             before = file_now(event.name, args, self.workspace)  # before the tool writes
@@ -354,7 +354,7 @@ class TurnUpdates:
         if outcome == "ok":
             content += _diff(call.name, call.args, call.before, self.workspace)
         content.append(tool_content(text_block(event.content)))
-        content += _figures(event.content, self.workspace)
+        content += figure_blocks(event.content, self.workspace)
         raw_output = {"outcome": outcome, "elapsed_s": round(event.elapsed_s, 3)}
         if event.raw_path:
             raw_output["raw_path"] = event.raw_path
