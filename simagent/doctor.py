@@ -20,7 +20,7 @@ from simagent import workspace_trust
 from simagent.config import Config, ConfigError
 from simagent.context.tokens import REAL_ENCODINGS, EncodingFileError, encoding
 from simagent.kernel import Kernel, KernelStartError
-from simagent.kernel.attach import running_kernels, runtime_dir
+from simagent.kernel.connection import running_kernels, runtime_dir
 from simagent.models import ModelError, resolve_model
 from simagent.paths import SessionPaths, private_dir, state_home, write_private
 from simagent.simulators import SimulatorError, discover, package_found

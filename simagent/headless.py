@@ -36,7 +36,7 @@ from simagent.agent.turn_setup import turn_runner_for
 from simagent.config import Config, ConfigError, SessionOptions
 from simagent.exit_codes import CliError
 from simagent.kernel import KernelStartError
-from simagent.kernel.attach import GONE, left_running
+from simagent.kernel.connection import GONE, left_running
 from simagent.models import ModelError, resolve_model
 from simagent.notebooks import load
 from simagent.notebooks.export import ExportError, export, target

@@ -31,7 +31,7 @@ from waiting import until
 
 from simagent import exit_codes
 from simagent.kernel import Kernel
-from simagent.kernel.attach import MODEL_MAY_NOT_RESET
+from simagent.kernel.connection import MODEL_MAY_NOT_RESET
 from simagent.kernel.ladder import DECLINED
 from simagent.outcomes import NOT_RUN
 from simagent.paths import SessionPaths

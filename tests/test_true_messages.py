@@ -29,7 +29,7 @@ from test_attach import (  # noqa: F401  (fixtures, used by name: hence F811 bel
 from simagent import exit_codes
 from simagent.context.settings import ContextSettings
 from simagent.context.thresholds import model_tier, small_agent, tier_name
-from simagent.kernel.attach import left_running
+from simagent.kernel.connection import left_running
 from simagent.session import Session
 from simagent.trace.log import TraceLog
 from simagent.trace.sessions import list_sessions, sessions_dir

@@ -22,7 +22,7 @@ from simagent.context import memory as memory_notes
 from simagent.context.ledger import recall_text
 from simagent.context.settings import ContextSettings
 from simagent.context.thresholds import tool_cap
-from simagent.kernel.attach import MODEL_MAY_NOT_RESET
+from simagent.kernel.connection import MODEL_MAY_NOT_RESET
 from simagent.kernel.digesters import output_digester
 from simagent.kernel_api.figures import is_figure_id, render_caption
 from simagent.kernel_api.outputs import count_lines

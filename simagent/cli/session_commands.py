@@ -54,7 +54,7 @@ def attached_kernel(args: argparse.Namespace) -> None:
     exists (run and the TUI alike)."""
     if not args.kernel:
         return
-    from simagent.kernel.attach import check  # (start-up speed: only with --kernel)
+    from simagent.kernel.connection import check  # (start-up speed: only with --kernel)
     from simagent.kernel.port import KernelStartError
 
     try:

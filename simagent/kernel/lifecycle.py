@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 from simagent.kernel import env_secrets, helpers, memory
-from simagent.kernel.attach import GONE, AttachedLink
+from simagent.kernel.attach import AttachedLink
+from simagent.kernel.connection import GONE
 from simagent.kernel.ladder import (
     HEARTBEAT_GRACE_S,
     HEARTBEAT_START_S,

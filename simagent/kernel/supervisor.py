@@ -37,9 +37,9 @@ import time
 from typing import Any
 
 from simagent.kernel import env_secrets, ladder
-from simagent.kernel.attach import GONE
 from simagent.kernel.capture import Capture, OnOutput
 from simagent.kernel.cell_end import IDLE_LOST_NOTICE, CellEnd
+from simagent.kernel.connection import GONE
 from simagent.kernel.ladder import INTERRUPT_RESEND_S, INTERRUPT_STEPS, Recovery
 from simagent.kernel.lifecycle import KernelBase, KernelState
 from simagent.kernel.port import KernelStartError

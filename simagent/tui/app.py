@@ -27,7 +27,7 @@ from prompt_toolkit.styles import Style
 from prompt_toolkit.widgets import TextArea
 
 from simagent import exit_codes
-from simagent.kernel.attach import left_running
+from simagent.kernel.connection import left_running
 from simagent.outcomes import STYLES as OUTCOME_STYLES
 from simagent.paths import state_home
 from simagent.tui import commands, slash
