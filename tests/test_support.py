@@ -11,9 +11,10 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from simagent.bench.scorers import RunView, grade
-from simagent.bench.support import Corpus, check, extract, seen_values
+from simagent.bench.support import Corpus, check
 from simagent.bench.support_sources import check_run, file_values
 from simagent.bench.workflow import load_workflow
+from simagent.context.provenance.numbers import extract, seen_values
 
 
 def corpus(*texts: str, kind: str = "output") -> Corpus:

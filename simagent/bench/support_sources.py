@@ -11,15 +11,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from simagent.bench.support import (
-    RAW_HEAD_TAIL_BYTES,
-    Corpus,
-    Number,
-    SupportReport,
-    check,
-    extract,
-    seen_values,
-)
+from simagent.bench.support import RAW_HEAD_TAIL_BYTES, Corpus, SupportReport, check
+from simagent.context.provenance.numbers import Number, extract, seen_values
 
 
 def file_values(path: Path, limit: int = RAW_HEAD_TAIL_BYTES,

@@ -1,0 +1,325 @@
+"""Trace each number of an answer to where it came from: the provenance engine (pure).
+
+Every number of an assistant message (``numbers.extract``) is either ignored, with a
+named reason (:func:`claim_exclusion`: code the answer quotes, a version, a year, a step
+or list marker, a date, a small count, an identifier's digits), or gets one status:
+
+- ``input``: the person wrote it (their messages, a file they gave), exactly: their
+  own numbers need no computing, and a rounded echo of one is the answer's own claim.
+- ``sourced``: a session source shows it to the digits the answer shows
+  (``numbers.window``: rounding, unit prefixes, percent and fraction, sign): a cell's raw
+  output (all of it, not only what the model saw), another tool's result, or the code a
+  cell ran (a parameter it set). Its location is the execution, the line and that line.
+- ``derived``: within its shown digits of a difference, ratio, sum, mean or percent
+  change of two of the answer's own sourced or input numbers (their full-precision
+  source values, or as written); the operation and operands are named.
+- ``unsourced``: none of these.
+
+Among several places that show a value the engine names one: the same digits before a
+rounding, a cell's output before a tool's result before code, and the latest execution
+first (a value printed again by a later cell is the one an answer reports). Which
+sources count (the executions before the answer, not one printed after it) is the
+caller's choice (``sources``).
+
+The result is plain frozen data (:class:`Provenance`); front ends render it
+(``footnotes``, ``run --json``) and never re-decide a status.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import math
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simagent.context.provenance.numbers import (
+    Number,
+    extract,
+    ignore_reason,
+    in_prompt,
+    seen_readings,
+    structure_spans,
+    window,
+)
+
+#: A number's statuses, in the order counts are written; ``ignored`` is none of them.
+STATUSES = ("sourced", "derived", "input", "unsourced")
+IGNORED = "ignored"
+#: Source kinds that make a number ``sourced``, the preferred first; ``input`` is the
+#: person's own text.
+SOURCED_KINDS = ("output", "tool", "code")
+INPUT = "input"
+#: An excerpt is the source line, cut to about this many characters around the number.
+EXCERPT_CHARS = 160
+#: Derivations are tried only for an answer with at most this many sourced or input
+#: numbers to combine (pairs grow quadratically; a long table answer has its own sources).
+MAX_OPERANDS = 60
+
+_FENCE = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
+_INLINE = re.compile(r"`[^`\n]+`")
+_VERSION_BEFORE = re.compile(r"(?:\bversion|\bv|\bpython|\brelease|\bnumpy|\bscipy"
+                             r"|\bpandas|\bpy)\s*$", re.I)
+_STEP_BEFORE = re.compile(r"(?:^|\n)[ \t#*>-]*(?:step|stage|phase|part|item)\s+$", re.I)
+_YEAR_NEAR = re.compile(r"(?:\bin|\bsince|\buntil|\bby|\bfrom|\bof|\byear|\bet al\.?,?"
+                        r"|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?)"
+                        r"\s*$", re.I)
+
+
+# ------------------------------------------------------------------------------ data
+@dataclass(frozen=True)
+class Source:
+    """One text a number may come from. ``kind`` is one of :data:`SOURCED_KINDS` or
+    ``input``; ``execution`` the cell's number (outputs/NNNN); ``line_offset`` the lines
+    before ``text`` in its file (a large output read head and tail)."""
+
+    kind: str
+    text: str
+    execution: int | None = None
+    label: str = ""
+    line_offset: int = 0
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a value is shown: the source kind, the execution (``None`` for a tool result
+    or the person's message), the 1-based line in that text, and that line."""
+
+    kind: str
+    execution: int | None
+    line: int
+    excerpt: str
+    label: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "execution": self.execution,
+                               "line": self.line, "excerpt": self.excerpt}
+        if self.label:
+            out["label"] = self.label
+        return out
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """A derived number's operation (``difference``, ``ratio``, ``sum``, ``mean``,
+    ``percent change``) and its two operands, as the answer wrote them."""
+
+    op: str
+    operands: tuple[str, str]
+    value: float
+
+    def as_json(self) -> dict[str, Any]:
+        return {"op": self.op, "operands": list(self.operands), "value": self.value}
+
+
+@dataclass(frozen=True)
+class Traced:
+    """One number of the answer: as written (``text``, ``start``/``end`` in the answer),
+    its value in the written unit, and its status with the reason, location or
+    derivation that goes with it."""
+
+    text: str
+    value: float
+    start: int
+    end: int
+    status: str
+    reason: str | None = None  # why it was ignored
+    source: Location | None = None  # sourced or input
+    derivation: Derivation | None = None  # derived
+    seen: float | None = None  # the source's own value (its full precision)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"text": self.text, "value": self.value, "status": self.status,
+                "source": None if self.source is None else self.source.as_json(),
+                **({"derivation": self.derivation.as_json()} if self.derivation else {})}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Every number of one answer, in order, ignored ones included."""
+
+    numbers: tuple[Traced, ...]
+
+    @property
+    def claims(self) -> tuple[Traced, ...]:
+        """The numbers that are claims (not ignored)."""
+        return tuple(t for t in self.numbers if t.status != IGNORED)
+
+    @property
+    def unsourced(self) -> tuple[Traced, ...]:
+        return tuple(t for t in self.numbers if t.status == "unsourced")
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(STATUSES, 0)
+        for t in self.claims:
+            out[t.status] += 1
+        return out
+
+    def summary(self) -> str:
+        """``5 sourced, 1 derived, 0 input, 0 unsourced``."""
+        return ", ".join(f"{n} {s}" for s, n in self.counts().items())
+
+    def as_json(self) -> list[dict[str, Any]]:
+        """The claims, as ``run --json`` writes them."""
+        return [t.as_json() for t in self.claims]
+
+
+# ----------------------------------------------------------------------------- index
+class SourceIndex:
+    """Every value the sources show, sorted per source (each text is read once per
+    process, :func:`values_of`): build one per answer cheaply, as a session's earlier
+    outputs were read for its earlier answers."""
+
+    def __init__(self, sources: Sequence[Source]) -> None:
+        self.sources = tuple(s for s in sources if s.kind != INPUT)
+        self._values = [values_of(s.text) for s in self.sources]
+        # read as the answer is: "Chen2020" or "h2o2" in a prompt give no numbers
+        self.inputs = [(n, s) for s in sources if s.kind == INPUT
+                       for n in extract(s.text) if not n.glued]
+
+    def __len__(self) -> int:
+        return sum(len(v[0]) for v in self._values)
+
+    def find(self, number: Number) -> tuple[Location, float] | None:
+        """The preferred place showing ``number`` (see the module docstring) and the value
+        shown there, or ``None``."""
+        best: tuple[tuple[Any, ...], Source, float, int, int] | None = None
+        readings = [(abs(v), *window(v, q)) for v, q in number.readings()]
+        for src, (values, spans) in zip(self.sources, self._values, strict=True):
+            rank = (SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
+                    -(src.execution if src.execution is not None else -1))
+            for v, lo, hi in readings:
+                i = bisect.bisect_left(values, lo)
+                while i < len(values) and values[i] <= hi:
+                    key = (not math.isclose(values[i], v, rel_tol=1e-9), *rank, spans[i][0])
+                    if best is None or key < best[0]:
+                        best = (key, src, values[i], *spans[i])
+                    i += 1
+        if best is None:
+            return None
+        _key, src, seen, a, b = best
+        return locate(src, a, b), seen
+
+    def find_input(self, number: Number) -> Location | None:
+        """Where the person wrote ``number`` (exactly: ``numbers.in_prompt``), or ``None``."""
+        for n, src in self.inputs:
+            if in_prompt(number, [n]):
+                return locate(src, n.start, n.end)
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def values_of(text: str) -> tuple[list[float], list[tuple[int, int]]]:
+    """The magnitudes ``text`` shows under every reading (``numbers.seen_readings``),
+    sorted, with the span each was read from; cached by text (a string keeps its hash)."""
+    found = sorted((abs(v), a, b) for v, a, b in seen_readings(text))
+    return [f[0] for f in found], [(f[1], f[2]) for f in found]
+
+
+def locate(source: Source, start: int, end: int) -> Location:
+    """The :class:`Location` of ``source.text[start:end]``: its line and an excerpt."""
+    text = source.text
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    a, b = line_start, line_end
+    if b - a > EXCERPT_CHARS:
+        a = max(line_start, start - EXCERPT_CHARS // 2)
+        b = min(line_end, a + EXCERPT_CHARS)
+    excerpt = text[a:b].strip()
+    excerpt = ("…" if a > line_start else "") + excerpt + ("…" if b < line_end else "")
+    line = source.line_offset + text.count("\n", 0, start) + 1
+    return Location(source.kind, source.execution, line, excerpt, source.label)
+
+
+# --------------------------------------------------------------------------- tracing
+def code_spans(text: str) -> list[tuple[int, int]]:
+    """Fenced code blocks and inline code: what the answer quotes, not what it claims."""
+    fences = [m.span() for m in _FENCE.finditer(text)]
+    inline = [m.span() for m in _INLINE.finditer(text)
+              if not any(a <= m.start() < b for a, b in fences)]
+    return fences + inline
+
+
+def claim_exclusion(number: Number, text: str, spans: Sequence[tuple[int, int]],
+                    code: Sequence[tuple[int, int]]) -> str | None:
+    """Why ``number`` is no claim to trace, or ``None``: ``numbers.ignore_reason``'s reasons
+    (identifier, marker, date, small), and the answer's own: ``code`` (inside a code block
+    or inline code), ``version`` ("version 2.1", "Python 3.11"), ``step`` ("Step 3"),
+    ``year`` (1900-2099 after "in", "since", "by", a month...)."""
+    if any(a <= number.start < b for a, b in code):
+        return "code"
+    before = text[max(0, number.start - 24):number.start]
+    if not number.integer and _VERSION_BEFORE.search(before):
+        return "version"
+    if number.integer and _STEP_BEFORE.search(text[max(0, number.start - 24):number.start]):
+        return "step"
+    if reason := ignore_reason(number, text, spans, ()):
+        return "year" if reason == "date" and len(number.text) == 4 \
+            and number.text.isdigit() else reason
+    if number.integer and number.text.isdigit() and 1900 <= number.value < 2100 \
+            and _YEAR_NEAR.search(before):
+        return "year"
+    return None
+
+
+def trace_answer(answer: str, index: SourceIndex) -> Provenance:
+    """Every number of ``answer`` with its status (see the module docstring)."""
+    spans, code = structure_spans(answer), code_spans(answer)
+    found: list[tuple[Number, Traced]] = []
+    for n in extract(answer):
+        base = dict(text=n.text, value=n.value, start=n.start, end=n.end)
+        if reason := claim_exclusion(n, answer, spans, code):
+            found.append((n, Traced(**base, status=IGNORED, reason=reason)))
+        elif (where := index.find_input(n)) is not None:
+            found.append((n, Traced(**base, status="input", source=where, seen=n.value)))
+        elif (hit := index.find(n)) is not None:
+            found.append((n, Traced(**base, status="sourced", source=hit[0], seen=hit[1])))
+        else:
+            found.append((n, Traced(**base, status="unsourced")))
+    operands = [(n, t) for n, t in found if t.status in ("sourced", "input")]
+    if len(operands) <= MAX_OPERANDS:
+        found = [(n, _derive(n, t, operands)) if t.status == "unsourced" else (n, t)
+                 for n, t in found]
+    return Provenance(tuple(t for _n, t in found))
+
+
+def trace(answer: str, sources: Sequence[Source]) -> Provenance:
+    """:func:`trace_answer` against ``sources`` indexed for this one answer."""
+    return trace_answer(answer, SourceIndex(sources))
+
+
+def _derive(number: Number, traced: Traced,
+            operands: Sequence[tuple[Number, Traced]]) -> Traced:
+    """``traced`` as derived from two of ``operands`` if one simple operation on them gives
+    it within its shown digits; else unchanged."""
+    windows = [window(v, q) for v, q in number.readings()]
+    for i, (na, ta) in enumerate(operands):
+        for nb, tb in operands[i + 1:]:
+            for op, value in _operations(na, ta, nb, tb):
+                if any(lo <= abs(value) <= hi for lo, hi in windows):
+                    return Traced(traced.text, traced.value, traced.start, traced.end,
+                                  "derived", derivation=Derivation(op, (ta.text, tb.text),
+                                                                   value))
+    return traced
+
+
+def _operations(na: Number, ta: Traced, nb: Number,
+                tb: Traced) -> Iterator[tuple[str, float]]:
+    """Each simple operation on two operands, on their source values and as written (in
+    the written unit and the base unit alike)."""
+    pairs = {(ta.seen or na.value, tb.seen or nb.value), (na.value, nb.value)}
+    pairs |= {(va, vb) for va, _q in na.readings() for vb, _r in nb.readings()}
+    for a, b in pairs:
+        a, b = abs(a), abs(b)
+        yield "difference", a - b
+        yield "sum", a + b
+        yield "mean", (a + b) / 2
+        if b:
+            yield "ratio", a / b
+            yield "percent change", (a - b) / b
+        if a:
+            yield "ratio", b / a
+            yield "percent change", (b - a) / a

@@ -1,0 +1,125 @@
+"""The provenance engine (``simagent/context/provenance``): each number of an answer is
+sourced (execution, line, excerpt), derived (named), input or unsourced, and what is no
+claim is ignored with its reason; the sources come from the trace before the answer."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from simagent.context.provenance import sources as prov_sources
+from simagent.context.provenance.engine import Source, trace
+from simagent.context.provenance.sources import (
+    raw_sources,
+    sources_from_events,
+    trace_final,
+)
+
+
+def out(text: str, n: int) -> Source:
+    return Source("output", text, n)
+
+
+def status_of(answer: str, *sources: Source) -> dict[str, str]:
+    return {t.text: t.status if t.status != "ignored" else f"ignored:{t.reason}"
+            for t in trace(answer, sources).numbers}
+
+
+def test_a_printed_number_is_sourced_with_its_cell_line_and_excerpt():
+    p = trace("The lattice constant is 3.5898 Å.",
+              [out("fit done\nCu_a0_A=3.5898 B=134.27\n", 4)])
+    (t,) = p.claims
+    assert t.status == "sourced"
+    assert (t.source.execution, t.source.line, t.source.excerpt) == \
+        (4, 2, "Cu_a0_A=3.5898 B=134.27")
+    assert p.summary() == "1 sourced, 0 derived, 0 input, 0 unsourced"
+
+
+@pytest.mark.parametrize(("answer", "printed"), [
+    ("B is 134.3 GPa", "B_GPa=134.27"),        # rounding to the shown digits
+    ("a drop of 350 mV", "dV = -0.35 V"),      # unit prefix and sign
+    ("a yield of 12.5 %", "yield 0.125"),      # percent and fraction
+    ("about 2000 steps", "1987 steps run"),    # a hedged round number
+    ("rate 1.2×10^-3 per s", "k=0.0012"),      # scientific notation
+    ("| Cu | 3.59 |", "a0 3.5898"),            # a markdown table cell
+])
+def test_the_reading_rules_find_the_source(answer, printed):
+    assert "sourced" in status_of(answer, out(printed, 1)).values()
+
+
+def test_digits_no_source_shows_are_unsourced():
+    assert status_of("B is 134.42 GPa", out("B=134.3", 1))["134.42 GPa"] == "unsourced"
+    assert status_of("B is 141.2 GPa", out("B=134.27", 1))["141.2 GPa"] == "unsourced"
+
+
+def test_what_is_no_claim_is_ignored_with_a_reason():
+    answer = ("Step 12: ran with numpy version 1.26 in 2019 (see `dt = 0.0523`).\n"
+              "```python\nk = 4.5678\n```\n1. first\nDone 3 times with v2.1 and 1.2.3.")
+    got = status_of(answer)
+    assert got == {"12": "ignored:step", "1.26": "ignored:version", "2019": "ignored:year",
+                   "0.0523": "ignored:code", "4.5678": "ignored:code", "1": "ignored:marker",
+                   "3": "ignored:small", "2.1": "ignored:version", "1.2": "ignored:date",
+                   ".3": "ignored:date"}
+
+
+def test_the_persons_own_numbers_are_input_exactly():
+    msg = Source("input", "Run it at 300 K for 250 ps.", label="message 1")
+    p = trace("At 300 K the energy was 12.5 eV over 250.0 ps.", [msg, out("E=12.5", 2)])
+    got = {t.text: t.status for t in p.claims}
+    assert got == {"300 K": "input", "12.5 eV": "sourced", "250.0 ps": "input"}
+    assert p.claims[0].source.label == "message 1"
+
+
+@pytest.mark.parametrize(("answer", "op"), [
+    ("A is 3.61 and B is 3.59, a gap of 0.0202", "difference"),
+    ("A is 3.61 and B is 3.59, a ratio of 1.0056", "ratio"),
+    ("from 120.0 to 150.0, up 25 %", "percent change"),
+    ("runs of 120.0 and 150.0 average 135.0", "mean"),
+])
+def test_a_simple_operation_on_two_sourced_numbers_is_derived(answer, op):
+    p = trace(answer, [out("A=3.6102 B=3.5900 first=120.0 second=150.0", 1)])
+    derived = [t for t in p.claims if t.status == "derived"]
+    assert [t.derivation.op for t in derived] == [op]
+
+
+def test_the_same_digits_beat_a_rounding_and_the_later_cell_wins():
+    p = trace("T = 0.32", [out("T=0.32", 2), out("T=0.3165", 5), out("T=0.32", 7)])
+    assert p.claims[0].source.execution == 7
+    p = trace("T = 0.32", [out("T=0.32", 2), out("T=0.3165", 5)])
+    assert p.claims[0].source.execution == 2
+
+
+def test_only_events_before_the_answer_are_sources(tmp_path):
+    raw = tmp_path / "0001.txt"
+    raw.write_text("warming\nE0=-3.7041\n")
+    later = tmp_path / "0002.txt"
+    later.write_text("E1=-4.5551\n")
+
+    def ev(i, kind, **payload):
+        return SimpleNamespace(id=i, kind=kind, payload=payload)
+
+    events = [ev(1, "message_user", content="Fit it.", turn=1),
+              ev(2, "kernel_exec", code="fit()", raw_path=str(raw)),
+              ev(3, "tool_result", name="run_python", content="E0=-3.7041"),
+              ev(4, "message_assistant", content="E0 is -3.704 eV; E1 is -4.555 eV.",
+                 agent="main"),
+              ev(5, "kernel_exec", code="more()", raw_path=str(later))]
+    p = trace_final(events)
+    got = {t.text: (t.status, t.source and (t.source.execution, t.source.line))
+           for t in p.claims}
+    assert got == {"3.704 eV": ("sourced", (1, 2)), "4.555 eV": ("unsourced", None)}
+    assert [s.kind for s in sources_from_events(events)] == \
+        ["input", "code", "output", "code", "output"]
+
+
+def test_a_huge_raw_output_is_read_head_and_tail_with_true_line_numbers(tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.setattr(prov_sources, "RAW_HEAD_TAIL_BYTES", 64)
+    path = tmp_path / "0003.txt"
+    lines = [f"step {i} x={i}.5" for i in range(100)] + ["RESULT k=7.77125"]
+    path.write_text("\n".join(lines) + "\n")
+    found = raw_sources(path, 3)
+    assert len(found) == 2 and len(found[0].text) <= 64
+    p = trace("k is 7.771", found)
+    assert p.claims[0].source.line == 101
