@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from simagent import __version__, exit_codes
 from simagent.cli import (
+    acp_command,
     bench_commands,
     mcp_command,
     notebook_command,
@@ -28,7 +29,7 @@ __all__ = ["CliError", "build_parser", "entry", "main", "parse_windows"]
 
 # Each command module adds its own subparsers; a new command is a new module in this list.
 COMMAND_MODULES = (session_commands, workspace_commands, bench_commands, mcp_command,
-                   notebook_command, plugin_command)
+                   acp_command, notebook_command, plugin_command)
 
 
 def build_parser() -> argparse.ArgumentParser:
