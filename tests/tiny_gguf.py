@@ -16,16 +16,21 @@ CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
 
 
 def write_tiny_gguf(path: Path, *, trained_window: int = 65536, seed: int = 0,
-                    favour: bytes = b"") -> Path:
+                    favour: bytes = b"", vocab: int = 0) -> Path:
     """``favour``: bytes the model writes often (about one token in five at temperature
     0.7, each), whatever the prompt: every embedding carries a constant feature that only
     these bytes' output rows read. A string argument decoded under a grammar then ends
-    within a few tokens when ``favour`` is ``b'"'``, so a forced call is complete."""
+    within a few tokens when ``favour`` is ``b'"'``, so a forced call is complete.
+    ``vocab``: pad the vocabulary with unused tokens to this size (Qwen2.5's is 151,936):
+    what the server allocates per token of context scales with it (logits), while the
+    tokenizer still writes one byte per token."""
     import gguf
     import numpy as np
 
     emb, ff = 64, 128
     tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{i:02X}>".encode() for i in range(256)]
+    pad = max(0, vocab - len(tokens))
+    tokens += [f"<unused{i}>".encode() for i in range(pad)]
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("tiny-random")
     w.add_context_length(trained_window)
@@ -39,7 +44,7 @@ def write_tiny_gguf(path: Path, *, trained_window: int = 65536, seed: int = 0,
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores([0.0] * len(tokens))
-    w.add_token_types([2, 3, 3] + [6] * 256)
+    w.add_token_types([2, 3, 3] + [6] * 256 + [5] * pad)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
@@ -55,12 +60,15 @@ def write_tiny_gguf(path: Path, *, trained_window: int = 65536, seed: int = 0,
     shapes += [(f"blk.0.attn_{x}", (emb, emb)) for x in ("q", "k", "v", "output")]
     for name, shape in shapes:
         weights = rnd(*shape)
-        if favour and name == "token_embd":
+        if (favour or pad) and name == "token_embd":
             weights[:, 0] = 1.0  # dominates the normed state: about 8 after RMS norm
         elif favour and name == "output":
             weights[:, 0] = 0.0
             for byte in favour:
                 weights[3 + byte, 0] = 0.38  # a logit of about 3 over the others' 0
+        if pad and name == "output":
+            weights[259:, :] = 0.0
+            weights[259:, 0] = -1.0  # a logit of about -8: the unused tokens are never written
         w.add_tensor(name + ".weight", weights)
     for name in ("output_norm", "blk.0.attn_norm", "blk.0.ffn_norm"):
         w.add_tensor(name + ".weight", np.ones(emb, np.float32))

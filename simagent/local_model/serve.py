@@ -22,6 +22,13 @@ import threading
 #: The prompt cache's size in bytes (llama-cpp-python's own default is 2 GiB).
 CACHE_BYTES = 1 << 30
 
+#: Keep the logits of every evaluated token? llama-cpp-python's server says yes by default
+#: (for logprobs, which simagent never asks for); then ``Llama`` holds an n_ctx x n_vocab
+#: float32 array (4,096 x 151,936: 2.3 GiB) and every prompt-cache entry copies it outside
+#: the cache's byte limit: the server grew 1.4 GiB a request, to the OOM killer (issue 41;
+#: tests/test_local_memory.py). With False it holds one batch's rows.
+LOGITS_ALL = False
+
 
 def _exit_with_parent() -> None:
     def watch() -> None:
@@ -32,6 +39,33 @@ def _exit_with_parent() -> None:
             os._exit(0)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def bounded_ram_cache(capacity_bytes: int) -> object:
+    """llama-cpp-python's RAM prompt cache, bounded by what it really holds.
+
+    Each entry it saves is the context's state (counted against the limit) plus a copy of
+    the logits array (``scores``: n_batch x n_vocab float32, 0.29 GiB for Qwen2.5 at the
+    default batch), which the stock cache does not count: at a 680 KB state an entry, a
+    1 GiB limit let it keep hundreds, and the server grew 0.29 GiB a request. With
+    ``logits_all`` off those rows are never read after a restore (llama.cpp keeps the
+    logits it samples from in its own context, and a restored state re-evaluates its last
+    token first), so an entry keeps one zero row, which ``load_state`` broadcasts, and
+    the limit counts every array an entry holds."""
+    import numpy as np  # the [local] extra's dependency, as llama_cpp below
+    from llama_cpp.llama_cache import LlamaRAMCache  # the [local] extra
+
+    class BoundedRamCache(LlamaRAMCache):
+        @property
+        def cache_size(self) -> int:
+            return sum(state.llama_state_size + state.scores.nbytes + state.input_ids.nbytes
+                       for state in self.cache_state.values())
+
+        def __setitem__(self, key, value) -> None:  # llama_cpp's signature
+            value.scores = np.zeros((1, value.scores.shape[1]), dtype=value.scores.dtype)
+            super().__setitem__(key, value)
+
+    return BoundedRamCache(capacity_bytes)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,10 +86,11 @@ def main(argv: list[str] | None = None) -> None:
     model = ModelSettings(model=args.model, model_alias=args.alias, n_ctx=args.n_ctx,
                           n_threads=args.threads, n_threads_batch=args.threads,
                           chat_format=args.chat_format, cache=True, cache_type="ram",
-                          cache_size=CACHE_BYTES, verbose=True)
+                          cache_size=CACHE_BYTES, logits_all=LOGITS_ALL, verbose=True)
     server = ServerSettings(host="127.0.0.1", port=args.port, interrupt_requests=False)
     app = server_app.create_app(server_settings=server, model_settings=[model])
     llama = server_app._llama_proxy(None)  # the one model, loaded by create_app
+    llama.set_cache(bounded_ram_cache(CACHE_BYTES))  # instead of the stock RAM cache
     props = {"model": args.alias, "n_ctx": llama.n_ctx(), "n_ctx_train": llama._model.n_ctx_train(),
              "chat_format": llama.chat_format, "cache": True}
 
