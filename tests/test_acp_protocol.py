@@ -30,7 +30,10 @@ from acp.schema import (
     McpServerStdio,
     RequestPermissionResponse,
 )
+from test_attach import jupyter_kernel, runtime  # noqa: F401  (fixtures: a person's kernel)
+from test_attach import run as attach_run
 
+from simagent.acp.agent import KERNEL_META
 from simagent.paths import SessionPaths
 from simagent.trace import TraceLog
 
@@ -405,3 +408,39 @@ def test_cancel_keeps_the_kernel_state_and_a_client_gone_mid_turn_leaves_nothing
             trace.close()
 
     run(main())
+
+
+@pytest.mark.real
+def test_the_kernel_named_in_the_prompts_meta_is_attached_and_left_running(
+        jupyter_kernel, tmp_path, workspace):  # noqa: F811 - the fixture
+    """The JupyterLab persona's way: ``_meta`` ``simagent.kernel`` on the prompt names the
+    notebook's kernel; the agent computes with the person's ``k``, says nothing about a
+    kernel of its own, and when the client goes the kernel runs on with the agent's
+    name in it."""
+    kc = jupyter_kernel.kc
+    attach_run(kc, "k = 0.37")
+    model = script(tmp_path, [
+        {"tool": "run_python", "args": {"code": "import math\nhalf = math.log(2) / k\n"
+                                                "print(round(half, 4))"}},
+        {"final": "half-life: {out[-1]}"}])
+    env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_TEST_KERNEL"}
+
+    async def main() -> None:
+        client = Recorder()
+        cmd = agent_args(model, "--approval", "auto")
+        async with spawn_agent_process(client, cmd[0], *cmd[1:], env=env,
+                                       transport_kwargs={"stderr": None}) as (conn, proc):
+            await init(conn)
+            sid = (await asyncio.wait_for(conn.new_session(cwd=str(workspace),
+                                                           mcp_servers=[]), WAIT_S)).session_id
+            r = await prompt(conn, sid, "half-life for k?",
+                             **{KERNEL_META: str(jupyter_kernel.path)})
+            assert r.stop_reason == "end_turn"
+            said = text_of(client.take())
+            assert "half-life: 1.8734" in said and "started its own" not in said, said
+            proc.stdin.close()
+            assert await asyncio.wait_for(proc.wait(), WAIT_S) == 0
+
+    run(main())
+    assert jupyter_kernel.proc.poll() is None and psutil.pid_exists(jupyter_kernel.pid)
+    assert attach_run(kc, "print(round(half, 4), k)") == "1.8734 0.37\n"
