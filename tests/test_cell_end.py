@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from simagent.kernel import Kernel, ladder
+from simagent.kernel import Kernel
 from simagent.kernel.cell_end import IDLE_LOST_GRACE_S, IDLE_LOST_NOTICE
 from simagent.paths import SessionPaths
 
@@ -74,6 +74,6 @@ def test_a_cell_with_its_idle_status_is_not_marked_incomplete(kernel: Kernel) ->
 def test_a_replayed_cell_whose_idle_status_is_lost_replays_ok(kernel: Kernel) -> None:
     """The replay loop shares the rule: before, it interrupted the finished cell at its
     time limit and called it wedged."""
-    box = _in_thread(lambda: ladder.run_quiet(kernel, DROP_NEXT_IDLE, timeout=20))
+    box = _in_thread(lambda: kernel.run_quiet(DROP_NEXT_IDLE, timeout=20))
     assert box["r"] == ("ok", "")
     assert kernel.execute("print('next')").stdout == "next"

@@ -20,6 +20,7 @@ import pytest
 
 from simagent.kernel import Kernel, KernelPort, KernelStatus
 from simagent.kernel.memory import SEAM_ENV, selected
+from simagent.kernel.recoverable import LadderKernel
 from simagent.kernel_api.outputs import record_name
 from simagent.paths import SessionPaths
 
@@ -60,6 +61,24 @@ def test_the_port_is_small_and_both_transports_are_one_kernel(tmp_path: Path) ->
             assert list(inspect.signature(getattr(kernel, name)).parameters) == \
                 [p for p in inspect.signature(getattr(KernelPort, name)).parameters
                  if p != "self"], name
+
+
+def test_the_ladder_takes_the_port_and_four_members_more(tmp_path: Path) -> None:
+    """The recovery ladder's view (kernel/recoverable.py) is the port plus a few members,
+    not a bag of the supervisor's attributes; every transport's supervisor has them."""
+    own = {n: v for n, v in vars(LadderKernel).items() if not n.startswith("_")}
+    members = sorted({n for n, v in own.items() if callable(v)}
+                     | set(LadderKernel.__annotations__))
+    assert members == ["hold_for_replay", "replay_source", "respawn", "run_quiet"], members
+    assert KernelPort in LadderKernel.__mro__
+    for transport in ("process", "memory"):
+        kernel = Kernel(SessionPaths(tmp_path / transport), cwd=tmp_path, transport=transport)
+        assert isinstance(kernel, LadderKernel)
+        for name in members:
+            if callable(own.get(name)):
+                assert list(inspect.signature(getattr(kernel, name)).parameters) == \
+                    [p for p in inspect.signature(own[name]).parameters if p != "self"], name
+        assert kernel.replay_source.paths.outputs == kernel.paths.outputs
 
 
 @pytest.mark.slow

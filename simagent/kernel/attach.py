@@ -5,7 +5,7 @@ that its kernel listens: what the layers above may know without a client). simag
 that kernel, so this link never signals, restarts or shuts it down on its own: closing
 it closes simagent's sockets and nothing else, whatever way simagent ends (a SIGKILLed
 simagent leaves no process to stop it). A restart happens only with the person's consent
-(:meth:`Recoverable.may_restart`), as the kernel protocol's ``shutdown_request`` with
+(:func:`simagent.kernel.ladder.consents`), as the kernel protocol's ``shutdown_request`` with
 ``restart``, which the kernel's own manager (jupyter_server, JupyterLab) acts on.
 
 Other clients (JupyterLab) share the kernel's iopub broadcast; the supervisor keeps only

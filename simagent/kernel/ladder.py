@@ -1,7 +1,9 @@
 """The recovery ladder: bring a kernel that stopped answering back, with its state.
 
-The supervisor (:mod:`simagent.kernel.supervisor`) climbs it; the steps and their
-timings live here and nowhere else. Each step was checked on the real kernel
+The supervisor (:mod:`simagent.kernel.supervisor`) climbs it, handing itself over as a
+:class:`~simagent.kernel.recoverable.LadderKernel` (the port and four members); it tells
+a dead or frozen kernel itself (step 1: ``Kernel._lost``, ``Kernel._silent_death``). The
+steps and their timings live here and nowhere else. Each step was checked on the real kernel
 (ipykernel 7.4, jupyter_client 8.10, Linux; ``tests/test_kernel_recovery.py``):
 
 1. **Heartbeat.** jupyter_client's heartbeat channel pings the kernel every second; the
@@ -37,15 +39,16 @@ from __future__ import annotations
 
 import queue
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from simagent.kernel import backup
-from simagent.kernel.cell_end import CellEnd
+from simagent.kernel.port import KernelPort
 from simagent.kernel.process import signal_descendants
-from simagent.kernel.recoverable import Recoverable
-from simagent.kernel.replay import Skip, first_line, load_records, select
+from simagent.kernel.recoverable import LadderKernel
+from simagent.kernel.replay import Cell, ReplayBudget, Skip, first_line, load_records, select
 from simagent.kernel_api import effects as fx
 
 #: Seconds an interrupted cell may take to stop before the kernel is restarted.
@@ -66,6 +69,8 @@ HEARTBEAT_GRACE_S = 5.0
 HEARTBEAT_START_S = 2.0
 #: How long a control-channel request waits for its reply while a cell runs.
 CONTROL_REPLY_S = 0.5
+#: How long a frozen kernel's SIGKILLed process may take to go.
+KILL_WAIT_S = 3.0
 #: A replayed cell may take this multiple of its recorded seconds (at least
 #: :data:`REPLAY_TIMEOUT_MIN_S`), and the replay as a whole this multiple of its budget.
 REPLAY_TIMEOUT_FACTOR = 2.0
@@ -247,101 +252,37 @@ def control_request(kc: Any, msg_type: str, timeout: float = CONTROL_REPLY_S,
     return None
 
 
-def escalate(kernel: Recoverable, step: str, at_s: float) -> dict[str, Any]:
-    """Run one interrupt step (see the module docstring); its record for ``steps``."""
+def escalate(step: str, at_s: float, client: Any, pid: int | None) -> dict[str, Any]:
+    """Run one interrupt step (see the module docstring) on the kernel that ``client``
+    talks to and whose process is ``pid``; its record for ``steps``."""
     out: dict[str, Any] = {"step": step, "at_s": round(at_s, 3)}
     if step == "control_interrupt":
-        reply = control_request(kernel.client, "interrupt_request")
+        reply = control_request(client, "interrupt_request")
         out["reply"] = None if reply is None else reply.get("status")
     elif step in ("term_children", "kill_children"):
         sig = signal.SIGTERM if step == "term_children" else signal.SIGKILL
-        out["processes"] = signal_descendants(kernel.pid, sig)
+        out["processes"] = signal_descendants(pid, sig)
     return out
 
 
-def diagnose(kernel: Recoverable) -> tuple[str, str] | None:
-    """(trigger, reason) when the idle kernel is dead or frozen, else None.
-
-    A frozen process still exists, so the heartbeat tells; a failing heartbeat is
-    confirmed on the control channel (a live idle kernel answers at once; the heartbeat
-    is stale for a second after a restart) before the process is killed (an owned one:
-    an attached kernel is left as it is).
-    """
-    if kernel.state == "dead":  # found while a cell ran
-        return kernel.death_trigger, kernel.death_reason
-    if not kernel.is_alive():  # died while idle
-        return "died", kernel.exit_reason()
-    if kernel.heartbeat_ok():
-        return None
-    if control_request(kernel.client, "kernel_info_request", kernel.heartbeat_grace_s):
-        return None
-    kill_frozen(kernel)
-    return "frozen", (f"the kernel stopped answering (no heartbeat, no reply on its control "
-                      f"channel for {kernel.heartbeat_grace_s:g} s: a stopped or wedged "
-                      f"process)" + (" and was killed" if kernel.owned else ""))
-
-
-def kill_frozen(kernel: Recoverable, wait_s: float = 3.0) -> None:
-    """SIGKILL a frozen kernel's process group (works on a stopped process) and wait;
-    never a kernel simagent does not own."""
-    if not kernel.owned:
-        return
-    kernel.kill_process()
-    deadline = time.monotonic() + wait_s
-    while kernel.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
+def frozen_reason(grace_s: float, killed: bool) -> str:
+    """Why an idle kernel counts as frozen (step 1), in words."""
+    then = " and was killed" if killed else ""
+    return (f"the kernel stopped answering (no heartbeat, no reply on its control channel "
+            f"for {grace_s:g} s: a stopped or wedged process){then}")
 
 
 # ------------------------------------------------------------------- replay
-def run_quiet(kernel: Recoverable, code: str, timeout: float) -> tuple[str, str]:
-    """Run ``code`` with its output discarded and no history entry or ``_out`` number.
-
-    Returns (status, error): ``ok``, ``error``, ``stopped`` (ran over or the user
-    interrupted it, and it stopped), ``wedged`` (it did not stop) or ``died``.
-    """
-    kc = kernel.client
-    msg_id = kc.execute(code, silent=False, store_history=False, allow_stdin=False)
-    deadline = time.monotonic() + timeout
-    stop_at: float | None = None
-    error = ""
-    end = CellEnd(kc, msg_id)
-    while True:
-        arrived, msg = kernel.poll(msg_id)
-        now = time.monotonic()
-        if msg is not None:
-            if end.saw(msg, now):
-                break
-            if msg["msg_type"] == "error":
-                c = msg["content"]
-                error = f"{c.get('ename', 'Error')}: {c.get('evalue', '')}"[:300]
-        if end.over_without_idle(now):
-            break
-        if not arrived and not kernel.is_alive():
-            return "died", "the kernel died while replaying it"
-        if end.reply is not None:  # the cell is over; only its idle status is awaited
-            continue
-        if stop_at is None and (now > deadline or kernel.replay_abort.is_set()):
-            stop_at = now
-            kernel.interrupt_process()
-        elif stop_at is not None and now - stop_at > REPLAY_STOP_S:
-            return "wedged", f"did not stop within {REPLAY_STOP_S:g} s of an interrupt"
-    reply = end.reply if end.reply is not None else kernel.reply(msg_id)
-    if stop_at is not None:
-        return "stopped", ("the user interrupted the replay" if kernel.replay_abort.is_set()
-                           else f"ran past its {timeout:g} s replay limit")
-    if error or reply.get("status", "ok") != "ok":
-        return "error", error or str(reply.get("status"))
-    return "ok", ""
-
-
-def replay(kernel: Recoverable, rec: Recovery) -> None:
-    """Re-run the lineage's state-defining cells into ``rec`` (kernel freshly started)."""
-    budget = kernel.replay_budget
-    records = load_records(kernel.paths.outputs)
-    spare = kernel.paths.root / BACKUP_DIR
+def replay(kernel: LadderKernel, rec: Recovery) -> None:
+    """Re-run the state-defining cells of ``rec``'s lineage into ``rec`` (kernel freshly
+    started; the caller holds its lock)."""
+    source = kernel.replay_source
+    budget = source.budget
+    records = load_records(source.paths.outputs)
+    spare = source.paths.root / BACKUP_DIR
     leftover = rec.files_not_restored = backup.put_back_leftover(spare)
     written = [str(e["path"]) for r in records for e in fx.of(r) if e.get("kind") == "write"]
-    plan = select(records, budget, kernel.lineage, backup.sizes(written), str(kernel.cwd))
+    plan = select(records, budget, rec.lineage, backup.sizes(written), str(source.cwd))
     try:
         if leftover:  # its copies are the only ones: never overwrite them
             raise OSError(f"an earlier replay's backup of {len(leftover)} file(s) could "
@@ -356,39 +297,44 @@ def replay(kernel: Recoverable, rec: Recovery) -> None:
             backup.put_back(spare)
     rec.skipped = list(plan.skipped)
     t0 = time.monotonic()
-    kernel.replay_abort.clear()
-    kernel.replaying = True
     try:
-        for i, cell in enumerate(plan.run):
-            over = time.monotonic() - t0 > REPLAY_TIMEOUT_FACTOR * budget.total_s
-            if over or kernel.replay_abort.is_set():
-                why = ("the user interrupted the replay" if not over else
-                       f"replay ran past {REPLAY_TIMEOUT_FACTOR:g}x its {budget.total_s:g} s "
-                       f"budget")
-                rec.skipped += [Skip(c.n, c.first_line, c.seconds, "stopped", why)
-                                for c in plan.run[i:]]
-                break
-            timeout = max(REPLAY_TIMEOUT_MIN_S, REPLAY_TIMEOUT_FACTOR * cell.seconds)
-            status, error = run_quiet(kernel, cell.code, timeout)
-            if status == "ok":
-                rec.replayed.append(cell.n)
-                continue
-            rec.failed.append({"n": cell.n, "line": cell.first_line, "error": error})
-            if status in ("died", "wedged"):  # start clean; what was replayed is gone
-                kernel.respawn()
-                rec.failed += [{"n": c.n, "line": c.first_line, "error": "lost when the "
-                                "kernel was restarted again"}
-                               for c in plan.run[:i] if c.n in rec.replayed]
-                rec.replayed = []
-                rec.skipped += [Skip(c.n, c.first_line, c.seconds, "stopped",
-                                     f"replay stopped at _out[{cell.n}]")
-                                for c in plan.run[i + 1:]]
-                break
+        with kernel.hold_for_replay() as stop:
+            _replay_cells(kernel, rec, plan.run, budget, stop, t0)
     finally:
-        kernel.replaying = False
         if not leftover:
             rec.files_not_restored += backup.put_back(spare)
         rec.replay_s = time.monotonic() - t0
+
+
+def _replay_cells(kernel: LadderKernel, rec: Recovery, cells: list[Cell],
+                  budget: ReplayBudget, stop: threading.Event, t0: float) -> None:
+    """Run the replay's ``cells`` in order until one dies or wedges, the budget runs out
+    or ``stop`` is set (the person's interrupt)."""
+    for i, cell in enumerate(cells):
+        over = time.monotonic() - t0 > REPLAY_TIMEOUT_FACTOR * budget.total_s
+        if over or stop.is_set():
+            why = ("the user interrupted the replay" if not over else
+                   f"replay ran past {REPLAY_TIMEOUT_FACTOR:g}x its {budget.total_s:g} s "
+                   f"budget")
+            rec.skipped += [Skip(c.n, c.first_line, c.seconds, "stopped", why)
+                            for c in cells[i:]]
+            return
+        timeout = max(REPLAY_TIMEOUT_MIN_S, REPLAY_TIMEOUT_FACTOR * cell.seconds)
+        status, error = kernel.run_quiet(cell.code, timeout, stop)
+        if status == "ok":
+            rec.replayed.append(cell.n)
+            continue
+        rec.failed.append({"n": cell.n, "line": cell.first_line, "error": error})
+        if status in ("died", "wedged"):  # start clean; what was replayed is gone
+            kernel.respawn()
+            rec.failed += [{"n": c.n, "line": c.first_line, "error": "lost when the "
+                            "kernel was restarted again"}
+                           for c in cells[:i] if c.n in rec.replayed]
+            rec.replayed = []
+            rec.skipped += [Skip(c.n, c.first_line, c.seconds, "stopped",
+                                 f"replay stopped at _out[{cell.n}]")
+                            for c in cells[i + 1:]]
+            return
 
 
 def offer_text(rec: Recovery, base: Any = None) -> str:
@@ -402,12 +348,13 @@ def offer_text(rec: Recovery, base: Any = None) -> str:
     return "\n".join(lines)
 
 
-def run_offered(kernel: Recoverable, ns: list[int]) -> list[dict[str, Any]]:
+def run_offered(kernel: LadderKernel, ns: list[int]) -> list[dict[str, Any]]:
     """Run the cells ``ns`` (left out of a replay for their effects) after the user
-    agreed, in order, output discarded; one ``{n, line, status, error}`` per cell."""
-    by_n = {r["n"]: r for r in load_records(kernel.paths.outputs)}
+    agreed, in order, output discarded, the kernel held throughout; one ``{n, line,
+    status, error}`` per cell."""
+    by_n = {r["n"]: r for r in load_records(kernel.replay_source.paths.outputs)}
     done: list[dict[str, Any]] = []
-    with kernel.lock:
+    with kernel.hold_for_replay():  # no interrupt reaches these cells: only their timeout
         for n in ns:
             code = str((by_n.get(n) or {}).get("code") or "")
             seconds = float((by_n.get(n) or {}).get("elapsed_s") or 0.0)
@@ -417,7 +364,7 @@ def run_offered(kernel: Recoverable, ns: list[int]) -> list[dict[str, Any]]:
                              f"{kernel.state}"})
                 continue
             timeout = max(REPLAY_TIMEOUT_MIN_S, REPLAY_TIMEOUT_FACTOR * seconds)
-            status, error = run_quiet(kernel, code, timeout)
+            status, error = kernel.run_quiet(code, timeout)
             done.append({"n": n, "line": first_line(code), "status": status, "error": error})
             if status in ("died", "wedged"):
                 break
@@ -441,49 +388,55 @@ DECLINED_GONE = ("the kernel is the person's (attached) and it no longer answers
                  "(simagent --kernel latest)")
 
 
-def recover(kernel: Recoverable, trigger: str, reason: str, *,
+def consents(kernel: KernelPort, reason: str) -> bool:
+    """Whether the person lets simagent restart their (attached) kernel: their answer to
+    ``consent``; no one to ask, or a front end that failed to ask, is no."""
+    try:
+        return bool(kernel.consent and kernel.consent(reason))
+    except Exception:  # a front end that cannot ask has not been answered yes
+        return False
+
+
+def recover(kernel: LadderKernel, trigger: str, reason: str, *,
             steps: list[dict[str, Any]] | None = None,
             started: float | None = None) -> Recovery:
     """Restart (or start) the kernel, replay its lineage, read back its names.
 
-    The caller holds the kernel's lock. ``started`` is when the trouble was first seen
-    (the first interrupt), for :attr:`Recovery.seconds`. A kernel simagent does not own
-    is restarted only if the person agrees (:meth:`Recoverable.may_restart`), and never
-    replayed into; without consent the climb stops here: ``declined``, kernel untouched
-    and ``awaiting_consent`` set until it answers again.
+    The caller holds the kernel's lock, and keeps what the climb says (the supervisor:
+    ``last_recovery``, and ``awaiting_consent`` for a person's kernel left as it is).
+    ``started`` is when the trouble was first seen (the first interrupt), for
+    :attr:`Recovery.seconds`. A kernel simagent does not own is restarted only if the
+    person agrees (:func:`consents`), and never replayed into; without consent the climb
+    stops here: ``declined``, kernel untouched.
     """
     t0 = started if started is not None else time.monotonic()
-    rec = Recovery(trigger, reason, steps=list(steps or []), lineage=kernel.lineage,
-                   attached=not kernel.owned)
-    if not kernel.owned and not kernel.may_restart(reason or trigger):
+    was = kernel.status()
+    rec = Recovery(trigger, reason, steps=list(steps or []), lineage=was.lineage,
+                   attached=not was.owned)
+    if not was.owned and not consents(kernel, reason or trigger):
         rec.declined = True
         rec.survived = trigger not in ("died", "frozen")  # a live kernel keeps its state
         rec.seconds = time.monotonic() - t0
-        kernel.awaiting_consent = kernel.last_recovery = rec
         return rec
     t = time.monotonic()
     rec.restarted = True
     try:
         kernel.respawn()  # starts the kernel if there is none
     except Exception as exc:  # an attached kernel whose manager did not bring it back
-        if kernel.owned:
+        if was.owned:
             raise
         rec.restarted, rec.not_back = False, str(exc)
         rec.survived = kernel.state != "dead"  # still running the cell that held it
-        if rec.survived:
-            kernel.awaiting_consent = rec  # cells wait until it answers again
         rec.seconds = time.monotonic() - t0
-        kernel.last_recovery = rec
         return rec
     rec.restart_s = time.monotonic() - t
     kernel.state = "restarting"
     try:
-        if kernel.owned:
+        if was.owned:
             replay(kernel, rec)
     finally:
-        kernel.state = "idle" if kernel.is_alive() else "dead"
+        kernel.state = "idle" if kernel.status().alive else "dead"
     rec.survived = kernel.state == "idle"
-    rec.names = names_back(kernel.probe(None)) if rec.survived else []
+    rec.names = names_back(kernel.probe_state(None)) if rec.survived else []
     rec.seconds = time.monotonic() - t0
-    kernel.last_recovery = rec
     return rec

@@ -75,7 +75,8 @@ class KernelBase:
         self.state: KernelState = "stopped"
         self.death_reason = ""
         self._link: OwnedLink | AttachedLink | memory.MemoryLink | None = None
-        self.lock = threading.Lock()
+        #: one runner of code at a time; re-entrant for the ladder (``recoverable.py``)
+        self.lock = threading.RLock()
         self._interrupt_at: float | None = None
         self._last_sigint = 0.0
         self._control_interrupt = False  # an attached kernel's interrupt, sent by _wait
@@ -283,16 +284,6 @@ class KernelBase:
         self._drain()
         self._ready()
         return time.perf_counter() - t0
-
-    def may_restart(self, reason: str) -> bool:
-        """Restart allowed? Always for simagent's own kernel; for an attached one, the
-        person's answer to ``consent`` (no one to ask: no)."""
-        if self.owned:
-            return True
-        try:
-            return bool(self.consent and self.consent(reason))
-        except Exception:  # a front end that cannot ask has not been answered yes
-            return False
 
     def _install_helpers(self) -> None:
         """``_out`` and figure summaries in a kernel that did not start with them

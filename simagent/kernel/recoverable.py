@@ -1,82 +1,54 @@
-"""What the recovery ladder may do to a kernel: the one interface between the two.
+"""What the recovery ladder may do to a kernel: the port, and four things more.
 
 The ladder (:mod:`simagent.kernel.ladder`) climbs the same steps for a kernel simagent
-started and for one it attached to (:mod:`simagent.kernel.attach`), so it must not know
-which class it drives nor reach into private state: it did (``Kernel._poll``,
-``_probe``, ``_reply`` and the supervisor's ``_death_reason``), which made ladder and
-supervisor import each other. This protocol names each operation the ladder uses, and
-``owned`` says whether it may restart the kernel at all (an attached kernel is the
-person's: the ladder asks through :meth:`Recoverable.may_restart` first).
+started, for the person's kernel it attached to and for the in-memory stand-in, so it must
+not know which it drives nor reach into the supervisor's state. It used to take a wide
+``Recoverable`` (fifteen attributes, thirteen methods: the session's folders, the death
+bookkeeping, the jupyter client, poll and reply...). Now it takes what every layer above
+takes, a :class:`~simagent.kernel.port.KernelPort` (``status()`` says whether the kernel is
+simagent's, its lineage, whether it is alive; ``consent`` asks the person; ``state`` is
+what the ladder sets while it restarts; ``probe_state`` reads the names back), plus the
+four members of :class:`LadderKernel`, which only a restart and a replay need. The rest
+goes in as plain values (a client and a pid for an interrupt step) or stays with the
+supervisor: telling a dead or frozen kernel (``Kernel._lost``, ``Kernel._silent_death``)
+and keeping what a climb said (``last_recovery``, ``awaiting_consent``).
+``tests/test_kernel_port.py`` counts the four.
 """
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
-from typing import Any, Protocol
+from contextlib import AbstractContextManager
+from typing import Protocol, runtime_checkable
 
-from simagent.kernel.replay import ReplayBudget
-from simagent.paths import SessionPaths
+from simagent.kernel.port import KernelPort
+from simagent.kernel.replay import ReplaySource
 
 
-class Recoverable(Protocol):
-    """A supervised kernel, as the recovery ladder sees it."""
+@runtime_checkable
+class LadderKernel(KernelPort, Protocol):
+    """A supervised kernel, as the recovery ladder sees it (see the module docstring)."""
 
-    paths: SessionPaths
-    cwd: Path
-    state: str
-    death_reason: str
-    #: what found the kernel dead while a cell ran: ``died`` or ``frozen``
-    death_trigger: str
-    heartbeat_grace_s: float
-    replay_budget: ReplayBudget
-    lineage: int
-    last_recovery: Any
-    #: a recovery the person did not agree to (an attached kernel), until it answers
-    awaiting_consent: Any
-    #: True while a recovery replays cells; ``replay_abort`` set stops the replay
-    replaying: bool
-    replay_abort: threading.Event
-    #: held by whoever runs code in the kernel (one at a time)
-    lock: threading.Lock
-
-    @property
-    def owned(self) -> bool:
-        """Whether simagent started this kernel (and so may restart or kill it)."""
-
-    @property
-    def client(self) -> Any:
-        """The jupyter_client ``BlockingKernelClient`` talking to the kernel."""
-
-    @property
-    def pid(self) -> int | None:
-        """The kernel's process id where simagent knows it (its own kernel)."""
-
-    def is_alive(self) -> bool: ...
-
-    def heartbeat_ok(self) -> bool: ...
-
-    def exit_reason(self) -> str:
-        """Why the kernel is gone, in words (signal, exit code, silence)."""
-
-    def poll(self, msg_id: str) -> tuple[bool, dict | None]:
-        """One poll interval on iopub: (anything arrived, the message if ``msg_id``'s)."""
-
-    def reply(self, msg_id: str) -> dict:
-        """The shell reply to ``msg_id`` (bounded wait; ``{}`` when none came)."""
-
-    def probe(self, registry: list[dict[str, Any]] | None) -> dict[str, Any] | None:
-        """A state probe for a caller that holds ``lock``."""
+    #: what a replay reads and may spend (the records, the backup folder, the workspace,
+    #: the budget): plain values the supervisor was built with
+    replay_source: ReplaySource
 
     def respawn(self) -> float:
-        """Restart the kernel process (state lost, lineage kept); seconds it took."""
+        """Restart the kernel's process, state lost and lineage kept: the ladder's
+        restart, where the port's ``restart`` is ``/reset``'s (a new lineage, nothing
+        replayed). Starts one if there is none; an attached kernel is restarted by its
+        manager (:class:`~simagent.kernel.port.KernelStartError` when it does not come
+        back). Seconds it took."""
 
-    def interrupt_process(self) -> None:
-        """Interrupt whatever the kernel runs (signal, or control channel)."""
+    def run_quiet(self, code: str, timeout: float,
+                  stop: threading.Event | None = None) -> tuple[str, str]:
+        """Run ``code`` with its output discarded, no history entry and no ``_out``
+        number: how a replay re-runs a cell (inside :meth:`hold_for_replay`). Past
+        ``timeout``, or once ``stop`` is set, the cell is interrupted. Returns (status,
+        error): ``ok``, ``error``, ``stopped``, ``wedged`` (it did not stop) or ``died``."""
 
-    def kill_process(self) -> None:
-        """SIGKILL the kernel's process group (an owned kernel only; else nothing)."""
-
-    def may_restart(self, reason: str) -> bool:
-        """Whether the kernel may be restarted: always for an owned one; for an attached
-        one, the person's answer (False where no one can be asked)."""
+    def hold_for_replay(self) -> AbstractContextManager[threading.Event]:
+        """Hold the kernel for quiet cells, so no other cell runs in between (its lock,
+        re-entrant: a climb already holds it, and ``probe_state`` takes it again to read
+        the names back); meanwhile the port's ``interrupt`` (ctrl+C) stops the replay
+        instead of a cell, by setting the event this yields (cleared on entry)."""

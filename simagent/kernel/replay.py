@@ -51,7 +51,7 @@ from typing import Any
 
 from simagent.config import Config, ConfigError
 from simagent.kernel_api import effects as fx
-from simagent.paths import write_private
+from simagent.paths import SessionPaths, write_private
 
 #: Default per-cell limit: a cell that took longer is listed, not replayed.
 REPLAY_CELL_S = 60.0
@@ -97,6 +97,18 @@ class ReplayBudget:
     cell_s: float = REPLAY_CELL_S
     total_s: float = REPLAY_TOTAL_S
     enabled: bool = True
+
+
+@dataclass(frozen=True)
+class ReplaySource:
+    """What a replay reads and may spend, as plain values (the recovery ladder gets them
+    from ``LadderKernel.replay_source``): the session's folders (the execution records,
+    and where files a replay rewrites are backed up), the workspace the cells ran in, and
+    the budget."""
+
+    paths: SessionPaths
+    cwd: Path
+    budget: ReplayBudget
 
 
 @dataclass(frozen=True)

@@ -33,16 +33,26 @@ from __future__ import annotations
 import ast
 import json
 import queue
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from simagent.kernel import env_secrets, ladder
 from simagent.kernel.capture import Capture, OnOutput
 from simagent.kernel.cell_end import IDLE_LOST_NOTICE, CellEnd
 from simagent.kernel.connection import GONE
-from simagent.kernel.ladder import INTERRUPT_RESEND_S, INTERRUPT_STEPS, Recovery
+from simagent.kernel.ladder import (
+    INTERRUPT_RESEND_S,
+    INTERRUPT_STEPS,
+    KILL_WAIT_S,
+    REPLAY_STOP_S,
+    Recovery,
+)
 from simagent.kernel.lifecycle import KernelBase, KernelState
 from simagent.kernel.port import KernelStartError
+from simagent.kernel.replay import ReplaySource
 from simagent.kernel.result import ExecResult
 from simagent.kernel_api import effects
 from simagent.kernel_api.outputs import RecordFile, raw_name
@@ -68,7 +78,7 @@ class Kernel(KernelBase):
         in a new process this brings back the state the previous one built."""
         with self.lock:  # what the person's names were, to say any a replay misses
             before = ladder.names_back(self.probe(None)) if self.owned else []
-            rec = ladder.recover(self, "restore", "")
+            rec = self._recover("restore", "")
             back = set(rec.names)
             rec.lost = [n for n in before if n not in back] if rec.survived else []
             return rec
@@ -137,20 +147,116 @@ class Kernel(KernelBase):
         else:  # a control-channel message, sent by the waiting thread (sockets are not
             self._control_interrupt = True  # thread-safe)
 
-    def interrupt_process(self) -> None:
-        """Interrupt whatever the kernel runs now (the ladder's replay; caller's thread)."""
-        self._link.interrupt()
-
-    def kill_process(self) -> None:
-        """SIGKILL simagent's own kernel (a frozen one); nothing for an attached one."""
-        self._link.kill()
-
     def _escalate(self, since: float) -> None:
         """Run the interrupt steps whose time has come (``since`` the first SIGINT)."""
         done = {s["step"] for s in self._steps}
         for step, at in INTERRUPT_STEPS if self.owned else ():  # the person's processes
             if step not in done and since >= at * self.interrupt_grace_s:
-                self._steps.append(ladder.escalate(self, step, since))
+                self._steps.append(ladder.escalate(step, since, self.client, self.pid))
+
+    # ---------------------------------------------------------- the ladder's
+    def _recover(self, trigger: str, reason: str, **kw: Any) -> Recovery:
+        """Climb the ladder (:func:`ladder.recover`, the caller holds the lock) and keep
+        what it says: the latest climb (the state card's), and a person's kernel left as
+        it is (not allowed, or restarted and not back while it still runs the cell) in
+        ``awaiting_consent``: cells are refused until it answers again."""
+        rec = ladder.recover(self, trigger, reason, **kw)
+        if rec.attached and not rec.restarted and (rec.declined or rec.survived):
+            self.awaiting_consent = rec
+        self.last_recovery = rec
+        return rec
+
+    def _lost(self) -> tuple[str, str] | None:
+        """(trigger, reason) when the idle kernel is dead or frozen, else None (the
+        ladder's step 1, before a cell is sent).
+
+        A frozen process still exists, so the heartbeat tells; a failing heartbeat is
+        confirmed on the control channel (a live idle kernel answers at once; the
+        heartbeat is stale for a second after a restart) before the process is killed
+        (an owned one: an attached kernel is left as it is).
+        """
+        if self.state == "dead":  # found while a cell ran
+            return self.death_trigger, self.death_reason
+        if not self.is_alive():  # died while idle
+            return "died", self.exit_reason()
+        if self.heartbeat_ok():
+            return None
+        if ladder.control_request(self.client, "kernel_info_request", self.heartbeat_grace_s):
+            return None
+        self._kill_frozen()
+        return "frozen", ladder.frozen_reason(self.heartbeat_grace_s, self.owned)
+
+    def _kill_frozen(self) -> None:
+        """SIGKILL a frozen kernel's process group (works on a stopped process) and wait
+        up to :data:`ladder.KILL_WAIT_S`; never a kernel simagent does not own."""
+        if not self.owned:
+            return
+        self._link.kill()
+        deadline = time.monotonic() + KILL_WAIT_S
+        while self.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    @property
+    def replay_source(self) -> ReplaySource:
+        """What a replay reads and may spend (:class:`ReplaySource`)."""
+        return ReplaySource(self.paths, self.cwd, self.replay_budget)
+
+    @contextmanager
+    def hold_for_replay(self) -> Iterator[threading.Event]:
+        """Hold the kernel (its lock) while the ladder runs cells quietly; meanwhile
+        :meth:`interrupt` stops the replay instead of a cell, by setting the event yielded
+        (cleared here first)."""
+        with self.lock:
+            self.replay_abort.clear()
+            self.replaying = True
+            try:
+                yield self.replay_abort
+            finally:
+                self.replaying = False
+
+    def run_quiet(self, code: str, timeout: float,
+                  stop: threading.Event | None = None) -> tuple[str, str]:
+        """Run ``code`` with its output discarded and no history entry or ``_out`` number
+        (a replayed cell; the caller holds the lock).
+
+        Returns (status, error): ``ok``, ``error``, ``stopped`` (ran past ``timeout`` or
+        ``stop`` was set, and it stopped), ``wedged`` (it did not stop within
+        :data:`ladder.REPLAY_STOP_S` of its interrupt) or ``died``.
+        """
+        kc = self.client
+        msg_id = kc.execute(code, silent=False, store_history=False, allow_stdin=False)
+        deadline = time.monotonic() + timeout
+        stop_at: float | None = None
+        error = ""
+        end = CellEnd(kc, msg_id)
+        while True:
+            arrived, msg = self.poll(msg_id)
+            now = time.monotonic()
+            if msg is not None:
+                if end.saw(msg, now):
+                    break
+                if msg["msg_type"] == "error":
+                    c = msg["content"]
+                    error = f"{c.get('ename', 'Error')}: {c.get('evalue', '')}"[:300]
+            if end.over_without_idle(now):
+                break
+            if not arrived and not self.is_alive():
+                return "died", "the kernel died while replaying it"
+            if end.reply is not None:  # the cell is over; only its idle status is awaited
+                continue
+            if stop_at is None and (now > deadline or (stop is not None and stop.is_set())):
+                stop_at = now
+                self._link.interrupt()
+            elif stop_at is not None and now - stop_at > REPLAY_STOP_S:
+                return "wedged", f"did not stop within {REPLAY_STOP_S:g} s of an interrupt"
+        reply = end.reply if end.reply is not None else self.reply(msg_id)
+        if stop_at is not None:
+            return "stopped", ("the user interrupted the replay"
+                               if stop is not None and stop.is_set()
+                               else f"ran past its {timeout:g} s replay limit")
+        if error or reply.get("status", "ok") != "ok":
+            return "error", error or str(reply.get("status"))
+        return "ok", ""
 
     # --------------------------------------------------------------- execute
     def execute(self, code: str, on_output: OnOutput | None = None,
@@ -166,9 +272,9 @@ class Kernel(KernelBase):
                 self.start()
             elif self.awaiting_consent is not None and not self._answers_again():
                 held = self.awaiting_consent
-                recovery = ladder.recover(self, held.trigger, held.reason)  # asks again
-            elif (lost := ladder.diagnose(self)) is not None:
-                recovery = ladder.recover(self, *lost)
+                recovery = self._recover(held.trigger, held.reason)  # asks again
+            elif (lost := self._lost()) is not None:
+                recovery = self._recover(*lost)
             if recovery is not None and recovery.declined:  # it never ran: no result
                 return ExecResult(status=NOT_RUN, state_lost=not recovery.survived,
                                   notice="not run: " + recovery.message(),
@@ -289,8 +395,8 @@ class Kernel(KernelBase):
                       state_lost: bool, timed_out: bool) -> ExecResult:
         """The cell did not stop within the grace after its interrupt: the recovery
         ladder's result (a declined restart leaves it running in the person's kernel)."""
-        rec = ladder.recover(
-            self, "unresponsive", f"the cell did not stop within "
+        rec = self._recover(
+            "unresponsive", f"the cell did not stop within "
             f"{self.interrupt_grace_s:g} s of the interrupt",
             steps=self._steps, started=self._interrupt_at)
         result = cap.result(
@@ -309,7 +415,7 @@ class Kernel(KernelBase):
             return self._died(cap, now - t0, "died")
         if self._hb_silent_s(now) < self.heartbeat_grace_s:
             return None
-        ladder.kill_frozen(self)
+        self._kill_frozen()
         self.death_reason = (
             f"the kernel process stopped answering its heartbeat for "
             f"{self.heartbeat_grace_s:g} s (frozen: stopped or wedged) and "
