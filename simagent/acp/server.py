@@ -22,12 +22,24 @@ import sys
 import threading
 from typing import Any, NoReturn
 
-from acp import run_agent
+from acp import RequestError, run_agent
 
 from simagent.acp.agent import AcpOptions, SimagentAgent, say
 
 #: The largest line the reader takes (an image pasted into a prompt is one line).
 LINE_LIMIT = 50 * 1024 * 1024
+
+
+class _OneLine(logging.Filter):
+    """The SDK logs a traceback for each error a handler raises on purpose (an unknown
+    session, a busy one); the client got the error, so stderr gets one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, RequestError):
+            record.msg, record.args = f"answered with error {exc.code}: {exc}", ()
+            record.exc_info, record.levelno, record.levelname = None, logging.INFO, "INFO"
+        return True
 
 
 class _Out(asyncio.streams.FlowControlMixin, asyncio.Protocol):
@@ -130,6 +142,8 @@ def serve(opts: AcpOptions) -> NoReturn:
     before it sends SIGTERM to an agent whose stdin it closed."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="simagent acp: %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_OneLine())
     asyncio.run(_serve(SimagentAgent(opts)))
     atexit._run_exitfuncs()
     logging.shutdown()
