@@ -13,6 +13,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from acp.schema import AvailableCommand, AvailableCommandInput, UnstructuredCommandInput
@@ -138,8 +139,10 @@ def _notebook(ctx: Context, arg: str) -> str:
     from simagent.notebooks.export import ExportError, export  # nbformat: /notebook only
 
     s = ctx.session
+    # a relative path means the workspace: this process's own folder is the client's choice
+    output = Path(s.workspace, Path(arg).expanduser()) if arg else None
     try:
-        _, _, message = export(s.paths.root, arg or None, s.workspace)
+        _, _, message = export(s.paths.root, output, s.workspace)
     except ExportError as exc:
         return f"/notebook: {exc}"
     return message
