@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -269,6 +270,39 @@ def test_bad_input_gets_one_clear_error_each_and_the_agent_stays_up(tmp_path, wo
         assert (await answer())["id"] == 9  # still up
         proc.stdin.close()
         assert await asyncio.wait_for(proc.wait(), WAIT_S) == 0
+
+    run(main())
+
+
+def test_jupyterlabs_sigint_and_sigterm_mid_cell_close_the_session_within_its_5_s(
+        tmp_path, workspace):
+    """JupyterLab closes a chat's agent with SIGINT and SIGTERM together and SIGKILLs it
+    5 s later: the agent stops the turn, closes the session in its trace and exits 0
+    before that."""
+    model = script(tmp_path, [
+        {"tool": "run_python", "args": {"code": "import time\ntime.sleep(60)"}},
+        {"final": "never"}])
+
+    async def main() -> None:
+        client = Recorder()
+        async with await start(client, model, "--approval", "auto") as (conn, proc):
+            await init(conn)
+            sid = (await asyncio.wait_for(conn.new_session(cwd=str(workspace),
+                                                           mcp_servers=[]), WAIT_S)).session_id
+            going = asyncio.create_task(prompt(conn, sid, "sleep"))
+            await client.wait_for(lambda k, u: k == "tool_call_update"
+                                  and u.status == "in_progress")
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 5.0) == 0
+            print(f"\nexit {time.monotonic() - t0:.2f} s after SIGINT+SIGTERM")
+            going.cancel()
+        trace = TraceLog(SessionPaths.for_session(workspace, sid).trace, readonly=True)
+        try:
+            assert trace.events(["session_end"]), "the session was not closed"
+        finally:
+            trace.close()
 
     run(main())
 

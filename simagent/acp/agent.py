@@ -66,8 +66,10 @@ KERNEL_META = "simagent.kernel"
 JUPYTER_NOTE = "System note: When creating or editing Jupyter notebooks"
 OWN_KERNEL = "no notebook kernel named; simagent started its own."
 #: How long closing waits for a running turn to stop after its cancel (the kernel's own
-#: interrupt ladder is bounded by its grace period; this bounds the rest).
+#: interrupt ladder is bounded by its grace period; this bounds the rest), and after a
+#: signal: JupyterLab sends SIGINT and SIGTERM when its chat closes and SIGKILL 5 s later.
 CLOSE_WAIT_S = 30.0
+SIGNAL_WAIT_S = 2.5
 FRONT_END = "acp"
 
 
@@ -546,26 +548,27 @@ class SimagentAgent(acp.Agent):
             self._gone = True
 
     # ---------------------------------------------------------------- close
-    def close(self) -> None:
+    def close(self, *, signalled: bool = False) -> None:
         """The client has gone (stdin closed, or a signal): cancel running turns (their
-        cells are interrupted, state kept), wait for them (bounded), then close every
-        session: trace and checkpoints stay, owned kernels stop, attached ones run on."""
+        cells are interrupted, state kept), wait for them (bounded; after a signal
+        briefly, without waiting for the cell), then close every session: trace and
+        checkpoints stay, owned kernels stop, attached ones run on."""
         for live in self.live.values():
             if live.busy or (live.worker is not None and live.worker.is_alive()):
                 live.cancelled = True
                 with contextlib.suppress(Exception):
-                    live.runner.cancel()
-        deadline = time.monotonic() + CLOSE_WAIT_S
+                    live.runner.cancel(force=signalled)
+        deadline = time.monotonic() + (SIGNAL_WAIT_S if signalled else CLOSE_WAIT_S)
         for live in self.live.values():
             if live.worker is not None:
                 live.worker.join(timeout=max(0.0, deadline - time.monotonic()))
                 if live.worker.is_alive():
                     with contextlib.suppress(Exception):
                         live.runner.cancel(force=True)
-                    live.worker.join(timeout=5.0)
+                    live.worker.join(timeout=1.0 if signalled else 5.0)
         for live in list(self.live.values()):
             try:
-                live.session.close("client gone")
+                live.session.close_unused()
             except Exception as exc:
                 say(f"session {live.session.id}: close failed: {exc}")
             else:

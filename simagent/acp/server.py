@@ -109,23 +109,29 @@ async def _serve(agent: SimagentAgent) -> None:
     loop = asyncio.get_running_loop()
     reader, writer = await _streams()
     main = loop.create_task(run_agent(agent, writer, reader))
+    signalled: list[int] = []
+
+    def stop(sig: int) -> None:
+        signalled.append(sig)
+        main.cancel()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, main.cancel)
+        loop.add_signal_handler(sig, stop, sig)
     with contextlib.suppress(asyncio.CancelledError):
         await main
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.remove_signal_handler(sig)
-    await _close_off_loop(agent)
+    # the handlers stay: JupyterLab sends SIGINT then SIGTERM, and the second must not
+    # end the process before its sessions are closed
+    await _close_off_loop(agent, bool(signalled))
 
 
-async def _close_off_loop(agent: SimagentAgent) -> None:
+async def _close_off_loop(agent: SimagentAgent, signalled: bool) -> None:
     """Close on a thread, so the loop (and a turn's last sends) keep moving meanwhile."""
     done = asyncio.Event()
     loop = asyncio.get_running_loop()
 
     def work() -> None:
         try:
-            agent.close()
+            agent.close(signalled=signalled)
         finally:
             loop.call_soon_threadsafe(done.set)
 
