@@ -172,6 +172,7 @@ def test_live_output_sends_a_paced_tail(tmp_path: Path) -> None:
     (later,) = wire(turn.on_event(ToolOutput("c", "stdout", lines)))
     text = later["content"][0]["content"]["text"]
     assert text.endswith("step 499") and "step 1\n" not in text and len(text) <= 4_000
+    assert turn.flush() == []  # everything printed was sent
     clock.now += OUTPUT_EVERY_S * 1.5
     (bar,) = wire(turn.on_event(ToolOutput("c", "stderr", "10%\r50%\r100%")))
     assert bar["content"][0]["content"]["text"].endswith("step 499\n100%")  # redrawn in place
@@ -283,3 +284,33 @@ def test_a_real_turn_streams_a_figure_as_an_image_and_meta(workspace: Path) -> N
         assert "cost_usd" in meta  # None: the scripted model has no price
     finally:
         session.close()
+
+
+def test_flush_sends_output_held_back_by_the_pace(tmp_path: Path) -> None:
+    """A cell that prints twice quickly and then computes quietly shows its last line
+    while it computes, not only when it ends."""
+    clock = Clock()
+    turn = TurnUpdates(tmp_path, clock=clock)
+    turn.on_event(ToolStarted("c", "run_python", {"code": "fit()"}))
+    assert len(turn.on_event(ToolOutput("c", "stdout", "loading\n"))) == 1
+    assert turn.on_event(ToolOutput("c", "stdout", "fitting 120 curves\n")) == []
+    assert turn.flush() == []  # too soon still
+    clock.now += OUTPUT_EVERY_S * 1.5
+    (held,) = wire(turn.flush())
+    assert held["toolCallId"] == "c" and held["status"] == "in_progress"
+    assert held["content"][0]["content"]["text"] == "loading\nfitting 120 curves"
+    clock.now += OUTPUT_EVERY_S * 1.5
+    assert turn.flush() == []  # nothing new
+
+
+def test_a_rejected_call_ends_failed_and_an_approved_one_runs(tmp_path: Path) -> None:
+    turn = TurnUpdates(tmp_path)
+    turn.on_event(ToolRequested("a", "run_python", {"code": "rm()"}))
+    turn.on_event(ToolRequested("b", "run_python", {"code": "ok()"}))
+    assert turn.pending_id("run_python", {"code": "rm()"}) == "a"
+    (rejected,) = wire(turn.decided("a", {"type": "reject"}))
+    assert rejected["status"] == "failed" and rejected["rawOutput"] == {"outcome": "rejected"}
+    assert turn.decided("b", {"type": "approve"}) == []
+    assert turn.open_ids() == ["b"]
+    turn.on_event(ToolStarted("b", "run_python", {"code": "ok()"}))
+    assert turn.pending_id("run_python", {"code": "ok()"}) is None  # running, not waiting

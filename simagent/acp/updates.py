@@ -199,6 +199,7 @@ class _Call:
     err: TerminalBuffer = field(default_factory=lambda: TerminalBuffer(
         max_chars=OUTPUT_TAIL_CHARS * 4, max_rows=OUTPUT_TAIL_ROWS * 4))
     sent_at: float | None = None
+    unsent: bool = False  # output came since the last send
     started: bool = False
     finished: bool = False
 
@@ -265,6 +266,29 @@ class TurnUpdates:
                 return call_id
         return None
 
+    def decided(self, call_id: str, decision: dict[str, Any]) -> list[Update]:
+        """The card of a call the person rejected ends now (``failed``): the graph answers
+        a rejection itself, with no tool run and no event; an approved call goes on to
+        its ``ToolStarted``."""
+        call = self.calls.get(call_id)
+        if call is None or call.finished or decision.get("type") != "reject":
+            return []
+        call.finished = True
+        return [update_tool_call(call_id, status="failed", content=[tool_content(text_block(
+            "rejected: not run"))], raw_output={"outcome": "rejected"})]
+
+    def flush(self) -> list[Update]:
+        """The running output not sent yet because it came too soon after the last send:
+        the runtime calls this now and then (every :data:`OUTPUT_EVERY_S` or so) while a
+        turn runs, so a cell that prints and then computes quietly shows its last line."""
+        now = self.clock()
+        found = []
+        for call_id, call in self.calls.items():
+            if call.unsent and not call.finished and (
+                    call.sent_at is None or now - call.sent_at >= OUTPUT_EVERY_S):
+                found += self._send_tail(call_id, call, now)
+        return found
+
     def open_ids(self) -> list[str]:
         """Calls announced and not finished (the runtime closes them when a turn ends)."""
         return [i for i, c in self.calls.items() if not c.finished]
@@ -329,14 +353,19 @@ class TurnUpdates:
             call.out.feed(event.text)
         elif event.kind == "display" and event.text:
             call.out.feed(f"[display] {event.text.strip()}\n")
+        call.unsent = True
         now = self.clock()
         if call.sent_at is not None and now - call.sent_at < OUTPUT_EVERY_S:
-            return []  # the next output, or the result, carries it
-        call.sent_at = now
+            return []  # the next output, flush() or the result carries it
+        return self._send_tail(event.id, call, now)
+
+    @staticmethod
+    def _send_tail(call_id: str, call: _Call, now: float) -> list[Update]:
+        call.sent_at, call.unsent = now, False
         tail = call.tail()
         if not tail:
             return []
-        return [update_tool_call(event.id, status="in_progress",
+        return [update_tool_call(call_id, status="in_progress",
                                  content=[tool_content(text_block(tail))])]
 
     def _tool_end(self, event: ToolFinished) -> list[Update]:
