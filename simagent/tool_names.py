@@ -10,6 +10,9 @@ REMEMBER = "remember"
 VIEW_FIGURE = "view_figure"
 RECORD_ATTEMPT = "record_attempt"
 RECALL = "recall"
+#: deepagents' own tools that front ends draw apart: a subagent run, the todo list.
+TASK = "task"
+WRITE_TODOS = "write_todos"
 
 #: Tools whose results arrive already capped by the tool (``run_python``'s text names its
 #: raw output and ``_out[n]``): the context layer's per-tool cap leaves them as they are.

@@ -27,7 +27,6 @@ from acp import (
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from simagent.acp.updates import (
-    TODOS_TOOL,
     Update,
     figure_blocks,
     locations,
@@ -37,6 +36,7 @@ from simagent.acp.updates import (
 )
 from simagent.context.counting import SUMMARY_SOURCES
 from simagent.outcomes import outcome_of
+from simagent.tool_names import WRITE_TODOS
 
 #: Said where a compaction's summary stands in for the turns before it.
 SUMMARY_LINE = "~ context: earlier turns are summarized here (the model holds the summary)\n"
@@ -83,7 +83,7 @@ def replay_updates(messages: Sequence[BaseMessage], workspace: Path) -> list[Upd
 
 def _finished(call: dict[str, Any], msg: ToolMessage, workspace: Path) -> list[Update]:
     name, args = str(call.get("name") or msg.name or "?"), dict(call.get("args") or {})
-    if name == TODOS_TOOL:
+    if name == WRITE_TODOS:
         plan = plan_update(args)
         return [plan] if plan is not None else []
     artifact = msg.artifact if isinstance(msg.artifact, dict) else {}

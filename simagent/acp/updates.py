@@ -66,7 +66,7 @@ from simagent.kernel_api.figures import parse_captions
 from simagent.outcomes import outcome_of
 from simagent.presentation.notices import GUARD_NOTICES, context_line, one_line
 from simagent.presentation.previews import DIFF_TOOLS, action_preview, edited, file_now
-from simagent.tool_names import RESET_KERNEL, RUN_PYTHON, VIEW_FIGURE
+from simagent.tool_names import RESET_KERNEL, RUN_PYTHON, TASK, VIEW_FIGURE, WRITE_TODOS
 from simagent.trace.redact import redact
 
 #: ACP tool kind of each of simagent's and deepagents' tools; any other tool (an MCP
@@ -76,10 +76,8 @@ TOOL_KINDS: dict[str, str] = {
     "read_file": "read", "ls": "read", VIEW_FIGURE: "read",
     "glob": "search", "grep": "search", "recall": "search", "find_tools": "search",
     "write_file": "edit", "edit_file": "edit", "delete": "delete",
-    "task": "think", "write_todos": "think",
+    TASK: "think", WRITE_TODOS: "think",
 }
-TASK_TOOL = "task"  # deepagents' subagent tool
-TODOS_TOOL = "write_todos"
 #: How often a running call's output is sent again (seconds), and how much of its tail.
 OUTPUT_EVERY_S = 0.3
 OUTPUT_TAIL_ROWS = 40
@@ -102,7 +100,7 @@ def title(name: str, args: dict[str, Any], agent: str = "main") -> str:
     """A card's one-line title: ``run_python: import numpy as np``, ``task → explorer:
     find the solver``; a subagent's own calls carry its name in brackets."""
     who = f"[{agent}] " if agent and agent != "main" else ""
-    if name == TASK_TOOL:
+    if name == TASK:
         what = str(args.get("description") or "").split("\n")[0][:80]
         return f"{who}task → {args.get('subagent_type') or 'subagent'}: {what}".rstrip(": ")
     if name in confine.PATH_ARGS:  # the file, and what a search looks for
@@ -312,7 +310,7 @@ class TurnUpdates:
         if call is not None and call.finished:
             call = None  # a provider reused an ended call's id: a new card
         args = dict(event.args) or (call.args if call else {})
-        if event.name == TODOS_TOOL:
+        if event.name == WRITE_TODOS:
             first = call is None
             self.calls[event.id] = call or _Call(event.name, args, event.agent)
             self.calls[event.id].started |= started
@@ -375,7 +373,7 @@ class TurnUpdates:
             call = self.calls[event.id] = _Call(event.name, {}, event.agent)
         assert call is not None
         call.finished = True
-        if event.name == TODOS_TOOL and not fresh:
+        if event.name == WRITE_TODOS and not fresh:
             return []  # shown as the plan
         outcome = event.outcome or outcome_of(event.status)
         status = "completed" if outcome == "ok" else "failed"
