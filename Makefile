@@ -11,7 +11,7 @@ LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 WHEEL_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/simagent/wheels
 LLAMA_WHEELS  := $(WHEEL_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_CMAKE)' | sha256sum | cut -c1-12)
 
-.PHONY: install run test test-fast test-slow test-real lint docs bench-kernel bench-cli bench-live bench-faults bench-attacks mutate clean llama-wheel
+.PHONY: install run test test-fast test-slow test-real test-browser lint docs bench-kernel bench-cli bench-live bench-faults bench-attacks mutate clean llama-wheel
 
 install: $(STAMP)
 
@@ -48,15 +48,33 @@ run: $(STAMP)
 # (signals, C-level output, a kernel's death, effects, attaching) and one end-to-end run
 # per claim. Two workers (pytest-xdist): the slow and real tests wait on processes.
 test-fast: $(STAMP)
-	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "not real and not slow"
+	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "not real and not slow and not browser"
 
 test-slow: $(STAMP)
-	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "slow and not real"
+	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "slow and not real and not browser"
 
 test-real: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m real
+	$(PY) -m pytest -q -n 2 -m "real and not browser"
 
 test: test-fast test-slow test-real
+
+# simagent in JupyterLab's chat in a real browser (issue 39; tests/browser/, marker
+# `browser`, which the three groups above leave out): JupyterLab with jupyter-ai and the
+# persona on loopback, Debian's Chromium driven by Playwright. Installs what is missing:
+# the jupyter extra and Playwright into the venv (Playwright's own browser download is not
+# used), and chromium with apt-get (as root; otherwise it says what to run). Prints the
+# prompt-to-first-text latency and writes docs/images/jupyterlab-chat.png. About a minute.
+PLAYWRIGHT := playwright==1.65.2
+test-browser: $(STAMP)
+	@$(PY) -c 'import jupyter_ai_acp_client, playwright' 2>/dev/null || \
+	  $(PY) -m pip install -q -e ".[jupyter]" "$(PLAYWRIGHT)"
+	@test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; \
+	  else \
+	    echo "make test-browser needs Debian's chromium at /usr/bin/chromium: run sudo apt-get install chromium" >&2; exit 2; \
+	  fi; }
+	$(PY) -m pytest -q -s -p no:cacheprovider -m browser tests/browser
 
 # Imports run one way (the layers in pyproject.toml's [tool.importlinter]; ARCHITECTURE.md).
 lint: $(STAMP)
