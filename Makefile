@@ -39,6 +39,7 @@ llama-wheel:
 run: $(STAMP)
 	$(VENV)/bin/simagent bench run --out bench-out
 	cp bench-out/summary.md docs/results/bench-summary.md
+	$(VENV)/bin/simagent bench provenance --out docs/results/provenance.md
 
 # Two speeds. test-fast: the tests that take well under a second each with the kernel in
 # memory (SIMAGENT_TEST_KERNEL=memory: simagent/kernel/memory.py) and start no process: the

@@ -161,6 +161,29 @@ def cmd_bench_tool_schemas(args: argparse.Namespace) -> int:
     return exit_codes.OK if result["verdict_unchanged"] else exit_codes.FAILED
 
 
+def cmd_bench_provenance(args: argparse.Namespace) -> int:
+    from simagent.bench.provenance_set import report
+
+    text = report()
+    print(text)
+    if args.out:
+        from pathlib import Path
+
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    return exit_codes.OK
+
+
+def _add_bench_provenance(bench_sub: argparse._SubParsersAction) -> None:
+    prov = bench_sub.add_parser(
+        "provenance", help="the number provenance engine on its labelled set",
+        description="Traces every answer of the labelled set (bench/provenance/: bench "
+                    "sessions' answers, fabricated variants and hand-written traps) and "
+                    "prints precision and recall per label (sourced, derived, input, "
+                    "unsourced, ignored) and every miss.")
+    prov.add_argument("--out", metavar="FILE", help="also write the report to FILE")
+    prov.set_defaults(handler=cmd_bench_provenance)
+
+
 def cmd_bench_list(args: argparse.Namespace) -> int:
     from simagent.bench.workflow import WorkflowError, resolve_workflows
 
@@ -274,8 +297,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCH", required=True,
                                      parser_class=Parser)
     for add in (_add_bench_kernel, _add_bench_cli, _add_bench_faults, _add_bench_attacks,
-                _add_bench_ensemble, _add_bench_counting, _add_bench_tool_schemas, _add_bench_list,
-                _add_bench_run):  # --help's order
+                _add_bench_ensemble, _add_bench_counting, _add_bench_tool_schemas,
+                _add_bench_provenance, _add_bench_list, _add_bench_run):  # --help's order
         add(bench_sub)
 
 

@@ -41,6 +41,7 @@ from simagent.context.provenance.numbers import (
     ignore_reason,
     in_prompt,
     seen_readings,
+    seen_values,
     structure_spans,
     window,
 )
@@ -54,14 +55,30 @@ SOURCED_KINDS = ("output", "tool", "code")
 INPUT = "input"
 #: An excerpt is the source line, cut to about this many characters around the number.
 EXCERPT_CHARS = 160
+#: At most this many places in one source are weighed for one value (a value a log shows
+#: thousands of times is as well placed by its first few).
+PER_SOURCE = 40
+#: Relative difference granted beyond rounding to the shown digits: float noise only.
+#: (The bench's support scorer grants ``numbers.REL_TOL``, an extra digit the output never
+#: printed; in a session with per-step logs that backs many a fabricated figure by chance.)
+REL_TOL = 1e-9
+#: A source of at least this many lines is a log: a value only one of its rows shows
+#: backs nothing (``SourceIndex.find``).
+LOG_LINES = 200
+#: ... and a row of it with at least this many numbers is a log row, not a result line.
+LOG_ROW_NUMBERS = 3
+#: A line is read this many characters either side of a value to weigh its place.
+SHARED_CHARS = 120
 #: Derivations are tried only for an answer with at most this many sourced or input
 #: numbers to combine (pairs grow quadratically; a long table answer has its own sources).
 MAX_OPERANDS = 60
 
 _FENCE = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
 _INLINE = re.compile(r"`[^`\n]+`")
-_VERSION_BEFORE = re.compile(r"(?:\bversion|\bv|\bpython|\brelease|\bnumpy|\bscipy"
-                             r"|\bpandas|\bpy)\s*$", re.I)
+#: Words a version number follows: "version 2.1", "Python 3.11", "FiPy 4.0".
+_VERSION_BEFORE = re.compile(r"(?:\bversion|\bv|\brelease|\bpython|\bnumpy|\bscipy|\bpandas"
+                             r"|\bfipy|\bpybamm|\bsimpy|\bcantera|\base|\bjupyter)\s*\(?$",
+                             re.I)
 _STEP_BEFORE = re.compile(r"(?:^|\n)[ \t#*>-]*(?:step|stage|phase|part|item)\s+$", re.I)
 _YEAR_NEAR = re.compile(r"(?:\bin|\bsince|\buntil|\bby|\bfrom|\bof|\byear|\bet al\.?,?"
                         r"|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?)"
@@ -182,24 +199,52 @@ class SourceIndex:
     def __len__(self) -> int:
         return sum(len(v[0]) for v in self._values)
 
-    def find(self, number: Number) -> tuple[Location, float] | None:
-        """The preferred place showing ``number`` (see the module docstring) and the value
-        shown there, or ``None``."""
-        best: tuple[tuple[Any, ...], Source, float, int, int] | None = None
-        readings = [(abs(v), *window(v, q)) for v, q in number.readings()]
+    def find(self, number: Number,
+             near: Sequence[Number] = ()) -> tuple[Location, float] | None:
+        """The preferred place showing ``number`` and the value shown there, or ``None``.
+
+        Of several, the one whose line also shows most of ``near`` (the answer's other
+        numbers: a table row or summary line the answer reports from, not a per-step log
+        line that shows the value by chance), then the same written digits, the same
+        value, a line with fewer numbers (a result line, not a log row), a cell's output
+        before a tool's result before code, the latest execution.
+        """
+        readings = [(abs(v), *window(v, q, REL_TOL)) for v, q in number.readings()]
+        found: list[tuple[Source, float, int, int]] = []
         for src, (values, spans) in zip(self.sources, self._values, strict=True):
-            rank = (SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
-                    -(src.execution if src.execution is not None else -1))
-            for v, lo, hi in readings:
+            for _v, lo, hi in readings:
                 i = bisect.bisect_left(values, lo)
-                while i < len(values) and values[i] <= hi:
-                    key = (not math.isclose(values[i], v, rel_tol=1e-9), *rank, spans[i][0])
-                    if best is None or key < best[0]:
-                        best = (key, src, values[i], *spans[i])
-                    i += 1
-        if best is None:
+                j = bisect.bisect_right(values, hi, lo=i)
+                found += [(src, values[k], *spans[k]) for k in range(i, min(j, i + PER_SOURCE))]
+        if not found:
             return None
-        _key, src, seen, a, b = best
+        windows = [[window(v, q, REL_TOL) for v, q in n.readings()] for n in near
+                   if _telling(n)]
+        digits = _digits(number.text)
+
+        def key(hit: tuple[Source, float, int, int]) -> tuple[Any, ...]:
+            src, seen, a, b = hit
+            many = len(found) > 1
+            return (-_shared(src.text, a, windows) if many else 0,
+                    _digits(src.text[a:b]) != digits,
+                    not any(math.isclose(seen, v, rel_tol=1e-9) for v, _lo, _hi in readings),
+                    _crowd(src.text, a) if many else 0,
+                    SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
+                    -(src.execution if src.execution is not None else -1), a)
+
+        def chance(hit: tuple[Source, float, int, int]) -> bool:
+            """A value that only a row of a long log shows (a line of several numbers,
+            none of them the answer's other telling numbers): a log of thousands of values
+            holds one that rounds to nearly any figure (measured on the labelled set)."""
+            src, _seen, a, _b = hit
+            return (line_count(src.text) >= LOG_LINES
+                    and _crowd(src.text, a) >= LOG_ROW_NUMBERS
+                    and _shared(src.text, a, windows) == 0)
+
+        found = [h for h in found if not chance(h)]
+        if not found:
+            return None
+        src, seen, a, b = min(found, key=key)
         return locate(src, a, b), seen
 
     def find_input(self, number: Number) -> Location | None:
@@ -208,6 +253,42 @@ class SourceIndex:
             if in_prompt(number, [n]):
                 return locate(src, n.start, n.end)
         return None
+
+
+@functools.lru_cache(maxsize=256)
+def line_count(text: str) -> int:
+    return text.count("\n") + 1
+
+
+def _telling(number: Number) -> bool:
+    """A number specific enough that a line showing it too is telling: three significant
+    digits or more (a ``20`` or a ``0.5`` shows up everywhere)."""
+    return len(_digits(number.text).strip("0")) >= 3
+
+
+def _digits(text: str) -> str:
+    """A number's written digits without sign, unit or grouping: ``-0.00500`` -> ``000500``."""
+    return "".join(c for c in text if c.isdigit())
+
+
+def _line_at(text: str, at: int) -> str:
+    """The line of ``text`` at ``at``, at most :data:`SHARED_CHARS` either side of it (a
+    progress bar's ``\\r`` ends a line too)."""
+    start = max(text.rfind("\n", 0, at), text.rfind("\r", 0, at), at - SHARED_CHARS) + 1
+    ends = [e for e in (text.find("\n", at), text.find("\r", at)) if e >= 0]
+    return text[start:min([*ends, at + SHARED_CHARS])]
+
+
+def _crowd(text: str, at: int) -> int:
+    """How many numbers the line at ``at`` shows."""
+    return sum(1 for _ in seen_values(_line_at(text, at)))
+
+
+def _shared(text: str, at: int, windows: Sequence[Sequence[tuple[float, float]]]) -> int:
+    """How many of the numbers (their ``windows``) the line of ``text`` at ``at`` shows,
+    (:func:`_line_at`)."""
+    values = [abs(v) for v in seen_values(_line_at(text, at))]
+    return sum(any(lo <= v <= hi for v in values for lo, hi in w) for w in windows)
 
 
 @functools.lru_cache(maxsize=256)
@@ -269,13 +350,16 @@ def trace_answer(answer: str, index: SourceIndex) -> Provenance:
     """Every number of ``answer`` with its status (see the module docstring)."""
     spans, code = structure_spans(answer), code_spans(answer)
     found: list[tuple[Number, Traced]] = []
-    for n in extract(answer):
+    numbers = extract(answer)
+    reasons = [claim_exclusion(n, answer, spans, code) for n in numbers]
+    claims = [n for n, r in zip(numbers, reasons, strict=True) if r is None]
+    for n, reason in zip(numbers, reasons, strict=True):
         base = dict(text=n.text, value=n.value, start=n.start, end=n.end)
-        if reason := claim_exclusion(n, answer, spans, code):
+        if reason:
             found.append((n, Traced(**base, status=IGNORED, reason=reason)))
         elif (where := index.find_input(n)) is not None:
             found.append((n, Traced(**base, status="input", source=where, seen=n.value)))
-        elif (hit := index.find(n)) is not None:
+        elif (hit := index.find(n, [m for m in claims if m is not n])) is not None:
             found.append((n, Traced(**base, status="sourced", source=hit[0], seen=hit[1])))
         else:
             found.append((n, Traced(**base, status="unsourced")))
@@ -295,10 +379,15 @@ def _derive(number: Number, traced: Traced,
             operands: Sequence[tuple[Number, Traced]]) -> Traced:
     """``traced`` as derived from two of ``operands`` if one simple operation on them gives
     it within its shown digits; else unchanged."""
-    windows = [window(v, q) for v, q in number.readings()]
+    windows = [window(v, q, REL_TOL) for v, q in number.readings()]
+    unit = _unit(number)
     for i, (na, ta) in enumerate(operands):
         for nb, tb in operands[i + 1:]:
+            if _unit(na) != _unit(nb):
+                continue  # eV against GPa: no operation a reader would do
             for op, value in _operations(na, ta, nb, tb):
+                if unit != (_unit(na) if op in _SAME_UNIT else "") and unit != "%":
+                    continue
                 if any(lo <= abs(value) <= hi for lo, hi in windows):
                     return Traced(traced.text, traced.value, traced.start, traced.end,
                                   "derived", derivation=Derivation(op, (ta.text, tb.text),
@@ -306,13 +395,25 @@ def _derive(number: Number, traced: Traced,
     return traced
 
 
+#: Operations whose result is in the operands' unit; a ratio or percent change has none.
+_SAME_UNIT = ("difference", "sum", "mean")
+_UNIT_AT_END = re.compile(r"(?<=[\d\s])(%|[A-Za-zµμΩ]+(?:\.[A-Za-z]+)?)$")
+
+
+def _unit(number: Number) -> str:
+    """The unit written after a number (``GPa``, ``%``), or ``""``."""
+    m = _UNIT_AT_END.search(number.text)
+    unit = m.group(1) if m else ""
+    return "%" if unit in ("percent", "cent") else unit
+
+
 def _operations(na: Number, ta: Traced, nb: Number,
                 tb: Traced) -> Iterator[tuple[str, float]]:
     """Each simple operation on two operands, on their source values and as written (in
     the written unit and the base unit alike)."""
-    pairs = {(ta.seen or na.value, tb.seen or nb.value), (na.value, nb.value)}
-    pairs |= {(va, vb) for va, _q in na.readings() for vb, _r in nb.readings()}
-    for a, b in pairs:
+    pairs = [(ta.seen or na.value, tb.seen or nb.value), (na.value, nb.value)]
+    pairs += [(va, vb) for va, _q in na.readings() for vb, _r in nb.readings()]
+    for a, b in dict.fromkeys(pairs):
         a, b = abs(a), abs(b)
         yield "difference", a - b
         yield "sum", a + b

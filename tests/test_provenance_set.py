@@ -1,0 +1,36 @@
+"""The labelled set (``bench/provenance/``) and ``simagent bench provenance``: every label
+names a number the engine reads, and the engine keeps its measured figures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simagent.bench.provenance_set import case_sources, evaluate, set_dir, traced_cases
+from simagent.context.provenance.engine import SourceIndex, trace_answer
+
+
+def test_the_hand_written_traps_read_as_labelled():
+    case = set_dir() / "cases" / "hand-traps"
+    numbers = trace_answer((case / "answer.md").read_text(),
+                           SourceIndex(case_sources(case))).numbers
+    labels = [json.loads(line) for line in
+              (set_dir() / "labelled.jsonl").read_text().splitlines()
+              if '"hand-traps"' in line]
+    got = {(lab["text"], numbers[lab["index"]].status) for lab in labels}
+    want = {(lab["text"], lab["label"]) for lab in labels}
+    # the one known miss: a fabricated 0.87 eV that a printed yield of 0.875 rounds to
+    assert want - got == {("0.87 eV", "unsourced")}
+    refined = next(t for t in numbers if t.text == "1.0512 J")
+    assert refined.status == "unsourced"  # printed only by a cell after the answer
+
+
+@pytest.mark.slow
+def test_the_engine_keeps_its_figures_on_the_labelled_set():
+    scores = evaluate()
+    assert not scores.missing
+    assert sum(scores.true.values()) >= 300
+    assert scores.precision("sourced") >= 0.97 and scores.recall("sourced") >= 0.95
+    assert len(scores.unsourced_as_sourced) <= 16  # the README's figure; lower is better
+    assert len(traced_cases(set_dir())) >= 20
