@@ -162,6 +162,14 @@ def client_servers(servers: list[Any] | None, taken: set[str]) -> tuple[dict[str
     return out, skipped
 
 
+def _forget_kernel(session: Any) -> None:
+    """Drop a kernel that did not start, so the next start builds one for the kernel
+    named then (a kernel object keeps the one it was made for)."""
+    kernel = session.detach_kernel()
+    if kernel is not None:  # it runs after all: keep it
+        session.adopt_kernel(kernel)
+
+
 def _path_of(uri: str) -> str:
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme == "file" else uri
@@ -442,6 +450,7 @@ class SimagentAgent(acp.Agent):
         """Start the session's kernel at its first prompt (attaching to the one named,
         if any); a line for the person when it cannot start, else None."""
         session = live.session
+        before = session.kernel_existing, live.kernel_named
         if named and named != session.kernel_existing:
             if session.kernel_state not in ("stopped",):
                 say(f"session {session.id}: kernel {named!r} named, but the session's "
@@ -453,7 +462,9 @@ class SimagentAgent(acp.Agent):
             return None
         try:
             await in_thread(session.start_kernel)
-        except KernelStartError as exc:
+        except KernelStartError as exc:  # the next prompt tries again (or its own kernel)
+            session.kernel_existing, live.kernel_named = before
+            await in_thread(functools.partial(_forget_kernel, session))
             return f"simagent: the kernel did not start: {str(exc).splitlines()[0]}"
         if not live.kernel_named:
             await self._say(session.id, OWN_KERNEL + "\n\n")
@@ -567,12 +578,14 @@ class SimagentAgent(acp.Agent):
                         live.runner.cancel(force=True)
                     live.worker.join(timeout=1.0 if signalled else 5.0)
         for live in list(self.live.values()):
+            session = live.session
+            attached = session.kernel_existing if session.kernel_state not in (
+                "stopped", "dead") else None
             try:
-                live.session.close_unused()
+                session.close_unused()
             except Exception as exc:
-                say(f"session {live.session.id}: close failed: {exc}")
+                say(f"session {session.id}: close failed: {exc}")
             else:
-                file = live.session.kernel_existing
-                if file:
-                    say(f"session {live.session.id}: the attached kernel {file} runs on")
+                if attached:
+                    say(f"session {session.id}: the attached kernel {attached} runs on")
         self.live.clear()
