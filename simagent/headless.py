@@ -34,6 +34,8 @@ from simagent.agent.mcp_tools import open_notices
 from simagent.agent.subagents import SubagentError
 from simagent.agent.turn_setup import turn_runner_for
 from simagent.config import Config, ConfigError, SessionOptions
+from simagent.context.provenance.engine import Provenance
+from simagent.context.provenance.sources import trace_final
 from simagent.exit_codes import CliError
 from simagent.kernel import KernelStartError
 from simagent.kernel.connection import GONE, left_running
@@ -178,10 +180,13 @@ def run_headless(opts: RunOptions, out: TextIO = sys.stdout, err: TextIO = sys.s
             started = True
             result = runner.run(first_prompt(account, opts.prompt or ""), printer)
         show_answer(opts, session, printer, result, out, err)
+        numbers = answer_numbers(session, result)
+        if numbers is not None and numbers.claims:
+            print(f"simagent: numbers: {numbers.summary()}", file=err)
         if export_to is not None:
             write_notebook(session, export_to, err)
         code = exit_code(session, result, err)
-        report = json_report(session, result, code) if opts.json else None
+        report = json_report(session, result, code, numbers) if opts.json else None
         return code
     finally:
         if started:
@@ -243,9 +248,20 @@ def show_answer(opts: RunOptions, session: Any, printer: StreamPrinter, result: 
     print(f"[session {session.id}]", file=err)
 
 
-def json_report(session: Any, result: Any, code: int) -> dict[str, Any]:
+def answer_numbers(session: Any, result: Any) -> Provenance | None:
+    """Where each number of the turn's final answer came from: traced against the
+    session's raw outputs, code, tool results and the person's messages from before it
+    (``context/provenance``); ``None`` without a final answer."""
+    if not result.final or result.status == "error":
+        return None
+    return trace_final(session.trace.events())
+
+
+def json_report(session: Any, result: Any, code: int,
+                numbers: Provenance | None = None) -> dict[str, Any]:
     """``run --json``'s object for a turn that ran, with the exit status the process
-    leaves with (an error before the turn is ``cli._fail``'s ``{"error", "exit_code"}``)."""
+    leaves with (an error before the turn is ``cli._fail``'s ``{"error", "exit_code"}``).
+    ``numbers``: each number the answer claims, ``{text, value, status, source}``."""
     return {
         "session_id": session.id, "status": result.status, "final": result.final,
         "tool_calls": result.tool_calls,
@@ -254,7 +270,8 @@ def json_report(session: Any, result: Any, code: int) -> dict[str, Any]:
                   "cache_read": result.usage.cache_read},
         "trace_path": str(session.paths.trace), "state_dir": str(session.paths.root),
         "error": result.error, "cost_ceiling": result.cost_ceiling,
-        "recovery": result.recovery, "exit_code": code}
+        "recovery": result.recovery, "exit_code": code,
+        "numbers": [] if numbers is None else numbers.as_json()}
 
 
 def exit_code(session: Any, result: Any, err: TextIO) -> int:
