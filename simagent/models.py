@@ -125,6 +125,10 @@ class KindModel:
     window: int | None = None
     #: Moves what the kind logs (a local server's log) into a folder, returning its path.
     move_log: Callable[[Path], Path] | None = None
+    #: Brings back a server the kind started that stopped by itself: None when it runs
+    #: (or there is none to bring back), else a notice saying what happened; raises
+    #: ``ModelError`` past its bound. None: the kind starts no server.
+    revive: Callable[[], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -193,6 +197,8 @@ class ResolvedModel:
     closer: Callable[[], None] | None = None
     info: Mapping[str, Any] | None = None
     log_mover: Callable[[Path], Path] | None = None
+    #: ``KindModel.revive``: the provider-retry layer calls it when a call cannot connect.
+    reviver: Callable[[], str | None] | None = None
 
     @property
     def id(self) -> str:
@@ -317,7 +323,8 @@ def _resolve(spec: str, model_config: Mapping[str, Any] | None,
         _pin_window(chat, window)
         _pin_images(chat, cfg)
         return ResolvedModel(parsed, chat, window, max_output_tokens(chat, cfg),
-                             built.workflow, retry, built.close, built.info, built.move_log)
+                             built.workflow, retry, built.close, built.info, built.move_log,
+                             built.revive)
     except BaseException:
         if built.close is not None:
             built.close()

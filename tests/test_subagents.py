@@ -339,7 +339,7 @@ def test_each_defined_subagent_retries_by_its_own_models_policy(simpy_session, t
     session = simpy_session(config)
     main_policy = RetryPolicy(retries=3)
     main = (ScriptedChatModel.from_steps([{"final": "x"}]), "scripted:main", 128_000, None,
-            main_policy)
+            main_policy, None)  # None: no server of its own to revive
     from simagent.agent.backend import build_backend
 
     specs = build_defined_subagents(

@@ -11,7 +11,7 @@ approval mode rebuilds the graph on the same checkpointer thread.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,10 +134,11 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
     Each runs on its configured model (resolved once per model string, so subagents
     naming the same one share it) with its own context layers and trace recorder.
     """
-    resolved: dict[str, tuple[Any, str, int | None, int | None, Any]] = {}
+    resolved: dict[str, tuple[Any, str, int | None, int | None, Any, Any]] = {}
 
-    def model_for(defn: Any) -> tuple[Any, str, int | None, int | None, Any]:
-        """(chat model, id, window, max output, retry policy) of a subagent's model."""
+    def model_for(defn: Any) -> tuple[Any, str, int | None, int | None, Any, Any]:
+        """(chat model, id, window, max output, retry policy, server revival) of a
+        subagent's model."""
         spec = model_spec_for(defn, session.config)
         if spec is None or spec == main[1]:
             return main
@@ -149,7 +150,7 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
                     f"subagent {defn.name!r}: model {spec!r}: {str(exc).splitlines()[0]} "
                     f"(set [subagents] model, or [subagents.{defn.name}] model, in "
                     ".simagent/config.toml)", exc.code) from exc
-            resolved[spec] = (r.chat_model, r.id, r.window, r.max_output, r.retry)
+            resolved[spec] = (r.chat_model, r.id, r.window, r.max_output, r.retry, r.reviver)
         return resolved[spec]
 
     def subagent_model_settings(name: str) -> dict[str, Any]:
@@ -158,14 +159,14 @@ def build_defined_subagents(session: Session, defs: Any, *, tools: Sequence[Any]
         return {k: v for k, v in own.items() if k != "model"} if isinstance(own, dict) else {}
 
     def layers_for(defn: Any) -> tuple[list[Any], Any]:
-        chat, mid, win, max_out, retry = model_for(defn)
+        chat, mid, win, max_out, retry, revive = model_for(defn)
         fs_tools = ["read_file", *[t for t in defn.tools if t in FILE_TOOLS and
                                    t != "read_file"]]
         layers = context_layers(session, chat_model=chat, model_id=mid, window=win,
                                 max_output=max_out, backend=backend, agent=defn.name,
                                 settings=settings, fs_tools=fs_tools)
         return middleware_stack(session, layers, agent=defn.name, model_id=mid,
-                                retry=retry), chat
+                                retry=retry, revive=revive), chat
 
     note = runtime_note(session.workspace, session.paths.outputs, session.simulator,
                         source_dirs)
@@ -182,8 +183,10 @@ def _as_resolved(model: Any) -> tuple[Any, str, int | None]:
 
 
 def middleware_stack(session: Session, layers: Any, *, agent: str, model_id: str,
-                     retry: Any, prompt: Sequence[Any] = ()) -> list[Any]:
+                     retry: Any, prompt: Sequence[Any] = (),
+                     revive: Callable[[], str | None] | None = None) -> list[Any]:
     """simagent's middleware for one agent, outermost first; every agent gets this order.
+    ``revive``: the model's ``ResolvedModel.reviver`` (a local server to bring back).
 
     ``prompt`` is what adds to the request before the context layers see it (the MCP
     schema deferral; the main agent's skills and memory indexes), so the recorder, near
@@ -200,7 +203,7 @@ def middleware_stack(session: Session, layers: Any, *, agent: str, model_id: str
                       window=layers.context.thresholds.window),
         # innermost: retries repeat exactly the request the layers above built
         ProviderRetryMiddleware(session.trace, agent=agent, policy=retry,
-                                cancel=session.cancel_requested),
+                                cancel=session.cancel_requested, revive=revive),
         ToolResultRedaction(),  # innermost for tools: no layer sees a secret in a result
     ]
 
@@ -269,6 +272,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     """
     chat_model, model_id, window = _as_resolved(model)
     retry = getattr(model, "retry", None)  # [model] retry keys (a ResolvedModel's)
+    revive = getattr(model, "reviver", None)  # a local server to bring back (its kind's)
     max_out = getattr(model, "max_output", None)
     sim = session.simulator
     source_dirs = sim.package_dirs() if sim else []
@@ -293,14 +297,14 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
             settings=layers.context.settings) if mcp else []
         indexes = index_layers(session, backend) if agent == "main" else []
         return middleware_stack(session, layers, agent=agent, model_id=model_id, retry=retry,
-                                prompt=[*deferral, *indexes]), layers
+                                prompt=[*deferral, *indexes], revive=revive), layers
 
     own, layers = stack("main", front_end=front_end)
     general = general_purpose_spec(tools, stack(GENERAL_PURPOSE)[0])
 
     defined = build_defined_subagents(
         session, discover_subagents(sim), tools=tools, backend=backend,
-        main=(chat_model, model_id, window, max_out, retry), settings=context_settings,
+        main=(chat_model, model_id, window, max_out, retry, revive), settings=context_settings,
         source_dirs=source_dirs)
     graph = create_deep_agent(
         model=chat_model, tools=tools, system_prompt=prompt,

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import itertools
 import math
 import random
 import threading
@@ -231,8 +230,10 @@ class ProviderRetryMiddleware(AgentMiddleware):
     def __init__(self, trace: TraceLog | None = None, *, agent: str = "main",
                  policy: RetryPolicy | None = None,
                  cancel: threading.Event | None = None,
-                 rand: Callable[[], float] = random.random) -> None:
+                 rand: Callable[[], float] = random.random,
+                 revive: Callable[[], str | None] | None = None) -> None:
         super().__init__()
+        self.revive = revive  # the model's own server, brought back (ResolvedModel.reviver)
         self.trace = trace
         self.agent = agent
         self.policy = policy or RetryPolicy()
@@ -246,24 +247,49 @@ class ProviderRetryMiddleware(AgentMiddleware):
     # The two shells differ only in how they call the model and wait; what a failure
     # means (retry after a delay, or give up) is decided once, in ``_next``.
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        for done in itertools.count():
+        done = 0  # retries made (a revived server's second call is not one)
+        while True:
             try:
                 return self._checked(request, handler(request))
             except Exception as exc:
+                if self._revived(exc):
+                    continue
                 delay = self._next(exc, done)
                 if delay is None or self._stopped(exc, done, self._cancelled(delay)):
                     raise
+                done += 1
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        for done in itertools.count():
+        done = 0
+        while True:
             try:
                 return self._checked(request, await handler(request))
             except Exception as exc:
+                if await asyncio.to_thread(self._revived, exc):
+                    continue
                 delay = self._next(exc, done)
                 if delay is None or self._stopped(exc, done, await self._acancelled(delay)):
                     raise
+                done += 1
 
     # ---------------------------------------------------------------- internals
+    def _revived(self, exc: Exception) -> bool:
+        """True when the call failed because the model's own server had stopped and it
+        now runs again (said once, as a notice and a trace event): call again at once,
+        not counted as a retry. A server that still runs, or a model without one: False.
+        Past the kind's bound its ``ModelError`` goes up and ends the turn."""
+        if self.revive is None or not (
+                {c.__name__ for e in exception_chain(exc) for c in type(e).__mro__}
+                & _CONNECTION_NAMES):
+            return False
+        line = self.revive()
+        if line is None:
+            return False
+        if self.trace is not None:
+            self.trace.append("model_server_restart", {"agent": self.agent, "notice": line})
+        write_stream({"type": "notice", "text": line, "level": "warning"})
+        return True
+
     def _next(self, exc: Exception, done: int) -> float | None:
         """The wait before the next retry (announced), or None: give up / not ours."""
         fault = classify(exc)

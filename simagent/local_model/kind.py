@@ -77,7 +77,10 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
     if importlib.util.find_spec("llama_cpp") is None:
         raise ModelError("local: models need llama.cpp's server: pip install "
                          "'simagent[local]' (make install builds it)", code=PROVIDER)
-    from simagent.local_model.llama_server import start_server  # not at CLI start (as above)
+    from simagent.local_model.llama_server import (  # not at CLI start (as above)
+        ServerWatch,
+        start_server,
+    )
 
     alias = re.sub(r"[^A-Za-z0-9._-]+", "-", info.path.stem)[:60] or "local"
     server = start_server(info.path, alias=alias, n_ctx=window, port=port,
@@ -97,6 +100,7 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
         server.stop()
         raise
     return KindModel(chat, close=server.stop, window=loaded, move_log=server.move_log,
+                     revive=ServerWatch(server, spec.raw),
                      info={"url": server.url, "log": str(server.log_path), "pid": server.pid,
                            "model_file": str(info.path), "n_ctx": loaded,
                            "trained_window": info.trained_window})

@@ -15,6 +15,7 @@ import atexit
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +42,9 @@ PORT_TRIES = 3
 #: Lines of the server's log shown when it fails to start.
 LOG_TAIL = 4
 POLL_S = 0.2
+#: How many times a session's server is started again after it stopped by itself (killed,
+#: crashed); past that a turn ends with the reason and the log instead of a fourth start.
+MAX_RESTARTS = 3
 _ERROR_LINE = re.compile(r"^\w*(Error|Exception)\b|error|failed", re.IGNORECASE)
 
 _LIVE: set[LlamaServer] = set()
@@ -54,6 +58,9 @@ class LlamaServer:
     alias: str
     log_path: Path
     props: dict[str, Any] = field(default_factory=dict)
+    #: The command that started it: a restart runs it again, on the same port, so the
+    #: chat client's URL stays right.
+    argv: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -77,6 +84,40 @@ class LlamaServer:
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.proc.stdin.close()
 
+    def death(self) -> str | None:
+        """Why the server is gone, in words (None: it runs); reaps the process, so a dead
+        server is no zombie while the session goes on."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        if code >= 0:
+            return f"it exited with code {code}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        if -code == signal.SIGKILL:  # the kernel's OOM killer says so only in its own log
+            return (f"it was killed by {name}, which is what the kernel's out-of-memory "
+                    "killer sends")
+        return f"it was killed by {name}"
+
+    def restart(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Start the same command again on the same port and wait until it answers;
+        ``ModelError`` (nothing left running) when it does not come back."""
+        self.stop()
+        with open(self.log_path, "ab", opener=private_opener) as log:
+            log.write(f"--- simagent: restarting: {' '.join(self.argv)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        try:
+            _wait_ready(self, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
     def move_log(self, folder: Path) -> Path:
         """Keep the log in ``folder`` (the session's, once one is open): renamed, so the
         server, which writes to the open file, goes on writing to it there. Across
@@ -89,6 +130,42 @@ class LlamaServer:
             return self.log_path
         self.log_path = target
         return target
+
+
+class ServerWatch:
+    """Brings a ``local:`` model's server back when it stopped by itself, at most
+    :data:`MAX_RESTARTS` times a session.
+
+    Called by the provider-retry layer when a model call could not connect: a server
+    that still runs is not this watch's business (None: the usual retries decide); a dead
+    one is started again on its port and the returned line, a notice for the person,
+    says why it had stopped and where its log is. The conversation and the kernel are
+    untouched: only the model server restarts. Thread-safe (subagents call in parallel).
+    """
+
+    def __init__(self, server: LlamaServer, name: str) -> None:
+        self.server, self.name = server, name
+        self.restarts = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str | None:
+        with self._lock:
+            why = self.server.death()
+            if why is None:
+                return None
+            log = self.server.log_path
+            if self.restarts >= MAX_RESTARTS:
+                raise ModelError(
+                    f"llama.cpp's server for {self.name} stopped again ({why}) after "
+                    f"{self.restarts} restarts this session; simagent will not start it "
+                    f"again: its log {log} ends: {log_tail(log)}", code=PROVIDER)
+            self.restarts += 1
+            started = time.monotonic()
+            self.server.restart()
+            return (f"llama.cpp's server for {self.name} had stopped ({why}); restarted "
+                    f"it in {time.monotonic() - started:.1f} s ({self.restarts} of "
+                    f"{MAX_RESTARTS} restarts this session), the conversation and the "
+                    f"kernel untouched; its log: {log}")
 
 
 def _stop_all() -> None:
@@ -188,7 +265,7 @@ def _spawn(model: Path, alias: str, n_ctx: int, port: int, log_path: Path,
         log.flush()
         proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    server = LlamaServer(proc, port, alias, log_path)
+    server = LlamaServer(proc, port, alias, log_path, argv=cmd)
     with _LIVE_LOCK:
         _LIVE.add(server)
     return server

@@ -32,6 +32,8 @@ EVENT_KINDS: dict[str, str] = {
     "session_resume": "session_id, model, kernel_restarted, pid",
     "session_end": "session_id, reason",
     "message_user": "content, turn",
+    "prompt_note": "note (what a front end set aside from a prompt, not the person's words: "
+                   "simagent acp, a JupyterLab persona's system note)",
     "message_assistant": "content, agent",
     "message_reasoning": "content, agent",
     "model_usage": "agent, model, input_tokens, output_tokens, total_tokens, cache_read, "
@@ -69,6 +71,9 @@ EVENT_KINDS: dict[str, str] = {
                       "null if none), cause (short: 503, connection reset, timed out, reply "
                       "cut off), reason (the one-line provider error), agent; on giving up: "
                       "gave_up, retries, max_retries, cause, reason, cancelled, agent",
+    "model_server_restart": "agent, notice (a local: model's own server had stopped and was "
+                            "started again on its port: why, how many restarts, its log; "
+                            "simagent.local_model.llama_server.ServerWatch)",
     "model_switch": "from_model, to_model",
     "context_eviction": "tool_call_id, tool, path, chars, tokens_before, tokens_after, agent, "
                         "source ('user' when a person's message was saved to a file)",
