@@ -7,7 +7,7 @@ import base64
 from acp import embedded_text_resource, image_block, resource_block, resource_link_block, text_block
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio, SseMcpServer
 
-from simagent.acp.agent import JUPYTER_NOTE, client_servers, prompt_text
+from simagent.acp.content import JUPYTER_NOTE, client_servers, prompt_text
 
 GUIDANCE = (JUPYTER_NOTE + " (.ipynb), use the Jupyter notebook MCP tools (for example "
             "insert_cell). Do not write .ipynb files directly.")
@@ -16,7 +16,7 @@ GUIDANCE = (JUPYTER_NOTE + " (.ipynb), use the Jupyter notebook MCP tools (for e
 def test_the_jupyterlab_note_is_not_the_persons_words(tmp_path):
     text, notes = prompt_text([text_block(GUIDANCE + "\n\nfit the decay curve")], tmp_path)
     assert text == "fit the decay curve"
-    assert notes and "JupyterLab system note" in notes[0]
+    assert notes and "JupyterLab persona's system note" in notes[0]
     # only at the start: quoted later, it is the person's
     text, notes = prompt_text([text_block("why this?\n\n" + GUIDANCE)], tmp_path)
     assert GUIDANCE in text and not notes

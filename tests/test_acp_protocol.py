@@ -41,7 +41,13 @@ from simagent.trace import TraceLog
 pytestmark = pytest.mark.slow
 
 SERVER = Path(__file__).parent / "mcp_servers" / "forty_tools.py"
-WAIT_S = 120.0  # any one protocol call (a kernel start on a loaded machine included)
+WAIT_S = 120.0
+#: How jupyter-ai-acp-client 0.3.3 starts a session's first prompt (BaseAcpPersona).
+GUIDANCE = ("System note: When creating or editing Jupyter notebooks (.ipynb), use the "
+            "Jupyter notebook MCP tools (for example insert_cell, edit_cell, delete_cell, "
+            "read_notebook). Do not write or edit .ipynb files directly with generic "
+            "file-write/edit tools — direct writes are blocked to prevent notebook "
+            "corruption.")  # any one protocol call (a kernel start on a loaded machine included)
 
 
 class Recorder(Client):
@@ -167,9 +173,16 @@ def test_a_turn_streams_every_update_kind_in_order_and_permission_both_ways(
             await client.wait_for(lambda k, u: k == "available_commands_update")
             client.take()
 
-            r = await prompt(conn, sid, "set x")
+            r = await prompt(conn, sid, GUIDANCE + "\n\nset x")  # JupyterLab's first
             assert r.stop_reason == "end_turn"
             assert "cost_usd" in r.field_meta["simagent"], r.field_meta
+            trace = TraceLog(SessionPaths.for_session(workspace, sid).trace, readonly=True)
+            try:  # the persona's note is not the person's words; the trace says so
+                assert [e.payload["content"] for e in trace.events(["message_user"])] \
+                    == ["set x"]
+                assert "JupyterLab" in trace.events(["prompt_note"])[0].payload["note"]
+            finally:
+                trace.close()
             seen = client.take()
             kinds = [(k, getattr(u, "status", None)) for k, u in seen
                      if k != "agent_thought_chunk"]
@@ -214,7 +227,39 @@ def test_a_turn_streams_every_update_kind_in_order_and_permission_both_ways(
             assert (await slow).stop_reason == "end_turn"
             r = await prompt(conn, sid, "next")
             assert "after" in text_of(client.take())
+            r = await prompt(conn, sid, "/approval workspace")  # a slash command, served
+            seen = client.take()
+            assert "approval: workspace" in text_of(seen)
+            assert [u.current_mode_id for k, u in seen if k == "current_mode_update"] \
+                == ["workspace"]
         assert proc.returncode == 0
+
+    run(main())
+
+
+def test_a_permission_the_client_cancels_ends_the_prompt_and_the_next_one_moves_on(
+        tmp_path, workspace):
+    """The client cancels while it asks (JupyterLab does so for a superseded prompt): the
+    prompt answers ``cancelled`` and the cell never runs; the next prompt rejects the
+    call still waiting and goes on with the new words."""
+    model = script(tmp_path, [
+        {"tool": "run_python", "args": {"code": "w = 5"}},
+        {"final": "not run, fine"},
+        {"final": "fresh start"}])
+
+    async def main() -> None:
+        client = Recorder(answers=[None])
+        async with await start(client, model, "--approval", "ask") as (conn, _proc):
+            await init(conn)
+            sid = (await asyncio.wait_for(conn.new_session(cwd=str(workspace),
+                                                           mcp_servers=[]), WAIT_S)).session_id
+            r = await prompt(conn, sid, "set w")
+            assert r.stop_reason == "cancelled" and len(client.asked) == 1
+            client.take()
+            r = await prompt(conn, sid, "something else")
+            assert r.stop_reason == "end_turn" and len(client.asked) == 1
+            assert "fresh start" in text_of(client.take())
+            assert not any("w = 5" in c for c in kernel_execs(workspace, sid))
 
     run(main())
 

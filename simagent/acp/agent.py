@@ -1,12 +1,10 @@
-"""``SimagentAgent``: one simagent session per ACP session, driven by an ACP client.
+"""``SimagentAgent``: the ACP agent ``simagent acp`` serves, as the protocol sees it.
 
-The same graph, context layers, trace and approval as ``simagent run`` (the runner comes
-from ``agent.turn_setup.turn_runner_for``); what is ACP here is only the mapping: the ACP
-session id *is* the simagent session id, so ``session/load`` after a restart finds the
-session on disk (the state home's folder for ``cwd``); a turn runs the synchronous ``TurnRunner``
-on a worker thread and its events cross into the event loop in order (one queue, one
-sender: the prompt's own coroutine); an approval pause becomes
-``session/request_permission`` and the turn resumes with the answer.
+``initialize`` answers at once: the agent stack (langchain, the graph, the kernel layer;
+3-15 s to import on a loaded machine) loads on a thread from the moment the client
+connects, and each session method waits for it, then hands over to
+``acp.sessions.Host``. A client that opens a session right after ``initialize`` waits no
+longer than before; one that only asks what the agent is gets its answer without it.
 
 Every method of ``acp.Agent`` is implemented or refused here on purpose: a subclass of
 the SDK's ``Agent`` protocol otherwise answers with silent stubs (``{}`` for
@@ -16,26 +14,18 @@ the SDK's ``Agent`` protocol otherwise answers with silent stubs (``{}`` for
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import functools
-import mimetypes
-import re
+import importlib
 import sys
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import acp
 from acp import PROTOCOL_VERSION, RequestError
 from acp.schema import (
     AgentCapabilities,
-    AllowedOutcome,
-    AvailableCommandsUpdate,
     Implementation,
     InitializeResponse,
     LoadSessionResponse,
@@ -43,34 +33,17 @@ from acp.schema import (
     NewSessionResponse,
     PromptCapabilities,
     PromptResponse,
-    SessionModeState,
     SetSessionModeResponse,
 )
 
 from simagent import __version__
-from simagent.acp import commands, history, updates
-from simagent.agent.events import Event, Notice, TurnResult
-from simagent.agent.turn_setup import agent_for, turn_runner_for
-from simagent.config import APPROVAL_MODES, Config, ConfigError, McpServer, SessionOptions
-from simagent.kernel import KernelStartError
-from simagent.models import ModelError, resolve_model
-from simagent.session import Session, SessionNotFound
-from simagent.simulators import SimulatorError
 
 #: The ``_meta`` key (on ``session/new`` or ``session/prompt``) naming the kernel to attach
 #: to: a connection file, a kernel id or ``latest``, as ``--kernel`` takes. The JupyterLab
 #: persona sends it on the prompt: it learns the notebook's kernel only then.
 KERNEL_META = "simagent.kernel"
-#: How JupyterLab's persona (jupyter-ai-acp-client's ``BaseAcpPersona``) starts the first
-#: prompt of each session: guidance for its own tools, not the person's words.
-JUPYTER_NOTE = "System note: When creating or editing Jupyter notebooks"
-OWN_KERNEL = "no notebook kernel named; simagent started its own."
-#: How long closing waits for a running turn to stop after its cancel (the kernel's own
-#: interrupt ladder is bounded by its grace period; this bounds the rest), and after a
-#: signal: JupyterLab sends SIGINT and SIGTERM when its chat closes and SIGKILL 5 s later.
-CLOSE_WAIT_S = 30.0
-SIGNAL_WAIT_S = 2.5
-FRONT_END = "acp"
+#: The module behind the session methods (imported on a thread: see the module doc).
+HOST_MODULE = "simagent.acp.sessions"
 
 
 def say(line: str) -> None:
@@ -86,22 +59,6 @@ class AcpOptions:
     approval: str | None = None
     kernel: str | None = None
     trust_workspace: bool = False
-
-
-@dataclass
-class Live:
-    """One ACP session's state in this process."""
-
-    session: Any
-    runner: Any
-    resolved: Any
-    #: tool names the person allowed "always" (for this session, this process)
-    always: set[str] = field(default_factory=set)
-    busy: bool = False
-    cancelled: bool = False
-    prompts: int = 0
-    kernel_named: bool = False  # a kernel was given (flag, config, meta): attach to it
-    worker: threading.Thread | None = None
 
 
 def in_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
@@ -135,105 +92,32 @@ def in_thread(fn: Callable[[], Any]) -> asyncio.Future[Any]:
     return fut
 
 
-def client_servers(servers: list[Any] | None, taken: set[str]) -> tuple[dict[str, McpServer],
-                                                                         list[str]]:
-    """The client's ``mcpServers`` as ``[mcp.servers]`` entries (stdio and HTTP), and one
-    line for each that cannot be used (SSE, ACP transport). Names become tool-name
-    prefixes, so they are reduced to what ``[mcp.servers.NAME]`` accepts."""
-    out: dict[str, McpServer] = {}
-    skipped: list[str] = []
-    for server in servers or ():
-        raw = str(getattr(server, "name", "") or "client")
-        name = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_-]+", "-", raw)).strip("-_")[:32] \
-            or "client"
-        while name in taken or name in out:
-            name = f"{name[:29]}-{len(out) + 2}"
-        kind = getattr(server, "type", None)
-        if getattr(server, "command", None) and kind in (None, "stdio"):
-            env = {e.name: e.value for e in getattr(server, "env", None) or ()}
-            out[name] = McpServer(name, command=server.command,
-                                  args=tuple(server.args or ()), env=env)
-        elif kind == "http":
-            headers = {h.name: h.value for h in server.headers or ()}
-            out[name] = McpServer(name, url=server.url, headers=headers)
-        else:
-            skipped.append(f"MCP server {raw!r}: the {kind} transport is not supported "
-                           "(stdio and http are)")
-    return out, skipped
-
-
-def _forget_kernel(session: Any) -> None:
-    """Drop a kernel that did not start, so the next start builds one for the kernel
-    named then (a kernel object keeps the one it was made for)."""
-    kernel = session.detach_kernel()
-    if kernel is not None:  # it runs after all: keep it
-        session.adopt_kernel(kernel)
-
-
-def _path_of(uri: str) -> str:
-    parsed = urlparse(uri)
-    return unquote(parsed.path) if parsed.scheme == "file" else uri
-
-
-def prompt_text(blocks: list[Any], attach_dir: Path) -> tuple[str, list[str]]:
-    """The model's prompt from ACP content blocks, and lines for the trace/stderr.
-
-    Text as it is; a resource link names the file (the model reads it with its tools);
-    embedded text is quoted with its address; an image is saved under ``attach_dir`` and
-    named by its path (the model reads files; it is not sent as image content); audio is
-    said to be unsupported. The JupyterLab system note at the start is dropped.
-    """
-    parts: list[str] = []
-    notes: list[str] = []
-    for i, block in enumerate(blocks):
-        kind = getattr(block, "type", None)
-        if kind == "text":
-            text = block.text
-            if not parts and text.startswith(JUPYTER_NOTE):
-                _, sep, rest = text.partition("\n\n")
-                text = rest if sep else ""
-                notes.append("the JupyterLab system note at the prompt's start was set "
-                             "aside (not the person's words)")
-            if text.strip():
-                parts.append(text)
-        elif kind == "resource_link":
-            mime = f" ({block.mime_type})" if block.mime_type else ""
-            parts.append(f"[attached file: {_path_of(block.uri)}{mime}]")
-        elif kind == "resource":
-            res = block.resource
-            if getattr(res, "text", None) is not None:
-                parts.append(f"[attached {_path_of(res.uri)}:]\n```\n{res.text}\n```")
-            else:
-                parts.append(f"[attached {_path_of(res.uri)}: binary content, not read]")
-        elif kind == "image":
-            ext = mimetypes.guess_extension(block.mime_type or "") or ".bin"
-            attach_dir.mkdir(parents=True, exist_ok=True)
-            path = attach_dir / f"image-{int(time.time() * 1000)}-{i}{ext}"
-            path.write_bytes(base64.b64decode(block.data))
-            parts.append(f"[attached image, saved at {path}]")
-        else:
-            parts.append(f"[a {kind} attachment was sent; simagent cannot read it]")
-            notes.append(f"{kind} content is not supported")
-    return "\n\n".join(parts), notes
-
-
 class SimagentAgent(acp.Agent):
     """The ACP agent: ``run_agent(SimagentAgent(opts))`` serves it (``acp.server``)."""
 
     def __init__(self, opts: AcpOptions) -> None:
         self.opts = opts
         self.conn: Any = None
-        self.client_caps: Any = None
-        self.live: dict[str, Live] = {}
-        self.kernel_meta: dict[str, str] = {}  # session id -> the kernel named on session/new
+        self.host: Any = None  # acp.sessions.Host, once loaded
+        self._loading: asyncio.Future[Any] | None = None
 
     def on_connect(self, conn: Any) -> None:
         self.conn = conn
+        with contextlib.suppress(RuntimeError):  # no running loop: loaded at first use
+            self._loading = in_thread(lambda: importlib.import_module(HOST_MODULE))
 
-    # ------------------------------------------------------------------ setup
+    async def _host(self) -> Any:
+        if self.host is None:
+            if self._loading is None:
+                self._loading = in_thread(lambda: importlib.import_module(HOST_MODULE))
+            module = await asyncio.shield(self._loading)
+            if self.host is None:
+                self.host = module.Host(self.opts, self.conn)
+        return self.host
+
+    # ------------------------------------------------ answered without the stack
     async def initialize(self, protocol_version: int, client_capabilities: Any = None,
                          client_info: Any = None, **kw: Any) -> InitializeResponse:
-        self.client_caps = client_capabilities
         if client_info is not None:
             say(f"client {client_info.name} {client_info.version or ''}".rstrip())
         return InitializeResponse(
@@ -250,32 +134,6 @@ class SimagentAgent(acp.Agent):
         raise RequestError(-32602, f"simagent takes no authentication (asked for "
                                    f"{method_id!r}); model keys come from its config")
 
-    async def new_session(self, cwd: str, additional_directories: list[str] | None = None,
-                          mcp_servers: list[Any] | None = None, **kw: Any
-                          ) -> NewSessionResponse:
-        live = await in_thread(functools.partial(
-            self._open, cwd, None, mcp_servers, kw.get(KERNEL_META)))
-        self.live[live.session.id] = live
-        self._later(self._advertise(live.session.id))
-        return NewSessionResponse(session_id=live.session.id, modes=self._modes(live))
-
-    async def load_session(self, cwd: str, session_id: str,
-                           mcp_servers: list[Any] | None = None,
-                           additional_directories: list[str] | None = None, **kw: Any
-                           ) -> LoadSessionResponse:
-        if (live := self.live.get(session_id)) is not None and live.busy:
-            raise RequestError(-32600, f"session {session_id} is running a prompt here")
-        if live is None:
-            live = await in_thread(functools.partial(
-                self._open, cwd, session_id, mcp_servers, kw.get(KERNEL_META)))
-            self.live[live.session.id] = live
-        messages = await in_thread(lambda: live.runner.agent.graph.get_state(
-            live.session.thread_config).values.get("messages", []))
-        for update in history.replay_updates(messages, live.session.workspace):
-            await self._send(session_id, update)
-        self._later(self._advertise(session_id))
-        return LoadSessionResponse(modes=self._modes(live))
-
     async def list_sessions(self, cwd: str | None = None, cursor: str | None = None,
                             **kw: Any) -> Any:
         raise RequestError.method_not_found("session/list")
@@ -284,308 +142,33 @@ class SimagentAgent(acp.Agent):
                                 **kw: Any) -> Any:
         raise RequestError.method_not_found("session/set_config_option")
 
+    # ------------------------------------------------------- the session methods
+    async def new_session(self, cwd: str, additional_directories: list[str] | None = None,
+                          mcp_servers: list[Any] | None = None, **kw: Any
+                          ) -> NewSessionResponse:
+        host = await self._host()
+        return await host.new_session(cwd, additional_directories, mcp_servers, **kw)
+
+    async def load_session(self, cwd: str, session_id: str,
+                           mcp_servers: list[Any] | None = None,
+                           additional_directories: list[str] | None = None, **kw: Any
+                           ) -> LoadSessionResponse:
+        host = await self._host()
+        return await host.load_session(cwd, session_id, mcp_servers, additional_directories,
+                                       **kw)
+
     async def set_session_mode(self, session_id: str, mode_id: str, **kw: Any
                                ) -> SetSessionModeResponse:
-        live = self._get(session_id)
-        if mode_id not in APPROVAL_MODES:
-            raise RequestError(-32602, f"unknown mode {mode_id!r}; one of "
-                                       f"{', '.join(APPROVAL_MODES)}")
-        if live.busy:
-            raise RequestError(-32600, "the approval mode changes between prompts, not "
-                                       "while one runs")
-        await in_thread(functools.partial(self.set_approval, live, mode_id))
-        await self._send(session_id, updates.mode_update(mode_id))
-        return SetSessionModeResponse()
+        return await (await self._host()).set_session_mode(session_id, mode_id, **kw)
 
-    def set_approval(self, live: Live, mode: str) -> None:
-        """Rebuild the graph for ``mode`` (approval is wired into it); the old mode stays
-        if the rebuild fails, so no client is told of a mode that is not enforced."""
-        old = live.session.approval
-        live.session.approval = mode
-        try:
-            live.runner.switch_agent(agent_for(live.session, live.resolved,
-                                               front_end=FRONT_END))
-        except Exception:
-            live.session.approval = old
-            raise
-
-    # ---------------------------------------------------------------- turns
     async def prompt(self, session_id: str, prompt: list[Any], **kw: Any) -> PromptResponse:
-        live = self._get(session_id)
-        if live.busy:
-            raise RequestError(-32600, "a prompt is already running in this session: wait "
-                                       "for its answer, or send session/cancel")
-        live.busy, live.cancelled = True, False
-        live.prompts += 1
-        try:
-            return await self._prompt(live, prompt, kw)
-        finally:
-            live.busy = False
-
-    async def _prompt(self, live: Live, blocks: list[Any], kw: dict[str, Any]
-                      ) -> PromptResponse:
-        sid = live.session.id
-        text, notes = prompt_text(blocks, live.session.paths.root / "attachments")
-        for note in notes:
-            say(f"session {sid}: {note}")
-        if (cmd := commands.parse(text)) is not None:
-            mode = live.session.approval
-            reply = await in_thread(functools.partial(
-                commands.serve, cmd[0], cmd[1], self._command_ctx(live)))
-            await self._say(sid, reply)
-            if live.session.approval != mode:  # /approval MODE: the client's picker too
-                await self._send(sid, updates.mode_update(live.session.approval))
-            return PromptResponse(stop_reason="end_turn")
-        if not text.strip():
-            await self._say(sid, "(an empty prompt: nothing to do)")
-            return PromptResponse(stop_reason="end_turn")
-        if (problem := await self._kernel_for(live, kw.get(KERNEL_META))) is not None:
-            await self._say(sid, problem)
-            return PromptResponse(stop_reason="end_turn")
-        turn = updates.TurnUpdates(live.session.workspace)
-        leftover = await in_thread(live.runner.pending_interrupts)
-        if leftover:  # asked in a turn that was cancelled: the new prompt moves on
-            decisions = {p.interrupt_id: [{"type": "reject"} for _ in p.action_requests]
-                         for p in leftover}
-            await self._drive(live, turn, functools.partial(
-                live.runner.resume, decisions, pending=leftover))
-        result = await self._drive(live, turn, functools.partial(live.runner.run, text))
-        while result.status == "paused" and not live.cancelled:
-            decisions = {}
-            for intr in result.interrupts:
-                decisions[intr.interrupt_id] = [await self._ask(live, turn, req)
-                                                for req in intr.action_requests]
-            if live.cancelled:
-                break
-            result = await self._drive(live, turn, functools.partial(
-                live.runner.resume, decisions, pending=result.interrupts))
-        for call_id in turn.open_ids():  # asked and never run (cancelled, or paused)
-            await self._send(sid, acp.update_tool_call(call_id, status="failed"))
-        meta = await in_thread(functools.partial(updates.turn_meta, live.session, result,
-                                                 live.runner.agent))
-        return self._response(live, result, meta)
-
-    def _response(self, live: Live, result: TurnResult, meta: dict[str, Any]
-                  ) -> PromptResponse:
-        if live.cancelled or result.status in ("cancelled", "paused"):
-            reason = "cancelled"
-        elif result.cost_ceiling is not None:
-            reason = "refusal"
-        else:
-            reason = "end_turn"
-        return PromptResponse(stop_reason=reason, field_meta=meta)
-
-    async def _drive(self, live: Live, turn: Any, step: Callable[..., TurnResult]
-                     ) -> TurnResult:
-        """One runner step (run or resume) on a worker thread, its events sent in order.
-
-        An error of the provider or the kernel is one agent message and the end of the
-        turn (the runner already turns both into an error result and a ``Notice``)."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        done = object()
-
-        def emit(event: Event) -> None:  # the worker thread
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(queue.put_nowait, event)
-
-        def work() -> TurnResult:
-            try:
-                return step(emit)
-            finally:
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(queue.put_nowait, done)
-
-        fut = in_thread(work)
-        live.worker = fut.thread  # type: ignore[attr-defined]
-        sid = live.session.id
-        while (event := await queue.get()) is not done:
-            for update in turn.on_event(event):
-                await self._send(sid, update)
-        try:
-            result: TurnResult = await fut
-        except Exception as exc:  # a bug below the runner: said, not a hung client
-            say(f"session {sid}: turn failed: {type(exc).__name__}: {exc}")
-            result = TurnResult(status="error", error=f"{type(exc).__name__}: {exc}")
-            for update in turn.on_event(Notice(f"simagent: error: {result.error}",
-                                               level="error")):
-                await self._send(sid, update)
-        return result
-
-    async def _ask(self, live: Live, turn: Any, request: dict[str, Any]) -> dict[str, Any]:
-        """The person's decision on one waiting call, by ``session/request_permission``
-        (or at once, for a tool they allowed always in this session)."""
-        name = str(request.get("name", ""))
-        if name in live.always:
-            return {"type": "approve"}
-        args = dict(request.get("args") or {})
-        call_id = turn.pending_id(name, args) or f"approval-{name}-{len(turn.calls)}"
-        tool_call, options = updates.permission_request(request, call_id,
-                                                        live.session.workspace)
-        try:
-            answer = await self.conn.request_permission(session_id=live.session.id,
-                                                        tool_call=tool_call, options=options)
-        except Exception as exc:  # the client went away or refused the request
-            say(f"session {live.session.id}: permission request failed: {exc}")
-            live.cancelled = True
-            return {"type": "reject"}
-        outcome = answer.outcome
-        if not isinstance(outcome, AllowedOutcome):
-            live.cancelled = True  # the client cancelled the prompt while it asked
-            return {"type": "reject"}
-        decision, always = updates.decision_of(outcome.option_id)
-        if always:
-            live.always.add(name)
-        return decision
+        return await (await self._host()).prompt(session_id, prompt, **kw)
 
     async def cancel(self, session_id: str, **kw: Any) -> None:
-        live = self.live.get(session_id)
-        if live is None or not live.busy:
-            return
-        live.cancelled = True
-        live.runner.cancel()
+        if self.host is not None:  # no host yet: no session, nothing runs
+            await self.host.cancel(session_id, **kw)
 
-    # --------------------------------------------------------------- kernel
-    async def _kernel_for(self, live: Live, named: str | None) -> str | None:
-        """Start the session's kernel at its first prompt (attaching to the one named,
-        if any); a line for the person when it cannot start, else None."""
-        session = live.session
-        before = session.kernel_existing, live.kernel_named
-        if named and named != session.kernel_existing:
-            if session.kernel_state not in ("stopped",):
-                say(f"session {session.id}: kernel {named!r} named, but the session's "
-                    "kernel already runs; it stays")
-            else:
-                session.kernel_existing = named
-                live.kernel_named = True
-        if session.kernel_state not in ("stopped", "dead"):
-            return None
-        try:
-            await in_thread(session.start_kernel)
-        except KernelStartError as exc:  # the next prompt tries again (or its own kernel)
-            session.kernel_existing, live.kernel_named = before
-            await in_thread(functools.partial(_forget_kernel, session))
-            return f"simagent: the kernel did not start: {str(exc).splitlines()[0]}"
-        if not live.kernel_named:
-            await self._say(session.id, OWN_KERNEL + "\n\n")
-        return None
-
-    # -------------------------------------------------------------- helpers
-    def _open(self, cwd: str, session_id: str | None, mcp_servers: list[Any] | None,
-              kernel: str | None) -> Live:
-        """Resolve the model for ``cwd`` and open (or resume) the session, as
-        ``simagent run`` does; every problem one ``RequestError`` line."""
-        workspace = Path(cwd).expanduser()
-        if not workspace.is_absolute() or not workspace.is_dir():
-            raise RequestError(-32602, f"cwd must be an existing absolute folder: {cwd}")
-        named = kernel or self.opts.kernel
-        try:
-            config = Config.load(workspace, trust=self.opts.trust_workspace)
-            if config.ignored_line:
-                say(config.ignored_line)
-            spec, _where = config.model_spec(self.opts.model)
-            if not spec:
-                raise RequestError(-32602, config.missing_model_line())
-            resolved = resolve_model(spec, model_config=config.model_settings,
-                                     settings_at=functools.partial(config.where, "model"),
-                                     progress=say)
-            resolved.prepare_workspace(workspace)
-            opts = SessionOptions(workspace=workspace, model=self.opts.model,
-                                  approval=self.opts.approval, kernel=named,
-                                  resume=session_id,
-                                  trust_workspace=self.opts.trust_workspace)
-            session = Session.open(opts, model=resolved.id, config=config,
-                                   default_simulator=resolved.default_simulator)
-        except (ModelError, ConfigError, SimulatorError) as exc:
-            raise RequestError(-32602, str(exc).splitlines()[0]) from exc
-        except SessionNotFound as exc:
-            raise RequestError(-32602, f"no simagent session {session_id} under "
-                                       f"{workspace}: {exc}") from exc
-        try:
-            extra, skipped = client_servers(mcp_servers, set(session.mcp_servers))
-            for line in skipped:
-                say(line)
-            session.mcp_servers = {**session.mcp_servers, **extra}
-            runner = turn_runner_for(session, resolved, front_end=FRONT_END)
-        except Exception as exc:
-            session.close("error") if session_id else session.discard()
-            raise RequestError(-32603, f"cannot build the agent: {exc}".splitlines()[0]
-                               ) from exc
-        return Live(session=session, runner=runner, resolved=resolved,
-                    kernel_named=bool(session.kernel_existing))
-
-    def _get(self, session_id: str) -> Live:
-        live = self.live.get(session_id)
-        if live is None:
-            raise RequestError(-32602, f"unknown session {session_id!r}: open it with "
-                                       "session/new or session/load first")
-        return live
-
-    def _modes(self, live: Live) -> SessionModeState:
-        return updates.mode_state(live.session.approval)
-
-    def _command_ctx(self, live: Live) -> Any:
-        return commands.Context(session=live.session, runner=live.runner,
-                                set_approval=functools.partial(self.set_approval, live))
-
-    async def _advertise(self, session_id: str) -> None:
-        await self._send(session_id, AvailableCommandsUpdate(
-            session_update="available_commands_update",
-            available_commands=commands.available_commands()))
-
-    def _later(self, coro: Any) -> None:
-        """Send after the response that announces the session (a client may drop
-        updates for a session it does not know yet)."""
-        loop = asyncio.get_running_loop()
-        task = loop.create_task(coro)
-        self._tasks = getattr(self, "_tasks", set())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _say(self, session_id: str, text: str) -> None:
-        await self._send(session_id, acp.update_agent_message_text(text))
-
-    async def _send(self, session_id: str, update: Any) -> None:
-        """One update; a client that has gone is not an error (the turn runs on to its
-        end, and closing tidies up)."""
-        if self.conn is None:
-            return
-        try:
-            await self.conn.session_update(session_id=session_id, update=update)
-        except Exception as exc:
-            if not getattr(self, "_gone", False):
-                say(f"cannot send to the client ({type(exc).__name__}: {exc}); the "
-                    "turn goes on to its end")
-            self._gone = True
-
-    # ---------------------------------------------------------------- close
     def close(self, *, signalled: bool = False) -> None:
-        """The client has gone (stdin closed, or a signal): cancel running turns (their
-        cells are interrupted, state kept), wait for them (bounded; after a signal
-        briefly, without waiting for the cell), then close every session: trace and
-        checkpoints stay, owned kernels stop, attached ones run on."""
-        for live in self.live.values():
-            if live.busy or (live.worker is not None and live.worker.is_alive()):
-                live.cancelled = True
-                with contextlib.suppress(Exception):
-                    live.runner.cancel(force=signalled)
-        deadline = time.monotonic() + (SIGNAL_WAIT_S if signalled else CLOSE_WAIT_S)
-        for live in self.live.values():
-            if live.worker is not None:
-                live.worker.join(timeout=max(0.0, deadline - time.monotonic()))
-                if live.worker.is_alive():
-                    with contextlib.suppress(Exception):
-                        live.runner.cancel(force=True)
-                    live.worker.join(timeout=1.0 if signalled else 5.0)
-        for live in list(self.live.values()):
-            session = live.session
-            attached = session.kernel_existing if session.kernel_state not in (
-                "stopped", "dead") else None
-            try:
-                session.close_unused()
-            except Exception as exc:
-                say(f"session {session.id}: close failed: {exc}")
-            else:
-                if attached:
-                    say(f"session {session.id}: the attached kernel {attached} runs on")
-        self.live.clear()
+        """The client has gone: every session closed (``Host.close``)."""
+        if self.host is not None:
+            self.host.close(signalled=signalled)
