@@ -1,0 +1,215 @@
+"""An answer's numbers with their sources, as the person reads them (pure).
+
+The provenance engine (``context/provenance``) decides each number's status; this module
+only draws it, so every front end shows the same statuses: a footnote marker after each
+sourced, derived or input number (the engine's span decides where: a table cell, each
+end of a range, each side of a ``±``), :data:`UNSOURCED` after an unsourced one, and a
+sources block saying where each footnote's number came from. The marker's look is the
+medium's (``[1]`` in markdown and HTML, ``¹`` in the terminal); a medium that can link
+(the transcript, the notebook) turns a marker into a link to the cell's anchor
+(:func:`cell_anchor`). One footnote per distinct source: a value cited twice from the
+same line has one number.
+
+:func:`turn_answers` picks the answers worth footnoting from a trace (each turn's final
+answer, traced against what came before it); :func:`final_numbers` is the final
+answer's numbers as ``run --json`` and ACP's ``_meta`` carry them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simagent.context.provenance.engine import (
+    IGNORED,
+    Provenance,
+    SourceIndex,
+    Traced,
+    trace_answer,
+)
+from simagent.context.provenance.sources import sources_from_events, trace_final
+
+#: The mark of an unsourced number, in every medium; the sources block says what it means.
+UNSOURCED = "[?]"
+#: The sources block's line for :data:`UNSOURCED`.
+UNSOURCED_NOTE = ("no cell printed this number and it is no simple operation on numbers "
+                  "that were printed: unsourced")
+#: The heading of the sources block.
+SOURCES = "Sources"
+_SUPERSCRIPT = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+_OPS = {"difference": "-", "sum": "+", "ratio": "/"}
+
+
+def cell_anchor(execution: int) -> str:
+    """The anchor id of execution ``execution``'s cell in a transcript or notebook."""
+    return f"cell-{execution}"
+
+
+@dataclass(frozen=True)
+class Note:
+    """One footnote: its number (``key``), the status of the numbers it marks, what the
+    sources block says of it (``where``: ``cell 3, output line 1``; ``what``: the line
+    shown there, or the derivation), and the cell it points at (``execution``)."""
+
+    key: int
+    status: str
+    where: str
+    what: str
+    execution: int | None = None
+    line: int | None = None
+
+    @property
+    def anchor(self) -> str | None:
+        return None if self.execution is None else cell_anchor(self.execution)
+
+    def plain(self) -> str:
+        """``cell 3, output line 1: k_fit = 0.31647`` or ``= [1] - [2] (difference)``."""
+        return f"{self.where}: {self.what}" if self.where else self.what
+
+
+@dataclass(frozen=True)
+class Footnoted:
+    """An answer with its markers (``text``), its footnotes in order, and the status of
+    each claim in the answer's order (what every front end must agree on)."""
+
+    text: str
+    notes: tuple[Note, ...]
+    statuses: tuple[str, ...]
+    unsourced: bool
+
+    def block(self, mark: Callable[[int], str] = lambda k: f"[{k}]") -> list[str]:
+        """The sources block as plain lines: each footnote, then what ``[?]`` means."""
+        if not self.notes and not self.unsourced:
+            return []
+        lines = [f"{mark(n.key)} {n.plain()}" for n in self.notes]
+        if self.unsourced:
+            lines.append(f"{UNSOURCED} {UNSOURCED_NOTE}")
+        return lines
+
+
+def bracket(note: Note) -> str:
+    return f"[{note.key}]"
+
+
+def superscript(note: Note) -> str:
+    return str(note.key).translate(_SUPERSCRIPT)
+
+
+def footnote(answer: str, provenance: Provenance,
+             marker: Callable[[Note], str] = bracket,
+             unsourced: str = UNSOURCED) -> Footnoted:
+    """``answer`` with ``marker(note)`` after each claim that has a source and
+    ``unsourced`` after each that has none; ignored numbers (code, years, list markers)
+    are left as written."""
+    claims = [t for t in provenance.numbers if t.status != IGNORED]
+    keys: dict[tuple[Any, ...], int] = {}  # a source's identity -> its footnote, in order
+    of_claim: list[tuple[Any, ...] | None] = []
+    for t in claims:
+        if t.status in ("sourced", "input"):
+            of_claim.append(_identity(_sourced(t, 0)))
+        elif t.status == "derived" and t.derivation is not None:
+            of_claim.append(("derived", t.derivation.op, t.derivation.operands))
+        else:
+            of_claim.append(None)
+        if of_claim[-1] is not None:
+            keys.setdefault(of_claim[-1], len(keys) + 1)
+    notes: dict[tuple[Any, ...], Note] = {}
+    by_text: dict[str, int] = {}
+    for t, ident in zip(claims, of_claim, strict=True):
+        if ident is not None and ident[0] != "derived":
+            notes.setdefault(ident, _sourced(t, keys[ident]))
+            by_text.setdefault(t.text, keys[ident])
+    for t, ident in zip(claims, of_claim, strict=True):  # operands' footnotes are known
+        if ident is not None and ident not in notes:
+            notes[ident] = Note(keys[ident], "derived", "", _derivation(t, claims, by_text))
+    out, at = [], 0
+    for t, ident in zip(claims, of_claim, strict=True):
+        out += [answer[at:t.end], unsourced if ident is None else marker(notes[ident])]
+        at = t.end
+    out.append(answer[at:])
+    return Footnoted("".join(out), tuple(sorted(notes.values(), key=lambda n: n.key)),
+                     tuple(t.status for t in claims), None in of_claim)
+
+
+def _identity(note: Note) -> tuple[Any, ...]:
+    """What makes two claims one footnote: the same place (or the same derivation)."""
+    return (note.status, note.where, note.what)
+
+
+def _sourced(t: Traced, key: int) -> Note:
+    src = t.source
+    if src is None:  # the engine always locates these; a bare note if not
+        return Note(key, t.status, "", t.text)
+    if t.status == "input" or src.kind == "input":
+        return Note(key, "input", "from your message", src.excerpt)
+    if src.kind in ("output", "code") and src.execution is not None:
+        what = "output" if src.kind == "output" else "code"
+        return Note(key, "sourced", f"cell {src.execution}, {what} line {src.line}",
+                    src.excerpt, src.execution, src.line)
+    label = src.label or src.kind
+    return Note(key, "sourced", f"{label}, line {src.line}", src.excerpt)
+
+
+def _derivation(t: Traced, claims: Sequence[Traced], by_text: dict[str, int]) -> str:
+    """``= [1] - [3] (difference)``: the operation on the operands' footnotes, in the
+    order that gives the derived value."""
+    d = t.derivation
+    assert d is not None
+    a_text, b_text = d.operands
+    names = [f"[{by_text[x]}]" if x in by_text else x for x in (a_text, b_text)]
+    values = [next((c.seen if c.seen is not None else c.value for c in claims
+                    if c.text == x and c.status in ("sourced", "input")), math.nan)
+              for x in (a_text, b_text)]
+    if _swapped(d.op, d.value, *values):
+        names.reverse()
+    a, b = names
+    if d.op in _OPS:
+        return f"= {a} {_OPS[d.op]} {b} ({d.op})"
+    if d.op == "mean":
+        return f"= mean of {a} and {b}"
+    return f"= ({b} - {a}) / {a} (percent change from {a} to {b})"
+
+
+def _swapped(op: str, value: float, a: float, b: float) -> bool:
+    """Whether the derivation reads right with its operands the other way round."""
+    a, b = abs(a), abs(b)
+    if op == "difference":
+        return a < b
+    if op == "ratio" and a and b:
+        return abs(b / a - value) < abs(a / b - value)
+    if op == "percent change" and a and b:
+        return abs((a - b) / b - value) < abs((b - a) / a - value)
+    return False
+
+
+# ------------------------------------------------------------------ which answers
+def turn_answers(events: Sequence[Any]) -> dict[int, Provenance]:
+    """Each turn's final answer (the main agent's last message before the person's next
+    one), by its trace event id, traced against what came before it."""
+    finals: list[Any] = []
+    last = None
+    for e in events:
+        if e.kind == "message_user" and last is not None:
+            finals.append(last)
+            last = None
+        elif e.kind == "message_assistant" and (e.payload.get("agent") or "main") == "main" \
+                and str(e.payload.get("content") or "").strip():
+            last = e
+    if last is not None:
+        finals.append(last)
+    return {e.id: trace_answer(str(e.payload.get("content") or ""),
+                               SourceIndex(sources_from_events(events, before=e.id)))
+            for e in finals}
+
+
+def final_numbers(events: Sequence[Any], result: Any) -> list[dict[str, Any]]:
+    """The turn's final answer's numbers, ``[{text, value, status, source}]`` (the
+    engine's :meth:`Provenance.as_json`, as ``run --json`` writes them); none for a turn
+    that ended with no final answer or in an error (the last answer is an earlier turn's)."""
+    if not getattr(result, "final", None) or getattr(result, "status", None) == "error":
+        return []
+    prov = trace_final(events)
+    return [] if prov is None else prov.as_json()
+
