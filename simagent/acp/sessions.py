@@ -176,12 +176,14 @@ class Host:
             return PromptResponse(stop_reason="end_turn")
         turn = updates.TurnUpdates(live.session.workspace)
         leftover = await in_thread(live.runner.pending_interrupts)
+        result = TurnResult(status="cancelled")  # what a cancel before the turn leaves
         if leftover:  # asked in a turn that was cancelled: the new prompt moves on
             decisions = {p.interrupt_id: [{"type": "reject"} for _ in p.action_requests]
                          for p in leftover}
-            await self._drive(live, turn, functools.partial(
+            result = await self._drive(live, turn, functools.partial(
                 live.runner.resume, decisions, pending=leftover))
-        result = await self._drive(live, turn, functools.partial(live.runner.run, text))
+        if not live.cancelled:
+            result = await self._drive(live, turn, functools.partial(live.runner.run, text))
         while result.status == "paused" and not live.cancelled:
             decisions = {}
             for intr in result.interrupts:
