@@ -41,7 +41,6 @@ from simagent.context.provenance.numbers import (
     ignore_reason,
     in_prompt,
     seen_readings,
-    seen_values,
     structure_spans,
     window,
 )
@@ -57,7 +56,7 @@ INPUT = "input"
 EXCERPT_CHARS = 160
 #: At most this many places in one source are weighed for one value (a value a log shows
 #: thousands of times is as well placed by its first few).
-PER_SOURCE = 40
+PER_SOURCE = 12
 #: Relative difference granted beyond rounding to the shown digits: float noise only.
 #: (The bench's support scorer grants ``numbers.REL_TOL``, an extra digit the output never
 #: printed; in a session with per-step logs that backs many a fabricated figure by chance.)
@@ -197,7 +196,7 @@ class SourceIndex:
                        for n in extract(s.text) if not n.glued]
 
     def __len__(self) -> int:
-        return sum(len(v[0]) for v in self._values)
+        return sum(len(v.values) for v in self._values)
 
     def find(self, number: Number,
              near: Sequence[Number] = ()) -> tuple[Location, float] | None:
@@ -210,41 +209,40 @@ class SourceIndex:
         before a tool's result before code, the latest execution.
         """
         readings = [(abs(v), *window(v, q, REL_TOL)) for v, q in number.readings()]
-        found: list[tuple[Source, float, int, int]] = []
-        for src, (values, spans) in zip(self.sources, self._values, strict=True):
+        found: list[tuple[Source, _Read, float, int, int]] = []
+        for src, read in zip(self.sources, self._values, strict=True):
+            values, spans = read.values, read.spans
             for _v, lo, hi in readings:
                 i = bisect.bisect_left(values, lo)
                 j = bisect.bisect_right(values, hi, lo=i)
-                found += [(src, values[k], *spans[k]) for k in range(i, min(j, i + PER_SOURCE))]
+                found += [(src, read, values[k], *spans[k])
+                          for k in range(i, min(j, i + PER_SOURCE))]
         if not found:
             return None
-        windows = [[window(v, q, REL_TOL) for v, q in n.readings()] for n in near
-                   if _telling(n)]
+        windows = _Windows([[window(v, q, REL_TOL) for v, q in n.readings()]
+                            for n in near if _telling(n)])
         digits = _digits(number.text)
+        lines = {id(h): _line_numbers(h[1], h[0].text, h[3], windows) for h in found}
 
-        def key(hit: tuple[Source, float, int, int]) -> tuple[Any, ...]:
-            src, seen, a, b = hit
-            many = len(found) > 1
-            return (-_shared(src.text, a, windows) if many else 0,
-                    _digits(src.text[a:b]) != digits,
+        def key(hit: tuple[Source, _Read, float, int, int]) -> tuple[Any, ...]:
+            src, _read, seen, a, b = hit
+            shared, crowd = lines[id(hit)]
+            return (-shared, _digits(src.text[a:b]) != digits,
                     not any(math.isclose(seen, v, rel_tol=1e-9) for v, _lo, _hi in readings),
-                    _crowd(src.text, a) if many else 0,
-                    SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
+                    crowd, SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
                     -(src.execution if src.execution is not None else -1), a)
 
-        def chance(hit: tuple[Source, float, int, int]) -> bool:
+        def chance(hit: tuple[Source, _Read, float, int, int]) -> bool:
             """A value that only a row of a long log shows (a line of several numbers,
             none of them the answer's other telling numbers): a log of thousands of values
             holds one that rounds to nearly any figure (measured on the labelled set)."""
-            src, _seen, a, _b = hit
-            return (line_count(src.text) >= LOG_LINES
-                    and _crowd(src.text, a) >= LOG_ROW_NUMBERS
-                    and _shared(src.text, a, windows) == 0)
+            shared, crowd = lines[id(hit)]
+            return hit[1].lines >= LOG_LINES and crowd >= LOG_ROW_NUMBERS and shared == 0
 
         found = [h for h in found if not chance(h)]
         if not found:
             return None
-        src, seen, a, b = min(found, key=key)
+        src, _read, seen, a, b = min(found, key=key)
         return locate(src, a, b), seen
 
     def find_input(self, number: Number) -> Location | None:
@@ -253,11 +251,6 @@ class SourceIndex:
             if in_prompt(number, [n]):
                 return locate(src, n.start, n.end)
         return None
-
-
-@functools.lru_cache(maxsize=256)
-def line_count(text: str) -> int:
-    return text.count("\n") + 1
 
 
 def _telling(number: Number) -> bool:
@@ -271,32 +264,59 @@ def _digits(text: str) -> str:
     return "".join(c for c in text if c.isdigit())
 
 
-def _line_at(text: str, at: int) -> str:
-    """The line of ``text`` at ``at``, at most :data:`SHARED_CHARS` either side of it (a
-    progress bar's ``\\r`` ends a line too)."""
-    start = max(text.rfind("\n", 0, at), text.rfind("\r", 0, at), at - SHARED_CHARS) + 1
-    ends = [e for e in (text.find("\n", at), text.find("\r", at)) if e >= 0]
-    return text[start:min([*ends, at + SHARED_CHARS])]
+class _Windows:
+    """The answer's other telling numbers as sorted value windows, each naming its number,
+    so a line's values are matched by bisection."""
+
+    def __init__(self, windows: Sequence[Sequence[tuple[float, float]]]) -> None:
+        spans = sorted((lo, hi, i) for i, w in enumerate(windows) for lo, hi in w)
+        self.los = [s[0] for s in spans]
+        self.spans = spans
+
+    def matched(self, values: Sequence[float]) -> int:
+        """How many numbers have a window holding one of ``values``."""
+        hit: set[int] = set()
+        for v in values:
+            k = bisect.bisect_right(self.los, v)
+            for lo, hi, i in self.spans[max(0, k - 8):k]:  # windows are narrow
+                if lo <= v <= hi:
+                    hit.add(i)
+        return len(hit)
 
 
-def _crowd(text: str, at: int) -> int:
-    """How many numbers the line at ``at`` shows."""
-    return sum(1 for _ in seen_values(_line_at(text, at)))
+def _line_numbers(read: _Read, text: str, at: int, windows: _Windows) -> tuple[int, int]:
+    """(how many of the numbers with ``windows`` the line at ``at`` shows, how many
+    numbers it shows): the line within :data:`SHARED_CHARS` of ``at``, a progress bar's
+    ``\\r`` ending a line too."""
+    lo, hi = max(0, at - SHARED_CHARS), at + SHARED_CHARS
+    start = max(text.rfind("\n", lo, at), text.rfind("\r", lo, at), lo - 1) + 1
+    ends = [e for e in (text.find("\n", at, hi), text.find("\r", at, hi)) if e >= 0]
+    end = min([*ends, hi])
+    i, j = bisect.bisect_left(read.starts, start), bisect.bisect_left(read.starts, end)
+    return windows.matched(read.by_start[i:j]), len(set(read.starts[i:j]))
 
 
-def _shared(text: str, at: int, windows: Sequence[Sequence[tuple[float, float]]]) -> int:
-    """How many of the numbers (their ``windows``) the line of ``text`` at ``at`` shows,
-    (:func:`_line_at`)."""
-    values = [abs(v) for v in seen_values(_line_at(text, at))]
-    return sum(any(lo <= v <= hi for v in values for lo, hi in w) for w in windows)
+@dataclass(frozen=True)
+class _Read:
+    """What one source text shows: its magnitudes sorted (``values``, with the ``spans``
+    they were read from), the same by position (``starts``, ``by_start``), its lines."""
+
+    values: list[float]
+    spans: list[tuple[int, int]]
+    starts: list[int]
+    by_start: list[float]
+    lines: int
 
 
 @functools.lru_cache(maxsize=256)
-def values_of(text: str) -> tuple[list[float], list[tuple[int, int]]]:
-    """The magnitudes ``text`` shows under every reading (``numbers.seen_readings``),
-    sorted, with the span each was read from; cached by text (a string keeps its hash)."""
-    found = sorted((abs(v), a, b) for v, a, b in seen_readings(text))
-    return [f[0] for f in found], [(f[1], f[2]) for f in found]
+def values_of(text: str) -> _Read:
+    """The magnitudes ``text`` shows under every reading (``numbers.seen_readings``);
+    cached by text (a string keeps its hash), so a session's outputs are read once."""
+    found = [(abs(v), a, b) for v, a, b in seen_readings(text)]
+    by_value = sorted(found)
+    by_pos = sorted(found, key=lambda f: f[1])
+    return _Read([f[0] for f in by_value], [(f[1], f[2]) for f in by_value],
+                 [f[1] for f in by_pos], [f[0] for f in by_pos], text.count("\n") + 1)
 
 
 def locate(source: Source, start: int, end: int) -> Location:
