@@ -7,7 +7,7 @@ import base64
 from acp import embedded_text_resource, image_block, resource_block, resource_link_block, text_block
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio, SseMcpServer
 
-from simagent.acp.content import JUPYTER_NOTE, client_servers, prompt_text
+from simagent.acp.content import JUPYTER_NOTE, client_servers, prompt_text, said_to_person
 
 GUIDANCE = (JUPYTER_NOTE + " (.ipynb), use the Jupyter notebook MCP tools (for example "
             "insert_cell). Do not write .ipynb files directly.")
@@ -36,6 +36,10 @@ def test_links_embedded_text_and_images_reach_the_model_as_words(tmp_path):
     assert len(saved) == 1 and saved[0].suffix == ".png"
     assert saved[0].read_bytes().startswith(b"\x89PNG")
     assert f"[attached image, saved at {saved[0]}]" in text and not notes
+    assert said_to_person(blocks) == [
+        "(the image is saved in the session's folder and the model is given its path: it "
+        "can read the file with code, it does not see the picture)"]
+    assert said_to_person([text_block("hi")]) == []
 
 
 def test_client_mcp_servers_become_config_entries_with_valid_names():

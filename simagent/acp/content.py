@@ -91,3 +91,16 @@ def prompt_text(blocks: list[Any], attach_dir: Path) -> tuple[str, list[str]]:
             parts.append(f"[a {kind} attachment was sent; simagent cannot read it]")
             notes.append(f"{kind} content is not supported")
     return "\n\n".join(parts), notes
+
+
+def said_to_person(blocks: list[Any]) -> list[str]:
+    """What the person is told of their attachments before the reply: an image reaches
+    the model as a file path, not as a picture; audio does not reach it at all."""
+    kinds = {getattr(b, "type", None) for b in blocks}
+    lines = []
+    if "image" in kinds:
+        lines.append("(the image is saved in the session's folder and the model is given "
+                     "its path: it can read the file with code, it does not see the picture)")
+    lines += [f"(a {k} attachment cannot be read by simagent)" for k in sorted(
+        k for k in kinds - {"text", "resource_link", "resource", "image"} if k)]
+    return lines

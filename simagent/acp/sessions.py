@@ -36,7 +36,7 @@ from acp.schema import (
 
 from simagent.acp import commands, history, updates
 from simagent.acp.agent import KERNEL_META, AcpOptions, in_thread, say
-from simagent.acp.content import client_servers, prompt_text
+from simagent.acp.content import client_servers, prompt_text, said_to_person
 from simagent.agent.events import Event, Notice, TurnResult
 from simagent.agent.turn_setup import agent_for, turn_runner_for
 from simagent.config import APPROVAL_MODES, Config, ConfigError, SessionOptions
@@ -160,6 +160,8 @@ class Host:
         for note in notes:
             say(f"session {sid}: {note}")
             live.session.trace.append("prompt_note", {"note": note})
+        for line in said_to_person(blocks):
+            await self._say(sid, line + "\n\n")
         if (cmd := commands.parse(text)) is not None:
             mode = live.session.approval
             reply = await in_thread(functools.partial(
