@@ -117,17 +117,42 @@ def test_missing_part_packages_name_the_extra_to_install() -> None:
         "(missing simagent-no-such-part1, simagent-no-such-part2)")
     with pytest.raises(ModelError) as info:
         assembled_path("nope", Path("/nonexistent"))
-    assert str(info.value) == ("unknown packaged model 'nope' (known: qwen2.5-coder-0.5b); "
-                               "or give a path: local:PATH.gguf")
+    assert str(info.value) == ("unknown packaged model 'nope' (known: qwen2.5-coder-0.5b, "
+                               "qwen2.5-coder-1.5b); or give a path: local:PATH.gguf")
+    larger = PackagedModel("big", "", ("simagent-no-such-part1",), "0" * 64, 1,
+                           extra="local-model-1.5b")
+    with pytest.raises(ModelError, match=r"pip install 'simagent\[local-model-1.5b\]'"):
+        part_files(larger)
+
+
+def test_each_packaged_models_parts_are_its_extra_in_pyproject() -> None:
+    """The 1.5B model's 22 parts are an extra of their own, which ``make`` does not
+    install (1.1 GB); each extra pins exactly the distributions its model joins."""
+    import tomllib
+
+    extras = tomllib.loads(Path(__file__).parents[1].joinpath("pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]
+    for model in PACKAGED.values():
+        pinned = [req.split("==")[0] for req in extras[model.extra]]
+        assert pinned == list(model.dists), model.name
+    assert PACKAGED["qwen2.5-coder-1.5b"].extra == "local-model-1.5b"
+    assert len(PACKAGED["qwen2.5-coder-1.5b"].dists) == 22
+    makefile = Path(__file__).parents[1].joinpath("Makefile").read_text()
+    (install,) = [line for line in makefile.splitlines() if "-e \".[dev," in line]
+    extras_installed = install.split('".[')[1].split("]")[0].split(",")
+    assert "local-model" in extras_installed and "local-model-1.5b" not in extras_installed
 
 
 @pytest.mark.slow
-def test_the_packaged_model_assembles_to_its_pinned_checksum(tmp_path: Path) -> None:
-    model = PACKAGED["qwen2.5-coder-0.5b"]
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"])
+def test_the_packaged_model_assembles_to_its_pinned_checksum(tmp_path: Path,
+                                                              name: str) -> None:
+    model = PACKAGED[name]
     try:
         importlib.metadata.distribution(model.dists[0])
     except importlib.metadata.PackageNotFoundError:
-        pytest.skip("needs pip install 'simagent[local-model]' (make test installs it)")
+        pytest.skip(f"needs pip install 'simagent[{model.extra}]' (make test installs only "
+                    "local-model)")
     path = assembled_path(model.name, tmp_path)
     assert path == tmp_path / "models" / model.file_name and path.stat().st_size == model.size
     with path.open("rb") as fh:

