@@ -282,6 +282,9 @@ def test_a_real_turn_streams_a_figure_as_an_image_and_meta(workspace: Path) -> N
         assert meta["window"] == runner.agent.window
         assert 0 <= meta["ctx_pct"] <= 100 and meta["ctx_label"] == f"ctx {meta['ctx_pct']}%"
         assert "cost_usd" in meta  # None: the scripted model has no price
+        (k,) = meta["numbers"]  # the answer's k, where the cell's code set it
+        assert (k["text"], k["status"], k["source"]["kind"], k["source"]["excerpt"]) == \
+            ("0.37", "sourced", "code", "k = 0.37")
     finally:
         session.close()
 

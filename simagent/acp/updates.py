@@ -64,6 +64,7 @@ from simagent.config import APPROVAL_MODES
 from simagent.kernel.terminal import TerminalBuffer
 from simagent.kernel_api.figures import parse_captions
 from simagent.outcomes import outcome_of
+from simagent.presentation.footnotes import final_numbers
 from simagent.presentation.notices import GUARD_NOTICES, context_line, one_line
 from simagent.presentation.previews import DIFF_TOOLS, action_preview, edited, file_now
 from simagent.tool_names import RESET_KERNEL, RUN_PYTHON, TASK, VIEW_FIGURE, WRITE_TODOS
@@ -457,8 +458,9 @@ def mode_update(mode: str) -> CurrentModeUpdate:
 def turn_meta(session: Any, result: TurnResult, agent: Any = None) -> dict[str, Any]:
     """``{"simagent": {...}}`` for a prompt response's ``_meta``: this turn's tokens, the
     session's cost and context share as the TUI's status bar shows them (the same
-    ``stats_from_trace`` and ``status_label``). ``agent``: the runner's ``BuiltAgent``
-    (its model and window); without it the trace's are used."""
+    ``stats_from_trace`` and ``status_label``), and the final answer's ``numbers``
+    (``[{text, value, status, source}]``, as ``run --json`` writes them). ``agent``: the
+    runner's ``BuiltAgent`` (its model and window); without it the trace's are used."""
     from simagent.context.panel import status_label, whole_percent  # langchain: after the turn
     from simagent.context.stats import stats_from_trace  # as above
 
@@ -473,4 +475,5 @@ def turn_meta(session: Any, result: TurnResult, agent: Any = None) -> dict[str, 
         "ctx_pct": whole_percent(stats) if stats.window_known else None,
         "ctx_label": status_label(stats)[0],
         "window": stats.window if stats.window_known else None,
+        "numbers": final_numbers(session.trace.events(), result),
     }}
