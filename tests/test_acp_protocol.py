@@ -30,6 +30,7 @@ from acp.schema import (
     Implementation,
     McpServerStdio,
     RequestPermissionResponse,
+    SseMcpServer,
 )
 from test_attach import jupyter_kernel, runtime  # noqa: F401  (fixtures: a person's kernel)
 from test_attach import run as attach_run
@@ -417,16 +418,24 @@ def test_a_client_mcp_server_is_a_tool_gated_by_approval(tmp_path, workspace):
                             env=[EnvVariable(name="SIMAGENT_TEST_RUN",
                                              value=os.environ.get("SIMAGENT_TEST_RUN", ""))])
 
+    broken = McpServerStdio(name="broken", command=sys.executable,
+                            args=[str(SERVER), "--fail-start"], env=server.env)
+    sse = SseMcpServer(type="sse", name="old", url="http://127.0.0.1:9/sse", headers=[])
+
     async def main() -> None:
         client = Recorder(answers=["allow_once"])
         async with await start(client, model, "--approval", "workspace") as (conn, _proc):
             await init(conn)
             sid = (await asyncio.wait_for(conn.new_session(
-                cwd=str(workspace), mcp_servers=[server]), WAIT_S)).session_id
+                cwd=str(workspace), mcp_servers=[server, broken, sse]), WAIT_S)).session_id
             r = await prompt(conn, sid, "molar mass of water?")
             assert r.stop_reason == "end_turn"
             assert client.asked and client.asked[0][0].title.startswith("lab__molar_mass")
-            assert "molar_mass(H2O, T=298.15 K, nist) = " in text_of(client.take())
+            said = text_of(client.take())
+            assert "molar_mass(H2O, T=298.15 K, nist) = " in said
+            # what could not be used is said to the person, before the reply
+            assert "MCP server 'old': the sse transport is not supported" in said
+            assert "broken" in said.split("molar_mass(")[0], said
 
     run(main())
 

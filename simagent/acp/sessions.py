@@ -38,6 +38,7 @@ from simagent.acp import commands, history, updates
 from simagent.acp.agent import KERNEL_META, AcpOptions, in_thread, say
 from simagent.acp.content import client_servers, prompt_text, said_to_person
 from simagent.agent.events import Event, Notice, TurnResult
+from simagent.agent.mcp_tools import open_notices
 from simagent.agent.turn_setup import agent_for, turn_runner_for
 from simagent.config import APPROVAL_MODES, Config, ConfigError, SessionOptions
 from simagent.kernel import KernelStartError
@@ -68,6 +69,9 @@ class Live:
     prompts: int = 0
     kernel_named: bool = False  # a kernel was given (flag, config, meta): attach to it
     worker: threading.Thread | None = None
+    #: lines for the person, said before the next reply (an ignored config, MCP servers
+    #: that did not start or cannot be used)
+    tell: list[str] = field(default_factory=list)
 
 
 def _forget_kernel(session: Any) -> None:
@@ -160,7 +164,8 @@ class Host:
         for note in notes:
             say(f"session {sid}: {note}")
             live.session.trace.append("prompt_note", {"note": note})
-        for line in said_to_person(blocks):
+        told, live.tell = live.tell, []
+        for line in told + said_to_person(blocks):
             await self._say(sid, line + "\n\n")
         if (cmd := commands.parse(text)) is not None:
             mode = live.session.approval
@@ -347,8 +352,11 @@ class Host:
             session.close("error") if session_id else session.discard()
             raise RequestError(-32603, f"cannot build the agent: {exc}".splitlines()[0]
                                ) from exc
+        # what simagent run prints on stderr at the start, the person in a chat reads
+        tell = [config.ignored_line] if config.ignored_line else []
+        tell += skipped + [f"! {line}" for line in open_notices(session)]
         return Live(session=session, runner=runner, resolved=resolved,
-                    kernel_named=bool(session.kernel_existing))
+                    kernel_named=bool(session.kernel_existing), tell=tell)
 
     def _get(self, session_id: str) -> Live:
         live = self.live.get(session_id)
