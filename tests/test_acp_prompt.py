@@ -7,6 +7,7 @@ import base64
 from acp import embedded_text_resource, image_block, resource_block, resource_link_block, text_block
 from acp.schema import EnvVariable, HttpMcpServer, McpServerStdio, SseMcpServer
 
+from simagent.acp.agent import AcpOptions
 from simagent.acp.content import JUPYTER_NOTE, client_servers, prompt_text, said_to_person
 
 GUIDANCE = (JUPYTER_NOTE + " (.ipynb), use the Jupyter notebook MCP tools (for example "
@@ -55,3 +56,24 @@ def test_client_mcp_servers_become_config_entries_with_valid_names():
     assert out["Jupyter-MCP-Server"].url == "http://localhost:3001/mcp"
     assert skipped == ["MCP server 'old': the sse transport is not supported (stdio and "
                        "http are)"]
+
+
+def test_how_a_turn_ended_is_its_stop_reason():
+    from simagent.acp.sessions import Host, Live  # the agent stack: this test only
+    from simagent.agent.events import TurnResult
+
+    host = Host(AcpOptions(), conn=None)
+    live = Live(session=None, runner=None, resolved=None)
+
+    def reason(**kw) -> str:
+        return host._response(live, TurnResult(**kw), {}).stop_reason
+
+    assert reason(status="done") == "end_turn"
+    assert reason(status="error", error="provider 503") == "end_turn"  # said in the reply
+    assert reason(status="cancelled") == "cancelled"
+    assert reason(status="paused") == "cancelled"  # a permission the client cancelled
+    assert reason(status="error", cost_ceiling={"scope": "turn"}) == "refusal"
+    assert reason(status="error", error="GraphRecursionError: limit 25") == \
+        "max_turn_requests"
+    live.cancelled = True
+    assert reason(status="done") == "cancelled"

@@ -212,6 +212,8 @@ class Host:
             reason = "cancelled"
         elif result.cost_ceiling is not None:
             reason = "refusal"
+        elif (result.error or "").startswith("GraphRecursionError"):
+            reason = "max_turn_requests"  # the graph's step limit ended the turn
         else:
             reason = "end_turn"
         return PromptResponse(stop_reason=reason, field_meta=meta)
