@@ -116,6 +116,14 @@ async def lab_command(name: str, args: dict[str, Any] | None = None) -> dict[str
     return answer if isinstance(answer, dict) else {"success": False, "error": str(answer)}
 
 
+async def notebook_info(path: str) -> dict[str, Any]:
+    """What JupyterLab says of the notebook at ``path`` (active cell, cell count, unsaved
+    changes); empty when it does not answer."""
+    info = await lab_command("jupyterlab-ai-commands:get-notebook-info", {"notebookPath": path})
+    result = info.get("result") if info.get("success") else None
+    return result if isinstance(result, dict) else {}
+
+
 class SimagentPersona(BaseAcpPersona):
     """simagent in JupyterLab's chat (the ``jupyter`` extra's entry point)."""
 
@@ -173,7 +181,8 @@ class SimagentPersona(BaseAcpPersona):
         """The notebook JupyterLab has current (the last one focused), if it says."""
         info = await lab_command("jupyterlab-ai-commands:get-notebook-info")
         result = info.get("result") if info.get("success") else None
-        return (result or {}).get("notebookPath") or None
+        path = result.get("notebookPath") if isinstance(result, dict) else None
+        return str(path) if path else None
 
     def _attached(self, message: Message) -> list[str]:
         found = self.chat.get_attachments() if message.attachments else {}
@@ -211,21 +220,21 @@ class SimagentPersona(BaseAcpPersona):
             self.send_message(f"/notebook: nothing to insert yet ({exc})")
             return
         cells = agent_cells(export)
-        info = await lab_command("jupyterlab-ai-commands:get-notebook-info",
-                                 {"notebookPath": target})
-        result = (info.get("result") or {}) if info.get("success") else {}
-        if result.get("isDirty"):  # the person's unsaved edits go to disk first
+        # revealed first: JupyterLab answers for the notebook's live widget only then
+        await lab_command("docmanager:open", {"path": target})
+        info = await notebook_info(target)
+        if info.get("isDirty"):  # the person's unsaved edits go to disk first
             await lab_command("jupyterlab-ai-commands:save-notebook", {"notebookPath": target})
         contents = ServerApp.instance().contents_manager
         model = await ensure_async(contents.get(target, content=True, type="notebook"))
         nb = model["content"]
-        added = insert_below(nb, cells, result.get("activeCellId"))
+        added = insert_below(nb, cells, info.get("activeCellId"))
         shown = True
         if added:
             await ensure_async(contents.save({"type": "notebook", "format": "json",
                                               "content": nb}, target))
             shown = await self._reload(target, len(nb["cells"]))
-        where = "below the active cell" if result.get("activeCellId") else "at the end"
+        where = "below the active cell" if info.get("activeCellId") else "at the end"
         self.send_message(
             f"/notebook: {added} cell{'s' * (added != 1)} of session {session_id} put into "
             f"{target} {where}, with {'its output' if added == 1 else 'their outputs'}"
@@ -237,14 +246,17 @@ class SimagentPersona(BaseAcpPersona):
     async def _reload(target: str, cells: int) -> bool:
         """Have JupyterLab reload ``target`` from disk, and check it did (its cell count).
         ``docmanager:reload`` acts on the current widget, which ``docmanager:open``
-        makes the notebook once the browser's focus follows; hence the check and tries."""
-        for _ in range(RELOAD_TRIES):
-            await lab_command("docmanager:open", {"path": target})
-            await asyncio.sleep(RELOAD_SETTLE_S)
+        makes the notebook once the browser's focus follows; hence the check and tries.
+        A notebook edited meanwhile is left to the person (JupyterLab asks before it
+        reloads one with unsaved changes)."""
+        for attempt in range(RELOAD_TRIES):
+            if attempt:
+                await lab_command("docmanager:open", {"path": target})
+                await asyncio.sleep(RELOAD_SETTLE_S)
             await lab_command("docmanager:reload")
-            info = await lab_command("jupyterlab-ai-commands:get-notebook-info",
-                                     {"notebookPath": target})
-            if ((info.get("result") or {}) if info.get("success") else {}).get(
-                    "cellCount") == cells:
+            info = await notebook_info(target)
+            if info.get("cellCount") == cells:
                 return True
+            if info.get("isDirty"):
+                return False
         return False

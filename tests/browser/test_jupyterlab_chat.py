@@ -224,21 +224,36 @@ def test_simagent_in_the_jupyterlab_chat(lab: Lab) -> None:
                                               "--disable-dev-shm-usage"])
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 860})
-                _chat_turns(lab, page, kc)
+                try:
+                    _chat_turns(lab, page, kc)
+                except Exception:
+                    _evidence(lab, page)
+                    raise
             finally:
                 browser.close()
     finally:
         kc.stop_channels()
 
 
+def _evidence(lab: Lab, page: Any) -> None:
+    """What a failure leaves to read: the page as a picture, the chat's text and the
+    server's log (the persona's and the agent's lines are in it)."""
+    shot = lab.root.parent / "failure.png"
+    try:
+        page.screenshot(path=str(shot))
+        chat = " | ".join(page.locator(MESSAGES).all_text_contents())
+    except Exception as exc:  # the page itself may be what failed
+        chat = f"(page unreadable: {exc})"
+    print(f"\n--- failure screenshot: {shot}\n--- chat: {chat}\n--- server log tail:\n"
+          f"{lab.log_tail(6000)}")
+
+
 def _chat_turns(lab: Lab, page: Any, kc: Any) -> None:
-    # the notebook open first, then the chat beside it (restored as a second tab)
-    page.goto(f"{lab.url}/lab/tree/decay.ipynb?token={TOKEN}")
+    _side_by_side(lab)
+    page.goto(f"{lab.url}/lab?token={TOKEN}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    page.goto(f"{lab.url}/lab/tree/decay.chat?token={TOKEN}")
     page.locator(f"{ROOT} .jp-chat-input-container textarea[placeholder]").wait_for(
         timeout=60_000)
-    _split_right(page)
     picker = page.locator(f"{ROOT} .jp-jai-personaControls-persona-btn")
     picker.click()
     page.get_by_role("menuitem", name="simagent").click()
@@ -266,7 +281,9 @@ def _chat_turns(lab: Lab, page: Any, kc: Any) -> None:
         "() => [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output')]"
         ".some(e => e.textContent.includes('1.8734'))", timeout=30_000)
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    page.mouse.move(0, 0)  # no tooltip in the picture
+    page.mouse.move(1000, 600)  # no tooltip in the picture (hover, focus)
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    page.wait_for_function("() => !document.querySelector('[role=tooltip]')", timeout=5_000)
     page.screenshot(path=str(SCREENSHOT))
 
     latencies = []
@@ -278,21 +295,18 @@ def _chat_turns(lab: Lab, page: Any, kc: Any) -> None:
           + f" s; median {statistics.median(latencies):.2f} s")
 
 
-def _split_right(page: Any) -> None:
-    """Drag the chat's tab to the right half of the main area: notebook and chat side
-    by side (for the screenshot; the test does not depend on it)."""
-    tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="decay.chat").first
-    area = page.locator("#jp-main-dock-panel").bounding_box()
-    box = tab.bounding_box()
-    if not area or not box:
-        return
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    page.mouse.down()
-    x, y = area["x"] + area["width"] * 0.92, area["y"] + area["height"] * 0.5
-    for i in range(1, 11):
-        page.mouse.move(box["x"] + (x - box["x"]) * i / 10, box["y"] + (y - box["y"]) * i / 10)
-        time.sleep(0.05)
-    page.mouse.up()
-    page.locator(f"{ROOT} .jp-chat-input-container textarea[placeholder]").wait_for(
-        timeout=10_000)
-
+def _side_by_side(server: Lab) -> None:
+    """JupyterLab's saved layout (its workspace API): the notebook and the chat side by
+    side in the main area, as a person works with them (and as the screenshot shows)."""
+    server.api("PUT", "/lab/api/workspaces/default", {"data": {
+        "layout-restorer:data": {"main": {
+            "dock": {"type": "split-area", "orientation": "horizontal", "sizes": [0.5, 0.5],
+                     "children": [
+                         {"type": "tab-area", "currentIndex": 0,
+                          "widgets": ["notebook:decay.ipynb"]},
+                         {"type": "tab-area", "currentIndex": 0,
+                          "widgets": ["chat:decay.chat"]}]},
+            "current": "chat:decay.chat"}},
+        "notebook:decay.ipynb": {"data": {"path": "decay.ipynb", "factory": "Notebook"}},
+        "chat:decay.chat": {"data": {"filepath": "decay.chat", "inSidePanel": False}},
+    }, "metadata": {"id": "default"}})
