@@ -23,6 +23,8 @@ APPROVAL_MODES = ("ask", "workspace", "auto")
 #: changing files elsewhere (``approval.MODE_HELP`` says what each mode gates).
 DEFAULT_APPROVAL = "workspace"
 MODEL_ENV = "SIMAGENT_MODEL"
+#: ``[answers] check_numbers`` values, the default first (``agent/number_check.py``).
+CHECK_NUMBERS = ("nudge", "mark", "off")
 #: An existing Dask scheduler for ``ensemble`` (wins over ``[ensembles] scheduler``).
 SCHEDULER_ENV = "SIMAGENT_DASK_SCHEDULER"
 #: Workers of the session's local Dask cluster (wins over ``[ensembles] workers``).
@@ -212,6 +214,15 @@ class Config:
             raise ConfigError(f"{self.source('approval')}: approval = {mode!r} is not one of "
                               f"{', '.join(APPROVAL_MODES)}")
         return mode, where
+
+    def check_numbers(self, default: str = CHECK_NUMBERS[0]) -> str:
+        """``[answers] check_numbers``: what a final answer's numbers that no source shows
+        get (``agent/number_check.py``): ``nudge`` (the default), ``mark`` or ``off``."""
+        value = self.section("answers").get("check_numbers", default)
+        if value not in CHECK_NUMBERS:
+            raise ConfigError(f"{self.where('answers', 'check_numbers')} check_numbers = "
+                              f"{value!r} is not one of {', '.join(map(repr, CHECK_NUMBERS))}")
+        return value
 
     def kernel_name(self) -> str | None:
         kernel = self.data.get("kernel")

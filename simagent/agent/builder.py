@@ -26,6 +26,7 @@ from simagent.agent.abandon_guard import AbandonGuard
 from simagent.agent.approval import interrupt_on_for_mode, readable_roots
 from simagent.agent.backend import WorkspacePathsMiddleware, build_backend
 from simagent.agent.context_layers import context_layers, skill_sources
+from simagent.agent.number_check import NumberCheckMiddleware
 from simagent.agent.plugin_tools import plugin_tools
 from simagent.agent.prompts import (
     MEMORY_PROMPT,
@@ -36,6 +37,7 @@ from simagent.agent.prompts import (
 from simagent.agent.provider_retry import ProviderRetryMiddleware
 from simagent.agent.recorder import TraceRecorder
 from simagent.agent.recovery import RecoveryMiddleware
+from simagent.agent.scripted import ScriptedChatModel
 from simagent.agent.secrets import ToolResultRedaction
 from simagent.agent.subagents import (
     FILE_TOOLS,
@@ -184,9 +186,11 @@ def _as_resolved(model: Any) -> tuple[Any, str, int | None]:
 
 def middleware_stack(session: Session, layers: Any, *, agent: str, model_id: str,
                      retry: Any, prompt: Sequence[Any] = (),
-                     revive: Callable[[], str | None] | None = None) -> list[Any]:
+                     revive: Callable[[], str | None] | None = None,
+                     check_numbers: str = "off") -> list[Any]:
     """simagent's middleware for one agent, outermost first; every agent gets this order.
-    ``revive``: the model's ``ResolvedModel.reviver`` (a local server to bring back).
+    ``revive``: the model's ``ResolvedModel.reviver`` (a local server to bring back);
+    ``check_numbers``: the main agent's ``[answers] check_numbers`` (:func:`numbers_mode`).
 
     ``prompt`` is what adds to the request before the context layers see it (the MCP
     schema deferral; the main agent's skills and memory indexes), so the recorder, near
@@ -197,6 +201,8 @@ def middleware_stack(session: Session, layers: Any, *, agent: str, model_id: str
         *prompt,
         *layers.middleware,
         RecoveryMiddleware(session.trace, agent=agent),
+        # the main agent's final answer: numbers no source shows are asked about once
+        *([NumberCheckMiddleware(session.trace, check_numbers)] if agent == "main" else []),
         WorkspacePathsMiddleware(session.workspace),
         TraceRecorder(session.trace, session.usage, agent=agent, model_id=model_id,
                       turns=session.turns, ruler=layers.context.ruler,
@@ -206,6 +212,14 @@ def middleware_stack(session: Session, layers: Any, *, agent: str, model_id: str
                                 cancel=session.cancel_requested, revive=revive),
         ToolResultRedaction(),  # innermost for tools: no layer sees a secret in a result
     ]
+
+
+def numbers_mode(session: Session, chat_model: Any) -> str:
+    """``[answers] check_numbers`` for this model: the config's, else ``nudge``; a
+    scripted model (the bench's replays, ``scripted:``) plays its steps in order and cannot
+    answer a nudge, so for it the check is off unless the config sets it."""
+    return session.config.check_numbers(
+        default="off" if isinstance(chat_model, ScriptedChatModel) else "nudge")
 
 
 def workspace_backend(session: Session, source_dirs: Sequence[Path]) -> Any:
@@ -297,7 +311,8 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
             settings=layers.context.settings) if mcp else []
         indexes = index_layers(session, backend) if agent == "main" else []
         return middleware_stack(session, layers, agent=agent, model_id=model_id, retry=retry,
-                                prompt=[*deferral, *indexes], revive=revive), layers
+                                prompt=[*deferral, *indexes], revive=revive,
+                                check_numbers=numbers_mode(session, chat_model)), layers
 
     own, layers = stack("main", front_end=front_end)
     general = general_purpose_spec(tools, stack(GENERAL_PURPOSE)[0])

@@ -45,6 +45,7 @@ def session_config(args: argparse.Namespace, workspace: Path, *, need_model: boo
     try:
         config = Config.load(workspace, trust=args.trust_workspace)
         config.approval_source(args.approval)
+        config.check_numbers()
         spec, _where = config.model_spec(args.model)
     except ConfigError as exc:
         raise CliError(str(exc).splitlines()[0]) from exc
