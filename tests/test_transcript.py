@@ -266,3 +266,38 @@ def test_corrupt_trace_is_listed_as_unreadable(workspace: Path) -> None:
     assert infos[0].title.startswith("(unreadable trace: ")
     assert infos[1].title == "Fit the model please"
     assert "unreadable trace" in format_sessions_table(infos)
+
+
+def test_an_answers_numbers_link_to_the_cell_that_printed_them(tmp_path: Path):
+    """Each turn's final answer: a footnote after each number, linked to the anchor its
+    cell's card carries; an unsourced number marked [?], said once under Sources."""
+    sp = SessionPaths.for_session(tmp_path, "s-num").ensure()
+    raw = sp.outputs / "0003.txt"
+    raw.write_text("k_fit = 0.31647\ntau_ms = 2.6753\n")
+    code = "print('k_fit =', 0.31647)\nprint('tau_ms =', 2.6753)"
+    with TraceLog(sp.trace) as log:
+        log.append("message_user", {"content": "fit it", "turn": 1})
+        log.append("message_assistant", {"content": "Fitting 2.0 first.", "agent": "main"})
+        log.append("tool_call", {"id": "c1", "name": "run_python", "args": {"code": code}})
+        log.append("kernel_exec", {"tool_call_id": "c1", "code": code, "status": "ok",
+                                   "raw_path": str(raw), "execution_count": 2})
+        log.append("tool_result", {"tool_call_id": "c1", "name": "run_python",
+                                   "content": raw.read_text(), "status": "success"})
+        log.append("message_assistant", {"content": "k is 0.316, tau 2.68, 2.36 apart; "
+                                                    "R0 is 3.9.", "agent": "main"})
+        events = log.events()
+    md = render_markdown(events, session_dir=sp.root)
+    assert "Fitting 2.0 first." in md  # not the turn's final answer: as written
+    assert ("k is 0.316[[1]](#cell-3), tau 2.68[[2]](#cell-3), 2.36[3] apart; "
+            "R0 is 3.9[?].") in md
+    assert '### Tool `run_python` (✓ status ok) · cell 3<a id="cell-3"></a>' in md
+    sources = md[md.index("**Sources**"):]
+    assert "- [1] [cell 3, output line 1](#cell-3): `k_fit = 0.31647`" in sources
+    assert "- [3] = [2] - [1] (difference)" in sources
+    assert sources.count("[?]") == 1
+    page = render_html(events, session_dir=sp.root)
+    assert '<div class="card tool" id="cell-3">' in page
+    assert 'k is 0.316<sup><a href="#cell-3">[1]</a></sup>' in page
+    assert "2.36<sup>[3]</sup> apart; R0 is 3.9[?]." in page
+    assert '<a href="#cell-3">cell 3, output line 2</a>: <code>tau_ms = 2.6753</code>' in page
+    assert "\ue000" not in page

@@ -187,7 +187,9 @@ def _swapped(op: str, value: float, a: float, b: float) -> bool:
 # ------------------------------------------------------------------ which answers
 def turn_answers(events: Sequence[Any]) -> dict[int, Provenance]:
     """Each turn's final answer (the main agent's last message before the person's next
-    one), by its trace event id, traced against what came before it."""
+    one), by its trace event id, traced against what came before it. Events whose payload
+    is no mapping (a trace written by odd hands) are passed over."""
+    events = [e for e in events if isinstance(e.payload, dict)]
     finals: list[Any] = []
     last = None
     for e in events:

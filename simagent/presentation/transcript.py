@@ -19,9 +19,18 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from simagent.context.provenance.sources import execution_number
 from simagent.context.reporting import CONTEXT_KINDS
 from simagent.kernel_api.outputs import size_text
 from simagent.outcomes import mark, outcome_of
+from simagent.presentation.footnotes import (
+    SOURCES,
+    Footnoted,
+    Note,
+    cell_anchor,
+    footnote,
+    turn_answers,
+)
 from simagent.presentation.html_text import CSS, html_table, safe_markdown
 from simagent.trace.log import Event
 from simagent.trace.redact import redact
@@ -126,7 +135,7 @@ def _walk(events: Sequence[Event]) -> Iterator[tuple[str, str | None, dict[str, 
         elif kind == "message_user":
             yield "user", None, p
         elif kind in ("message_assistant", "message_reasoning"):
-            yield kind[8:], _agent(p), p
+            yield kind[8:], _agent(p), {**p, "event_id": e.id}
         elif kind == "tool_call":
             cid = _key(p.get("id"))
             fresh = cid is not None and cid not in used
@@ -220,7 +229,9 @@ def _tool_parts(d: dict[str, Any]) -> dict[str, Any]:
               *(f"shown to the user: {_text(h)}" for h in ex.get("human") or [])]
     out, note = (_cap(_text(result.get("content")), ex.get("raw_path"))
                  if d["result"] is not None else ("", None))
-    return {"name": name, "code": None if code is None else _text(code),
+    n = execution_number(ex) if ex else None
+    return {"name": name, "cell": n, "anchor": None if n is None else cell_anchor(n),
+            "code": None if code is None else _text(code),
             "args": None if code is not None or args in (None, {}, "") else _text(args),
             "status": ", ".join(s for s in status if s), "has_result": d["result"] is not None,
             "output": out, "note": note, "error": result.get("status") == "error"}
@@ -274,12 +285,16 @@ def _md_item(item: str, data: dict[str, Any], expand: bool) -> str:
         turn = f" (turn {_text(data.get('turn'))})" if data.get("turn") is not None else ""
         return f"## User{turn}\n\n{_text(data.get('content'))}"
     if item == "assistant":
+        if (f := data.get("footnoted")) is not None:
+            return f"## Assistant\n\n{f.text}" + _md_sources(f)
         return f"## Assistant\n\n{_text(data.get('content'))}"
     if item == "reasoning":
         return "\n".join("> " + line for line in (_text(data.get("content")) or " ").splitlines())
     if item == "tool":
         t = _tool_parts(data)
         status = f" ({t['status']})" if t["status"] else ""
+        if t["anchor"]:  # where an answer's footnote links
+            status += f' · cell {t["cell"]}<a id="{t["anchor"]}"></a>'
         if not expand:
             return f"- tool `{t['name']}`{status}"
         parts = [f"### Tool `{t['name']}`{status}"]
@@ -310,15 +325,50 @@ def _md_item(item: str, data: dict[str, Any], expand: bool) -> str:
     return ""
 
 
+def _md_marker(note: Note) -> str:
+    return f"[[{note.key}]](#{note.anchor})" if note.anchor else f"[{note.key}]"
+
+
+def _md_code(text: str) -> str:
+    """``text`` as inline code, however many backticks it holds."""
+    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (run + 1)
+    return f"{ticks} {text} {ticks}" if run else f"{ticks}{text}{ticks}"
+
+
+def _md_sources(f: Footnoted) -> str:
+    """An answer's sources block: each footnote, its cell a link to the cell's card."""
+    lines = []
+    for n in f.notes:
+        where = f"[{n.where}](#{n.anchor})" if n.anchor else n.where
+        what = _md_code(n.what) if n.status in ("sourced", "input") else n.what
+        lines.append(f"- [{n.key}] {where}: {what}" if where else f"- [{n.key}] {what}")
+    if f.unsourced:
+        lines.append(f"- {f.block()[-1]}")
+    return f"\n\n**{SOURCES}**\n\n" + "\n".join(lines) if lines else ""
+
+
+def _footnoted(events: Sequence[Event], marker: Any) -> dict[int, Footnoted]:
+    """Each turn's final answer with its numbers footnoted, by event id."""
+    by_id = {e.id: e for e in events}
+    return {i: footnote(_text(_data(by_id[i]).get("content")), prov, marker)
+            for i, prov in turn_answers(events).items()}
+
+
 def render_markdown(events: Sequence[Event], *, session_dir: Path | None = None,
                     expand_tools: bool = True) -> str:
-    """Markdown transcript; assistant text is passed through as the model wrote it."""
+    """Markdown transcript; assistant text is passed through as the model wrote it, each
+    turn's final answer with a footnote after each number that links to the cell that
+    printed it (``presentation/footnotes``)."""
     events = _redacted(events)
+    notes = _footnoted(events, _md_marker)
     out = [f"# Session {_session_id(events, session_dir)}"]
     for item, agent, data in _walk(events):
         if item == "header":
             out.append("\n".join(f"- **{k}**: {v}" for k, v in _header_fields(data)))
             continue
+        if item == "assistant" and data.get("event_id") in notes:
+            data = {**data, "footnoted": notes[data["event_id"]]}
         block = _md_item(item, data, expand_tools)
         if block and agent:  # subagent output: a labelled blockquote, set off from main
             block = "\n".join(f"> {line}".rstrip() for line in
@@ -379,6 +429,9 @@ def _html_item(item: str, data: dict[str, Any], sd: Path | None, embed: bool) ->
         return (f'<div class="card user"><div class="label">User{turn}</div>'
                 f"<pre>{e(_text(data.get('content')))}</pre></div>")
     if item == "assistant":
+        if (f := data.get("footnoted")) is not None:
+            return (f'<div class="card"><div class="label">Assistant</div>'
+                    f"{_html_marked(safe_markdown(f.text), f)}{_html_sources(f)}</div>")
         return (f'<div class="card"><div class="label">Assistant</div>'
                 f"{safe_markdown(_text(data.get('content')))}</div>")
     if item == "reasoning":
@@ -386,8 +439,10 @@ def _html_item(item: str, data: dict[str, Any], sd: Path | None, embed: bool) ->
                 f"<pre>{e(_text(data.get('content')))}</pre></details>")
     if item == "tool":
         t = _tool_parts(data)
-        parts = [f'<div class="card tool{" err" if t["error"] else ""}"><div class="label">'
-                 f"tool {e(t['name'])}</div>"]
+        anchor = f' id="{t["anchor"]}"' if t["anchor"] else ""
+        cell = f" · cell {t['cell']}" if t["anchor"] else ""
+        parts = [f'<div class="card tool{" err" if t["error"] else ""}"{anchor}>'
+                 f'<div class="label">tool {e(t["name"])}{cell}</div>']
         if t["status"]:
             parts.append(f'<div class="meta">{e(t["status"])}</div>')
         if t["code"] is not None:
@@ -420,10 +475,46 @@ def _html_item(item: str, data: dict[str, Any], sd: Path | None, embed: bool) ->
     return ""
 
 
+#: A marker's place in an answer while ``safe_markdown`` escapes it (private-use
+#: characters: escaping leaves them, and no answer holds them), then a link.
+_MARK = re.compile("\ue000([0-9]+)\ue001")
+
+
+def _html_placeholder(note: Note) -> str:
+    return f"\ue000{note.key}\ue001"
+
+
+def _html_marked(body: str, f: Footnoted) -> str:
+    """``body`` (escaped) with each placeholder a superscript link to its cell."""
+    by_key = {str(n.key): n for n in f.notes}
+
+    def link(m: re.Match[str]) -> str:
+        n = by_key[m.group(1)]
+        mark = f"[{n.key}]"
+        return f'<sup><a href="#{n.anchor}">{mark}</a></sup>' if n.anchor else f"<sup>{mark}</sup>"
+    return _MARK.sub(link, body)
+
+
+def _html_sources(f: Footnoted) -> str:
+    e = html.escape
+    rows = []
+    for n in f.notes:
+        where = f'<a href="#{n.anchor}">{e(n.where)}</a>' if n.anchor else e(n.where)
+        what = f"<code>{e(n.what)}</code>" if n.status in ("sourced", "input") else e(n.what)
+        rows.append(f"<li>[{n.key}] {where}: {what}</li>" if where else
+                    f"<li>[{n.key}] {what}</li>")
+    if f.unsourced:
+        rows.append(f"<li>{e(f.block()[-1])}</li>")
+    return (f'<div class="meta">{SOURCES}</div><ul class="meta sources">{"".join(rows)}</ul>'
+            if rows else "")
+
+
 def render_html(events: Sequence[Event], *, session_dir: Path | None = None,
                 embed_images: bool = True) -> str:
-    """One self-contained HTML page; every payload string is escaped, PNGs are inlined."""
+    """One self-contained HTML page; every payload string is escaped, PNGs are inlined;
+    each turn's final answer has its numbers' footnotes, linked to their cells."""
     events = _redacted(events)
+    notes = _footnoted(events, _html_placeholder)
     sid = html.escape(_session_id(events, session_dir))
     body = [f"<h1>Session {sid}</h1>"]
     if nb := next((_text(e.payload.get("path")) for e in reversed(events)
@@ -432,6 +523,8 @@ def render_html(events: Sequence[Event], *, session_dir: Path | None = None,
         body.append(f'<p class="meta">Notebook: <a href="{html.escape(href)}">'
                     f"{html.escape(nb)}</a> (simagent notebook)</p>")
     for item, agent, data in _walk(events):
+        if item == "assistant" and data.get("event_id") in notes:
+            data = {**data, "footnoted": notes[data["event_id"]]}
         block = _html_item(item, data, session_dir, embed_images)
         if block and agent:
             block = f'<div class="sub"><div class="label">{html.escape(agent)}</div>{block}</div>'
