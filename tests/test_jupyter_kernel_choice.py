@@ -33,13 +33,13 @@ def test_several_in_the_folder_is_no_choice_and_says_which():
     c = choose(SESSIONS, "lab/x.chat")
     assert (c.notebook, c.kernel_id) == (None, None)
     assert "2 notebooks run" in c.why and "lab/a.ipynb, lab/b.ipynb" in c.why
-    assert "name one" in c.why
+    assert c.ambiguous and "none is named or open beside the chat" in c.why
 
 
 def test_none_running_in_the_folder():
     c = choose(SESSIONS, "empty/x.chat")
-    assert c.kernel_id is None and "no notebook runs a kernel in the chat's folder (empty)" \
-        in c.why
+    assert c.kernel_id is None and not c.ambiguous
+    assert "no notebook runs a kernel in the chat's folder (empty)" in c.why
     assert choose([], "x.chat").why == "no notebook runs a kernel in the chat's folder (the root)"
 
 
@@ -67,7 +67,7 @@ def test_named_by_file_name_prefers_the_chats_folder():
 
 def test_named_file_name_shared_outside_the_folder_is_ambiguous():
     c = choose(SESSIONS, "elsewhere/x.chat", message="a.ipynb")
-    assert c.kernel_id is None and "give its folder" in c.why
+    assert c.kernel_id is None and c.ambiguous and "without its folder" in c.why
 
 
 def test_active_notebook_counts_in_the_chats_folder_only():

@@ -31,6 +31,7 @@ class KernelChoice:
     notebook: str | None
     kernel_id: str | None
     why: str
+    ambiguous: bool = False  # several notebooks could be meant: naming one decides
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,8 @@ def choose(sessions: Iterable[Mapping[str, Any]], chat_path: str, *,
     if not here:
         return KernelChoice(None, None, f"no notebook runs a kernel in {where}")
     listed = ", ".join(r.path for r in here)
-    return KernelChoice(None, None, f"{len(here)} notebooks run in {where} ({listed}): "
-                                    "name one in your message to work in its kernel")
+    return KernelChoice(None, None, f"{len(here)} notebooks run in {where} ({listed}) and "
+                                    "none is named or open beside the chat", ambiguous=True)
 
 
 def _named(message: str, running: Sequence[Running], folder: str) -> KernelChoice | None:
@@ -102,7 +103,8 @@ def _named(message: str, running: Sequence[Running], folder: str) -> KernelChoic
                             f"{pool[0].path}: named in the message")
     listed = ", ".join(r.path for r in pool)
     return KernelChoice(None, None, f"the message names a notebook that {len(pool)} "
-                                    f"running notebooks share ({listed}): give its folder")
+                                    f"running notebooks share ({listed}) without its folder",
+                        ambiguous=True)
 
 
 def _pick(by_path: Mapping[str, Running], path: str, how: str) -> KernelChoice:

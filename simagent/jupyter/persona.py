@@ -124,6 +124,17 @@ async def notebook_info(path: str) -> dict[str, Any]:
     return result if isinstance(result, dict) else {}
 
 
+def first_line(choice: KernelChoice) -> str | None:
+    """What the chat is told of its kernel at the first prompt; None when simagent says
+    it itself (no notebook runs in the folder: it starts its own and says so)."""
+    if choice.kernel_id:
+        return f"simagent works in the kernel of {choice.why}"
+    if choice.notebook or choice.ambiguous:
+        return (f"simagent: {choice.why}, so it works in a kernel of its own; to work in a "
+                "notebook's kernel, name the notebook in the first message of a new chat")
+    return None
+
+
 class SimagentPersona(BaseAcpPersona):
     """simagent in JupyterLab's chat (the ``jupyter`` extra's entry point)."""
 
@@ -131,7 +142,8 @@ class SimagentPersona(BaseAcpPersona):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, executable=agent_command(), **kwargs)
-        self._said: str | None = None  # the last kernel line told in this chat
+        self._first: KernelChoice | None = None  # the kernel choice of the first prompt
+        self._moved: str | None = None  # the other notebook last pointed out
 
     @property
     def defaults(self) -> PersonaDefaults:
@@ -147,20 +159,26 @@ class SimagentPersona(BaseAcpPersona):
     async def process_message(self, message: Message) -> None:
         choice = await self.kernel_choice(message)
         if message.body.strip() == NOTEBOOK:
-            await self.insert_cells(choice)
+            first = self._first
+            await self.insert_cells(first if first is not None and first.notebook else choice)
             return
-        client = await self.get_client()
-        session_id = await self.get_session_id()
-        if choice.kernel_id is not None and (path := self._connection_file(choice.kernel_id)):
-            client.prompt_meta[session_id] = {KERNEL_META: path}
-        else:
-            client.prompt_meta.pop(session_id, None)
-        if choice.why != self._said and (choice.kernel_id or "runs no kernel" in choice.why
-                                         or "name one" in choice.why
-                                         or "give its folder" in choice.why):
-            self._said = choice.why
-            self.send_message(f"simagent works in the kernel of {choice.why}"
-                              if choice.kernel_id else f"simagent: {choice.why}")
+        if self._first is None:  # the session's kernel is settled at its first prompt
+            self._first = choice
+            client = await self.get_client()
+            session_id = await self.get_session_id()
+            if choice.kernel_id is not None and \
+                    (path := self._connection_file(choice.kernel_id)):
+                client.prompt_meta[session_id] = {KERNEL_META: path}
+            if line := first_line(choice):
+                self.send_message(line)
+        elif choice.kernel_id and choice.kernel_id != self._first.kernel_id \
+                and choice.notebook != self._moved:
+            self._moved = choice.notebook
+            now = (f"the kernel of {self._first.notebook}" if self._first.kernel_id
+                   else "a kernel of its own")
+            self.send_message(f"simagent: this chat stays in {now} (a session keeps the "
+                              f"kernel of its first prompt); a new chat beside "
+                              f"{choice.notebook} works in its kernel")
         await super().process_message(message)
 
     async def kernel_choice(self, message: Message) -> KernelChoice:
@@ -170,7 +188,7 @@ class SimagentPersona(BaseAcpPersona):
         chat = self.get_chat_path(relative=True)
         attached = self._attached(message)
         choice = choose(sessions, chat, attached=attached, message=message.body)
-        if choice.kernel_id is None and choice.notebook is None and "name one" in choice.why:
+        if choice.ambiguous and not attached:
             active = await self.active_notebook()
             if active:
                 choice = choose(sessions, chat, attached=attached, message=message.body,
