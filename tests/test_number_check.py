@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -131,3 +134,21 @@ def test_run_json_marks_the_kept_number_unsourced(workspace, tmp_path):
     assert {n["text"]: n["status"] for n in data["numbers"]} == \
         {"0.316": "sourced", "3.9": "unsourced"}
     assert "simagent: numbers: 1 sourced, 0 derived, 0 input, 1 unsourced" in err.getvalue()
+
+
+@pytest.mark.real
+def test_run_json_nudges_once_on_a_kernel_process(workspace, tmp_path):
+    write_config(workspace, '[answers]\ncheck_numbers = "nudge"\n')
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([PRINT_K, FIRST, FIRST]))
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SIMAGENT_MODEL", "SIMAGENT_TEST_KERNEL")}
+    proc = subprocess.run([sys.executable, "-m", "simagent", "run", "--json", "--approval",
+                           "auto", "--model", f"scripted:{script}", "fit k and R0"],
+                          cwd=workspace, env=env, text=True, capture_output=True, timeout=180)
+    assert proc.returncode == exit_codes.OK, proc.stderr
+    data = json.loads(proc.stdout)
+    assert proc.stderr.count("numbers: asked the model about 3.9") == 1
+    assert data["final"].endswith("shows this number]")
+    assert {n["text"]: n["status"] for n in data["numbers"]} == \
+        {"0.316": "sourced", "3.9": "unsourced"}
