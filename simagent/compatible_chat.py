@@ -28,8 +28,10 @@ server in ``tests/test_local_server.py``):
 - Small models behind a template that lists tools in the prompt often write the call
   as the reply's text (fenced JSON, ``<tool_call>`` tags): a reply that is exactly one
   call of an offered tool is read as that call (:mod:`simagent.text_tool_calls`).
-- Streamed chunks never carry ``usage``; the trace then records simagent's own count
-  (``source: estimated``), as for any provider that reports none.
+- llama-cpp-python's server ignores ``stream_options`` and streams no ``usage``; the
+  server simagent starts for ``local:`` ends each stream with the usage it counted
+  (``local_model/serve.py``), recorded as the provider's. A server that reports none
+  gets simagent's own count (``source: estimated``), as any provider does.
 - The server generates a streamed reply for as long as its connection is open, and
   looks only between chunks: a reply the user abandoned (ctrl+C, ``simagent.turns``)
   would run to its token limit, holding the one model every later request waits for.

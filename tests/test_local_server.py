@@ -117,7 +117,9 @@ def test_streamed_text_honours_max_tokens(served) -> None:
     # would write until n_ctx
     assert 1 <= len(text_chunks) <= 6
     assert reply.response_metadata.get("finish_reason") in ("length", "stop")
-    assert reply.usage_metadata is None  # the server never reports usage when streaming
+    # llama-cpp-python streams no usage; simagent's server adds the count it made. It
+    # checks max_tokens only between whole characters: one begun at the limit is finished
+    assert len(text_chunks) <= reply.usage_metadata["output_tokens"] <= 6 + 3
 
 
 #: Greedy decoding with end-of-text (id 2 in tiny_gguf) forbidden: the random model writes
@@ -164,6 +166,24 @@ def test_tool_call_arguments_arrive_in_deltas(served) -> None:
     assert call["name"] == "set_unit" and call["args"]["unit"] in (
         "kelvin", "celsius", "fahrenheit")
     assert json.loads("".join(pieces)) == call["args"]
+
+
+def test_a_streamed_tool_call_carries_the_servers_own_token_counts(served) -> None:
+    """llama-cpp-python ignores ``stream_options`` and streams no usage, so simagent
+    recorded a streamed tool call as 1 estimated output token while the server had
+    generated 23-48 (issue 41). simagent's server ends each stream with the usage it
+    counted: what the unstreamed reply to the same greedy request says, and, one token
+    a byte for this model, the bytes of the arguments it wrote."""
+    model = served.chat_model.bind_tools([UNIT_TOOL], tool_choice=FORCE_UNIT)
+    ask = [HumanMessage("which unit?")]
+    chunks = list(model.stream(ask, temperature=0))
+    streamed = message_chunk_to_message(sum(chunks[1:], chunks[0]))
+    plain = model.invoke(ask, temperature=0)  # not streamed: llama-cpp-python's own usage
+    assert streamed.tool_calls[0]["args"] == plain.tool_calls[0]["args"]
+    args = "".join(c.tool_call_chunks[0]["args"] or "" for c in chunks if c.tool_call_chunks)
+    assert streamed.usage_metadata["output_tokens"] == plain.usage_metadata[
+        "output_tokens"] == len(args.encode()) > 1
+    assert streamed.usage_metadata["input_tokens"] == plain.usage_metadata["input_tokens"]
 
 
 def test_a_conversation_after_a_tool_call_is_accepted(served) -> None:
@@ -288,9 +308,13 @@ def test_simagent_run_counts_usage_and_compacts_on_the_servers_overflow(
     logs = Path(out["state_dir"])  # each server's log beside the session's files
     assert out["status"] == "done" and out["usage"]["input_tokens"] > 1000
     (usage,) = trace(out["state_dir"], "model_usage")
-    # streamed chunks carry no usage: simagent's own count, marked as such
-    assert usage["source"] == "estimated" and usage["input_tokens"] == out["usage"][
+    # the server's own count, ending the stream (llama-cpp-python streams none), recorded
+    # as the provider's: the prompt its log says a fresh server evaluated, whole
+    assert usage["source"] == "provider" and usage["input_tokens"] == out["usage"][
         "input_tokens"]
+    (first_log,) = logs.glob("llama-server-own-*.log")
+    assert prompt_tokens(first_log) == [usage["input_tokens"]]
+    assert 1 <= usage["output_tokens"] <= 8 + 3  # a character begun at the limit ends
     assert servers_of(tiny) == []
     second = run(workspace, "run", "--json", "--resume", out["session_id"], "ok")
     assert second.returncode == 0, second.stderr

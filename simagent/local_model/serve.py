@@ -1,12 +1,17 @@
 """``python -m simagent.local_model.serve``: llama.cpp's OpenAI-compatible server as
 simagent's child process.
 
-It is ``llama_cpp.server``'s own app, with two additions:
+It is ``llama_cpp.server``'s own app, with three additions:
 - it exits when simagent does, however simagent ends (even SIGKILL): simagent holds the
   write end of this process's stdin, and end-of-file there means it is gone;
 - ``GET /props`` reports what the server really loaded (``n_ctx`` after llama.cpp's
   rounding, the trained window, the chat format), the way llama.cpp's own server does,
-  so the window simagent budgets against comes from the server.
+  so the window simagent budgets against comes from the server;
+- a streamed chat reply ends with a usage chunk (OpenAI's ``stream_options:
+  {"include_usage": true}`` shape: no choices, ``usage``), counted by the server
+  (:func:`count_usage`). llama-cpp-python ignores ``stream_options`` and streams no usage,
+  so simagent recorded its own estimate: 1 output token for a tool call the server took
+  23-48 tokens to write (issue 41).
 Prompt caching is on (a RAM cache keyed by the prompt's prefix: the system prompt and
 tool schemas are evaluated once), and the chat template is the model's own unless
 ``--chat-format`` names another.
@@ -68,6 +73,71 @@ def bounded_ram_cache(capacity_bytes: int) -> object:
     return BoundedRamCache(capacity_bytes)
 
 
+class UsageCount:
+    """The tokens one chat request's completions took: prompt tokens evaluated against
+    (the whole prompt, cached prefix included, as llama-cpp-python's unstreamed ``usage``
+    counts them) and tokens generated, end-of-generation excluded (likewise)."""
+
+    def __init__(self) -> None:
+        self.prompt = self.completion = 0
+
+    def usage(self) -> dict[str, int]:
+        return {"prompt_tokens": self.prompt, "completion_tokens": self.completion,
+                "total_tokens": self.prompt + self.completion}
+
+
+def count_usage(llama: object) -> UsageCount:
+    """Count what ``llama`` generates from here on, in the returned (reset-able) count.
+
+    Every completion runs ``Llama.generate`` (the prompt's tokens in, one token out per
+    step), looked up on the instance, so a wrapper set there sees exactly the tokens the
+    unstreamed reply's ``usage`` would count: the prompt's length and each generated
+    token up to, not including, an end-of-generation one."""
+    import llama_cpp  # the [local] extra
+
+    count, generate = UsageCount(), llama.generate
+    vocab = llama._model.vocab
+
+    def counted(tokens, *args, **kwargs):  # Llama.generate's signature
+        count.prompt += len(tokens)
+        for token in generate(tokens, *args, **kwargs):
+            if not llama_cpp.llama_vocab_is_eog(vocab, token):
+                count.completion += 1
+            yield token
+
+    llama.generate = counted
+    return count
+
+
+def with_usage_chunk(chunks, count: UsageCount):
+    """``chunks`` (a streamed chat reply), then one chunk with ``count``'s usage."""
+    last: dict = {}
+    for chunk in chunks:
+        last = chunk
+        yield chunk
+    yield {"id": last.get("id", ""), "object": "chat.completion.chunk",
+           "created": last.get("created", 0), "model": last.get("model", ""),
+           "choices": [], "usage": count.usage()}
+
+
+def stream_usage(count: UsageCount) -> None:
+    """Make every streamed chat reply of this process end with its usage chunk.
+
+    The server's streaming endpoint calls ``Llama.create_chat_completion`` through the
+    class (not the instance), so the class's method is wrapped; requests run one at a
+    time (the server holds the model's lock for a whole stream), so one count serves."""
+    from llama_cpp import Llama  # the [local] extra
+
+    create = Llama.create_chat_completion
+
+    def create_chat_completion(self, *args, **kwargs):  # Llama's signature
+        count.prompt = count.completion = 0
+        reply = create(self, *args, **kwargs)
+        return with_usage_chunk(reply, count) if kwargs.get("stream") else reply
+
+    Llama.create_chat_completion = create_chat_completion
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="simagent.local_model.serve")
     parser.add_argument("--model", required=True)
@@ -91,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     app = server_app.create_app(server_settings=server, model_settings=[model])
     llama = server_app._llama_proxy(None)  # the one model, loaded by create_app
     llama.set_cache(bounded_ram_cache(CACHE_BYTES))  # instead of the stock RAM cache
+    stream_usage(count_usage(llama))
     props = {"model": args.alias, "n_ctx": llama.n_ctx(), "n_ctx_train": llama._model.n_ctx_train(),
              "chat_format": llama.chat_format, "cache": True}
 
