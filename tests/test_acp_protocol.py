@@ -216,7 +216,9 @@ def test_a_turn_streams_every_update_kind_in_order_and_permission_both_ways(
             r = await prompt(conn, sid, "set z")  # asked: rejected
             assert r.stop_reason == "end_turn"
             assert len(client.asked) == 2
-            client.take()
+            ended = [u for k, u in client.take() if k == "tool_call_update"
+                     and u.status == "failed"]  # its card ends at the answer
+            assert ended and ended[0].content[0].content.text == "rejected: not run"
             codes = kernel_execs(workspace, sid)
             assert any("y = 1" in c for c in codes) and not any("z = 2" in c for c in codes)
 

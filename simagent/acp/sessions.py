@@ -242,7 +242,15 @@ class Host:
         fut = in_thread(work)
         live.worker = fut.thread  # type: ignore[attr-defined]
         sid = live.session.id
-        while (event := await queue.get()) is not done:
+        while True:
+            try:  # now and then, the running output the pace held back
+                event = await asyncio.wait_for(queue.get(), updates.OUTPUT_EVERY_S)
+            except TimeoutError:
+                for update in turn.flush():
+                    await self._send(sid, update)
+                continue
+            if event is done:
+                break
             for update in turn.on_event(event):
                 await self._send(sid, update)
         try:
@@ -265,20 +273,22 @@ class Host:
         call_id = turn.pending_id(name, args) or f"approval-{name}-{len(turn.calls)}"
         tool_call, options = updates.permission_request(request, call_id,
                                                         live.session.workspace)
+        decision: dict[str, Any] = {"type": "reject"}
         try:
             answer = await self.conn.request_permission(session_id=live.session.id,
                                                         tool_call=tool_call, options=options)
         except Exception as exc:  # the client went away or refused the request
             say(f"session {live.session.id}: permission request failed: {exc}")
             live.cancelled = True
-            return {"type": "reject"}
-        outcome = answer.outcome
-        if not isinstance(outcome, AllowedOutcome):
-            live.cancelled = True  # the client cancelled the prompt while it asked
-            return {"type": "reject"}
-        decision, always = updates.decision_of(outcome.option_id)
-        if always:
-            live.always.add(name)
+        else:
+            if isinstance(answer.outcome, AllowedOutcome):
+                decision, always = updates.decision_of(answer.outcome.option_id)
+                if always:
+                    live.always.add(name)
+            else:
+                live.cancelled = True  # the client cancelled the prompt while it asked
+        for update in turn.decided(call_id, decision):  # a rejected card ends now
+            await self._send(live.session.id, update)
         return decision
 
     async def cancel(self, session_id: str, **kw: Any) -> None:
