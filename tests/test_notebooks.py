@@ -257,15 +257,18 @@ def test_notebook_command_writes_a_notebook_that_reruns(scripted_session, tmp_pa
     code = [c for c in nb.cells if c.cell_type == "code"
             and not c.metadata["simagent"].get("warmup")]  # the simulator's warm-up cell
     assert [c.source for c in code] == ["total = sum(range(10))\nprint('total', total)",
-                                        FIGURE, "doubled = total * 2\ndoubled"]
+                                        "print(total)", FIGURE, "doubled = total * 2\ndoubled"]
+    # print(total) printed the answer's 45 last: shown for its footnote, skipped by a re-run
+    assert code[1].metadata["tags"] == ["simagent-display", "skip-execution"]
     assert code[0].outputs[0].text == "total 45\n"
-    assert any("image/png" in o.get("data", {}) for o in code[1].outputs)
-    assert code[2].outputs[0].data["text/plain"] == "90"
+    assert any("image/png" in o.get("data", {}) for o in code[2].outputs)
+    assert code[3].outputs[0].data["text/plain"] == "90"
     meta = code[0].metadata["simagent"]
     assert meta["session_id"] == run["session_id"] and meta["n"] == code[0].execution_count
     assert nb.metadata.kernelspec.name == "python3"
     md = [c.source for c in nb.cells if c.cell_type == "markdown"]
-    assert "> add up 0..9" in md[1] and "The total is 45." in md[-1]
+    assert "> add up 0..9" in md[1]
+    assert f"The total is 45[[1]](#cell-{code[1].execution_count})." in md[-1]
     done, _, error = execute(nb, tmp_path)
     assert error is None
     last = next(c for c in done.cells if c.source == "doubled = total * 2\ndoubled")
@@ -400,3 +403,39 @@ def test_tui_notebook_command_writes_the_session(workspace, tmp_path):
     nb = nbformat.read(target, as_version=4)
     nbformat.validate(nb)
     assert "side = 7\nprint(side * side)" in [c.source for c in nb.cells]
+
+
+def test_an_answers_numbers_link_to_their_cells_which_are_shown_with_an_anchor(tmp_path):
+    """The answer cell's footnotes link to an anchor set just above each cited cell; a
+    display-only cell that printed a cited number is shown (tagged, skipped by a
+    re-run), so the link lands; the numbers ride in the cell's metadata."""
+    from simagent.presentation.footnotes import cited_cells, turn_answers
+
+    (tmp_path / "0001.txt").write_text("k_fit = 0.31647\n")
+    (tmp_path / "0002.txt").write_text("tau_ms = 2.6753\n")
+    events, records = _session([(1, "k = 0.31647\nprint('k_fit =', k)", "ok"),
+                                (2, "print('tau_ms =', 2.6753)", "ok")], str(tmp_path))
+    events = [Event(i, "t", e.kind, e.payload) for i, e in enumerate(
+        [events[0], Event(0, "t", "message_user", {"content": "fit it", "turn": 1}),
+         *events[1:], Event(0, "t", "message_assistant", {
+             "content": "k is 0.316, tau 2.68, 2.36 apart; R0 is 3.9.", "agent": "main"})])]
+    numbers = turn_answers(events)
+    assert cited_cells(numbers) == {1, 2}
+    pl = nbplan.plan(events, records, "S", cited=cited_cells(numbers))
+    pl.numbers = numbers
+    nb = notebook(pl)
+    kinds = [(c.cell_type, c.source.splitlines()[0]) for c in nb.cells][-5:]
+    assert kinds == [("markdown", '#### <a id="cell-1"></a>Cell 1'),
+                     ("code", "k = 0.31647"),
+                     ("markdown", '#### <a id="cell-2"></a>Cell 2'),
+                     ("code", "print('tau_ms =', 2.6753)"),
+                     ("markdown", "**Answer**")]
+    assert nb.cells[-2].metadata["tags"] == ["simagent-display", "skip-execution"]
+    answer = nb.cells[-1]
+    assert ("k is 0.316[[1]](#cell-1), tau 2.68[[2]](#cell-2), 2.36[3] apart; R0 is 3.9[?]."
+            in answer.source)
+    assert "- [1] [cell 1, output line 1](#cell-1): `k_fit = 0.31647`" in answer.source
+    assert "- [3] = [2] - [1] (difference)" in answer.source
+    assert [n["status"] for n in answer.metadata["simagent"]["numbers"]] == [
+        "sourced", "sourced", "derived", "unsourced"]
+    nbformat.validate(nb)

@@ -5,7 +5,10 @@ tool result of the cell, capped again at :data:`STREAM_CAP` with a note naming t
 output file), the cell's value as ``execute_result``, its error, and its figures as
 ``image/png`` from the PNGs the session saved. ``execution_count`` is simagent's
 execution number, so ``In [12]`` in Jupyter is ``_out[12]`` and ``outputs/0012.txt`` of
-the session. Every string goes through the redaction that guards the trace before the
+the session. An answer's numbers carry footnotes (``presentation/footnotes``) that link
+to the cells they came from: each cited cell has a small heading with its anchor before
+it, and the answer cell's metadata holds the numbers as ``run --json`` writes them.
+Every string goes through the redaction that guards the trace before the
 file is written: no secret from the environment reaches the notebook.
 """
 
@@ -29,6 +32,15 @@ from simagent import __version__
 from simagent.kernel import replay
 from simagent.kernel_api.outputs import HANDLE, number_of
 from simagent.notebooks.plan import Code, Plan, Text, plan
+from simagent.presentation.footnotes import (
+    Note,
+    cell_anchor,
+    cited_cells,
+    footnote,
+    markdown_marker,
+    markdown_sources,
+    turn_answers,
+)
 from simagent.records import format_value
 from simagent.trace.log import TraceLog
 from simagent.trace.redact import redact_data
@@ -77,8 +89,10 @@ def build(session_dir: Path, *, all_cells: bool = False, earlier: bool = True
             raw[n] = _read(Path(p["raw_path"]))
     workspace = next((ev.payload.get("workspace") for ev in events
                       if ev.kind == "session_start"), None)
+    numbers = turn_answers(events)
     pl = plan(events, records, session_dir.name, all_cells=all_cells, earlier=earlier,
-              raw=raw, base=workspace)
+              raw=raw, base=workspace, cited=cited_cells(numbers))
+    pl.numbers = numbers
     mine = [c for c in (pl.code if all_cells else pl.kept) if not c.warmup]
     if not mine:  # the simulator's warm-up alone is not a notebook
         raise ExportError(f"session {session_dir.name} ran no code that defines state: "
@@ -115,12 +129,19 @@ def notebook(pl: Plan) -> nbformat.NotebookNode:
             f"from simagent.kernel_api.outputs import Outputs\n\n"
             f"{HANDLE} = Outputs({str(folder)!r})",
             metadata={"simagent": {"setup": True}, "tags": ["simagent-setup"]}))
+    shown = {c.n for c in pl.items if isinstance(c, Code)}
+    cited = cited_cells(pl.numbers) & shown
     for item in pl.items:
         if isinstance(item, str):
             nb.cells.append(new_markdown_cell(f"## {item}"))
         elif isinstance(item, Text):
-            nb.cells.append(new_markdown_cell(_markdown(item)))
+            nb.cells.append(_text_cell(item, pl, shown))
         else:
+            if item.n in cited:
+                nb.cells.append(new_markdown_cell(
+                    f'#### <a id="{cell_anchor(item.n)}"></a>Cell {item.n}\n\n'
+                    f"An answer's numbers come from this cell.",
+                    metadata={"simagent": {"anchor": cell_anchor(item.n)}}))
             nb.cells.append(_code_cell(item, pl.session_id))
     safe = redact_data(_plain(nb))
     for cell, clean in zip(nb.cells, safe["cells"], strict=True):
@@ -150,6 +171,23 @@ def _title(pl: Plan) -> str:
             + (f" ({facts})" if facts else "") + f". Run from the top, its {kept} code "
             f"cell{'s' * (kept != 1)} rebuild the session's state; the outputs shown are "
             "the session's own. Cells tagged `skip-execution` are shown, not run.")
+
+
+def _text_cell(t: Text, pl: Plan, shown: set[int]) -> nbformat.NotebookNode:
+    """A markdown cell; an answer's numbers footnoted, each linked to its cell's anchor
+    (a cell this notebook shows), the sources block under it, and the numbers in the
+    cell's metadata."""
+    prov = pl.numbers.get(t.event_id) if t.event_id is not None else None
+    if prov is None or not prov.claims:
+        return new_markdown_cell(_markdown(t))
+
+    def linked(n: Note) -> bool:
+        return n.execution in shown
+
+    f = footnote(t.body, prov, markdown_marker(linked))
+    text = _markdown(Text(t.kind, t.title, f.text, t.key_values))
+    return new_markdown_cell(text + markdown_sources(f, linked), metadata={
+        "simagent": {"numbers": redact_data(prov.as_json())}})
 
 
 def _markdown(t: Text) -> str:

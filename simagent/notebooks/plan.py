@@ -83,6 +83,7 @@ class Text:
     title: str
     body: str
     key_values: tuple[Mapping[str, Any], ...] = ()
+    event_id: int | None = None  # an answer's trace event (its numbers' footnotes)
 
 
 @dataclass
@@ -91,6 +92,8 @@ class Plan:
     items: list[Code | Text | str] = field(default_factory=list)  # str: a heading
     concerns: list[str] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Each answer's numbers by its event id (``presentation.footnotes.turn_answers``).
+    numbers: dict[int, Any] = field(default_factory=dict)
 
     @property
     def code(self) -> list[Code]:
@@ -108,11 +111,13 @@ def _payload(ev: Any) -> dict[str, Any]:
 
 def plan(events: Sequence[Any], records: Iterable[Mapping[str, Any]], session_id: str, *,
          all_cells: bool = False, earlier: bool = True, raw: Mapping[int, str] | None = None,
-         base: str | None = None) -> Plan:
+         base: str | None = None, cited: Iterable[int] = ()) -> Plan:
     """The notebook of a session: ``events`` from its trace (``.kind``, ``.payload``),
     ``records`` its execution records (``outputs/NNNN.json``); ``raw``: raw output text by
     execution number, for cells no tool result shows (the warm-up); ``earlier``: keep
-    cells before the last ``/reset`` under a heading (False: leave them out)."""
+    cells before the last ``/reset`` under a heading (False: leave them out); ``cited``:
+    cells an answer's numbers come from, shown even when failed or display-only (tagged
+    as ``all_cells`` tags them), so the answer's footnotes have a cell to link to."""
     recs = {int(r["n"]): r for r in records if isinstance(r.get("n"), int)}
     lineage = next((recs[n].get("lineage") for n in sorted(recs, reverse=True)), None)
     chosen = _classify(recs.values(), lineage)
@@ -122,6 +127,7 @@ def plan(events: Sequence[Any], records: Iterable[Mapping[str, Any]], session_id
                for p in (_payload(e) for e in events if e.kind == "tool_result")}
     out = Plan(session_id)
     answer: str | None = None
+    answer_id: int | None = None
     last = 0  # the execution number of the last cell placed
     for ev in events:
         p = _payload(ev)
@@ -130,11 +136,12 @@ def plan(events: Sequence[Any], records: Iterable[Mapping[str, Any]], session_id
             out.meta.setdefault("started", getattr(ev, "ts", None))
         elif ev.kind == "message_user":
             if answer:
-                out.items.append(Text("answer", "Answer", answer))
+                out.items.append(Text("answer", "Answer", answer, event_id=answer_id))
             answer = None
             out.items.append(Text("user", "Request", str(p.get("content") or "")))
-        elif ev.kind == "message_assistant" and (p.get("agent") or "main") == "main":
-            answer = str(p.get("content") or "") or answer
+        elif ev.kind == "message_assistant" and (p.get("agent") or "main") == "main" \
+                and str(p.get("content") or ""):
+            answer, answer_id = str(p.get("content")), getattr(ev, "id", None)
         elif ev.kind == "subagent_end" and isinstance(p.get("report"), dict):
             rep = p["report"]
             out.items.append(Text("report", f"Report of the {p.get('name')} subagent",
@@ -163,7 +170,7 @@ def plan(events: Sequence[Any], records: Iterable[Mapping[str, Any]], session_id
                 lineage=rec.get("lineage"), agent=str(agents.get(tid) or "main"),
                 warmup=bool(p.get("warmup")), why=why, effects=words))
     if answer:
-        out.items.append(Text("answer", "Answer", answer))
+        out.items.append(Text("answer", "Answer", answer, event_id=answer_id))
     needed, lines = _needed([i for i in out.items if isinstance(i, Code)])
     out.items = [replace(i, kind="needed") if isinstance(i, Code) and i.n in needed else i
                  for i in out.items]
@@ -172,19 +179,20 @@ def plan(events: Sequence[Any], records: Iterable[Mapping[str, Any]], session_id
             (raw_dir := next((os.path.dirname(c.raw_path) for c in out.code if c.raw_path),
                              None)):
         out.meta["outputs"] = raw_dir  # where `_out` reads (the setup cell)
-    out.items = _shown(out.items, all_cells, earlier)
+    out.items = _shown(out.items, all_cells, earlier, frozenset(cited))
     return out
 
 
-def _shown(items: list[Code | Text | str], all_cells: bool, earlier: bool
-           ) -> list[Code | Text | str]:
+def _shown(items: list[Code | Text | str], all_cells: bool, earlier: bool,
+           cited: frozenset[int] = frozenset()) -> list[Code | Text | str]:
     """The items a notebook shows, with a heading where cells before a reset begin and
     where the cells after it begin."""
     out: list[Code | Text | str] = []
     current, shown = True, False  # was the cell shown last of the current lineage; any yet
     for item in items:
         if isinstance(item, Code):
-            if (item.kind in ("failed", "display") and not all_cells) or \
+            if (item.kind in ("failed", "display") and not all_cells
+                    and item.n not in cited) or \
                     (item.kind == "earlier" and not earlier):
                 continue
             now = item.kind != "earlier"

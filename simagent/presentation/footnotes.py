@@ -18,6 +18,7 @@ answer's numbers as ``run --json`` and ACP's ``_meta`` carry them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,6 +88,32 @@ class Footnoted:
         if self.unsourced:
             lines.append(f"{UNSOURCED} {UNSOURCED_NOTE}")
         return lines
+
+
+def markdown_marker(linked: Callable[[Note], bool]) -> Callable[[Note], str]:
+    """A markdown marker: ``[[1]](#cell-3)`` where ``linked(note)`` (its cell is in the
+    document), else ``[1]``."""
+    return lambda n: f"[[{n.key}]](#{n.anchor})" if linked(n) else f"[{n.key}]"
+
+
+def markdown_sources(f: Footnoted, linked: Callable[[Note], bool]) -> str:
+    """The sources block in markdown, after a blank line (empty without footnotes): each
+    footnote, its cell a link where ``linked``, the line shown there as code."""
+    lines = []
+    for n in f.notes:
+        where = f"[{n.where}](#{n.anchor})" if linked(n) else n.where
+        what = _inline_code(n.what) if n.status in ("sourced", "input") else n.what
+        lines.append(f"- [{n.key}] {where}: {what}" if where else f"- [{n.key}] {what}")
+    if f.unsourced:
+        lines.append(f"- {f.block()[-1]}")
+    return f"\n\n**{SOURCES}**\n\n" + "\n".join(lines) if lines else ""
+
+
+def _inline_code(text: str) -> str:
+    """``text`` as markdown inline code, however many backticks it holds."""
+    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * (run + 1)
+    return f"{ticks} {text} {ticks}" if run else f"{ticks}{text}{ticks}"
 
 
 def bracket(note: Note) -> str:
@@ -204,6 +231,13 @@ def turn_answers(events: Sequence[Any]) -> dict[int, Provenance]:
     return {e.id: trace_answer(str(e.payload.get("content") or ""),
                                SourceIndex(sources_from_events(events, before=e.id)))
             for e in finals}
+
+
+def cited_cells(answers: dict[int, Provenance]) -> set[int]:
+    """The executions whose output or code the answers' numbers come from."""
+    return {t.source.execution for prov in answers.values() for t in prov.claims
+            if t.source is not None and t.source.kind in ("output", "code")
+            and t.source.execution is not None}
 
 
 def final_numbers(events: Sequence[Any], result: Any) -> list[dict[str, Any]]:

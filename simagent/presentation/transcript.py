@@ -29,6 +29,8 @@ from simagent.presentation.footnotes import (
     Note,
     cell_anchor,
     footnote,
+    markdown_marker,
+    markdown_sources,
     turn_answers,
 )
 from simagent.presentation.html_text import CSS, html_table, safe_markdown
@@ -286,7 +288,7 @@ def _md_item(item: str, data: dict[str, Any], expand: bool) -> str:
         return f"## User{turn}\n\n{_text(data.get('content'))}"
     if item == "assistant":
         if (f := data.get("footnoted")) is not None:
-            return f"## Assistant\n\n{f.text}" + _md_sources(f)
+            return f"## Assistant\n\n{f.text}" + markdown_sources(f, _linked)
         return f"## Assistant\n\n{_text(data.get('content'))}"
     if item == "reasoning":
         return "\n".join("> " + line for line in (_text(data.get("content")) or " ").splitlines())
@@ -325,27 +327,8 @@ def _md_item(item: str, data: dict[str, Any], expand: bool) -> str:
     return ""
 
 
-def _md_marker(note: Note) -> str:
-    return f"[[{note.key}]](#{note.anchor})" if note.anchor else f"[{note.key}]"
-
-
-def _md_code(text: str) -> str:
-    """``text`` as inline code, however many backticks it holds."""
-    run = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    ticks = "`" * (run + 1)
-    return f"{ticks} {text} {ticks}" if run else f"{ticks}{text}{ticks}"
-
-
-def _md_sources(f: Footnoted) -> str:
-    """An answer's sources block: each footnote, its cell a link to the cell's card."""
-    lines = []
-    for n in f.notes:
-        where = f"[{n.where}](#{n.anchor})" if n.anchor else n.where
-        what = _md_code(n.what) if n.status in ("sourced", "input") else n.what
-        lines.append(f"- [{n.key}] {where}: {what}" if where else f"- [{n.key}] {what}")
-    if f.unsourced:
-        lines.append(f"- {f.block()[-1]}")
-    return f"\n\n**{SOURCES}**\n\n" + "\n".join(lines) if lines else ""
+def _linked(note: Note) -> bool:
+    return note.anchor is not None  # every cell is in the transcript
 
 
 def _footnoted(events: Sequence[Event], marker: Any) -> dict[int, Footnoted]:
@@ -361,7 +344,7 @@ def render_markdown(events: Sequence[Event], *, session_dir: Path | None = None,
     turn's final answer with a footnote after each number that links to the cell that
     printed it (``presentation/footnotes``)."""
     events = _redacted(events)
-    notes = _footnoted(events, _md_marker)
+    notes = _footnoted(events, markdown_marker(_linked))
     out = [f"# Session {_session_id(events, session_dir)}"]
     for item, agent, data in _walk(events):
         if item == "header":
