@@ -8,6 +8,7 @@ The real graph and a real kernel play a script; the model records what each call
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,23 @@ def test_the_answer_step_is_a_plain_question_with_what_the_code_printed(
         assert isinstance(ask, HumanMessage) and system.text.startswith(SMALL_RULES)
         assert ask.text.startswith("What is 6 times 7? Compute it.")
         assert "Your code printed:\nx = 42" in ask.text
+
+
+def test_the_small_prompts_pattern_holds_nothing_that_can_pass_for_an_answer() -> None:
+    """Its worked example leaked into the 0.5B model's answers: "compute the mean of 3, 5
+    and 10" was answered "6.0 K", a story request "The largest T is 312.5 K." (the
+    example's unit and numbers). The pattern now names what varies by placeholders: no
+    digit, no unit, and each name it uses is one, so a leaked word reads as one."""
+    _, pattern = SMALL_RULES.split("How a task goes")
+    assert re.search(r"\d", SMALL_RULES) is None  # no number anywhere in the rules
+    example = pattern.split("\n", 1)[1]
+    assert "not a task" in pattern.split("\n", 1)[0]  # fenced: said to be a pattern
+    # the pattern's own words are placeholders: strip them and no name is left to copy
+    bare = re.sub(r"<[a-z ]+>", "", example)
+    assert not re.search(r"\b[A-Z]\b|\b(K|s|m|mV|Pa|kg|degC|°C)\b", bare), bare
+    assert {"<file>", "<name>", "<value>"} <= set(re.findall(r"<[a-z ]+>", example))
+    compile(re.sub(r"<[a-z ]+>", "x", example.split("with:\n")[1].split("It prints")[0]),
+            "<pattern>", "exec")  # the code shown is Python, placeholders filled in
 
 
 def test_the_stock_policy_and_a_large_model_get_the_full_request(tmp_path: Path) -> None:

@@ -52,23 +52,28 @@ from simagent.context.counting import MEMORY_MARKER
 from simagent.kernel.result import NO_OUTPUT
 from simagent.simulators import Simulator
 
+#: The rules and one worked pattern. The pattern holds no number and no unit: a concrete
+#: example ("the largest T is 312.5 K") leaked into the 0.5B model's answers ("compute
+#: the mean of 3, 5 and 10" got "6.0 K"; a story request got "The largest T is 312.5 K.").
 SMALL_RULES = """\
 You are simagent, a scientist's assistant with a persistent Python kernel.
 Answer by computing: first call `run_python` with short code that computes the result \
-and prints it with a label and units; write strings in the code with single quotes. \
-Write no explanation before the call. Every \
+and prints it with a label (and units, if it has any); write strings in the code with \
+single quotes. Write no explanation before the call. Every \
 number you report must be one your code printed. The kernel keeps variables between \
 calls. If the code fails, read the error and call `run_python` again with fixed code.
 When the printed output answers the question, reply without a tool call: one sentence \
-with the printed numbers and units, and the files you saved.
+with the printed numbers (and their units, if any), and the files you saved.
 
-Example. Question: "data/run.csv has columns t (s) and T (K). What is the largest T?"
+How a task goes (a pattern, not a task: each <...> stands for what the real question \
+and the real output say; never answer with the pattern's words):
+Question: "<file> has a column <name>. What is its largest value?"
 Call run_python with:
 import pandas as pd
-df = pd.read_csv('data/run.csv')
-print('max T =', df['T'].max(), 'K')
-It prints: max T = 312.5 K
-Reply: The largest T is 312.5 K."""
+df = pd.read_csv('<file>')
+print('largest <name> =', df['<name>'].max())
+It prints: largest <name> = <value>
+Reply: The largest <name> is <value>, in the units the question gave, if any."""
 
 #: Short model-facing descriptions for the tools a small model is shown.
 SHORT_DESCRIPTIONS = {
@@ -232,7 +237,7 @@ def answer_due(messages: Sequence[Any]) -> bool:
 
 
 ANSWER_ASK = ("Your code printed:\n{output}\n\nAnswer the question in one sentence, with "
-              "the printed numbers and units.")
+              "the printed numbers (and their units, if any).")
 
 
 def answer_request(messages: Sequence[Any]) -> list[Any]:
