@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,10 +140,31 @@ def evaluate(root: Path | None = None) -> Scores:
     return scores
 
 
+def timing(root: Path | None = None, runs: int = 7) -> str:
+    """The engine's cost on the longest answer of the set, its sources already read (a
+    session's outputs are read once, as each cell ends): min and median of ``runs``."""
+    root = set_dir() if root is None else root
+    case, answer = max(((c, a) for c in (root / "cases").iterdir() if c.is_dir()
+                        for a in c.glob("answer.md")), key=lambda ca: len(ca[1].read_text()))
+    sources, text = case_sources(case), answer.read_text()
+    trace_answer(text, SourceIndex(sources))  # reads each source once
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        trace_answer(text, SourceIndex(sources))
+        times.append(time.perf_counter() - start)
+    times.sort()
+    size = sum(len(s.text) for s in sources) / 1e6
+    return (f"Cost on the longest answer ({case.name}, {len(text)} characters, {size:.1f} MB "
+            f"of sources): {1000 * times[0]:.0f} ms min, {1000 * times[runs // 2]:.0f} ms "
+            f"median of {runs}.")
+
+
 def report(root: Path | None = None) -> str:
-    """The table and every miss, for ``simagent bench provenance``."""
+    """The table, the engine's cost and every miss, for ``simagent bench provenance``."""
     s = evaluate(root)
-    lines = ["Provenance engine on its labelled set (bench/provenance/):", "", s.table()]
+    lines = ["Provenance engine on its labelled set (bench/provenance/):", "", s.table(),
+             "", timing(root)]
     if s.missing:
         lines += ["", f"{len(s.missing)} labelled number(s) not read as labelled:",
                   *(f"- {m}" for m in s.missing)]
