@@ -16,14 +16,16 @@ CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
 
 
 def write_tiny_gguf(path: Path, *, trained_window: int = 65536, seed: int = 0,
-                    favour: bytes = b"", vocab: int = 0) -> Path:
+                    favour: bytes = b"", vocab: int = 0, endless: bool = False) -> Path:
     """``favour``: bytes the model writes often (about one token in five at temperature
     0.7, each), whatever the prompt: every embedding carries a constant feature that only
     these bytes' output rows read. A string argument decoded under a grammar then ends
     within a few tokens when ``favour`` is ``b'"'``, so a forced call is complete.
     ``vocab``: pad the vocabulary with unused tokens to this size (Qwen2.5's is 151,936):
     what the server allocates per token of context scales with it (logits), while the
-    tokenizer still writes one byte per token."""
+    tokenizer still writes one byte per token. ``endless``: the model never writes its
+    end-of-text token (a logit of about -8, as the unused ones), so every reply runs to
+    its limit, as a real model's that does not end would."""
     import gguf
     import numpy as np
 
@@ -60,7 +62,7 @@ def write_tiny_gguf(path: Path, *, trained_window: int = 65536, seed: int = 0,
     shapes += [(f"blk.0.attn_{x}", (emb, emb)) for x in ("q", "k", "v", "output")]
     for name, shape in shapes:
         weights = rnd(*shape)
-        if (favour or pad) and name == "token_embd":
+        if (favour or pad or endless) and name == "token_embd":
             weights[:, 0] = 1.0  # dominates the normed state: about 8 after RMS norm
         elif favour and name == "output":
             weights[:, 0] = 0.0
@@ -69,6 +71,9 @@ def write_tiny_gguf(path: Path, *, trained_window: int = 65536, seed: int = 0,
         if pad and name == "output":
             weights[259:, :] = 0.0
             weights[259:, 0] = -1.0  # a logit of about -8: the unused tokens are never written
+        if endless and name == "output":
+            weights[2, :] = 0.0
+            weights[2, 0] = -1.0  # end-of-text, likewise
         w.add_tensor(name + ".weight", weights)
     for name in ("output_norm", "blk.0.attn_norm", "blk.0.ffn_norm"):
         w.add_tensor(name + ".weight", np.ones(emb, np.float32))
