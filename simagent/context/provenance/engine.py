@@ -308,7 +308,7 @@ class _Read:
     lines: int
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=512)
 def values_of(text: str) -> _Read:
     """The magnitudes ``text`` shows under every reading (``numbers.seen_readings``);
     cached by text (a string keeps its hash), so a session's outputs are read once."""

@@ -40,7 +40,7 @@ def raw_sources(path: Path, execution: int | None) -> tuple[Source, ...]:
     return _raw_cached(str(path), st.st_size, st.st_mtime_ns, execution)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=512)
 def _raw_cached(path: str, size: int, mtime_ns: int,
                 execution: int | None) -> tuple[Source, ...]:
     limit = RAW_HEAD_TAIL_BYTES
