@@ -67,6 +67,11 @@ def test_a_local_model_turn_with_a_forced_tool_call_in_the_tui(
         forced = [e for e in events(_state_home, "tool_call") if e.get("name") == "run_python"]
         assert cells and cells[0]["tool_call_id"] == forced[0]["id"]
         assert cells[0]["code"] == forced[0]["args"]["code"]
+        # the call's tokens as the server counted them (one a byte: at least its code's),
+        # not simagent's estimate of 1 (issue 41)
+        usage = events(_state_home, "model_usage")[0]
+        assert usage["source"] == "provider"
+        assert usage["output_tokens"] >= len(cells[0]["code"].encode())
         assert len(servers_of(model)) == 1
         pane.type("/exit")
         after = pane.wait_for(lambda s: "SIMAGENT-EXITED-0" in s, timeout=EXIT_S)
