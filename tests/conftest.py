@@ -1,4 +1,4 @@
-"""Shared fixtures: every test gets its own state home; kernels are real ipykernels.
+"""Shared fixtures: every test gets its own state home; a test marked real, kernel processes.
 
 Also the suite's guards against itself: tests marked slow get a longer per-test timeout
 (pytest-timeout's default is in pyproject.toml), no test sees another's registered
@@ -20,6 +20,7 @@ import psutil
 import pytest
 
 from simagent import workspace_trust
+from simagent.kernel.memory import SEAM_ENV
 from simagent.paths import SessionPaths, workspace_config_path
 from simagent.trace import redact
 
@@ -47,6 +48,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """A test marked ``real`` runs without :data:`SEAM_ENV`, so its kernels (and those of
+    the processes it starts) are processes even in a run that sets it for the rest: `make
+    test` runs the slow and real tests in one pool. Read at kernel start, the variable is
+    off from the test's setup to its teardown."""
+    if not item.get_closest_marker("real") or SEAM_ENV not in os.environ:
+        return (yield)
+    saved = os.environ.pop(SEAM_ENV)
+    try:
+        return (yield)
+    finally:
+        os.environ[SEAM_ENV] = saved
 
 
 @pytest.fixture(autouse=True)
