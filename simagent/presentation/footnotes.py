@@ -26,11 +26,16 @@ from typing import Any
 from simagent.context.provenance.engine import (
     IGNORED,
     Provenance,
+    Source,
     SourceIndex,
     Traced,
     trace_answer,
 )
-from simagent.context.provenance.sources import sources_from_events, trace_final
+from simagent.context.provenance.sources import (
+    final_answer,
+    sources_from_events,
+    trace_final,
+)
 
 #: The mark of an unsourced number, in every medium; the sources block says what it means.
 UNSOURCED = "[?]"
@@ -60,6 +65,7 @@ class Note:
     what: str
     execution: int | None = None
     line: int | None = None
+    kind: str = ""  # the source's kind (engine.SOURCED_KINDS, or input)
 
     @property
     def anchor(self) -> str | None:
@@ -120,16 +126,22 @@ def bracket(note: Note) -> str:
     return f"[{note.key}]"
 
 
+def sup(key: int) -> str:
+    """``12`` -> ``¹²``: a footnote's number as the terminal marks it."""
+    return str(key).translate(_SUPERSCRIPT)
+
+
 def superscript(note: Note) -> str:
-    return str(note.key).translate(_SUPERSCRIPT)
+    return sup(note.key)
 
 
 def footnote(answer: str, provenance: Provenance,
              marker: Callable[[Note], str] = bracket,
-             unsourced: str = UNSOURCED) -> Footnoted:
+             unsourced: str = UNSOURCED,
+             ref: Callable[[int], str] = lambda k: f"[{k}]") -> Footnoted:
     """``answer`` with ``marker(note)`` after each claim that has a source and
     ``unsourced`` after each that has none; ignored numbers (code, years, list markers)
-    are left as written."""
+    are left as written. ``ref``: how a derivation names its operands' footnotes."""
     claims = [t for t in provenance.numbers if t.status != IGNORED]
     keys: dict[tuple[Any, ...], int] = {}  # a source's identity -> its footnote, in order
     of_claim: list[tuple[Any, ...] | None] = []
@@ -150,7 +162,8 @@ def footnote(answer: str, provenance: Provenance,
             by_text.setdefault(t.text, keys[ident])
     for t, ident in zip(claims, of_claim, strict=True):  # operands' footnotes are known
         if ident is not None and ident not in notes:
-            notes[ident] = Note(keys[ident], "derived", "", _derivation(t, claims, by_text))
+            notes[ident] = Note(keys[ident], "derived", "",
+                                _derivation(t, claims, by_text, ref))
     out, at = [], 0
     for t, ident in zip(claims, of_claim, strict=True):
         out += [answer[at:t.end], unsourced if ident is None else marker(notes[ident])]
@@ -174,18 +187,19 @@ def _sourced(t: Traced, key: int) -> Note:
     if src.kind in ("output", "code") and src.execution is not None:
         what = "output" if src.kind == "output" else "code"
         return Note(key, "sourced", f"cell {src.execution}, {what} line {src.line}",
-                    src.excerpt, src.execution, src.line)
+                    src.excerpt, src.execution, src.line, src.kind)
     label = src.label or src.kind
-    return Note(key, "sourced", f"{label}, line {src.line}", src.excerpt)
+    return Note(key, "sourced", f"{label}, line {src.line}", src.excerpt, kind=src.kind)
 
 
-def _derivation(t: Traced, claims: Sequence[Traced], by_text: dict[str, int]) -> str:
+def _derivation(t: Traced, claims: Sequence[Traced], by_text: dict[str, int],
+                ref: Callable[[int], str]) -> str:
     """``= [1] - [3] (difference)``: the operation on the operands' footnotes, in the
     order that gives the derived value."""
     d = t.derivation
     assert d is not None
     a_text, b_text = d.operands
-    names = [f"[{by_text[x]}]" if x in by_text else x for x in (a_text, b_text)]
+    names = [ref(by_text[x]) if x in by_text else x for x in (a_text, b_text)]
     values = [next((c.seen if c.seen is not None else c.value for c in claims
                     if c.text == x and c.status in ("sourced", "input")), math.nan)
               for x in (a_text, b_text)]
@@ -248,4 +262,46 @@ def final_numbers(events: Sequence[Any], result: Any) -> list[dict[str, Any]]:
         return []
     prov = trace_final(events)
     return [] if prov is None else prov.as_json()
+
+
+# ------------------------------------------------------------ a source's own lines
+#: Lines shown either side of a footnote's line when it is expanded (the TUI's ctrl+O).
+AROUND = 2
+
+
+@dataclass(frozen=True)
+class TracedAnswer:
+    """The final answer of a trace: its text, its numbers, and the sources they were
+    traced against (what an expanded footnote shows lines of)."""
+
+    text: str
+    provenance: Provenance
+    sources: tuple[Source, ...]
+
+
+def trace_last(events: Sequence[Any]) -> TracedAnswer | None:
+    """The trace's final answer traced against what came before it, or ``None``."""
+    answer = final_answer(events)
+    if answer is None:
+        return None
+    sources = tuple(sources_from_events(events, before=answer.id))
+    text = str(answer.payload.get("content", ""))
+    return TracedAnswer(text, trace_answer(text, SourceIndex(sources)), sources)
+
+
+def source_lines(note: Note, sources: Sequence[Source], around: int = AROUND
+                 ) -> list[tuple[int, str]]:
+    """The lines of ``note``'s source around its line, ``(line number, text)``: what the
+    cell printed (or ran) there; none for a derived, input or unplaced note."""
+    if note.execution is None or note.line is None:
+        return []
+    for src in sources:
+        if src.kind != note.kind or src.execution != note.execution:
+            continue
+        lines = src.text.split("\n")
+        at = note.line - src.line_offset - 1
+        if 0 <= at < len(lines):
+            lo, hi = max(0, at - around), min(len(lines), at + around + 1)
+            return [(src.line_offset + i + 1, lines[i].rstrip("\r")) for i in range(lo, hi)]
+    return []
 

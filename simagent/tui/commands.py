@@ -61,7 +61,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
 KEYS: tuple[tuple[str, str], ...] = (
     ("Enter", "send"), ("Alt+Enter", "new line"),
     ("ctrl+C", "interrupt the turn; twice when idle to quit"),
-    ("ctrl+O", "expand / collapse tool output, reasoning and figure file paths"),
+    ("ctrl+O", "expand / collapse tool output, reasoning, figure file paths and the "
+               "lines an answer's numbers come from"),
     ("shift+Tab", "cycle approval mode"), ("Tab", "complete commands and arguments"),
     ("ctrl+P / ctrl+N", "previous / next input (also up / down)"),
     ("PageUp / PageDown", "scroll the conversation"),

@@ -25,6 +25,14 @@ from simagent.agent.events import (
 )
 from simagent.kernel.terminal import TerminalBuffer
 from simagent.outcomes import outcome_of
+from simagent.presentation.footnotes import (
+    Footnoted,
+    TracedAnswer,
+    footnote,
+    source_lines,
+    sup,
+    superscript,
+)
 from simagent.presentation.notices import GUARD_NOTICES, context_line
 
 #: A tool card keeps at most this much live output (the full output is on disk).
@@ -45,6 +53,17 @@ class UserEntry:
 class AssistantEntry:
     text: str = ""
     agent: str = "main"
+    #: The turn's final answer with its numbers' footnotes (set once, as the turn ends),
+    #: and each footnote's source lines by its key (what ctrl+O shows).
+    footnoted: Footnoted | None = None
+    lines: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+
+
+def answer_sources(traced: TracedAnswer) -> tuple[Footnoted, dict[int, list[tuple[int, str]]]]:
+    """The final answer footnoted for the terminal (superscript markers) and each
+    footnote's source lines: computed once, off the UI thread, when the turn ends."""
+    f = footnote(traced.text, traced.provenance, superscript, ref=sup)
+    return f, {n.key: source_lines(n, traced.sources) for n in f.notes}
 
 
 @dataclass
@@ -187,6 +206,20 @@ class Conversation:
             card.elapsed_s = card.elapsed()
         self._muted.clear()
         self.version += 1
+
+    def footnote(self, footnoted: Footnoted,
+                 lines: dict[int, list[tuple[int, str]]]) -> None:
+        """The turn's final answer (its last main-agent text since the person spoke)
+        gets its numbers' footnotes; an answer with no numbers is left as it is."""
+        if not footnoted.statuses:
+            return
+        for entry in reversed(self.entries):
+            if isinstance(entry, UserEntry):
+                return
+            if isinstance(entry, AssistantEntry) and entry.agent == "main":
+                entry.footnoted, entry.lines = footnoted, lines
+                self.version += 1
+                return
 
     # ---------------------------------------------------------------- events
     def apply(self, event: Any) -> None:

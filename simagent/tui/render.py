@@ -14,6 +14,7 @@ from typing import Any
 
 from simagent.kernel_api.figures import parse_captions
 from simagent.outcomes import mark as outcome_mark
+from simagent.presentation.footnotes import SOURCES, sup
 from simagent.presentation.notices import one_line
 from simagent.presentation.previews import action_preview
 from simagent.tui.entries import (
@@ -217,6 +218,27 @@ def figure_rows(card: ToolCard, width: int) -> list[Line]:
     return rows
 
 
+def render_answer(entry: AssistantEntry, width: int, expanded: bool) -> list[Line]:
+    """A final answer with its numbers' markers, then its sources block; ctrl+O shows
+    under each footnote the lines around it in the cell's output (or code)."""
+    f = entry.footnoted
+    assert f is not None
+    inner = max(1, width - 4)
+    rows = _indent_rows(markdown_rows(f.text, max(1, width - 2)), "  ", "")
+    hint = "" if expanded else " · ctrl+O shows their lines"
+    rows += [[], [("class:dim", clip(f"  {SOURCES}{hint}", width))]]
+    for note, line in zip(f.notes, f.block(sup), strict=False):
+        rows += _indent_rows(_plain_rows(line, inner, "class:notice"), "  ", "")
+        if expanded:
+            for n, text in entry.lines.get(note.key, ()):
+                style = "class:output" if n == note.line else "class:dim"
+                rows += _indent_rows(_plain_rows(text, max(1, inner - 8), style),
+                                     f"    {n:>4} │ ")
+    if f.unsourced:
+        rows += _indent_rows(_plain_rows(f.block()[-1], inner, "class:warning"), "  ", "")
+    return rows
+
+
 def render_reasoning(entry: ReasoningEntry, width: int, expanded: bool, now: float
                      ) -> list[Line]:
     if entry.done and not expanded:
@@ -286,6 +308,8 @@ def _entry_rows(entry: Entry, width: int, expanded: bool, now: float,
             rows += wrap_fragments([mark, ("class:user", line)], width, indent="  ")
         return rows
     if isinstance(entry, AssistantEntry):
+        if entry.footnoted is not None:
+            return render_answer(entry, width, expanded)
         return _indent_rows(markdown_rows(entry.text, max(1, width - 2)), "  ", "")
     if isinstance(entry, ReasoningEntry):
         return render_reasoning(entry, width, expanded, now)
@@ -323,7 +347,7 @@ def _signature(entry: Entry) -> tuple[object, ...] | None:
     if isinstance(entry, ReasoningEntry):
         return (len(entry.text),) if entry.done else None
     if isinstance(entry, AssistantEntry):
-        return (len(entry.text),)
+        return (len(entry.text), entry.footnoted is not None)
     if isinstance(entry, ApprovalEntry):
         return (entry.decision,)
     return ()

@@ -12,8 +12,9 @@ from typing import Any
 
 from simagent.agent.confine import prompt_line
 from simagent.agent.events import Interrupt, Retrying
+from simagent.presentation.footnotes import trace_last
 from simagent.presentation.previews import action_preview, file_now
-from simagent.tui.entries import ApprovalEntry
+from simagent.tui.entries import ApprovalEntry, answer_sources
 
 
 class TurnDriving:
@@ -57,7 +58,7 @@ class TurnDriving:
                         "warning"))
                     return
                 self.post(lambda: self.model_asked(new_turn=True))
-                call(emit)
+                self._footnote_answer(call(emit))
             except Exception as exc:  # TurnRunner reports its own; this is a last resort
                 msg = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 self.post(lambda: self.conversation.note(msg, "error"))
@@ -72,6 +73,24 @@ class TurnDriving:
         self._early_cancel.clear()
         self._active = True  # before the thread starts: a second Enter is refused
         self.spawn(work)
+
+    def _footnote_answer(self, result: Any) -> None:
+        """On the turn's thread, once, as it ends: the final answer's numbers traced to
+        the session's outputs on disk (``presentation/footnotes``), then handed to the
+        view, which draws them from then on without tracing again."""
+        if self.session is None or not getattr(result, "final", None) \
+                or getattr(result, "status", None) == "error":
+            return
+        try:
+            traced = trace_last(self.session.trace.events())
+            if traced is None:
+                return
+            footnoted, lines = answer_sources(traced)
+        except Exception as exc:  # the answer stands without its footnotes
+            msg = f"could not trace the answer's numbers: {type(exc).__name__}: {exc}"
+            self.post(lambda: self.conversation.note(msg.splitlines()[0], "warning"))
+            return
+        self.post(lambda: self.conversation.footnote(footnoted, lines))
 
     def _finish(self) -> None:
         self._active = False

@@ -1,0 +1,64 @@
+"""The TUI's final answer with its numbers' sources (pure: entries and rows): markers in
+the answer, a sources block under it, and ctrl+O's lines of each source."""
+
+from __future__ import annotations
+
+from simagent.context.provenance.engine import Source, trace
+from simagent.presentation.footnotes import TracedAnswer
+from simagent.tui.entries import AssistantEntry, Conversation, UserEntry, answer_sources
+from simagent.tui.render import RenderCache, render_entry
+
+OUT = Source("output", "fitting\nk_fit = 0.31647\ntau_ms = 2.6753\ndone", 3)
+
+
+def _text(rows) -> str:
+    return "\n".join("".join(t for _, t in row) for row in rows)
+
+
+def _answered() -> tuple[Conversation, AssistantEntry]:
+    conv = Conversation()
+    conv.add(UserEntry("fit it"))
+    answer = "k is 0.316 and tau 2.68, 2.36 apart; R0 is 3.9."
+    entry = conv.add(AssistantEntry(answer))
+    traced = TracedAnswer(answer, trace(answer, [OUT]), (OUT,))
+    conv.footnote(*answer_sources(traced))
+    return conv, entry
+
+
+def test_the_answer_is_marked_and_its_sources_follow_it():
+    _conv, entry = _answered()
+    assert entry.footnoted is not None
+    assert entry.footnoted.statuses == ("sourced", "sourced", "derived", "unsourced")
+    shown = _text(render_entry(entry, 100, False, 0.0))
+    assert "k is 0.316¹ and tau 2.68², 2.36³ apart; R0 is 3.9[?]." in shown
+    assert "Sources · ctrl+O shows their lines" in shown
+    assert "¹ cell 3, output line 2: k_fit = 0.31647" in shown
+    assert "³ = ² - ¹ (difference)" in shown
+    assert "[?] no cell printed this number" in shown
+    assert "│" not in shown  # the lines wait for ctrl+O
+
+
+def test_ctrl_o_shows_the_lines_around_each_source_line():
+    _conv, entry = _answered()
+    shown = _text(render_entry(entry, 100, True, 0.0))
+    lines = [ln.strip() for ln in shown.splitlines()]
+    at = lines.index("¹ cell 3, output line 2: k_fit = 0.31647")
+    assert lines[at + 1:at + 5] == ["1 │ fitting", "2 │ k_fit = 0.31647",
+                                    "3 │ tau_ms = 2.6753", "4 │ done"]
+
+
+def test_footnotes_land_on_this_turns_answer_only_and_redraw_once():
+    conv = Conversation()
+    old = conv.add(AssistantEntry("earlier 0.316"))
+    conv.add(UserEntry("again"))
+    answer = "k is 0.316."
+    conv.footnote(*answer_sources(TracedAnswer(answer, trace(answer, [OUT]), (OUT,))))
+    assert old.footnoted is None  # no answer since the person spoke: nothing marked
+    entry = conv.add(AssistantEntry(answer))
+    cache = RenderCache()
+    before = _text(cache.render(conv.entries, 80, False, 0.0))
+    conv.footnote(*answer_sources(TracedAnswer(answer, trace(answer, [OUT]), (OUT,))))
+    after = _text(cache.render(conv.entries, 80, False, 0.0))
+    assert "0.316¹" not in before and "0.316¹" in after and entry.footnoted is not None
+    narrow = _text(render_entry(entry, 12, True, 0.0))  # a narrow terminal: no error
+    assert "¹" in narrow
