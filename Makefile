@@ -107,9 +107,9 @@ bench-faults: $(STAMP)
 	$(VENV)/bin/simagent bench faults
 
 # Every attack simagent holds against, run for real (a few minutes): writes
-# docs/results/attacks.json and .md and renders the README's security table from them.
+# docs/results/attacks.json and .md and renders the security table (docs/security.md) from them.
 bench-attacks: $(STAMP)
-	$(VENV)/bin/simagent bench attacks --out docs/results --readme README.md
+	$(VENV)/bin/simagent bench attacks --out docs/results --readme docs/security.md
 
 # Mutation testing of the pure cores ([tool.mutmut] in pyproject.toml; not in CI, about an
 # hour on 2 cores). Runs in a scratch copy so mutants/ never lands in the tree; prints the
