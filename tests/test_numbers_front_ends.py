@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import nbformat
 import pytest
 from test_acp_protocol import Recorder, init, prompt, script, start
 from test_tui_app import CTRL_O, drive
+from test_tui_terminal import Pane
 
 from simagent.notebooks.export import build
 from simagent.presentation.transcript import render_html, render_markdown
@@ -143,3 +145,21 @@ def test_acp_meta_gives_the_same_statuses(tmp_path, workspace):
     k = numbers[0]
     assert (k["text"], k["source"]["line"], k["source"]["excerpt"]) == \
         ("0.316", 1, "k_fit = 0.31647")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_a_real_terminal_shows_the_markers_and_ctrl_o_the_lines(workspace, tmp_path,
+                                                                 _state_home):
+    """``simagent`` in tmux: the superscripts and the block reach a real terminal."""
+    pane = Pane(workspace, script(tmp_path, STEPS), _state_home)
+    try:
+        pane.wait_for(lambda s: "kernel idle" in s and "›" in s)
+        pane.type("fit k and tau")
+        screen = pane.wait_for(lambda s: "ctrl+O shows their lines" in s)
+        answer, sources = _answer_and_sources(screen)
+        assert read_statuses(answer, sources) == STATUSES
+        pane.send("C-o")
+        pane.wait_for(lambda s: "│ k_fit = 0.31647" in s and "│ tau_ms = 2.6753" in s,
+                      timeout=60)
+    finally:
+        pane.close()
