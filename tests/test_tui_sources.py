@@ -62,3 +62,28 @@ def test_footnotes_land_on_this_turns_answer_only_and_redraw_once():
     assert "0.316¹" not in before and "0.316¹" in after and entry.footnoted is not None
     narrow = _text(render_entry(entry, 12, True, 0.0))  # a narrow terminal: no error
     assert "¹" in narrow
+
+
+def test_a_resumed_session_shows_each_turns_answer_with_its_sources(tmp_path):
+    from simagent.trace.log import Event
+    from simagent.tui.history import history_entries
+
+    raw = tmp_path / "0002.txt"
+    raw.write_text("k_fit = 0.31647\n")
+    events = [Event(1, "t", "message_user", {"content": "fit"}),
+              Event(2, "t", "message_assistant", {"content": "First 7.5 steps.",
+                                                  "agent": "main"}),
+              Event(3, "t", "kernel_exec", {"code": "fit()", "raw_path": str(raw)}),
+              Event(4, "t", "message_assistant", {"content": "k is 0.316; R0 is 3.9.",
+                                                  "agent": "main"}),
+              Event(5, "t", "message_user", {"content": "thanks"}),
+              Event(6, "t", "message_assistant", {"content": "You're welcome.",
+                                                  "agent": "main"})]
+    first, final, last = [e for e in history_entries(events)
+                                 if not isinstance(e, UserEntry)]
+    assert first.footnoted is None  # not the turn's final answer
+    assert final.footnoted is not None and final.footnoted.statuses == ("sourced",
+                                                                        "unsourced")
+    assert "k is 0.316¹; R0 is 3.9[?]." in _text(render_entry(final, 80, False, 0.0))
+    assert final.lines == {1: [(1, "k_fit = 0.31647")]}
+    assert last.footnoted is None  # no numbers: drawn as before

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,21 +230,38 @@ def turn_answers(events: Sequence[Any]) -> dict[int, Provenance]:
     """Each turn's final answer (the main agent's last message before the person's next
     one), by its trace event id, traced against what came before it. Events whose payload
     is no mapping (a trace written by odd hands) are passed over."""
-    events = [e for e in events if isinstance(e.payload, dict)]
-    finals: list[Any] = []
+    return {i: t.provenance for i, t in trace_answers(events).items()}
+
+
+def final_ids(events: Sequence[Any]) -> list[int]:
+    """The event ids of each turn's final answer (see :func:`turn_answers`)."""
+    finals: list[int] = []
     last = None
     for e in events:
+        if not isinstance(e.payload, dict):
+            continue
         if e.kind == "message_user" and last is not None:
             finals.append(last)
             last = None
         elif e.kind == "message_assistant" and (e.payload.get("agent") or "main") == "main" \
                 and str(e.payload.get("content") or "").strip():
-            last = e
-    if last is not None:
-        finals.append(last)
-    return {e.id: trace_answer(str(e.payload.get("content") or ""),
-                               SourceIndex(sources_from_events(events, before=e.id)))
-            for e in finals}
+            last = e.id
+    return finals + ([last] if last is not None else [])
+
+
+def trace_answers(events: Sequence[Any], ids: Iterable[int] | None = None
+                  ) -> dict[int, TracedAnswer]:
+    """The answers ``ids`` (each turn's final answer when ``None``), each traced against
+    the events before it, with the sources it was traced against."""
+    events = [e for e in events if isinstance(e.payload, dict)]
+    wanted = set(final_ids(events) if ids is None else ids)
+    out = {}
+    for e in events:
+        if e.id in wanted:
+            sources = tuple(sources_from_events(events, before=e.id))
+            text = str(e.payload.get("content") or "")
+            out[e.id] = TracedAnswer(text, trace_answer(text, SourceIndex(sources)), sources)
+    return out
 
 
 def cited_cells(answers: dict[int, Provenance]) -> set[int]:
@@ -299,6 +316,8 @@ def source_lines(note: Note, sources: Sequence[Source], around: int = AROUND
         if src.kind != note.kind or src.execution != note.execution:
             continue
         lines = src.text.split("\n")
+        if lines[-1] == "":  # the text's last newline ends a line; it starts none
+            lines.pop()
         at = note.line - src.line_offset - 1
         if 0 <= at < len(lines):
             lo, hi = max(0, at - around), min(len(lines), at + around + 1)

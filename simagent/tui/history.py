@@ -1,8 +1,10 @@
-"""A resumed session's earlier conversation, rebuilt from its trace (pure).
+"""A resumed session's earlier conversation, rebuilt from its trace.
 
 The trace holds what was said and done (``message_user``, ``message_assistant``,
 ``tool_call``/``tool_result``, guard and context events), so a resumed TUI shows the
-past the way it looked, with every tool card collapsed and its output as recorded.
+past the way it looked, with every tool card collapsed and its output as recorded, and
+each turn's final answer with its numbers' footnotes, traced as they were when it was
+given (the session's raw outputs are read for the shown answers only).
 """
 
 from __future__ import annotations
@@ -17,9 +19,17 @@ from simagent.agent.events import ContextEvent
 from simagent.context.reporting import CONTEXT_KINDS
 from simagent.outcomes import outcome_of
 from simagent.paths import private_dir, private_file
+from simagent.presentation.footnotes import final_ids, trace_answers
 from simagent.presentation.notices import context_line
 from simagent.trace.redact import redact
-from simagent.tui.entries import AssistantEntry, Entry, NoticeEntry, ToolCard, UserEntry
+from simagent.tui.entries import (
+    AssistantEntry,
+    Entry,
+    NoticeEntry,
+    ToolCard,
+    UserEntry,
+    answer_sources,
+)
 
 _CONTEXT_KINDS = CONTEXT_KINDS
 #: How many of the newest entries a resumed session shows (older ones stay in the trace).
@@ -27,6 +37,9 @@ HISTORY_LIMIT = 200
 
 
 def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[Entry]:
+    events = list(events)
+    finals = set(final_ids(events))
+    answers: dict[int, AssistantEntry] = {}
     entries: list[Entry] = []
     cards: dict[str, ToolCard] = {}
     for ev in events:
@@ -37,6 +50,8 @@ def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[E
         elif ev.kind == "message_assistant" and agent == "main":
             if text := str(p.get("content") or "").strip():
                 entries.append(AssistantEntry(text))
+                if ev.id in finals:
+                    answers[ev.id] = entries[-1]
         elif ev.kind == "tool_call" and agent == "main":
             card = ToolCard(str(p.get("id") or ""), str(p.get("name") or "?"),
                             dict(p.get("args") or {}), agent)
@@ -58,7 +73,15 @@ def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[E
                 card.ended = outcome_of(None, p.get("status"))
         elif ev.kind in _CONTEXT_KINDS and (line := context_line(ContextEvent(ev.kind, p))):
             entries.append(NoticeEntry(line, "context"))
-    return entries[-limit:]
+    shown = entries[-limit:]
+    kept = {id(e) for e in shown}
+    traced = trace_answers(events, [i for i, e in answers.items() if id(e) in kept])
+    for i, t in traced.items():
+        entry = answers[i]
+        entry.footnoted, entry.lines = answer_sources(t)
+        if not entry.footnoted.statuses:
+            entry.footnoted, entry.lines = None, {}
+    return shown
 
 
 def redacting_file_history(path: str) -> Any:
