@@ -99,6 +99,7 @@ class SimagentAgent(acp.Agent):
         self.opts = opts
         self.conn: Any = None
         self.host: Any = None  # acp.sessions.Host, once loaded
+        self.client_capabilities: Any = None  # what initialize said the client offers
         self._loading: asyncio.Future[Any] | None = None
 
     def on_connect(self, conn: Any) -> None:
@@ -112,7 +113,8 @@ class SimagentAgent(acp.Agent):
                 self._loading = in_thread(lambda: importlib.import_module(HOST_MODULE))
             module = await asyncio.shield(self._loading)
             if self.host is None:
-                self.host = module.Host(self.opts, self.conn)
+                self.host = module.Host(self.opts, self.conn,
+                                        capabilities=self.client_capabilities)
         return self.host
 
     # ------------------------------------------------ answered without the stack
@@ -120,6 +122,9 @@ class SimagentAgent(acp.Agent):
                          client_info: Any = None, **kw: Any) -> InitializeResponse:
         if client_info is not None:
             say(f"client {client_info.name} {client_info.version or ''}".rstrip())
+        self.client_capabilities = client_capabilities
+        if self.host is not None:  # a second initialize: later sessions follow it
+            self.host.capabilities = client_capabilities
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(

@@ -36,6 +36,7 @@ from acp.schema import (
 
 from simagent.acp import commands, history, updates
 from simagent.acp.agent import KERNEL_META, AcpOptions, in_thread, say
+from simagent.acp.client_files import ClientFiles, offered
 from simagent.acp.content import client_servers, prompt_text, said_to_person
 from simagent.agent.events import Event, Notice, TurnResult
 from simagent.agent.mcp_tools import open_notices
@@ -72,6 +73,8 @@ class Live:
     #: lines for the person, said before the next reply (an ignored config, MCP servers
     #: that did not start or cannot be used)
     tell: list[str] = field(default_factory=list)
+    #: the client's file system as the file tools' open buffers (None: not offered)
+    open_files: ClientFiles | None = None
 
 
 def _forget_kernel(session: Any) -> None:
@@ -86,9 +89,12 @@ class Host:
     """The sessions of one ``simagent acp`` process and their turns (``SimagentAgent``
     hands every session method here once the agent stack has loaded)."""
 
-    def __init__(self, opts: AcpOptions, conn: Any) -> None:
+    def __init__(self, opts: AcpOptions, conn: Any, *, capabilities: Any = None) -> None:
         self.opts = opts
         self.conn = conn
+        #: the client's ``initialize`` capabilities (``fs``: ``client_files``)
+        self.capabilities = capabilities
+        self.loop: asyncio.AbstractEventLoop | None = None  # the connection's
         self.live: dict[str, Live] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._gone = False
@@ -96,6 +102,7 @@ class Host:
     async def new_session(self, cwd: str, additional_directories: list[str] | None = None,
                           mcp_servers: list[Any] | None = None, **kw: Any
                           ) -> NewSessionResponse:
+        self.loop = asyncio.get_running_loop()
         live = await in_thread(functools.partial(
             self._open, cwd, None, mcp_servers, kw.get(KERNEL_META)))
         self.live[live.session.id] = live
@@ -109,6 +116,7 @@ class Host:
         if (live := self.live.get(session_id)) is not None and live.busy:
             raise RequestError(-32600, f"session {session_id} is running a prompt here")
         if live is None:
+            self.loop = asyncio.get_running_loop()
             live = await in_thread(functools.partial(
                 self._open, cwd, session_id, mcp_servers, kw.get(KERNEL_META)))
             self.live[live.session.id] = live
@@ -139,7 +147,8 @@ class Host:
         live.session.approval = mode
         try:
             live.runner.switch_agent(agent_for(live.session, live.resolved,
-                                               front_end=FRONT_END))
+                                               front_end=FRONT_END,
+                                               open_files=live.open_files))
         except Exception:
             live.session.approval = old
             raise
@@ -359,7 +368,9 @@ class Host:
             for line in skipped:
                 say(line)
             session.mcp_servers = {**session.mcp_servers, **extra}
-            runner = turn_runner_for(session, resolved, front_end=FRONT_END)
+            open_files = self._client_files(session)
+            runner = turn_runner_for(session, resolved, front_end=FRONT_END,
+                                     open_files=open_files)
         except Exception as exc:
             session.close("error") if session_id else session.discard()
             raise RequestError(-32603, f"cannot build the agent: {exc}".splitlines()[0]
@@ -368,7 +379,23 @@ class Host:
         tell = [config.ignored_line] if config.ignored_line else []
         tell += skipped + [f"! {line}" for line in open_notices(session)]
         return Live(session=session, runner=runner, resolved=resolved,
-                    kernel_named=bool(session.kernel_existing), tell=tell)
+                    kernel_named=bool(session.kernel_existing), tell=tell,
+                    open_files=open_files)
+
+    def _client_files(self, session: Any) -> ClientFiles | None:
+        """The client's file system for ``session``'s file tools, when ``initialize``
+        offered it (``client_files``); each fallback to the disk goes to the trace."""
+        read, write = offered(self.capabilities)
+        if not (read or write) or self.conn is None or self.loop is None:
+            return None
+
+        def note(payload: dict[str, Any]) -> None:
+            say(f"session {session.id}: the client's fs/{payload['op']} of "
+                f"{payload['path']} failed ({payload['reason']}); the disk was used")
+            session.trace.append("client_files", payload)
+
+        return ClientFiles(self.conn, self.loop, session.id, read=read, write=write,
+                           note=note)
 
     def _get(self, session_id: str) -> Live:
         live = self.live.get(session_id)

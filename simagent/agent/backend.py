@@ -9,6 +9,8 @@ written; writes open the decided path without following any link and check the f
 they opened (``confine`` says why). Offloaded results and history
 (``large_tool_results/``, ``conversation_history/``) land in the session's state folder,
 because the composite backend's ``artifacts_root`` is that folder's real path.
+A front end whose person edits files in an editor may hand the back end that editor's
+open buffers (``OpenFiles``): reads and changes of workspace files then go through it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,21 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from deepagents.backends import CompositeBackend, LocalShellBackend
-from deepagents.backends.protocol import DeleteResult, EditResult, WriteResult
-from deepagents.backends.utils import perform_string_replacement
+from deepagents.backends.protocol import (
+    DeleteResult,
+    EditResult,
+    FileData,
+    ReadResult,
+    WriteResult,
+)
+from deepagents.backends.utils import (
+    check_empty_content,
+    perform_string_replacement,
+    slice_read_response,
+)
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage
 
@@ -39,8 +51,35 @@ SHELL_TIMEOUT_S = 600
 SHELL_OUTPUT_BYTES = 100_000
 
 
+#: What a write or edit result adds when the editor did not take the text (it refused,
+#: failed or did not answer) and it went to the disk instead.
+ON_DISK = "(on disk: the editor did not take the write)"
+
+
 class Refused(OSError):
     """A change the back end will not make (a read-only place); its text is the answer."""
+
+
+class OpenFiles(Protocol):
+    """The files an editor holds open, as the file tools' back end reads and writes them.
+
+    Why: the person may have unsaved edits in the editor (``simagent acp``'s client); the
+    model must read what they see, and its changes must land in that buffer, not in the
+    disk file under it, which the editor would overwrite at its next save. Reads and
+    writes go together: ``edit_file`` reads, changes and writes one text, so reading the
+    buffer but writing the disk would save the person's unsaved edits unasked.
+
+    The back end asks only for a regular text file strictly inside the workspace, after
+    confinement allowed the act (``WorkspaceBackend._open_path``): the editor's file
+    system is the same workspace, and its rules do not relax.
+    """
+
+    def read(self, path: str) -> str | None:
+        """The text of ``path`` (absolute) as the editor holds it; None: not handled (not
+        open, refused, failed), so the disk is read."""
+
+    def write(self, path: str, text: str) -> bool:
+        """Whether the editor took ``text`` for ``path``; False: the disk is written."""
 
 
 class WorkspaceBackend(LocalShellBackend):
@@ -48,7 +87,8 @@ class WorkspaceBackend(LocalShellBackend):
     writes so that no link swapped after the decision can redirect them."""
 
     def __init__(self, workspace: Path, *, read_only: Iterable[Path] = (),
-                 timeout: int = SHELL_TIMEOUT_S, state_dir: Path | None = None) -> None:
+                 timeout: int = SHELL_TIMEOUT_S, state_dir: Path | None = None,
+                 open_files: OpenFiles | None = None) -> None:
         super().__init__(root_dir=workspace, virtual_mode=False, timeout=timeout,
                          max_output_bytes=SHELL_OUTPUT_BYTES, inherit_env=True)
         self.workspace = Path(workspace).resolve()
@@ -58,6 +98,8 @@ class WorkspaceBackend(LocalShellBackend):
         #: The session's state folder: deepagents offloads (a long message of the
         #: user's, evicted results) land there, and are state like any other file.
         self.state_dir = Path(state_dir).resolve() if state_dir is not None else None
+        #: The editor's open buffers, when a front end has them (``OpenFiles``).
+        self.open_files = open_files
 
     def _resolve_path(self, key: str) -> Path:
         """Every operation of the back end resolves here, as the decision does."""
@@ -139,6 +181,44 @@ class WorkspaceBackend(LocalShellBackend):
             raise
         return fd
 
+    def _open_path(self, file_path: str) -> str | None:
+        """The absolute path to hand ``open_files`` for ``file_path``, or None: the disk.
+
+        Only a file strictly inside the workspace, outside the state folder and every
+        read-only place, with one name, and no link on its way now (a link put there
+        since the decision, or a path spelled with ``..``, goes the disk way, whose
+        checks refuse what they must)."""
+        if self.open_files is None:
+            return None
+        try:
+            target = self._act_path(file_path)
+        except OSError:
+            return None
+        if self.workspace not in target.parents or (
+                self.state_dir is not None and confine.within(target, self.state_dir)):
+            return None
+        if Path(os.path.realpath(target)) != target or confine.hard_links(target) > 1:
+            return None
+        if self._protected(str(target)) is not None:
+            return None
+        return str(target)
+
+    def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        """The disk's read (errors, binary files, paging as deepagents'), with the text
+        the editor holds for a workspace text file in place of the disk's."""
+        result = super().read(file_path, offset, limit)
+        data = result.file_data
+        if result.error or data is None or data.get("encoding") != "utf-8":
+            return result
+        if (path := self._open_path(file_path)) is None:
+            return result
+        text = self.open_files.read(path) if self.open_files is not None else None
+        if text is None:
+            return result
+        if empty := check_empty_content(text):
+            return ReadResult(file_data=FileData(content=empty, encoding="utf-8"))
+        return slice_read_response(FileData(content=text, encoding="utf-8"), offset, limit)
+
     def write(self, file_path: str, content: str) -> WriteResult:
         if refusal := self._protected(file_path):
             return WriteResult(error=refusal)
@@ -146,6 +226,15 @@ class WorkspaceBackend(LocalShellBackend):
             target = self._act_path(file_path)
         except OSError as exc:
             return WriteResult(error=f"Error writing file '{file_path}': {exc}")
+        if (path := self._open_path(file_path)) is not None and self.open_files is not None:
+            if self.open_files.write(path, content):
+                return WriteResult(path=file_path)
+            result = self._write_disk(file_path, target, content)
+            return result if result.error else WriteResult(path=f"{file_path} {ON_DISK}")
+        return self._write_disk(file_path, target, content)
+
+    def _write_disk(self, file_path: str, target: Path, content: str) -> WriteResult:
+        """``content`` into the file at ``target``, opened as ``_open_checked`` vouches."""
         mode = 0o644
         if self.state_dir is not None and confine.within(target, self.state_dir):
             content = redact(content)  # state: no secret at rest, private
@@ -167,13 +256,19 @@ class WorkspaceBackend(LocalShellBackend):
     def edit(self, file_path: str, old_string: str, new_string: str,
              replace_all: bool = False) -> EditResult:
         """deepagents' edit (same results and errors), on a descriptor ``_open_checked``
-        vouches for: the file read is the file written."""
+        vouches for: the file read is the file written. A file the editor holds is read
+        and written there (``OpenFiles``), so the edit applies to what the person sees."""
         if refusal := self._protected(file_path):
             return EditResult(error=refusal)
         try:
             target = self._act_path(file_path)
         except OSError as exc:
             return EditResult(error=f"Error editing file '{file_path}': {exc}")
+        if (path := self._open_path(file_path)) is not None and self.open_files is not None:
+            held = self.open_files.read(path)
+            if held is not None:
+                return self._edit_held(file_path, target, path, held,
+                                       (old_string, new_string, replace_all))
         try:
             fd = self._open_checked(file_path, target, os.O_RDWR)
         except (FileNotFoundError, IsADirectoryError):
@@ -184,11 +279,8 @@ class WorkspaceBackend(LocalShellBackend):
             return EditResult(error=f"Error editing file '{file_path}': {exc}")
         try:
             with os.fdopen(fd, "rb+") as fh:
-                # universal newlines, as deepagents' text-mode read
-                content = fh.read().decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
-                old = old_string.replace("\r\n", "\n").replace("\r", "\n")
-                new = new_string.replace("\r\n", "\n").replace("\r", "\n")
-                result = perform_string_replacement(content, old, new, replace_all)
+                result = _replaced(fh.read().decode("utf-8"), old_string, new_string,
+                                   replace_all)
                 if isinstance(result, str):
                     return EditResult(error=result)
                 new_content, occurrences = result
@@ -198,6 +290,21 @@ class WorkspaceBackend(LocalShellBackend):
         except (OSError, UnicodeDecodeError, UnicodeEncodeError) as exc:
             return EditResult(error=f"Error editing file '{file_path}': {exc}")
         return EditResult(path=file_path, occurrences=int(occurrences))
+
+    def _edit_held(self, file_path: str, target: Path, path: str, held: str,
+                   change: tuple[str, str, bool]) -> EditResult:
+        """The edit on the text the editor holds, written back there (or, when the
+        editor does not take it, to the disk, and the result says so)."""
+        result = _replaced(held, *change)
+        if isinstance(result, str):
+            return EditResult(error=result)
+        new_content, occurrences = result
+        if self.open_files is not None and self.open_files.write(path, new_content):
+            return EditResult(path=file_path, occurrences=int(occurrences))
+        written = self._write_disk(file_path, target, new_content)
+        if written.error:
+            return EditResult(error=written.error)
+        return EditResult(path=f"{file_path} {ON_DISK}", occurrences=int(occurrences))
 
     def delete(self, file_path: str) -> DeleteResult:
         """Removes a link itself, never its target (the decision reads the same)."""
@@ -220,10 +327,21 @@ class WorkspaceBackend(LocalShellBackend):
         return confine.inside(file_path, self.workspace, follow_last=follow_last)
 
 
+def _replaced(content: str, old: str, new: str, replace_all: bool
+              ) -> tuple[str, int] | str:
+    """deepagents' string replacement on universal newlines (as its text-mode read)."""
+    def lf(text: str) -> str:
+        return text.replace("\r\n", "\n").replace("\r", "\n")
+    return perform_string_replacement(lf(content), lf(old), lf(new), replace_all)
+
+
 def build_backend(workspace: Path, session_dir: Path, *,
-                  read_only: Iterable[Path] = ()) -> CompositeBackend:
-    """The composite backend every agent of a session shares."""
-    default = WorkspaceBackend(workspace, read_only=read_only, state_dir=session_dir)
+                  read_only: Iterable[Path] = (),
+                  open_files: OpenFiles | None = None) -> CompositeBackend:
+    """The composite backend every agent of a session shares (``open_files``: an
+    editor's open buffers, ``OpenFiles``)."""
+    default = WorkspaceBackend(workspace, read_only=read_only, state_dir=session_dir,
+                               open_files=open_files)
     return CompositeBackend(default=default, routes={},
                             artifacts_root=str(Path(session_dir).resolve()))
 

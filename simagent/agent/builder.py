@@ -24,7 +24,7 @@ from langchain_core.runnables import RunnableConfig
 from simagent.agent import confine
 from simagent.agent.abandon_guard import AbandonGuard
 from simagent.agent.approval import interrupt_on_for_mode, readable_roots
-from simagent.agent.backend import WorkspacePathsMiddleware, build_backend
+from simagent.agent.backend import OpenFiles, WorkspacePathsMiddleware, build_backend
 from simagent.agent.context_layers import context_layers, skill_sources
 from simagent.agent.number_check import NumberCheckMiddleware
 from simagent.agent.plugin_tools import plugin_tools
@@ -222,13 +222,16 @@ def numbers_mode(session: Session, chat_model: Any) -> str:
         default="off" if isinstance(chat_model, ScriptedChatModel) else "nudge")
 
 
-def workspace_backend(session: Session, source_dirs: Sequence[Path]) -> Any:
-    """The file tools' backend: the workspace, with what they may read but not write."""
+def workspace_backend(session: Session, source_dirs: Sequence[Path],
+                      open_files: OpenFiles | None = None) -> Any:
+    """The file tools' backend: the workspace, with what they may read but not write
+    (``open_files``: an editor's open buffers, read and written in place of the disk)."""
     # every bundled content folder (memory/ included: it seeds each workspace's index)
     read_only = [content_dir(n).resolve() for n in CONTENT_FOLDERS]
     notebook = confine.notebook_read_only(*session.notebook)  # --from-notebook's file
     return build_backend(session.workspace, session.paths.root,
-                         read_only=[*read_only, *source_dirs, *notebook])
+                         read_only=[*read_only, *source_dirs, *notebook],
+                         open_files=open_files)
 
 
 def readable_outside(session: Session, source_dirs: Sequence[Path]) -> tuple[Path, ...]:
@@ -275,14 +278,16 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
                 middleware: Sequence[Any] = (), subagents: Sequence[Any] = (),
                 extra_tools: Sequence[Any] = (),
                 context_settings: ContextSettings | None = None,
-                front_end: str = "tui") -> BuiltAgent:
+                front_end: str = "tui", open_files: OpenFiles | None = None) -> BuiltAgent:
     """Build the session's agent for ``model`` (a ``ResolvedModel`` or a chat model).
 
     ``middleware`` goes outside simagent's own; ``subagents`` are deepagents ``SubAgent``
     specs added beside the general-purpose one; ``context_settings`` (default: the
     session's, from config) shapes the context layers — the bench's policies vary it;
     ``front_end`` (``tui`` | ``headless``) picks the REPL watchdog's mode when
-    ``[context] repl_watchdog`` is unset (``thresholds.REPL_WATCHDOG_BY_FRONT_END``).
+    ``[context] repl_watchdog`` is unset (``thresholds.REPL_WATCHDOG_BY_FRONT_END``);
+    ``open_files``: the editor's open buffers the file tools read and write
+    (``backend.OpenFiles``; ``simagent acp`` with a client that offers them).
     """
     chat_model, model_id, window = _as_resolved(model)
     retry = getattr(model, "retry", None)  # [model] retry keys (a ResolvedModel's)
@@ -290,7 +295,7 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
     max_out = getattr(model, "max_output", None)
     sim = session.simulator
     source_dirs = sim.package_dirs() if sim else []
-    backend = workspace_backend(session, source_dirs)
+    backend = workspace_backend(session, source_dirs, open_files)
     prompt = build_system_prompt(sim, runtime_context(session, source_dirs))
 
     # view_figure knows whether this model can be sent images (a switch rebuilds the graph)
