@@ -1,4 +1,4 @@
-"""An answer's numbers with their sources, as the person reads them (pure).
+"""An answer's numbers with their sources, as the person reads them.
 
 The provenance engine (``context/provenance``) decides each number's status; this module
 only draws it, so every front end shows the same statuses: a footnote marker after each
@@ -10,9 +10,10 @@ medium's (``[1]`` in markdown and HTML, ``¹`` in the terminal); a medium that c
 (:func:`cell_anchor`). One footnote per distinct source: a value cited twice from the
 same line has one number.
 
-:func:`turn_answers` picks the answers worth footnoting from a trace (each turn's final
-answer, traced against what came before it); :func:`final_numbers` is the final
-answer's numbers as ``run --json`` and ACP's ``_meta`` carry them.
+Drawing (:func:`footnote`) is pure. :func:`turn_answers` picks the answers worth
+footnoting from a trace (each turn's final answer, traced against what came before it,
+the session's raw outputs read from disk); :func:`final_numbers` is the final answer's
+numbers as ``run --json`` and ACP's ``_meta`` carry them.
 """
 
 from __future__ import annotations
@@ -226,6 +227,16 @@ def _swapped(op: str, value: float, a: float, b: float) -> bool:
 
 
 # ------------------------------------------------------------------ which answers
+@dataclass(frozen=True)
+class TracedAnswer:
+    """An answer of a trace: its text, its numbers, and the sources they were traced
+    against (what an expanded footnote shows lines of)."""
+
+    text: str
+    provenance: Provenance
+    sources: tuple[Source, ...]
+
+
 def turn_answers(events: Sequence[Any]) -> dict[int, Provenance]:
     """Each turn's final answer (the main agent's last message before the person's next
     one), by its trace event id, traced against what came before it. Events whose payload
@@ -284,16 +295,6 @@ def final_numbers(events: Sequence[Any], result: Any) -> list[dict[str, Any]]:
 # ------------------------------------------------------------ a source's own lines
 #: Lines shown either side of a footnote's line when it is expanded (the TUI's ctrl+O).
 AROUND = 2
-
-
-@dataclass(frozen=True)
-class TracedAnswer:
-    """The final answer of a trace: its text, its numbers, and the sources they were
-    traced against (what an expanded footnote shows lines of)."""
-
-    text: str
-    provenance: Provenance
-    sources: tuple[Source, ...]
 
 
 def trace_last(events: Sequence[Any]) -> TracedAnswer | None:
