@@ -150,6 +150,10 @@ def test_the_small_prompts_pattern_holds_nothing_that_can_pass_for_an_answer() -
     assert {"<file>", "<name>", "<value>"} <= set(re.findall(r"<[a-z ]+>", example))
     compile(re.sub(r"<[a-z ]+>", "x", example.split("with:\n")[1].split("It prints")[0]),
             "<pattern>", "exec")  # the code shown is Python, placeholders filled in
+    # the reply it shows is placeholders and plain words only: a clause of advice there
+    # ("in the units the question gave") was copied into an answer
+    reply = example.split("Reply: ")[1]
+    assert re.sub(r"<[a-z ]+>", "", reply) == "The largest  is ."
 
 
 def test_the_stock_policy_and_a_large_model_get_the_full_request(tmp_path: Path) -> None:

@@ -55,6 +55,8 @@ from simagent.simulators import Simulator
 #: The rules and one worked pattern. The pattern holds no number and no unit: a concrete
 #: example ("the largest T is 312.5 K") leaked into the 0.5B model's answers ("compute
 #: the mean of 3, 5 and 10" got "6.0 K"; a story request got "The largest T is 312.5 K.").
+#: It holds no advice either: "..., in the units the question gave, if any" as its reply
+#: came back as "The mean of 3, 5 and 10 is 6.0, in the units the question gave."
 SMALL_RULES = """\
 You are simagent, a scientist's assistant with a persistent Python kernel.
 Answer by computing: first call `run_python` with short code that computes the result \
@@ -73,7 +75,7 @@ import pandas as pd
 df = pd.read_csv('<file>')
 print('largest <name> =', df['<name>'].max())
 It prints: largest <name> = <value>
-Reply: The largest <name> is <value>, in the units the question gave, if any."""
+Reply: The largest <name> is <value>."""
 
 #: Short model-facing descriptions for the tools a small model is shown.
 SHORT_DESCRIPTIONS = {
