@@ -18,6 +18,7 @@ from langchain.tools import ToolRuntime
 from langchain_core.tools import BaseTool, tool
 
 from simagent.agent.cancel_account import lost_line
+from simagent.agent.cell_order import CellOrder, calls_before
 from simagent.context import memory as memory_notes
 from simagent.context.ledger import recall_text
 from simagent.context.settings import ContextSettings
@@ -55,6 +56,7 @@ def _writer(runtime: ToolRuntime | None):
 
 def make_run_python(session: Session, settings: ContextSettings | None = None) -> BaseTool:
     cap = tool_cap(RUN_PYTHON, settings or session.context_settings)
+    order = CellOrder(session.cancel_requested.is_set)  # one message's cells in its order
 
     @tool(RUN_PYTHON, response_format="content_and_artifact")
     def run_python(code: str, runtime: ToolRuntime,
@@ -78,8 +80,11 @@ def make_run_python(session: Session, settings: ContextSettings | None = None) -
             write({"type": "tool_output", "tool_call_id": call_id, "kind": event.kind,
                    "text": event.text, "path": str(event.path) if event.path else None})
 
-        text, result = run_python_text(session, code, cap=cap, on_output=on_output,
-                                       timeout_s=timeout_s, tool_call_id=call_id)
+        messages = (runtime.state or {}).get("messages", []) \
+            if isinstance(runtime.state, dict) else []
+        with order.turn(call_id, calls_before(messages, call_id, RUN_PYTHON)):
+            text, result = run_python_text(session, code, cap=cap, on_output=on_output,
+                                           timeout_s=timeout_s, tool_call_id=call_id)
         raw = str(result.raw_path) if result.raw_path else None
         # the line count lets a placeholder say how long the output is once cleared
         return text, {"raw_path": raw, "status": result.status, "recovery": result.recovery,
