@@ -45,6 +45,19 @@ def test_version() -> None:
 
 
 @pytest.mark.slow
+def test_the_command_never_builds_jsonschemas_iri_grammar() -> None:
+    """``rfc3987_syntax`` (installed beside jupyter_server) costs 1.3 s of CPU at every
+    start when jsonschema, under the MCP SDK, finds it; the command marks it absent."""
+    probe = ("import sys\nfrom simagent.cli import entry\nsys.argv = ['simagent', 'sessions']\n"
+             "try:\n    entry()\nexcept SystemExit:\n    pass\n"
+             "import mcp, jsonschema  # what run, the TUI, doctor and mcp load\n"
+             "print(sorted(m for m in ('rfc3987_syntax', 'lark') if sys.modules.get(m)))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.slow
 def test_usage_errors_are_one_line_with_exit_2() -> None:
     r = run_cli("bench", "nonsense")
     assert r.returncode == 2

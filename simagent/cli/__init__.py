@@ -107,7 +107,13 @@ def _internal(exc: Exception, as_json: bool = False) -> int:
 
 def entry() -> None:
     """The ``simagent`` command: ``main``, then an exit that does not wait for a model
-    call the user abandoned with ctrl+C (``simagent.turns.exit_process``)."""
+    call the user abandoned with ctrl+C (``simagent.turns.exit_process``).
+
+    Before anything loads, ``rfc3987_syntax`` is marked absent: when it is installed (the
+    jsonschema extras jupyter_server asks for), jsonschema, under the MCP SDK, builds its
+    IRI grammar at import, 1.3 s of CPU at every start, for a format check simagent never
+    makes. No person's code runs in this process (kernels are processes of their own)."""
+    sys.modules.setdefault("rfc3987_syntax", None)
     code = main()
     if "simagent.turns" in sys.modules:
         from simagent.turns import exit_process
