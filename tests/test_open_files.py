@@ -35,9 +35,11 @@ BUFFER = "alpha = 1\nbeta = 3  # unsaved\n"
 class Buffers:
     """An editor: the texts it holds open, the writes it took, the paths it refuses."""
 
-    def __init__(self, held: dict[str, str] | None = None, refuse: tuple[str, ...] = ()):
+    def __init__(self, held: dict[str, str] | None = None, refuse: tuple[str, ...] = (),
+                 deny: tuple[str, ...] = ()):
         self.held = dict(held or {})
         self.refuse = refuse
+        self.deny = deny
         self.asked: list[tuple[str, str]] = []
         self.writes: list[tuple[str, str]] = []
 
@@ -45,8 +47,10 @@ class Buffers:
         self.asked.append(("read", path))
         return self.held.get(path)
 
-    def write(self, path: str, text: str) -> bool:
+    def write(self, path: str, text: str) -> bool | str:
         self.asked.append(("write", path))
+        if path.endswith(self.deny):
+            return f"the person said no to {path}"
         if path.endswith(self.refuse):
             return False
         self.writes.append((path, text))
@@ -107,6 +111,19 @@ def test_a_file_the_editor_does_not_hold_or_refuses_is_the_disks(tree):
     assert edited.path == f"{nb} {ON_DISK}" and nb.read_text() == '{"cells": [2]}\n'
 
 
+def test_a_write_the_editors_person_denied_is_written_nowhere(tree):
+    ws, _out = tree
+    path = ws / "sub" / "m.py"
+    editor = Buffers({str(path): BUFFER}, deny=(".py",))
+    backend = WorkspaceBackend(ws, open_files=editor)
+    assert backend.write(str(path), "x\n").error == f"the person said no to {path}"
+    assert backend.edit(str(path), "beta = 3", "beta = 4").error == \
+        f"the person said no to {path}"
+    assert backend.write(str(ws / "new.py"), "x\n").error is not None
+    assert path.read_text() == DISK and not (ws / "new.py").exists()
+    assert editor.writes == []
+
+
 def test_confinement_keeps_the_editor_out_of_what_it_keeps_on_the_disks_rules(tree):
     """Outside the workspace, a link pointing out, the state folder, a read-only place,
     a file with a second name, a binary file: the editor is never asked, and a refused
@@ -165,7 +182,8 @@ def test_the_graph_reads_the_buffer_and_edits_it(tree):
 # ----------------------------------------------------------- the ACP port
 class Conn:
     """A client connection's fs methods: a read that fails, one that never answers, a
-    write refused for ``.ipynb`` (as JupyterLab's)."""
+    write refused for ``.ipynb`` (JupyterLab's words), one its person denied (acpx's),
+    one never answered."""
 
     def __init__(self) -> None:
         self.writes: list[tuple[str, str]] = []
@@ -180,7 +198,14 @@ class Conn:
     async def write_text_file(self, session_id: str, path: str, content: str,
                               **kw: Any) -> None:
         if path.endswith(".ipynb"):
-            raise RequestError.invalid_params({"path": "use the notebook tools"})
+            raise RequestError.invalid_params(
+                {"path": "writing .ipynb files directly is not allowed; use the Jupyter "
+                         "notebook MCP tools"})
+        if path.endswith("no.py"):
+            raise RequestError.internal_error(
+                {"details": "Permission denied for fs/write_text_file"})
+        if path.endswith("slow.py"):
+            await asyncio.sleep(30)
         self.writes.append((path, content))
 
 
@@ -199,20 +224,37 @@ def test_the_client_port_falls_back_to_the_disk_and_says_so(loop):
     notes: list[dict[str, Any]] = []
     conn = Conn()
     files = ClientFiles(conn, loop, "s1", read=True, write=True, note=notes.append,
-                        timeout_s=0.3)
+                        read_timeout_s=0.3, write_timeout_s=0.3)
     assert files.read("/w/a.py") == "buffer of /w/a.py"
     assert files.read("/w/gone.py") is None and files.read("/w/gone.py") is None
     assert [n["op"] for n in notes] == ["read"]  # a failed read is said once
     assert "no such buffer" in notes[0]["reason"]
     assert files.write("/w/a.py", "x") is True and conn.writes == [("/w/a.py", "x")]
+    # JupyterLab does not take a notebook: the disk does
     assert files.write("/w/n.ipynb", "{}") is False
-    assert notes[-1]["op"] == "write" and "notebook tools" in notes[-1]["reason"]
+    assert notes[-1]["then"] == "disk" and "notebook MCP tools" in notes[-1]["reason"]
+    # acpx's person (or its --deny-all) said no: nothing is written, and the model is told
+    denied = files.write("/w/no.py", "x")
+    assert isinstance(denied, str) and "Permission denied" in denied
+    assert notes[-1]["then"] == "refused"
 
     t0 = time.monotonic()
-    assert files.read("/w/slow.py") is None  # no answer: bounded, and not asked again
+    late = files.write("/w/slow.py", "y")  # no answer: bounded, not overruled on disk
+    assert isinstance(late, str) and "no answer" in late
     assert time.monotonic() - t0 < 5
     assert files.read("/w/a.py") is None and files.write("/w/a.py", "y") is False
     assert conn.writes == [("/w/a.py", "x")]
+
+
+def test_a_read_without_an_answer_is_bounded_and_the_client_not_asked_again(loop):
+    conn = Conn()
+    files = ClientFiles(conn, loop, "s1", read=True, write=True, note=lambda p: None,
+                        read_timeout_s=0.3)
+    t0 = time.monotonic()
+    assert files.read("/w/slow.py") is None
+    assert time.monotonic() - t0 < 5
+    assert files.read("/w/a.py") is None and files.write("/w/a.py", "y") is False
+    assert conn.writes == []
 
 
 def test_only_what_initialize_offered_is_used(loop):

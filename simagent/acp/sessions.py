@@ -390,8 +390,10 @@ class Host:
             return None
 
         def note(payload: dict[str, Any]) -> None:
-            say(f"session {session.id}: the client's fs/{payload['op']} of "
-                f"{payload['path']} failed ({payload['reason']}); the disk was used")
+            then = ("the disk was used" if payload["then"] == "disk"
+                    else "nothing was written")
+            say(f"session {session.id}: the client's fs/{payload['op']}_text_file of "
+                f"{payload['path']} failed ({payload['reason']}); {then}")
             session.trace.append("client_files", payload)
 
         return ClientFiles(self.conn, self.loop, session.id, read=read, write=write,

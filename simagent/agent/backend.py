@@ -51,8 +51,8 @@ SHELL_TIMEOUT_S = 600
 SHELL_OUTPUT_BYTES = 100_000
 
 
-#: What a write or edit result adds when the editor did not take the text (it refused,
-#: failed or did not answer) and it went to the disk instead.
+#: What a write or edit result adds when the editor did not take the text (it does not
+#: take that file, as JupyterLab a notebook, or it failed) and it went to the disk.
 ON_DISK = "(on disk: the editor did not take the write)"
 
 
@@ -78,8 +78,10 @@ class OpenFiles(Protocol):
         """The text of ``path`` (absolute) as the editor holds it; None: not handled (not
         open, refused, failed), so the disk is read."""
 
-    def write(self, path: str, text: str) -> bool:
-        """Whether the editor took ``text`` for ``path``; False: the disk is written."""
+    def write(self, path: str, text: str) -> bool | str:
+        """True: the editor took ``text`` for ``path``; False: not handled (it does not
+        take this file, or failed), so the disk is written; a string: the editor (its
+        person) refused the write, and nothing is written; the string says why."""
 
 
 class WorkspaceBackend(LocalShellBackend):
@@ -227,7 +229,10 @@ class WorkspaceBackend(LocalShellBackend):
         except OSError as exc:
             return WriteResult(error=f"Error writing file '{file_path}': {exc}")
         if (path := self._open_path(file_path)) is not None and self.open_files is not None:
-            if self.open_files.write(path, content):
+            taken = self.open_files.write(path, content)
+            if isinstance(taken, str):
+                return WriteResult(error=taken)
+            if taken:
                 return WriteResult(path=file_path)
             result = self._write_disk(file_path, target, content)
             return result if result.error else WriteResult(path=f"{file_path} {ON_DISK}")
@@ -294,12 +299,16 @@ class WorkspaceBackend(LocalShellBackend):
     def _edit_held(self, file_path: str, target: Path, path: str, held: str,
                    change: tuple[str, str, bool]) -> EditResult:
         """The edit on the text the editor holds, written back there (or, when the
-        editor does not take it, to the disk, and the result says so)."""
+        editor does not take it, to the disk, and the result says so; when it refuses,
+        nowhere)."""
         result = _replaced(held, *change)
         if isinstance(result, str):
             return EditResult(error=result)
         new_content, occurrences = result
-        if self.open_files is not None and self.open_files.write(path, new_content):
+        taken = self.open_files.write(path, new_content) if self.open_files else False
+        if isinstance(taken, str):
+            return EditResult(error=taken)
+        if taken:
             return EditResult(path=file_path, occurrences=int(occurrences))
         written = self._write_disk(file_path, target, new_content)
         if written.error:

@@ -34,9 +34,10 @@ EVENT_KINDS: dict[str, str] = {
     "message_user": "content, turn",
     "prompt_note": "note (what a front end set aside from a prompt, not the person's words: "
                    "simagent acp, a JupyterLab persona's system note)",
-    "client_files": "op (read|write), path, reason, then (disk): simagent acp's client file "
-                    "system failed or refused, so the disk was read or written (a read: "
-                    "the first of a session only)",
+    "client_files": "op (read|write), path, reason, then (disk|refused): simagent acp's "
+                    "client file system failed or did not take a file, so the disk was read "
+                    "or written, or its person refused a write, so nothing was written (a "
+                    "read: the first of a session only)",
     "message_assistant": "content, agent",
     "message_reasoning": "content, agent",
     "model_usage": "agent, model, input_tokens, output_tokens, total_tokens, cache_read, "
