@@ -35,7 +35,7 @@ from acp.schema import (
 from test_attach import jupyter_kernel, runtime  # noqa: F401  (fixtures: a person's kernel)
 from test_attach import run as attach_run
 
-from simagent.acp.agent import KERNEL_META
+from simagent.kernel.connection import KERNEL_META
 from simagent.paths import SessionPaths
 from simagent.trace import TraceLog
 

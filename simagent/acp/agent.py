@@ -38,10 +38,6 @@ from acp.schema import (
 
 from simagent import __version__
 
-#: The ``_meta`` key (on ``session/new`` or ``session/prompt``) naming the kernel to attach
-#: to: a connection file, a kernel id or ``latest``, as ``--kernel`` takes. The JupyterLab
-#: persona sends it on the prompt: it learns the notebook's kernel only then.
-KERNEL_META = "simagent.kernel"
 #: The module behind the session methods (imported on a thread: see the module doc).
 HOST_MODULE = "simagent.acp.sessions"
 

@@ -35,7 +35,7 @@ from acp.schema import (
 )
 
 from simagent.acp import commands, history, updates
-from simagent.acp.agent import KERNEL_META, AcpOptions, in_thread, say
+from simagent.acp.agent import AcpOptions, in_thread, say
 from simagent.acp.client_files import ClientFiles, offered
 from simagent.acp.content import client_servers, prompt_text, said_to_person
 from simagent.agent.events import Event, Notice, TurnResult
@@ -43,6 +43,7 @@ from simagent.agent.mcp_tools import open_notices
 from simagent.agent.turn_setup import agent_for, turn_runner_for
 from simagent.config import APPROVAL_MODES, Config, ConfigError, SessionOptions
 from simagent.kernel import KernelStartError
+from simagent.kernel.connection import KERNEL_META
 from simagent.models import ModelError, resolve_model
 from simagent.session import Session, SessionNotFound
 from simagent.simulators import SimulatorError

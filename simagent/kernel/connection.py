@@ -29,6 +29,12 @@ from simagent.kernel.port import KernelStartError
 #: A port check (doctor, ``latest``) waits this long for a TCP connection.
 _PORT_CHECK_S = 0.3
 LATEST = "latest"
+#: The ACP ``_meta`` key (on ``session/new`` or ``session/prompt``) naming the person's
+#: kernel for ``simagent acp`` to attach to: a connection file, a kernel id or ``latest``,
+#: as ``--kernel`` takes. Two front ends that never import each other speak it: the ACP
+#: agent reads it, the JupyterLab persona sends it (on the prompt: it learns the
+#: notebook's kernel only then).
+KERNEL_META = "simagent.kernel"
 #: What is said of an attached kernel whose process ended (its ports refuse connections):
 #: not "left running", not "variables untouched".
 GONE = "{where} is gone: its process ended, and its variables with it"
