@@ -19,6 +19,9 @@ def exported() -> nbformat.NotebookNode:
         new_code_cell("t_half = 1.8734\nprint(t_half)", execution_count=2,
                       outputs=[nbformat.v4.new_output("stream", text="1.8734\n")],
                       metadata={"simagent": {"n": 2, "session_id": "s1"}}),
+        new_code_cell("print(t_half)", execution_count=3,  # shown: the answer cites it
+                      metadata={"simagent": {"n": 3, "session_id": "s1"},
+                                "tags": ["simagent-display", "skip-execution"]}),
         new_markdown_cell("**Answer**"),
     ]
     return nb
@@ -33,6 +36,11 @@ def person() -> nbformat.NotebookNode:
 def test_agent_cells_are_the_sessions_code_with_outputs():
     cells = agent_cells(exported())
     assert [c["source"] for c in cells] == ["t_half = 1.8734\nprint(t_half)"]
+    nb = exported()  # a failed cell later cells need is state: it goes in
+    nb.cells.append(new_code_cell("r = fit()", metadata={
+        "simagent": {"n": 4, "session_id": "s1"},
+        "tags": ["simagent-failed", "raises-exception"]}))
+    assert [c["source"] for c in agent_cells(nb)][-1] == "r = fit()"
     assert cells[0]["outputs"][0]["text"] == "1.8734\n" and cells[0]["execution_count"] == 2
 
 

@@ -113,7 +113,8 @@ def test_turn_card_ctrl_o_completion_and_context(workspace, tmp_path):
         await d.enter()
         await d.idle()
         screen = d.text()
-        assert "✓ run_python" in screen and "The last square is 3481." in screen
+        assert "✓ run_python" in screen and "The last square is 3481¹." in screen
+        assert "¹ cell 2, output line 60: square 3481" in screen  # its source, said once
         assert "square 10\n" not in screen  # collapsed: one line
         await d.keys(CTRL_O)
         await d.expect(lambda: d.ui.expanded and "square 3364" in d.text())

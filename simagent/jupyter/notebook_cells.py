@@ -14,18 +14,24 @@ import uuid
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
+from simagent.notebooks.plan import SKIP_TAG, TAGS
+
 #: nbformat 4.5 is where cells carry ids (the id below which cells go).
 _IDS_SINCE = 5
 
 
 def agent_cells(export: MutableMapping[str, Any]) -> list[dict[str, Any]]:
     """The session's code cells of an exported notebook, without the ``_out`` setup cell
-    and the simulator's warm-up (the person's kernel has neither)."""
+    and the simulator's warm-up (the person's kernel has neither), and without a failed
+    or display-only cell the export shows only because an answer's number cites it (the
+    person's notebook gets the cells that build state)."""
     cells = []
+    shown_only = {TAGS["failed"], TAGS["display"]}
     for cell in export.get("cells", []):
         meta = (cell.get("metadata") or {}).get("simagent") or {}
+        tags = set((cell.get("metadata") or {}).get("tags") or ())
         if cell.get("cell_type") == "code" and "n" in meta and not meta.get("setup") \
-                and not meta.get("warmup"):
+                and not meta.get("warmup") and not (tags & shown_only and SKIP_TAG in tags):
             cells.append(copy.deepcopy(dict(cell)))
     return cells
 
