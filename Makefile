@@ -11,7 +11,7 @@ LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 WHEEL_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/simagent/wheels
 LLAMA_WHEELS  := $(WHEEL_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_CMAKE)' | sha256sum | cut -c1-12)
 
-.PHONY: install run test test-fast test-slow test-real test-browser lint docs bench-kernel bench-cli bench-live bench-faults bench-attacks mutate clean llama-wheel
+.PHONY: install run test test-fast test-slow-real test-slow test-real test-browser lint docs bench-kernel bench-cli bench-live bench-faults bench-attacks mutate clean llama-wheel
 
 install: $(STAMP)
 
@@ -43,13 +43,19 @@ run: $(STAMP)
 
 # Two speeds. test-fast: the tests that take well under a second each with the kernel in
 # memory (SIMAGENT_TEST_KERNEL=memory: simagent/kernel/memory.py) and start no process: the
-# suite to run after each change. `make test` runs it first, then the slow ones (pytest
-# marker `slow`: subprocesses, servers, tmux, whole bench runs) on the same in-memory
-# kernel, then those marked `real` on kernel processes: what the stand-in cannot show
-# (signals, C-level output, a kernel's death, effects, attaching) and one end-to-end run
-# per claim. Two workers (pytest-xdist): the slow and real tests wait on processes.
+# suite to run after each change. `make test` runs it first, then, in one pool, the slow
+# ones (pytest marker `slow`: subprocesses, servers, tmux, whole bench runs) on the same
+# in-memory kernel and those marked `real` on kernel processes (tests/conftest.py takes the
+# variable away for them): what the stand-in cannot show (signals, C-level output, a
+# kernel's death, effects, attaching) and one end-to-end run per claim. One pool, so no
+# worker idles at one group's tail; work stealing, so none idles at the pool's.
+# test-slow and test-real run each group alone. Two workers (pytest-xdist).
 test-fast: $(STAMP)
 	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "not real and not slow and not browser"
+
+test-slow-real: $(STAMP)
+	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 --dist worksteal \
+	  -m "(slow or real) and not browser"
 
 test-slow: $(STAMP)
 	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "slow and not real and not browser"
@@ -57,7 +63,7 @@ test-slow: $(STAMP)
 test-real: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "real and not browser"
 
-test: test-fast test-slow test-real
+test: test-fast test-slow-real
 
 # simagent in JupyterLab's chat in a real browser (issue 39; tests/browser/, marker
 # `browser`, which the three groups above leave out): JupyterLab with jupyter-ai and the
