@@ -5,12 +5,17 @@ The SDK's own client (``spawn_agent_process``) offers ``fs.readTextFile`` and
 not. A scripted turn reads the file (the model gets the buffer's text), edits it (the
 client receives the edited buffer, the disk is unchanged), and reads a file outside the
 workspace, which waits for approval as before and, rejected, is never asked of the
-client. Real command, graph, approval and trace; in-memory kernel (slow group).
+client. Real command, graph, approval and trace; in-memory kernel (slow group). acpx, a
+client nobody here wrote, serves the same file tools, and a write its person denies is
+written nowhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,7 @@ from acp.schema import (
     ReadTextFileResponse,
     WriteTextFileResponse,
 )
+from test_acp_acpx import acpx_binary
 from test_acp_protocol import WAIT_S, Recorder, prompt, run, script, start
 
 from simagent.paths import SessionPaths
@@ -105,3 +111,42 @@ def test_a_turn_reads_and_edits_the_editors_buffer_not_the_disk(tmp_path, worksp
             trace.close()
 
     run(main())
+
+
+# ------------------------------------------------------- a client nobody here wrote
+def acpx_turn(tmp_path: Path, ws: Path, steps: list[dict[str, Any]], *flags: str
+              ) -> subprocess.CompletedProcess[str]:
+    """One ``acpx exec`` turn against ``simagent acp`` (acpx offers fs read and write)."""
+    acpx = acpx_binary()
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    model = script(tmp_path, steps, name=f"acpx-{len(list(tmp_path.iterdir()))}.json")
+    agent = f"{sys.executable} -m simagent acp --model {model} --approval auto"
+    return subprocess.run([str(acpx), *flags, "--agent", agent, "exec", "change files"],
+                          cwd=ws, env={**os.environ, "HOME": str(home)},
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_acpx_serves_the_file_tools_and_its_denial_stands(tmp_path, workspace):
+    """acpx answers fs/read_text_file and fs/write_text_file from its cwd; with
+    --approve-all its writes land; without a terminal it denies each write, and then
+    simagent writes nothing either and the model is told so."""
+    ws = workspace.resolve()
+    (ws / "a.py").write_text("k = 1\n")
+    steps = [{"tool": "read_file", "args": {"file_path": "a.py"}},
+             {"tool": "edit_file", "args": {"file_path": "a.py", "old_string": "k = 1",
+                                            "new_string": "k = 3"}},
+             {"tool": "write_file", "args": {"file_path": "b.py", "content": "b = 2\n"}},
+             {"final": "done"}]
+    denied = acpx_turn(tmp_path, ws, steps)
+    out = denied.stdout
+    assert "[client] fs/read_text_file" in out and "[client] fs/write_text_file" in out, out
+    assert out.count("simagent did not write it either") == 2, out
+    assert (ws / "a.py").read_text() == "k = 1\n" and not (ws / "b.py").exists()
+
+    done = acpx_turn(tmp_path, ws, steps, "--approve-all")
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert done.stdout.count("[client] fs/write_text_file") == 2, done.stdout
+    assert (ws / "a.py").read_text() == "k = 3\n"
+    assert (ws / "b.py").read_text() == "b = 2\n"
