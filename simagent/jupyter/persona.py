@@ -29,6 +29,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from acp.schema import (
+    AgentMessageChunk,
+    AgentPlanUpdate,
+    AgentThoughtChunk,
+    ToolCallProgress,
+    ToolCallStart,
+    UserMessageChunk,
+)
 from jupyter_ai_acp_client.base_acp_persona import BaseAcpPersona
 from jupyter_ai_acp_client.default_acp_client import JaiAcpClient
 from jupyter_ai_persona_manager import PersonaDefaults, PersonaRequirementsUnmet
@@ -45,6 +53,9 @@ from simagent.paths import SessionPaths
 #: The ``_meta`` key ``simagent acp`` reads the kernel from (a connection file here).
 KERNEL_META = "simagent.kernel"
 AVATAR = Path(__file__).with_name("static") / "simagent.svg"
+#: The updates a session's history is replayed as on ``session/load``.
+REPLAYED = (UserMessageChunk, AgentMessageChunk, AgentThoughtChunk, ToolCallStart,
+            ToolCallProgress, AgentPlanUpdate)
 #: How long a JupyterLab command may take to answer (no browser, or one without the
 #: commands extension, answers never).
 LAB_WAIT_S = 3.0
@@ -97,14 +108,37 @@ class _MetaPrompt:
 
 
 class KernelMetaClient(JaiAcpClient):
-    """jupyter-ai's ACP client, with a ``_meta`` per session on each ``session/prompt``."""
+    """jupyter-ai's ACP client, with a ``_meta`` per session on each ``session/prompt``,
+    and a loaded session's history kept out of the chat that already shows it.
+
+    ``session/load`` (a chat reopened, a page reloaded) has the agent send the session's
+    history again, as ACP asks. jupyter-ai keeps the chat itself and means to drop those
+    updates while the load runs, but acp 0.11's client can finish the load's request
+    before it handles the notifications sent ahead of its answer, and the history then
+    lands in the chat a second time. Between a load and the session's next prompt the
+    agent sends nothing of its own but commands and modes, so the conversation's updates
+    of that span are the replay, and are dropped here."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.prompt_meta: dict[str, dict[str, str]] = {}
+        self._replaying: set[str] = set()
         super().__init__(*args, **kwargs)
 
     async def get_connection(self) -> Any:
         return _MetaPrompt(await super().get_connection(), self.prompt_meta)
+
+    async def load_session(self, persona: Any, session_id: str) -> Any:
+        self._replaying.add(session_id)
+        return await super().load_session(persona, session_id)
+
+    async def prompt_and_reply(self, session_id: str, *args: Any, **kwargs: Any) -> Any:
+        self._replaying.discard(session_id)
+        return await super().prompt_and_reply(session_id, *args, **kwargs)
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if session_id in self._replaying and isinstance(update, REPLAYED):
+            return
+        await super().session_update(session_id, update, **kwargs)
 
 
 async def lab_command(name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -7,7 +7,9 @@ A scripted model (``$SIMAGENT_MODEL``, simagent's own config: the persona adds n
 tests) computes ``log(2)/k`` with run_python in the notebook's kernel. Checked: the tool
 card and the streamed ``1.8734`` in the chat panel; ``k`` still in the kernel and the
 agent's ``t_half`` there too (one namespace, both ways); ``/notebook`` puts the agent's
-cell, with its output, into the notebook on disk and into the page. Prompt-to-first-text
+cell, with its output, into the notebook on disk and into the page; a chat in a folder
+with no running notebook gets a kernel of simagent's own, and says so; after a page
+reload the first chat goes on without its history shown twice. Prompt-to-first-text
 latency in the browser is printed (median of 3 turns after the first). A screenshot goes
 to docs/images/jupyterlab-chat.png.
 """
@@ -254,11 +256,7 @@ def _chat_turns(lab: Lab, page: Any, kc: Any) -> None:
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
     page.locator(f"{ROOT} .jp-chat-input-container textarea[placeholder]").wait_for(
         timeout=60_000)
-    picker = page.locator(f"{ROOT} .jp-jai-personaControls-persona-btn")
-    picker.click()
-    page.get_by_role("menuitem", name="simagent").click()
-    assert "simagent" in picker.inner_text()
-
+    _pick_simagent(page)
     cold = _send(page, QUESTION)
     done = _wait_text(page, "The half-life is 1.8734")
     print(f"\nfirst turn (agent start, kernel attach, one cell): {done - cold:.2f} s")
@@ -293,6 +291,40 @@ def _chat_turns(lab: Lab, page: Any, kc: Any) -> None:
     print("prompt to first text in the browser: "
           + ", ".join(f"{s:.2f}" for s in latencies)
           + f" s; median {statistics.median(latencies):.2f} s")
+
+    # a chat in a folder where no notebook runs: simagent starts a kernel of its own and
+    # says so. Opening it reloads the page: decay.chat reconnects, and its session loads
+    # again at its next message without its history landing in the chat twice.
+    lab.api("PUT", "/api/contents/solo", {"type": "directory"})
+    lab.api("PUT", "/api/contents/solo/own.chat", {"type": "file", "format": "text",
+                                                   "content": ""})
+    page.goto(f"{lab.url}/lab/tree/solo/own.chat?token={TOKEN}")
+    page.locator(".lm-TabBar-tab.lm-mod-current", has_text="own.chat").wait_for(
+        timeout=60_000)
+    _pick_simagent(page)
+    _send(page, "And in a kernel of your own?")
+    _wait_text(page, "simagent started its own")
+    assert _kernel_prints(kc, "print(sorted(n for n in ('k', 't_half') if n in globals()))") \
+        == "['k', 't_half']\n"  # the notebook's kernel: untouched by the other chat
+
+    page.locator(".lm-TabBar-tab", has_text="decay.chat").first.click()
+    page.locator(".lm-TabBar-tab.lm-mod-current", has_text="decay.chat").wait_for(
+        timeout=10_000)
+    _send(page, "Once more, after the reload?")
+    page.wait_for_function(
+        "([sel, t]) => [...document.querySelectorAll(sel)].some(e => "
+        "e.textContent.split(t).length > 2)",
+        arg=[MESSAGES, "The half-life is 1.8734"], timeout=REPLY_S * 1000)
+    bodies = [m.get("body", "") for m in json.loads(
+        lab.api("GET", "/api/contents/decay.chat")["content"])["messages"]]
+    assert sum("Reply one:" in b for b in bodies) == 1, bodies  # no replayed history
+
+
+def _pick_simagent(page: Any) -> None:
+    picker = page.locator(f"{ROOT} .jp-jai-personaControls-persona-btn")
+    picker.click()
+    page.get_by_role("menuitem", name="simagent").click()
+    assert "simagent" in picker.inner_text()
 
 
 def _side_by_side(server: Lab) -> None:
