@@ -47,11 +47,10 @@ from jupyterlab_commands_toolkit.tools import emit_and_wait_for_result
 
 from simagent.jupyter.kernel_choice import KernelChoice, choose
 from simagent.jupyter.notebook_cells import agent_cells, insert_below
+from simagent.kernel.connection import KERNEL_META
 from simagent.notebooks.export import ExportError, build
 from simagent.paths import SessionPaths
 
-#: The ``_meta`` key ``simagent acp`` reads the kernel from (a connection file here).
-KERNEL_META = "simagent.kernel"
 AVATAR = Path(__file__).with_name("static") / "simagent.svg"
 #: The updates a session's history is replayed as on ``session/load``.
 REPLAYED = (UserMessageChunk, AgentMessageChunk, AgentThoughtChunk, ToolCallStart,
