@@ -80,8 +80,13 @@ def tui_session(tmp_path_factory) -> dict[str, Any]:
         seen["entry"] = next(e for e in d.ctl.conversation.entries
                              if isinstance(e, AssistantEntry) and e.footnoted)
         seen["state"] = d.ctl.session.paths.root
+        seen["id"] = d.ctl.session.id
 
-    drive(workspace, scenario, model=script(root, STEPS), approval="auto")
+    home = root / "home"  # a module fixture runs before each test's own state home
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SIMAGENT_HOME", str(home))
+        drive(workspace, scenario, model=script(root, STEPS), approval="auto")
+    seen["workspace"], seen["root"], seen["home"] = workspace, root, str(home)
     return seen
 
 
@@ -100,6 +105,20 @@ def test_the_tui_marks_each_number_and_ctrl_o_shows_its_lines(tui_session):
     assert f"¹ cell {n}, output line 1: k_fit = 0.31647" in sources
     assert "1 │ k_fit = 0.31647" in tui_session["expanded"]
     assert "2 │ tau_ms = 2.6753" in tui_session["expanded"]
+
+
+def test_a_resumed_session_shows_the_answers_footnotes_again(tui_session, monkeypatch):
+    monkeypatch.setenv("SIMAGENT_HOME", tui_session["home"])
+    seen = {}
+
+    async def scenario(d) -> None:
+        await d.until(lambda: "ctrl+O shows their lines" in d.text(), 60)
+        seen["screen"] = d.text()
+
+    drive(tui_session["workspace"], scenario, resume=tui_session["id"],
+          model=script(tui_session["root"], [{"final": "again"}], "again.json"))
+    answer, sources = _answer_and_sources(seen["screen"])
+    assert read_statuses(answer, sources) == STATUSES
 
 
 def test_the_transcript_and_the_notebook_give_the_same_statuses(tui_session, tmp_path):

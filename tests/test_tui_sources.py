@@ -66,7 +66,7 @@ def test_footnotes_land_on_this_turns_answer_only_and_redraw_once():
 
 def test_a_resumed_session_shows_each_turns_answer_with_its_sources(tmp_path):
     from simagent.trace.log import Event
-    from simagent.tui.history import history_entries
+    from simagent.tui.history import history_entries, history_footnotes
 
     raw = tmp_path / "0002.txt"
     raw.write_text("k_fit = 0.31647\n")
@@ -79,11 +79,13 @@ def test_a_resumed_session_shows_each_turns_answer_with_its_sources(tmp_path):
               Event(5, "t", "message_user", {"content": "thanks"}),
               Event(6, "t", "message_assistant", {"content": "You're welcome.",
                                                   "agent": "main"})]
-    first, final, last = [e for e in history_entries(events)
-                                 if not isinstance(e, UserEntry)]
-    assert first.footnoted is None  # not the turn's final answer
-    assert final.footnoted is not None and final.footnoted.statuses == ("sourced",
-                                                                        "unsourced")
+    shown = history_entries(events)
+    _first, final, _last = [e for e in shown if not isinstance(e, UserEntry)]
+    assert final.footnoted is None  # drawn at once as written; footnotes come after
+    ((entry, footnoted, lines),) = history_footnotes(events, shown)
+    assert entry is final  # not the turn's first message, nor an answer without numbers
+    entry.footnoted, entry.lines = footnoted, lines
+    assert footnoted.statuses == ("sourced", "unsourced")
     assert "k is 0.316¹; R0 is 3.9[?]." in _text(render_entry(final, 80, False, 0.0))
-    assert final.lines == {1: [(1, "k_fit = 0.31647")]}
-    assert last.footnoted is None  # no numbers: drawn as before
+    assert lines == {1: [(1, "k_fit = 0.31647")]}
+    assert history_footnotes(events, shown[-1:]) == []  # only the answers shown

@@ -29,7 +29,7 @@ from simagent.session import Session, SessionNotFound
 from simagent.simulators import SimulatorError
 from simagent.tui import commands, slash
 from simagent.tui.entries import Conversation, NoticeEntry, PanelEntry, UserEntry
-from simagent.tui.history import history_entries
+from simagent.tui.history import history_entries, history_footnotes
 from simagent.tui.model_choice import NO_MODEL_HELP, model_error_line, resumed_model
 from simagent.tui.status_feed import FirstToken, StatusFeed
 from simagent.tui.turn_driving import TurnDriving
@@ -105,8 +105,11 @@ class TuiController(StatusFeed, TurnDriving):
             self.conversation.note(self.config.ignored_line.removeprefix("simagent: "),
                                    "warning")
         if self.session.resume_info is not None:
-            for entry in history_entries(self.session.trace.events()):
+            events = self.session.trace.events()
+            shown = history_entries(events)
+            for entry in shown:
                 self.conversation.add(entry)
+            self._footnote_history(events, shown)
             self.conversation.note(
                 f"resumed session {self.session.id}; " + (
                     f"attached to the running kernel {self.session.kernel_existing}, "
@@ -121,6 +124,24 @@ class TuiController(StatusFeed, TurnDriving):
         self._start_kernel()
         self.refresh_stats(background=False)
         return True
+
+    def _footnote_history(self, events: list[Any], shown: list[Any]) -> None:
+        """The resumed answers' footnotes, traced off the UI thread (reading a session's
+        raw outputs may take seconds) and set on them when ready."""
+        def work() -> None:
+            try:
+                found = history_footnotes(events, shown)
+            except Exception:  # the history stands as it was shown, without footnotes
+                return
+
+            def apply() -> None:
+                for entry, footnoted, lines in found:
+                    entry.footnoted, entry.lines = footnoted, lines
+                self.conversation.version += 1
+            self.post(apply)
+            self.post(self.invalidate)
+
+        self.spawn(work)
 
     def _ask_kernel_restart(self, recovery: dict) -> None:
         """An attached kernel (the person's) stopped answering and the recovery ladder

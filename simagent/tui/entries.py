@@ -57,6 +57,7 @@ class AssistantEntry:
     #: and each footnote's source lines by its key (what ctrl+O shows).
     footnoted: Footnoted | None = None
     lines: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    event_id: int | None = None  # its trace event, for a resumed session's answers
 
 
 def answer_sources(traced: TracedAnswer) -> tuple[Footnoted, dict[int, list[tuple[int, str]]]]:

@@ -2,15 +2,17 @@
 
 The trace holds what was said and done (``message_user``, ``message_assistant``,
 ``tool_call``/``tool_result``, guard and context events), so a resumed TUI shows the
-past the way it looked, with every tool card collapsed and its output as recorded, and
-each turn's final answer with its numbers' footnotes, traced as they were when it was
-given (the session's raw outputs are read for the shown answers only).
+past the way it looked, with every tool card collapsed and its output as recorded.
+:func:`history_footnotes` adds each shown turn's final answer's footnotes, traced as
+they were when it was given; it reads the session's raw outputs (seconds, cold, for a
+session that printed megabytes), so the TUI runs it off the UI thread after the history
+is on screen.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from prompt_toolkit.history import FileHistory
@@ -19,7 +21,7 @@ from simagent.agent.events import ContextEvent
 from simagent.context.reporting import CONTEXT_KINDS
 from simagent.outcomes import outcome_of
 from simagent.paths import private_dir, private_file
-from simagent.presentation.footnotes import final_ids, trace_answers
+from simagent.presentation.footnotes import Footnoted, final_ids, trace_answers
 from simagent.presentation.notices import context_line
 from simagent.trace.redact import redact
 from simagent.tui.entries import (
@@ -37,9 +39,6 @@ HISTORY_LIMIT = 200
 
 
 def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[Entry]:
-    events = list(events)
-    finals = set(final_ids(events))
-    answers: dict[int, AssistantEntry] = {}
     entries: list[Entry] = []
     cards: dict[str, ToolCard] = {}
     for ev in events:
@@ -49,9 +48,7 @@ def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[E
             entries.append(UserEntry(str(p.get("content") or "")))
         elif ev.kind == "message_assistant" and agent == "main":
             if text := str(p.get("content") or "").strip():
-                entries.append(AssistantEntry(text))
-                if ev.id in finals:
-                    answers[ev.id] = entries[-1]
+                entries.append(AssistantEntry(text, event_id=ev.id))
         elif ev.kind == "tool_call" and agent == "main":
             card = ToolCard(str(p.get("id") or ""), str(p.get("name") or "?"),
                             dict(p.get("args") or {}), agent)
@@ -73,15 +70,22 @@ def history_entries(events: Iterable[Any], limit: int = HISTORY_LIMIT) -> list[E
                 card.ended = outcome_of(None, p.get("status"))
         elif ev.kind in _CONTEXT_KINDS and (line := context_line(ContextEvent(ev.kind, p))):
             entries.append(NoticeEntry(line, "context"))
-    shown = entries[-limit:]
-    kept = {id(e) for e in shown}
-    traced = trace_answers(events, [i for i, e in answers.items() if id(e) in kept])
-    for i, t in traced.items():
-        entry = answers[i]
-        entry.footnoted, entry.lines = answer_sources(t)
-        if not entry.footnoted.statuses:
-            entry.footnoted, entry.lines = None, {}
-    return shown
+    return entries[-limit:]
+
+
+def history_footnotes(events: Sequence[Any], entries: Sequence[Entry]
+                      ) -> list[tuple[AssistantEntry, Footnoted, dict[int, list[tuple[int, str]]]]]:
+    """The footnotes of each turn's final answer among ``entries`` (those with numbers),
+    to set on them: ``(entry, footnoted, lines)``."""
+    finals = set(final_ids(events))
+    shown = {e.event_id: e for e in entries
+             if isinstance(e, AssistantEntry) and e.event_id in finals}
+    out = []
+    for i, traced in trace_answers(events, shown).items():
+        footnoted, lines = answer_sources(traced)
+        if footnoted.statuses:
+            out.append((shown[i], footnoted, lines))
+    return out
 
 
 def redacting_file_history(path: str) -> Any:
