@@ -18,6 +18,7 @@ import pytest
 from simagent.notebooks import plan as nbplan
 from simagent.notebooks.export import STREAM_CAP, notebook, outputs
 from simagent.notebooks.rerun import compare, execute, same
+from simagent.presentation.footnotes import cited_cells, turn_answers
 from simagent.trace.log import Event
 
 SIMAGENT = [sys.executable, "-m", "simagent"]
@@ -409,8 +410,6 @@ def test_an_answers_numbers_link_to_their_cells_which_are_shown_with_an_anchor(t
     """The answer cell's footnotes link to an anchor set just above each cited cell; a
     display-only cell that printed a cited number is shown (tagged, skipped by a
     re-run), so the link lands; the numbers ride in the cell's metadata."""
-    from simagent.presentation.footnotes import cited_cells, turn_answers
-
     (tmp_path / "0001.txt").write_text("k_fit = 0.31647\n")
     (tmp_path / "0002.txt").write_text("tau_ms = 2.6753\n")
     events, records = _session([(1, "k = 0.31647\nprint('k_fit =', k)", "ok"),

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from simagent.context.provenance.engine import Source, trace
 from simagent.presentation.footnotes import TracedAnswer
+from simagent.trace.log import Event
 from simagent.tui.entries import AssistantEntry, Conversation, UserEntry, answer_sources
+from simagent.tui.history import history_entries, history_footnotes
 from simagent.tui.render import RenderCache, render_entry
 
 OUT = Source("output", "fitting\nk_fit = 0.31647\ntau_ms = 2.6753\ndone", 3)
@@ -65,9 +67,6 @@ def test_footnotes_land_on_this_turns_answer_only_and_redraw_once():
 
 
 def test_a_resumed_session_shows_each_turns_answer_with_its_sources(tmp_path):
-    from simagent.trace.log import Event
-    from simagent.tui.history import history_entries, history_footnotes
-
     raw = tmp_path / "0002.txt"
     raw.write_text("k_fit = 0.31647\n")
     events = [Event(1, "t", "message_user", {"content": "fit"}),
