@@ -186,8 +186,11 @@ def test_notebook_writable_needs_from_notebook(workspace):
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_cells_and_no_turn_runs(workspace, tmp_path):
+    # short sleeps: the in-memory kernel's interrupt lands between them, not after 30 s
+    # (the TUI test below stops one long C-level sleep in a kernel process)
     path = write_notebook(workspace / "slow.ipynb", [
-        new_code_cell("a = 1"), new_code_cell("import time\ntime.sleep(30)"),
+        new_code_cell("a = 1"), new_code_cell("import time\nfor _ in range(300):\n"
+                                              "    time.sleep(0.1)"),
         new_code_cell("b = 2")])
     model = script(tmp_path / "s.json", [{"final": "never asked"}])
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
