@@ -100,13 +100,18 @@ bench-kernel: $(STAMP)
 bench-cli: $(STAMP)
 	$(VENV)/bin/simagent bench cli
 
-# A real model (issue 29): the packaged Qwen2.5-Coder-0.5B through llama.cpp's server on three
-# short scipy workflows tagged `live` (one clear number each, graded in any phrasing), simagent
-# vs stock deepagents, at 8k and 16k (12 runs; duration and success rate: README).
-LIVE_WORKFLOWS ?= live-mean live-decay live-root
+# A real model (issues 29, 41): a packaged local model through llama.cpp's server on every
+# workflow tagged `live` (bench/workflows/live-*.toml: short, one clear number each, graded in
+# any phrasing; frozen), simagent vs stock deepagents at 8k: 26 runs for 13 workflows. MODEL=
+# local:qwen2.5-coder-1.5b runs the larger model (the local-model-1.5b extra); LIVE_WINDOWS=
+# 8k,16k adds 16k, which doubles the runs. Duration and success rate: README.
+MODEL          ?= local:qwen2.5-coder-0.5b
+LIVE_WINDOWS   ?= 8k
+LIVE_WORKFLOWS ?= $(sort $(basename $(notdir $(wildcard bench/workflows/live-*.toml))))
+LIVE_OUT       ?= bench-live-out/$(subst :,-,$(MODEL))
 bench-live: $(STAMP)
-	$(VENV)/bin/simagent bench run --mode live --model local:qwen2.5-coder-0.5b \
-	  --policy simagent,stock --window 8k,16k --out bench-live-out $(LIVE_WORKFLOWS)
+	$(VENV)/bin/simagent bench run --mode live --model $(MODEL) \
+	  --policy simagent,stock --window $(LIVE_WINDOWS) --out $(LIVE_OUT) $(LIVE_WORKFLOWS)
 
 # Every fault simagent claims to survive, run for real; one row each (a few minutes).
 bench-faults: $(STAMP)
