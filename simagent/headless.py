@@ -35,7 +35,6 @@ from simagent.agent.subagents import SubagentError
 from simagent.agent.turn_setup import turn_runner_for
 from simagent.config import Config, ConfigError, SessionOptions
 from simagent.context.provenance.engine import Provenance
-from simagent.context.provenance.sources import trace_final
 from simagent.exit_codes import CliError
 from simagent.kernel import KernelStartError
 from simagent.kernel.connection import GONE, left_running
@@ -44,6 +43,7 @@ from simagent.notebooks import load
 from simagent.notebooks.export import ExportError, export, target
 from simagent.notebooks.load import NotebookError, first_prompt, read_notebook
 from simagent.outcomes import mark, outcome_of
+from simagent.presentation.footnotes import final_provenance
 from simagent.presentation.notices import GUARD_NOTICES, context_line, one_line
 from simagent.session import Session, SessionNotFound
 from simagent.simulators import SimulatorError
@@ -249,12 +249,10 @@ def show_answer(opts: RunOptions, session: Any, printer: StreamPrinter, result: 
 
 
 def answer_numbers(session: Any, result: Any) -> Provenance | None:
-    """Where each number of the turn's final answer came from: traced against the
-    session's raw outputs, code, tool results and the person's messages from before it
-    (``context/provenance``); ``None`` without a final answer."""
-    if not result.final or result.status == "error":
-        return None
-    return trace_final(session.trace.events())
+    """Where each number of the turn's final answer came from (``final_provenance``, as
+    ACP's ``_meta`` reads it): traced against the session's raw outputs, code, tool results
+    and the person's messages from before it; ``None`` without a final answer."""
+    return final_provenance(session.trace.events(), result)
 
 
 def json_report(session: Any, result: Any, code: int,

@@ -282,13 +282,19 @@ def cited_cells(answers: dict[int, Provenance]) -> set[int]:
             and t.source.execution is not None}
 
 
+def final_provenance(events: Sequence[Any], result: Any) -> Provenance | None:
+    """Where each number of the turn's final answer came from; ``None`` for a turn that
+    ended with no final answer or in an error (the last answer is an earlier turn's).
+    The one reading of a turn's numbers: ``run --json`` and ACP's ``_meta`` both use it."""
+    if not getattr(result, "final", None) or getattr(result, "status", None) == "error":
+        return None
+    return trace_final(events)
+
+
 def final_numbers(events: Sequence[Any], result: Any) -> list[dict[str, Any]]:
     """The turn's final answer's numbers, ``[{text, value, status, source}]`` (the
-    engine's :meth:`Provenance.as_json`, as ``run --json`` writes them); none for a turn
-    that ended with no final answer or in an error (the last answer is an earlier turn's)."""
-    if not getattr(result, "final", None) or getattr(result, "status", None) == "error":
-        return []
-    prov = trace_final(events)
+    engine's :meth:`Provenance.as_json`, as ``run --json`` writes them)."""
+    prov = final_provenance(events, result)
     return [] if prov is None else prov.as_json()
 
 
