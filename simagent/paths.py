@@ -174,6 +174,13 @@ class SessionPaths:
         return self.root / "outputs"
 
     @property
+    def number_cache(self) -> Path:
+        """``numbers/NNNN.bin``: the values each large raw output shows, read once for
+        the provenance engine (``context/provenance/read_cache.py``); a cache, rebuilt
+        from ``outputs/`` when missing or stale."""
+        return self.root / "numbers"
+
+    @property
     def large_tool_results(self) -> Path:
         return self.root / "large_tool_results"
 

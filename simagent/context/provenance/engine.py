@@ -31,8 +31,9 @@ import bisect
 import functools
 import math
 import re
+from array import array
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from simagent.context.provenance.numbers import (
@@ -89,13 +90,16 @@ _YEAR_NEAR = re.compile(r"(?:\bin|\bsince|\buntil|\bby|\bfrom|\bof|\byear|\bet a
 class Source:
     """One text a number may come from. ``kind`` is one of :data:`SOURCED_KINDS` or
     ``input``; ``execution`` the cell's number (outputs/NNNN); ``line_offset`` the lines
-    before ``text`` in its file (a large output read head and tail)."""
+    before ``text`` in its file (a large output read head and tail); ``read`` what
+    ``text`` shows when the caller has it already (a raw output's, ``read_cache``), else
+    the index reads it."""
 
     kind: str
     text: str
     execution: int | None = None
     label: str = ""
     line_offset: int = 0
+    read: Read | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -184,13 +188,15 @@ class Provenance:
 
 # ----------------------------------------------------------------------------- index
 class SourceIndex:
-    """Every value the sources show, sorted per source (each text is read once per
-    process, :func:`values_of`): build one per answer cheaply, as a session's earlier
-    outputs were read for its earlier answers."""
+    """Every value the sources show, sorted per source (a raw output's read once per
+    session, ``read_cache``; any other text once per process, :func:`values_of`): build
+    one per answer cheaply, as a session's earlier outputs were read for its earlier
+    answers."""
 
     def __init__(self, sources: Sequence[Source]) -> None:
         self.sources = tuple(s for s in sources if s.kind != INPUT)
-        self._values = [values_of(s.text) for s in self.sources]
+        self._values = [s.read if s.read is not None else values_of(s.text)
+                        for s in self.sources]
         # read as the answer is: "Chen2020" or "h2o2" in a prompt give no numbers
         self.inputs = [(n, s) for s in sources if s.kind == INPUT
                        for n in extract(s.text) if not n.glued]
@@ -209,13 +215,13 @@ class SourceIndex:
         before a tool's result before code, the latest execution.
         """
         readings = [(abs(v), *window(v, q, REL_TOL)) for v, q in number.readings()]
-        found: list[tuple[Source, _Read, float, int, int]] = []
+        found: list[tuple[Source, Read, float, int, int]] = []
         for src, read in zip(self.sources, self._values, strict=True):
-            values, spans = read.values, read.spans
+            values, ends = read.values, read.ends
             for _v, lo, hi in readings:
                 i = bisect.bisect_left(values, lo)
                 j = bisect.bisect_right(values, hi, lo=i)
-                found += [(src, read, values[k], *spans[k])
+                found += [(src, read, values[k], read.begins[k], ends[k])
                           for k in range(i, min(j, i + PER_SOURCE))]
         if not found:
             return None
@@ -224,7 +230,7 @@ class SourceIndex:
         digits = _digits(number.text)
         lines = {id(h): _line_numbers(h[1], h[0].text, h[3], windows) for h in found}
 
-        def key(hit: tuple[Source, _Read, float, int, int]) -> tuple[Any, ...]:
+        def key(hit: tuple[Source, Read, float, int, int]) -> tuple[Any, ...]:
             src, _read, seen, a, b = hit
             shared, crowd = lines[id(hit)]
             return (-shared, _digits(src.text[a:b]) != digits,
@@ -232,7 +238,7 @@ class SourceIndex:
                     crowd, SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
                     -(src.execution if src.execution is not None else -1), a)
 
-        def chance(hit: tuple[Source, _Read, float, int, int]) -> bool:
+        def chance(hit: tuple[Source, Read, float, int, int]) -> bool:
             """A value that only a row of a long log shows (a line of several numbers,
             none of them the answer's other telling numbers): a log of thousands of values
             holds one that rounds to nearly any figure (measured on the labelled set)."""
@@ -284,7 +290,7 @@ class _Windows:
         return len(hit)
 
 
-def _line_numbers(read: _Read, text: str, at: int, windows: _Windows) -> tuple[int, int]:
+def _line_numbers(read: Read, text: str, at: int, windows: _Windows) -> tuple[int, int]:
     """(how many of the numbers with ``windows`` the line at ``at`` shows, how many
     numbers it shows): the line within :data:`SHARED_CHARS` of ``at``, a progress bar's
     ``\\r`` ending a line too."""
@@ -297,26 +303,45 @@ def _line_numbers(read: _Read, text: str, at: int, windows: _Windows) -> tuple[i
 
 
 @dataclass(frozen=True)
-class _Read:
-    """What one source text shows: its magnitudes sorted (``values``, with the ``spans``
-    they were read from), the same by position (``starts``, ``by_start``), its lines."""
+class Read:
+    """What one source text shows: its magnitudes sorted (``values``, each read from
+    ``text[begins[k]:ends[k]]``), the same by position (``starts``, ``by_start``), its
+    lines. Typed arrays, not lists: a 4.8 MB output shows half a million values, which as
+    Python floats and tuples take several times the memory, and as arrays are saved and
+    loaded as bytes (``read_cache``)."""
 
-    values: list[float]
-    spans: list[tuple[int, int]]
-    starts: list[int]
-    by_start: list[float]
+    values: array[float]
+    begins: array[int]
+    ends: array[int]
+    starts: array[int]
+    by_start: array[float]
     lines: int
 
+    @property
+    def nbytes(self) -> int:
+        """The arrays' size in memory."""
+        return sum(len(a) * a.itemsize for a in self.arrays())
 
-@functools.lru_cache(maxsize=512)
-def values_of(text: str) -> _Read:
-    """The magnitudes ``text`` shows under every reading (``numbers.seen_readings``);
-    cached by text (a string keeps its hash), so a session's outputs are read once."""
+    def arrays(self) -> tuple[array[Any], ...]:
+        """The arrays, in the order ``read_cache`` saves them."""
+        return self.values, self.begins, self.ends, self.starts, self.by_start
+
+
+def read_text(text: str) -> Read:
+    """The magnitudes ``text`` shows under every reading (``numbers.seen_readings``)."""
     found = [(abs(v), a, b) for v, a, b in seen_readings(text)]
     by_value = sorted(found)
     by_pos = sorted(found, key=lambda f: f[1])
-    return _Read([f[0] for f in by_value], [(f[1], f[2]) for f in by_value],
-                 [f[1] for f in by_pos], [f[0] for f in by_pos], text.count("\n") + 1)
+    return Read(array("d", [f[0] for f in by_value]), array("q", [f[1] for f in by_value]),
+                array("q", [f[2] for f in by_value]), array("q", [f[1] for f in by_pos]),
+                array("d", [f[0] for f in by_pos]), text.count("\n") + 1)
+
+
+@functools.lru_cache(maxsize=512)
+def values_of(text: str) -> Read:
+    """:func:`read_text`, cached by text (a string keeps its hash), so a text given again
+    (a cell's code, a tool's result) is read once per process."""
+    return read_text(text)
 
 
 def locate(source: Source, start: int, end: int) -> Location:

@@ -6,12 +6,11 @@ number the model never saw in a capped result still has its cell), the code each
 execution ran, every other tool's result (subagent reports included), and the person's
 messages. A cell that ran after the answer is no source of it. Simulator warm-up cells
 are no one's claim and are skipped. Raw files are read head and tail when huge
-(:data:`RAW_HEAD_TAIL_BYTES`), cached while unchanged.
+(:data:`RAW_HEAD_TAIL_BYTES`); what each shows is read once (``read_cache``).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from simagent.context.provenance.engine import (
     SourceIndex,
     trace_answer,
 )
+from simagent.context.provenance.read_cache import output_reads
 from simagent.tool_names import RUN_PYTHON
 
 #: A raw output file larger than twice this is read as its first and last this many
@@ -32,35 +32,37 @@ RAW_HEAD_TAIL_BYTES = 8 * 1024 * 1024
 
 
 def raw_sources(path: Path, execution: int | None) -> tuple[Source, ...]:
-    """A raw output file as one source (two, head and tail, when it is huge)."""
+    """A raw output file as one source (two, head and tail, when it is huge), with what it
+    shows read once (``read_cache``)."""
     try:
         st = path.stat()
     except OSError:
         return ()
-    return _raw_cached(str(path), st.st_size, st.st_mtime_ns, execution)
+    size = st.st_size
+    reads = output_reads(path, size, st.st_mtime_ns, lambda: _read_parts(path, size))
+    return tuple(Source("output", text, execution, line_offset=offset, read=read)
+                 for text, offset, read in reads)
 
 
-@functools.lru_cache(maxsize=512)
-def _raw_cached(path: str, size: int, mtime_ns: int,
-                execution: int | None) -> tuple[Source, ...]:
+def _read_parts(path: Path, size: int) -> list[tuple[str, int]]:
+    """The first ``size`` bytes of ``path`` as text: whole, or its head and tail (each
+    with the lines before it) when larger than twice :data:`RAW_HEAD_TAIL_BYTES`."""
     limit = RAW_HEAD_TAIL_BYTES
     try:
         with open(path, "rb") as fh:
             if size <= 2 * limit:
-                return (Source("output", fh.read().decode("utf-8", "replace"), execution),)
+                return [(fh.read(size).decode("utf-8", "replace"), 0)]
             head = fh.read(limit)
             skipped = 0
             while fh.tell() < size - limit:  # count the middle's lines, never hold it
                 skipped += fh.read(min(1 << 20, size - limit - fh.tell())).count(b"\n")
-            tail = fh.read()
+            tail = fh.read(limit)
     except OSError:
-        return ()
+        return []
     head_text = head[:head.rfind(b"\n") + 1].decode("utf-8", "replace")
     cut = tail.find(b"\n") + 1  # the tail may start mid-line: drop that part line
     offset = head.count(b"\n") + skipped + tail[:cut].count(b"\n")
-    return (Source("output", head_text, execution),
-            Source("output", tail[cut:].decode("utf-8", "replace"), execution,
-                   line_offset=offset))
+    return [(head_text, 0), (tail[cut:].decode("utf-8", "replace"), offset)]
 
 
 def execution_number(payload: dict[str, Any]) -> int | None:
