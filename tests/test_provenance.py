@@ -123,3 +123,37 @@ def test_a_huge_raw_output_is_read_head_and_tail_with_true_line_numbers(tmp_path
     assert len(found) == 2 and len(found[0].text) <= 64
     p = trace("k is 7.771", found)
     assert p.claims[0].source.line == 101
+
+
+@pytest.mark.parametrize("answer", [
+    "Raising the rate constant by 25 % lifts the peak.",
+    "With k at +25 % the peak moves forward.",
+    "k is 25 % higher in the second run.",
+    "With the load 15 % lower the peak falls.",
+    "The load was cut by 15 %.",
+    "The rate constant changed by 25 % between the runs.",
+])
+def test_a_percent_change_is_sourced_where_a_cell_shows_its_factor(answer):
+    code = Source("code", "run(k=0.42 * 1.25)\nrun(load=0.85)", 2)
+    (t,) = trace(answer, [code]).claims
+    assert (t.status, t.source.kind, t.source.execution) == ("sourced", "code", 2)
+
+
+@pytest.mark.parametrize("answer", [
+    "k is 25 % lower in the second run.",      # the other direction: 0.75, not shown
+    "The load is a 25 % share of the budget.",  # no change at all
+    "Raising k by 35 % lifts the peak.",        # no cell shows 1.35
+])
+def test_a_percentage_no_factor_backs_stays_unsourced(answer):
+    code = Source("code", "run(k=0.42 * 1.25)", 2)
+    assert [t.status for t in trace(answer, [code]).claims] == ["unsourced"]
+
+
+def test_a_percentage_is_derived_from_a_ratio_or_percentages_not_from_other_units():
+    got = status_of("A peaks at 612.44 K and B at 597.06 K; 15 % of runs failed.",
+                    out("T_a=612.44 K\nT_b=597.06 K\n", 1))
+    assert got["15 %"] == "unsourced"  # 612.44 K - 597.06 K is no percentage
+    got = status_of("Yields were 25 % and 15 %, 14.75 % for C, 10.0 % apart.",
+                    out("yield_a=0.25\nyield_b=0.15\n", 1))
+    assert got["14.75 %"] == "unsourced"  # 0.25 less 15: the two read differently
+    assert got["10.0 %"] == "derived"

@@ -13,6 +13,9 @@ or list marker, a date, a small count, an identifier's digits), or gets one stat
 - ``derived``: within its shown digits of a difference, ratio, sum, mean or percent
   change of two of the answer's own sourced or input numbers (their full-precision
   source values, or as written); the operation and operands are named.
+- ``sourced`` too, when no source shows the number itself: a percent change the answer
+  states as one ("+25 %", "20 % lower", "changed by 25 %") whose factor a source shows
+  (``k * 1.25``, ``scale=0.8``: :func:`change_factors`); tried before any derivation.
 - ``unsourced``: none of these.
 
 Among several places that show a value the engine names one: the same digits before a
@@ -80,6 +83,19 @@ _VERSION_BEFORE = re.compile(r"(?:\bversion|\bv|\brelease|\bpython|\bnumpy|\bsci
                              r"|\bfipy|\bpybamm|\bsimpy|\bcantera|\base|\bjupyter)\s*\(?$",
                              re.I)
 _STEP_BEFORE = re.compile(r"(?:^|\n)[ \t#*>-]*(?:step|stage|phase|part|item)\s+$", re.I)
+#: A percentage is a change up or down when a sign is glued to it ("+25 %", "(-20 %)") or
+#: a word before or after it says so ("raised by 25 %", "25 % higher").
+_SIGN_BEFORE = re.compile(r"(?:^|[\s(])(?P<sign>[+\-\u2212])$")
+_UP_BEFORE = re.compile(r"(?:\bup|\b(?:rais|increas|boost|grow|grew|gain|rise|rose|scal)\w*"
+                        r"(?:\s+\w+){0,3}\s+by)\s+$", re.I)
+_DOWN_BEFORE = re.compile(r"(?:\bdown|\b(?:lower|reduc|decreas|cut|drop|fell|fall|shr[iau]nk)"
+                          r"\w*(?:\s+\w+){0,3}\s+by)\s+$", re.I)
+_UP_AFTER = re.compile(r"\s*(?:higher|more|larger|greater|longer|faster|increase|rise|gain"
+                       r"|boost|up)\b", re.I)
+_CHANGED_BY = re.compile(r"\b(?:chang|vari|adjust|perturb|shift|alter)\w*(?:\s+\w+){0,3}"
+                         r"\s+by\s+$", re.I)
+_DOWN_AFTER = re.compile(r"\s*(?:lower|less|smaller|shorter|slower|cheaper|decrease|reduction"
+                         r"|drop|cut|down)\b", re.I)
 _YEAR_NEAR = re.compile(r"(?:\bin|\bsince|\buntil|\bby|\bfrom|\bof|\byear|\bet al\.?,?"
                         r"|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?)"
                         r"\s*$", re.I)
@@ -408,11 +424,46 @@ def trace_answer(answer: str, index: SourceIndex) -> Provenance:
             found.append((n, Traced(**base, status="sourced", source=hit[0], seen=hit[1])))
         else:
             found.append((n, Traced(**base, status="unsourced")))
+    found = [(n, _factor_source(n, t, answer, index, claims)) if t.status == "unsourced"
+             else (n, t) for n, t in found]
     operands = [(n, t) for n, t in found if t.status in ("sourced", "input")]
     if len(operands) <= MAX_OPERANDS:
         found = [(n, _derive(n, t, operands)) if t.status == "unsourced" else (n, t)
                  for n, t in found]
     return Provenance(tuple(t for _n, t in found))
+
+
+def change_factors(number: Number, answer: str) -> list[Number]:
+    """The factors a percent change of ``answer`` stands for, read with its precision:
+    "+25 %" or "25 % higher" is 1.25 (to 0.01), "-20 %" or "20 % lower" 0.80, "changed
+    by 25 %" either; none for a number that is no percentage or no change."""
+    if 0.01 not in number.scales:
+        return []
+    before = answer[max(0, number.start - 40):number.start]
+    after = answer[number.end:number.end + 16]
+    sign = _SIGN_BEFORE.search(before)
+    up = bool((sign and sign["sign"] == "+") or _UP_BEFORE.search(before)
+              or _UP_AFTER.match(after))
+    down = bool((sign and sign["sign"] != "+") or _DOWN_BEFORE.search(before)
+                or _DOWN_AFTER.match(after))
+    if not (up or down) and _CHANGED_BY.search(before):
+        up = down = True
+    factors = [1 + number.value / 100] * up + [1 - number.value / 100] * down
+    return [Number(number.text, f, number.quantum / 100, number.start, number.end,
+                   integer=False) for f in factors if f > 0]
+
+
+def _factor_source(number: Number, traced: Traced, answer: str, index: SourceIndex,
+                   claims: Sequence[Number]) -> Traced:
+    """``traced`` as sourced where a source shows the factor of its percent change
+    (:func:`change_factors`); else unchanged."""
+    near = [m for m in claims if m is not number]
+    hit = next((h for f in change_factors(number, answer)
+                if (h := index.find(f, near)) is not None), None)
+    if hit is None:
+        return traced
+    return Traced(traced.text, traced.value, traced.start, traced.end, "sourced",
+                  source=hit[0], seen=traced.value)
 
 
 def trace(answer: str, sources: Sequence[Source]) -> Provenance:
@@ -431,8 +482,9 @@ def _derive(number: Number, traced: Traced,
             if _unit(na) != _unit(nb):
                 continue  # eV against GPa: no operation a reader would do
             for op, value in _operations(na, ta, nb, tb):
-                if unit != (_unit(na) if op in _SAME_UNIT else "") and unit != "%":
-                    continue
+                if unit != (_unit(na) if op in _SAME_UNIT else "") and not (
+                        unit == "%" and (op not in _SAME_UNIT or not _unit(na))):
+                    continue  # a percentage: a ratio or change, or of plain numbers
                 if any(lo <= abs(value) <= hi for lo, hi in windows):
                     return Traced(traced.text, traced.value, traced.start, traced.end,
                                   "derived", derivation=Derivation(op, (ta.text, tb.text),
@@ -455,9 +507,11 @@ def _unit(number: Number) -> str:
 def _operations(na: Number, ta: Traced, nb: Number,
                 tb: Traced) -> Iterator[tuple[str, float]]:
     """Each simple operation on two operands, on their source values and as written (in
-    the written unit and the base unit alike)."""
+    the written unit and the base unit alike: both read the same way, since "25 %" less
+    "0.15" of "15 %" is no operation anyone did)."""
     pairs = [(ta.seen or na.value, tb.seen or nb.value), (na.value, nb.value)]
-    pairs += [(va, vb) for va, _q in na.readings() for vb, _r in nb.readings()]
+    pairs += zip([v for v, _q in na.readings()], [v for v, _q in nb.readings()],
+                 strict=False)
     for a, b in dict.fromkeys(pairs):
         a, b = abs(a), abs(b)
         yield "difference", a - b
