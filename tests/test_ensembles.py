@@ -507,7 +507,7 @@ def test_headless_run_shows_human_notices_on_stderr_not_to_the_model(workspace, 
 
 
 # -------------------------------------------------------------------------- bench
-@pytest.mark.slow
+@pytest.mark.real  # its cluster's workers are the kernel's children: in memory, ours, left
 def test_bench_ensemble_reports_speedup_and_overhead():
     from simagent.bench.ensemble_bench import run_ensemble_bench
 
