@@ -277,7 +277,9 @@ say(status=part.status.tolist(), pids=worker_pids(), cached=df.cached.tolist(),
     assert out["csv_rows"] == 6
 
 
-@pytest.mark.slow
+# real, not slow: the module's kernel (box) is made by whichever of its tests in the
+# slow+real pool runs first on a worker; with every one of them real, it is a process
+@pytest.mark.real
 def test_an_error_of_the_sweep_itself_stops_its_cases(box, slow_flag):
     """Not a case's error: the kernel side fails mid-sweep (here the cache raises)."""
     before = loads(run(box, "say(pids=worker_pids())"))["pids"]
