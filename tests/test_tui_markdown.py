@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -206,7 +207,10 @@ def test_tmux_pane_shows_whole_words_and_a_table(workspace, tmp_path, _state_hom
     lines = screen.split("\n")
     para = paragraph_rows(lines)
     assert len(para) > 1
-    assert " ".join(para).split() == PARAGRAPH.split(), "\n".join(para)
+    # a final answer's numbers carry their provenance markers (presentation/footnotes: the
+    # script's 2.675 ms is printed by no cell, so [?]); the words are what is checked here
+    shown = re.sub(r"\[\?\]|[⁰¹²³⁴⁵⁶⁷⁸⁹]+", "", " ".join(para))
+    assert shown.split() == PARAGRAPH.split(), "\n".join(para)
     assert not any("|---" in r or r.strip().startswith("|") for r in lines), screen
     head = next(r for r in lines if "quantity" in r)
     assert set(lines[lines.index(head) + 1].strip()) == {"─"}
