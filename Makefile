@@ -70,7 +70,8 @@ test: test-fast test-slow-real
 # persona on loopback, Debian's Chromium driven by Playwright. Installs what is missing:
 # the jupyter extra and Playwright into the venv (Playwright's own browser download is not
 # used), and chromium with apt-get (as root; otherwise it says what to run). Prints the
-# prompt-to-first-text latency and writes docs/images/jupyterlab-chat.png. About a minute.
+# prompt-to-first-text latency and writes docs/images/jupyterlab-chat.png; then the persona's
+# own tests (tests/test_jupyter_persona.py: make test skips them without the extra). About a minute.
 PLAYWRIGHT := playwright==1.65.2
 test-browser: $(STAMP)
 	@$(PY) -c 'import jupyter_ai_acp_client, playwright' 2>/dev/null || \
@@ -82,6 +83,7 @@ test-browser: $(STAMP)
 	    echo "make test-browser needs Debian's chromium at /usr/bin/chromium: run sudo apt-get install chromium" >&2; exit 2; \
 	  fi; }
 	$(PY) -m pytest -q -s -p no:cacheprovider -m browser tests/browser
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_jupyter_persona.py
 
 # Imports run one way (the layers in pyproject.toml's [tool.importlinter]; ARCHITECTURE.md).
 lint: $(STAMP)
