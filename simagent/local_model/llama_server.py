@@ -105,11 +105,7 @@ class LlamaServer:
         """Start the same command again on the same port and wait until it answers;
         ``ModelError`` (nothing left running) when it does not come back."""
         self.stop()
-        with open(self.log_path, "ab", opener=private_opener) as log:
-            log.write(f"--- simagent: restarting: {' '.join(self.argv)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = _launch(self.argv, self.log_path, "restarting: ")
         with _LIVE_LOCK:
             _LIVE.add(self)
         try:
@@ -260,15 +256,20 @@ def _spawn(model: Path, alias: str, n_ctx: int, port: int, log_path: Path,
         cmd += ["--chat-format", chat_format]
     if threads:  # else every core: on a machine others share, fewer threads wait less
         cmd += ["--threads", str(threads)]
-    with open(log_path, "ab", opener=private_opener) as log:
-        log.write(f"--- simagent: {' '.join(cmd)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    server = LlamaServer(proc, port, alias, log_path, argv=cmd)
+    server = LlamaServer(_launch(cmd, log_path), port, alias, log_path, argv=cmd)
     with _LIVE_LOCK:
         _LIVE.add(server)
     return server
+
+
+def _launch(argv: list[str], log_path: Path, what: str = "") -> subprocess.Popen[bytes]:
+    """The server process, its output appended to its log after a line naming the command;
+    its stdin is the pipe whose end-of-file tells it simagent is gone (serve.py)."""
+    with open(log_path, "ab", opener=private_opener) as log:
+        log.write(f"--- simagent: {what}{' '.join(argv)}\n".encode())
+        log.flush()
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _wait_ready(server: LlamaServer, timeout: float) -> None:
