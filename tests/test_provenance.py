@@ -157,3 +157,42 @@ def test_a_percentage_is_derived_from_a_ratio_or_percentages_not_from_other_unit
                     out("yield_a=0.25\nyield_b=0.15\n", 1))
     assert got["14.75 %"] == "unsourced"  # 0.25 less 15: the two read differently
     assert got["10.0 %"] == "derived"
+
+
+def _log(rows: list[str], n: int = 300) -> str:
+    """A per-step log of ``n`` rows (a long log: ``engine.LOG_LINES``) with ``rows`` in it."""
+    lines = [f"step {i:5d} t={i * 0.37:.4f} e={-1.5 - i * 1e-4:.6f} k={i % 7}" for i in range(n)]
+    return "\n".join(lines[:150] + rows + lines[150:]) + "\n"
+
+
+def test_a_long_logs_row_backs_a_value_only_with_the_numbers_around_it_in_the_answer():
+    # the row shows 4.5678 and 12.3456, but 12.3456 is in another part of the answer
+    log = out(_log(["step   151 t=4.5678 e=-9.8765 k=12.3456"]), 3)
+    answer = "The cell's capacity is 12.3456 A.h.\n\nRun B reached 4.5678 at -9.9 eV."
+    assert status_of(answer, log)["4.5678"] == "unsourced"
+    # the same row beside the answer's own neighbour (-9.8765) is the line it reports from
+    answer = "The cell's capacity is 12.3456 A.h.\n\nRun B reached 4.5678 at -9.8765 eV."
+    assert status_of(answer, log)["4.5678"] == "sourced"
+
+
+def test_a_short_outputs_row_backs_a_telling_value_only_with_its_neighbours_or_a_word():
+    row = out("fit table\n2   3.7700   -7.239   13.3958\n", 5)
+    assert status_of("| Cu | 3.770 | 134.27 |", row)["3.770"] == "unsourced"
+    # the row shows the answer line's other telling number, or a word of it (Cu, a unit)
+    assert status_of("| Cu | 3.770 | 13.3958 |", row)["3.770"] == "sourced"
+    named = out("fit table\nCu   3.7700   -7.239   13.3958\n", 5)
+    assert status_of("| Cu | 3.770 | 134.27 |", named)["3.770"] == "sourced"
+    # a row that shows another of the answer's telling numbers anywhere is reported from
+    assert status_of("| Cu | 3.770 |\n\nThe energy is -7.239 eV.", row)["3.770"] == "sourced"
+    # a value of one or two digits and a line of one or two numbers are read as before
+    assert status_of("| Cu | 0.5 | 134.27 |", out("2   0.5   -7.239   13.3958", 5))["0.5"] \
+        == "sourced"
+    assert status_of("The fit gives 3.770 here.", out("x 3.7700", 5))["3.770"] == "sourced"
+
+
+def test_an_identifiers_digits_make_no_row_of_numbers():
+    shape = out("(20001, 5) columns: ['t_s', 'y1', 'y2', 'y3']\n", 20)
+    pager = Source("tool", "@@ lines 20001-20060 of 40201 | next offset 20060 @@",
+                   label="read_file")
+    (t,) = trace("- `reference.csv`: 20 001 times", [shape, pager]).claims
+    assert (t.status, t.source.execution) == ("sourced", 20)

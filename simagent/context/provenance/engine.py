@@ -220,15 +220,14 @@ class SourceIndex:
     def __len__(self) -> int:
         return sum(len(v.values) for v in self._values)
 
-    def find(self, number: Number,
-             near: Sequence[Number] = ()) -> tuple[Location, float] | None:
+    def find(self, number: Number, near: Near | None = None) -> tuple[Location, float] | None:
         """The preferred place showing ``number`` and the value shown there, or ``None``.
 
-        Of several, the one whose line also shows most of ``near`` (the answer's other
-        numbers: a table row or summary line the answer reports from, not a per-step log
-        line that shows the value by chance), then the same written digits, the same
-        value, a line with fewer numbers (a result line, not a log row), a cell's output
-        before a tool's result before code, the latest execution.
+        Of several, the one whose line also shows most of the answer's other telling
+        numbers (``near``: a table row or summary line the answer reports from, not a
+        per-step log line that shows the value by chance), then the same written digits,
+        the same value, a line with fewer numbers (a result line, not a log row), a cell's
+        output before a tool's result before code, the latest execution.
         """
         readings = [(abs(v), *window(v, q, REL_TOL)) for v, q in number.readings()]
         found: list[tuple[Source, Read, float, int, int]] = []
@@ -241,25 +240,36 @@ class SourceIndex:
                           for k in range(i, min(j, i + PER_SOURCE))]
         if not found:
             return None
-        windows = _Windows([[window(v, q, REL_TOL) for v, q in n.readings()]
-                            for n in near if _telling(n)])
+        near = near or Near.alone()
         digits = _digits(number.text)
-        lines = {id(h): _line_numbers(h[1], h[0].text, h[3], windows) for h in found}
+        lines = {id(h): near.weigh(h[1], h[0].text, h[3]) for h in found}
 
         def key(hit: tuple[Source, Read, float, int, int]) -> tuple[Any, ...]:
             src, _read, seen, a, b = hit
-            shared, crowd = lines[id(hit)]
+            _local, shared, crowd = lines[id(hit)]
             return (-shared, _digits(src.text[a:b]) != digits,
                     not any(math.isclose(seen, v, rel_tol=1e-9) for v, _lo, _hi in readings),
                     crowd, SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
                     -(src.execution if src.execution is not None else -1), a)
 
+        telling = _telling(near.number or number)
+
         def chance(hit: tuple[Source, Read, float, int, int]) -> bool:
-            """A value that only a row of a long log shows (a line of several numbers,
-            none of them the answer's other telling numbers): a log of thousands of values
-            holds one that rounds to nearly any figure (measured on the labelled set)."""
-            shared, crowd = lines[id(hit)]
-            return hit[1].lines >= LOG_LINES and crowd >= LOG_ROW_NUMBERS and shared == 0
+            """A value only a row of many numbers shows, a row that shows none of the
+            answer's telling numbers around it: in a long log (:data:`LOG_LINES`) a row
+            of thousands holds one that rounds to nearly any figure, and a long answer's
+            hundred numbers hold one it shows by chance too; in a shorter output or file
+            a data row backs a telling number only when it shows another of the answer's
+            telling numbers or shares a word with the answer's line around it (a label,
+            a unit, a variable's name). Measured on the labelled set: the fabricated
+            values that rows of dense logs and tables back by chance."""
+            local, shared, crowd = lines[id(hit)]
+            if crowd < LOG_ROW_NUMBERS or local:
+                return False
+            if hit[1].lines >= LOG_LINES:
+                return True
+            return telling and not shared and not near.words_shared(hit[0].text, hit[3],
+                                                                    hit[4])
 
         found = [h for h in found if not chance(h)]
         if not found:
@@ -277,45 +287,140 @@ class SourceIndex:
 
 def _telling(number: Number) -> bool:
     """A number specific enough that a line showing it too is telling: three significant
-    digits or more (a ``20`` or a ``0.5`` shows up everywhere)."""
-    return len(_digits(number.text).strip("0")) >= 3
+    digits or more (a ``20``, a ``0.5`` or a ``1e-6`` shows up everywhere)."""
+    return significant(number) >= 3
 
 
-def _digits(text: str) -> str:
-    """A number's written digits without sign, unit or grouping: ``-0.00500`` -> ``000500``."""
-    return "".join(c for c in text if c.isdigit())
+def significant(number: Number) -> int:
+    """The significant digits ``number`` shows: ``900.0`` four, ``0.0021`` two, ``1e-13``
+    one, ``20 001`` five, ``2000`` one (an integer's trailing zeros show no precision)."""
+    if number.integer:
+        return len(_digits(number.text).strip("0"))
+    ratio = number.value / number.quantum
+    return math.floor(math.log10(ratio) + 1e-9) + 1 if ratio >= 1 else 0
 
 
-class _Windows:
-    """The answer's other telling numbers as sorted value windows, each naming its number,
-    so a line's values are matched by bisection."""
+class Near:
+    """The answer around one of its numbers, as :meth:`SourceIndex.find` weighs a source
+    line by it: the answer's telling numbers (:func:`_telling`, all but this one) as
+    value windows, and which of them are this number's neighbours (its answer line,
+    within :data:`SHARED_CHARS`). Built once per answer (:class:`_Claims`), so weighing a
+    place costs a bisection per value its line shows, not a pass over the answer."""
 
-    def __init__(self, windows: Sequence[Sequence[tuple[float, float]]]) -> None:
-        spans = sorted((lo, hi, i) for i, w in enumerate(windows) for lo, hi in w)
+    def __init__(self, claims: _Claims, own: int | None, local: frozenset[int]) -> None:
+        self.claims, self.own, self.local = claims, own, local
+
+    @property
+    def number(self) -> Number | None:
+        """The answer's number this is around (``None`` for :meth:`alone`)."""
+        return None if self.own is None else self.claims.claims[self.own]
+
+    @classmethod
+    def alone(cls) -> Near:
+        """No other numbers (an answer of one number)."""
+        return cls(_Claims("", ()), None, frozenset())
+
+    def words_shared(self, text: str, a: int, b: int) -> set[str]:
+        """The words around ``text[a:b]`` (its line) that the answer's line around this number
+        also has (:func:`_words`)."""
+        if self.own is None:
+            return set()
+        mine = self.claims.words_near(self.own)
+        lo, hi = _line_bounds(text, a, b)
+        theirs = _words(text[lo:a] + " " + text[b:hi])
+        return {w for w in mine for t in theirs
+                if w == t or (min(len(w), len(t)) >= 4 and (w in t or t in w))}
+
+    def weigh(self, read: Read, text: str, at: int) -> tuple[int, int, int]:
+        """(how many neighbours, how many other telling numbers of the answer the line at
+        ``at`` shows, how many numbers it shows): the line within :data:`SHARED_CHARS` of
+        ``at``, a progress bar's ``\\r`` ending a line too."""
+        hit, crowd = self.claims.on_line(read, text, at)
+        hit = hit - {self.own}
+        return len(hit & self.local), len(hit), crowd
+
+
+class _Claims:
+    """An answer's telling claims as sorted value windows, each naming its claim, so a
+    source line's values are matched by bisection; a line's matches are kept per answer
+    (the same summary line is weighed for many of its numbers)."""
+
+    def __init__(self, answer: str, claims: Sequence[Number]) -> None:
+        self.claims = tuple(claims)
+        telling = [i for i, n in enumerate(self.claims) if _telling(n)]
+        spans = sorted((lo, hi, i) for i in telling
+                       for lo, hi in (window(v, q, REL_TOL)
+                                      for v, q in self.claims[i].readings()))
         self.los = [s[0] for s in spans]
         self.spans = spans
+        self._telling = telling
+        self._answer = answer
+        self._lines: dict[tuple[int, int], tuple[frozenset[int], int]] = {}
 
-    def matched(self, values: Sequence[float]) -> int:
-        """How many numbers have a window holding one of ``values``."""
+    def near(self, i: int) -> Near:
+        """The :class:`Near` of claim ``i``: its neighbours are the telling claims on its
+        answer line within :data:`SHARED_CHARS` of it."""
+        n, text = self.claims[i], self._answer
+        lo, hi = _line_bounds(text, n.start, n.end)
+        return Near(self, i, frozenset(j for j in self._telling
+                                       if j != i and lo <= self.claims[j].start < hi))
+
+    def words_near(self, i: int) -> frozenset[str]:
+        """The words of claim ``i``'s answer line around it (:func:`_words`)."""
+        n, text = self.claims[i], self._answer
+        lo, hi = _line_bounds(text, n.start, n.end)
+        return _words(text[lo:n.start] + " " + text[n.end:hi])
+
+    def matched(self, values: Sequence[float]) -> frozenset[int]:
+        """The claims with a window holding one of ``values``."""
         hit: set[int] = set()
         for v in values:
             k = bisect.bisect_right(self.los, v)
             for lo, hi, i in self.spans[max(0, k - 8):k]:  # windows are narrow
                 if lo <= v <= hi:
                     hit.add(i)
-        return len(hit)
+        return frozenset(hit)
+
+    def on_line(self, read: Read, text: str, at: int) -> tuple[frozenset[int], int]:
+        """(the claims the line at ``at`` shows, how many numbers it shows)."""
+        start, end = _line_bounds(text, at, at)
+        key = (id(read), start)
+        if (got := self._lines.get(key)) is None:
+            i, j = bisect.bisect_left(read.starts, start), bisect.bisect_left(read.starts, end)
+            # an identifier's digits (y1, d2d_ESI2) make no row of numbers
+            crowd = sum(1 for st in set(read.starts[i:j])
+                        if not (st and (text[st - 1].isalpha() or text[st - 1] == "_")))
+            got = self._lines[key] = (self.matched(read.by_start[i:j]), crowd)
+        return got
 
 
-def _line_numbers(read: Read, text: str, at: int, windows: _Windows) -> tuple[int, int]:
-    """(how many of the numbers with ``windows`` the line at ``at`` shows, how many
-    numbers it shows): the line within :data:`SHARED_CHARS` of ``at``, a progress bar's
-    ``\\r`` ending a line too."""
-    lo, hi = max(0, at - SHARED_CHARS), at + SHARED_CHARS
-    start = max(text.rfind("\n", lo, at), text.rfind("\r", lo, at), lo - 1) + 1
-    ends = [e for e in (text.find("\n", at, hi), text.find("\r", at, hi)) if e >= 0]
-    end = min([*ends, hi])
-    i, j = bisect.bisect_left(read.starts, start), bisect.bisect_left(read.starts, end)
-    return windows.matched(read.by_start[i:j]), len(set(read.starts[i:j]))
+_WORD = re.compile(r"[A-Za-z]{2,}")
+#: Words too common to tie an answer's sentence to a source line.
+_STOP = frozenset(re.findall(r"\w+", """
+    the and for with from that this are was were is be been at of in on to by as or an it
+    its per than then into over under about after before all each which what when where who
+    not no so but if also only both between there these those their has have had can will
+    would we you my our ll ve re none true false one two"""))
+
+
+def _words(text: str) -> frozenset[str]:
+    """The words of ``text`` that can name a quantity: letters only (``tau_ms`` is ``tau``
+    and ``ms``), lower case, two letters or more, no common English word."""
+    return frozenset(w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOP)
+
+
+def _line_bounds(text: str, a: int, b: int) -> tuple[int, int]:
+    """The line of ``text`` around ``text[a:b]``, cut to :data:`SHARED_CHARS` either side
+    (a progress bar's ``\\r`` ends a line too)."""
+    lo, hi = max(0, a - SHARED_CHARS), b + SHARED_CHARS
+    start = max(text.rfind("\n", lo, a), text.rfind("\r", lo, a), lo - 1) + 1
+    ends = [e for e in (text.find("\n", b, hi), text.find("\r", b, hi)) if e >= 0]
+    return start, min([*ends, hi])
+
+
+def _digits(text: str) -> str:
+    """A number's written digits without sign, unit or grouping: ``-0.00500`` -> ``000500``."""
+    return "".join(c for c in text if c.isdigit())
 
 
 @dataclass(frozen=True)
@@ -414,17 +519,19 @@ def trace_answer(answer: str, index: SourceIndex) -> Provenance:
     numbers = extract(answer)
     reasons = [claim_exclusion(n, answer, spans, code) for n in numbers]
     claims = [n for n, r in zip(numbers, reasons, strict=True) if r is None]
+    answer_claims = _Claims(answer, claims)
+    near = {id(n): answer_claims.near(i) for i, n in enumerate(claims)}
     for n, reason in zip(numbers, reasons, strict=True):
         base = dict(text=n.text, value=n.value, start=n.start, end=n.end)
         if reason:
             found.append((n, Traced(**base, status=IGNORED, reason=reason)))
         elif (where := index.find_input(n)) is not None:
             found.append((n, Traced(**base, status="input", source=where, seen=n.value)))
-        elif (hit := index.find(n, [m for m in claims if m is not n])) is not None:
+        elif (hit := index.find(n, near[id(n)])) is not None:
             found.append((n, Traced(**base, status="sourced", source=hit[0], seen=hit[1])))
         else:
             found.append((n, Traced(**base, status="unsourced")))
-    found = [(n, _factor_source(n, t, answer, index, claims)) if t.status == "unsourced"
+    found = [(n, _factor_source(n, t, answer, index, near[id(n)])) if t.status == "unsourced"
              else (n, t) for n, t in found]
     operands = [(n, t) for n, t in found if t.status in ("sourced", "input")]
     if len(operands) <= MAX_OPERANDS:
@@ -454,10 +561,9 @@ def change_factors(number: Number, answer: str) -> list[Number]:
 
 
 def _factor_source(number: Number, traced: Traced, answer: str, index: SourceIndex,
-                   claims: Sequence[Number]) -> Traced:
+                   near: Near) -> Traced:
     """``traced`` as sourced where a source shows the factor of its percent change
     (:func:`change_factors`); else unchanged."""
-    near = [m for m in claims if m is not number]
     hit = next((h for f in change_factors(number, answer)
                 if (h := index.find(f, near)) is not None), None)
     if hit is None:
