@@ -314,7 +314,10 @@ def test_simagent_run_counts_usage_and_compacts_on_the_servers_overflow(
         "input_tokens"]
     (first_log,) = logs.glob("llama-server-own-*.log")
     assert prompt_tokens(first_log) == [usage["input_tokens"]]
-    assert 1 <= usage["output_tokens"] <= 8 + 3  # a character begun at the limit ends
+    # llama-cpp-python skips its length check while a UTF-8 character is incomplete, and
+    # the byte-level model can begin one after another (12 were generated for 8 once), so
+    # the bound is the one the replies below are held to: twice the limit
+    assert 1 <= usage["output_tokens"] <= 2 * 8
     assert servers_of(tiny) == []
     second = run(workspace, "run", "--json", "--resume", out["session_id"], "ok")
     assert second.returncode == 0, second.stderr
