@@ -196,3 +196,39 @@ def test_an_identifiers_digits_make_no_row_of_numbers():
                    label="read_file")
     (t,) = trace("- `reference.csv`: 20 001 times", [shape, pager]).claims
     assert (t.status, t.source.execution) == ("sourced", 20)
+
+
+def test_a_minus_the_answer_writes_needs_a_minus_in_the_source():
+    assert status_of("The adsorption energy is -0.87 eV.", out("yield = 0.875", 1)) \
+        == {"0.87 eV": "unsourced"}
+    assert status_of("The adsorption energy is -0.87 eV.", out("E_ads = -0.8712", 1)) \
+        == {"0.87 eV": "sourced"}
+    # a magnitude written without a sign, or the dash of a range, needs none
+    assert status_of("a drop of 0.87 eV", out("dE = -0.8712", 1)) == {"0.87 eV": "sourced"}
+    assert set(status_of("from 0.5-0.87 eV", out("lo=0.5 hi=0.8712", 1)).values()) \
+        == {"sourced"}
+
+
+def _parameters(n: int = 40) -> Source:
+    """A listing of many parameters of one or two digits (a library's defaults)."""
+    return out("\n".join(f"Parameter {chr(65 + i % 26)}{i} coefficient    "
+                         f"{0.1 * (i % 20) + 0.1:.2f}" for i in range(n)), 2)
+
+
+def test_a_one_or_two_digit_setting_needs_a_word_of_its_sentence_where_values_are_dense():
+    # a plan's C-rates against a listing with dozens of values near 0.5: chance
+    plan = "I'll sweep the discharge over 0.5C and 1.5C, first with SPM."
+    assert status_of(plan, _parameters()) == {"0.5C": "unsourced", "1.5C": "unsourced"}
+    # a line that names the setting backs it there too
+    named = out("sweep C_rates = [0.5, 1.5] discharge", 3)
+    assert set(status_of(plan, _parameters(), named).values()) == {"sourced"}
+    # and where few values are near it, a bare match backs it as before
+    assert status_of("a rate of 1.2e-3 per s", out("k=0.0012", 1)) == {"1.2e-3": "sourced"}
+
+
+def test_a_one_digit_figure_is_not_derived():
+    sources = [out("a=0.2 b=0.75 c=4.2817 d=0.9834", 1)]
+    got = status_of("a is 0.2, b 0.75; c is 4.2817 ms and d 0.9834 ms. Then 0.5 and 3.2983 ms.",
+                    *sources)
+    assert got["0.5"] == "unsourced"  # 0.75 - 0.2 = 0.55 rounds to it: no derivation
+    assert got["3.2983 ms"] == "derived"

@@ -35,7 +35,7 @@ import functools
 import math
 import re
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +75,15 @@ SHARED_CHARS = 120
 #: Derivations are tried only for an answer with at most this many sourced or input
 #: numbers to combine (pairs grow quadratically; a long table answer has its own sources).
 MAX_OPERANDS = 60
+#: A derived number shows at least this many significant digits: a figure of one digit
+#: ("0.5", "60 %") is within its shown digits of some operation on nearly any two numbers.
+MIN_DERIVED_DIGITS = 2
+#: A value of one or two significant digits is shown by chance where the sources would
+#: show about this many values in its window by chance (``SourceIndex.chance_values``):
+#: ln 2, a chance match as likely as not.
+CHANCE_VALUES = math.log(2)
+#: ... counting the sources' values within this fraction either side of it.
+CHANCE_SPAN = 0.25
 
 _FENCE = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
 _INLINE = re.compile(r"`[^`\n]+`")
@@ -227,10 +236,13 @@ class SourceIndex:
         numbers (``near``: a table row or summary line the answer reports from, not a
         per-step log line that shows the value by chance), then the same written digits,
         the same value, a line with fewer numbers (a result line, not a log row), a cell's
-        output before a tool's result before code, the latest execution.
+        output before a tool's result before code, the latest execution. A place that
+        shows it by chance (:meth:`_chance`) is none; a number the answer writes with a
+        minus is shown only with one.
         """
+        near = near or Near.alone()
         readings = [(abs(v), *window(v, q, REL_TOL)) for v, q in number.readings()]
-        found: list[tuple[Source, Read, float, int, int]] = []
+        found: list[_Hit] = []
         for src, read in zip(self.sources, self._values, strict=True):
             values, ends = read.values, read.ends
             for _v, lo, hi in readings:
@@ -238,13 +250,14 @@ class SourceIndex:
                 j = bisect.bisect_right(values, hi, lo=i)
                 found += [(src, read, values[k], read.begins[k], ends[k])
                           for k in range(i, min(j, i + PER_SOURCE))]
+        if number is near.number and near.negative:
+            found = [h for h in found if h[3] and h[0].text[h[3] - 1] in _MINUS]
         if not found:
             return None
-        near = near or Near.alone()
         digits = _digits(number.text)
         lines = {id(h): near.weigh(h[1], h[0].text, h[3]) for h in found}
 
-        def key(hit: tuple[Source, Read, float, int, int]) -> tuple[Any, ...]:
+        def key(hit: _Hit) -> tuple[Any, ...]:
             src, _read, seen, a, b = hit
             _local, shared, crowd = lines[id(hit)]
             return (-shared, _digits(src.text[a:b]) != digits,
@@ -252,30 +265,25 @@ class SourceIndex:
                     crowd, SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
                     -(src.execution if src.execution is not None else -1), a)
 
+        common = functools.cache(lambda: self.chance_values(readings) >= CHANCE_VALUES)
         telling = _telling(near.number or number)
+        for hit in sorted(found, key=key):  # the preferred place that is no chance
+            if not _chance(hit, lines[id(hit)], near, telling, common):
+                return locate(hit[0], hit[3], hit[4]), hit[2]
+        return None
 
-        def chance(hit: tuple[Source, Read, float, int, int]) -> bool:
-            """A value only a row of many numbers shows, a row that shows none of the
-            answer's telling numbers around it: in a long log (:data:`LOG_LINES`) a row
-            of thousands holds one that rounds to nearly any figure, and a long answer's
-            hundred numbers hold one it shows by chance too; in a shorter output or file
-            a data row backs a telling number only when it shows another of the answer's
-            telling numbers or shares a word with the answer's line around it (a label,
-            a unit, a variable's name). Measured on the labelled set: the fabricated
-            values that rows of dense logs and tables back by chance."""
-            local, shared, crowd = lines[id(hit)]
-            if crowd < LOG_ROW_NUMBERS or local:
-                return False
-            if hit[1].lines >= LOG_LINES:
-                return True
-            return telling and not shared and not near.words_shared(hit[0].text, hit[3],
-                                                                    hit[4])
-
-        found = [h for h in found if not chance(h)]
-        if not found:
-            return None
-        src, _read, seen, a, b = min(found, key=key)
-        return locate(src, a, b), seen
+    def chance_values(self, readings: Sequence[tuple[float, float, float]]) -> float:
+        """How many values the sources would show in the windows of ``readings`` (value,
+        low, high) by chance: their values within :data:`CHANCE_SPAN` either side of each,
+        spread evenly, times the window's width."""
+        total = 0.0
+        for read in self._values:
+            for v, lo, hi in readings:
+                if v > 0:
+                    n = (bisect.bisect_right(read.values, v * (1 + CHANCE_SPAN))
+                         - bisect.bisect_left(read.values, v * (1 - CHANCE_SPAN)))
+                    total += n * (hi - lo) / (2 * CHANCE_SPAN * v)
+        return total
 
     def find_input(self, number: Number) -> Location | None:
         """Where the person wrote ``number`` (exactly: ``numbers.in_prompt``), or ``None``."""
@@ -283,6 +291,45 @@ class SourceIndex:
             if in_prompt(number, [n]):
                 return locate(src, n.start, n.end)
         return None
+
+
+#: A hit: the source, what it shows, the value seen and where (start, end) in its text.
+_Hit = tuple[Source, "Read", float, int, int]
+_MINUS = ("-", "\u2212")
+
+
+def _chance(hit: _Hit, weight: tuple[int, int, int], near: Near, telling: bool,
+            common: Callable[[], bool]) -> bool:
+    """Whether ``hit`` shows the answer's number only by chance; ``weight`` is its line's
+    (:meth:`Near.weigh`), ``common`` whether the sources hold values near it by chance.
+
+    A line that shows a telling number of the answer's line around it (a neighbour) backs
+    it. Else:
+
+    - a telling value (three significant digits or more) on a row of many numbers
+      (:data:`LOG_ROW_NUMBERS`): in a long log (:data:`LOG_LINES`) a row of thousands holds
+      one that rounds to nearly any figure, and a long answer's hundred numbers hold one
+      such a row shows too, so only a neighbour backs it; in a shorter output or file a
+      data row backs it when it shows another of the answer's telling numbers or shares a
+      word (a label, a unit, a variable's name) with the answer's line around it.
+    - a value of one or two digits (``0.5``, ``60 %``, ``1e-6``), where the sources hold
+      values near it (``common``: :data:`CHANCE_VALUES`): a line backs it only when it
+      shares a word with the answer's line around it (a setting the model chose, matched
+      to an unrelated parameter of the same value, is no source).
+
+    Measured on the labelled set: fabricated values that rows of dense logs and tables
+    back by chance, and a plan's settings that a parameter listing shows.
+    """
+    local, shared, crowd = weight
+    if local:
+        return False
+    if not telling:
+        return common() and not near.words_shared(hit[0].text, hit[3], hit[4])
+    if crowd < LOG_ROW_NUMBERS:
+        return False
+    if hit[1].lines >= LOG_LINES:
+        return True
+    return not shared and not near.words_shared(hit[0].text, hit[3], hit[4])
 
 
 def _telling(number: Number) -> bool:
@@ -311,6 +358,15 @@ class Near:
         self.claims, self.own, self.local = claims, own, local
 
     @property
+    def negative(self) -> bool:
+        """The answer writes this number with a minus ("-0.87 eV", "(-3.7)", a Unicode
+        minus too; not the dash of a range "0.5-3")."""
+        n, text = self.number, self.claims.answer
+        if n is None or n.start < 1 or text[n.start - 1] not in _MINUS:
+            return False
+        return n.start < 2 or not (text[n.start - 2].isalnum() or text[n.start - 2] in ")]")
+
+    @property
     def number(self) -> Number | None:
         """The answer's number this is around (``None`` for :meth:`alone`)."""
         return None if self.own is None else self.claims.claims[self.own]
@@ -320,16 +376,18 @@ class Near:
         """No other numbers (an answer of one number)."""
         return cls(_Claims("", ()), None, frozenset())
 
-    def words_shared(self, text: str, a: int, b: int) -> set[str]:
-        """The words around ``text[a:b]`` (its line) that the answer's line around this number
-        also has (:func:`_words`)."""
+    def words_shared(self, text: str, a: int, b: int) -> bool:
+        """Whether the line around ``text[a:b]`` and the answer's line around this number
+        have a word in common (:func:`_words`; one of four letters or more may be part of
+        the other: ``corr`` and ``correlation``, ``steps`` and ``nsteps``)."""
         if self.own is None:
-            return set()
+            return False
         mine = self.claims.words_near(self.own)
-        lo, hi = _line_bounds(text, a, b)
-        theirs = _words(text[lo:a] + " " + text[b:hi])
-        return {w for w in mine for t in theirs
-                if w == t or (min(len(w), len(t)) >= 4 and (w in t or t in w))}
+        theirs = self.claims.words_at(text, a, b)
+        if mine & theirs:
+            return True
+        return any(w in t or t in w for w in mine if len(w) >= 4
+                   for t in theirs if len(t) >= 4)
 
     def weigh(self, read: Read, text: str, at: int) -> tuple[int, int, int]:
         """(how many neighbours, how many other telling numbers of the answer the line at
@@ -354,22 +412,34 @@ class _Claims:
         self.los = [s[0] for s in spans]
         self.spans = spans
         self._telling = telling
-        self._answer = answer
+        self.answer = answer
         self._lines: dict[tuple[int, int], tuple[frozenset[int], int]] = {}
+        self._near_words: dict[int, frozenset[str]] = {}
+        self._words: dict[tuple[int, int], frozenset[str]] = {}
 
     def near(self, i: int) -> Near:
         """The :class:`Near` of claim ``i``: its neighbours are the telling claims on its
         answer line within :data:`SHARED_CHARS` of it."""
-        n, text = self.claims[i], self._answer
+        n, text = self.claims[i], self.answer
         lo, hi = _line_bounds(text, n.start, n.end)
         return Near(self, i, frozenset(j for j in self._telling
                                        if j != i and lo <= self.claims[j].start < hi))
 
     def words_near(self, i: int) -> frozenset[str]:
         """The words of claim ``i``'s answer line around it (:func:`_words`)."""
-        n, text = self.claims[i], self._answer
-        lo, hi = _line_bounds(text, n.start, n.end)
-        return _words(text[lo:n.start] + " " + text[n.end:hi])
+        if (got := self._near_words.get(i)) is None:
+            n, text = self.claims[i], self.answer
+            lo, hi = _line_bounds(text, n.start, n.end)
+            got = self._near_words[i] = _words(text[lo:n.start] + " " + text[n.end:hi])
+        return got
+
+    def words_at(self, text: str, a: int, b: int) -> frozenset[str]:
+        """The words of a source's line around ``text[a:b]``, kept per answer."""
+        key = (id(text), a)
+        if (got := self._words.get(key)) is None:
+            lo, hi = _line_bounds(text, a, b)
+            got = self._words[key] = _words(text[lo:a] + " " + text[b:hi])
+        return got
 
     def matched(self, values: Sequence[float]) -> frozenset[int]:
         """The claims with a window holding one of ``values``."""
@@ -394,7 +464,8 @@ class _Claims:
         return got
 
 
-_WORD = re.compile(r"[A-Za-z]{2,}")
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]+")
 #: Words too common to tie an answer's sentence to a source line.
 _STOP = frozenset(re.findall(r"\w+", """
     the and for with from that this are was were is be been at of in on to by as or an it
@@ -581,6 +652,8 @@ def _derive(number: Number, traced: Traced,
             operands: Sequence[tuple[Number, Traced]]) -> Traced:
     """``traced`` as derived from two of ``operands`` if one simple operation on them gives
     it within its shown digits; else unchanged."""
+    if significant(number) < MIN_DERIVED_DIGITS:
+        return traced
     windows = [window(v, q, REL_TOL) for v, q in number.readings()]
     unit = _unit(number)
     for i, (na, ta) in enumerate(operands):
