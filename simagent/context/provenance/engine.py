@@ -232,9 +232,10 @@ class SourceIndex:
     def find(self, number: Number, near: Near | None = None) -> tuple[Location, float] | None:
         """The preferred place showing ``number`` and the value shown there, or ``None``.
 
-        Of several, the one whose line also shows most of the answer's other telling
-        numbers (``near``: a table row or summary line the answer reports from, not a
-        per-step log line that shows the value by chance), then the same written digits,
+        Of several, the one whose line also shows most of the telling numbers around it in
+        the answer, then most of the answer's other telling numbers (``near``: a table row
+        or summary line the answer reports from, not a per-step log line that shows the
+        value by chance), then the same written digits,
         the same value, a line with fewer numbers (a result line, not a log row), a cell's
         output before a tool's result before code, the latest execution. A place that
         shows it by chance (:meth:`_chance`) is none; a number the answer writes with a
@@ -259,8 +260,8 @@ class SourceIndex:
 
         def key(hit: _Hit) -> tuple[Any, ...]:
             src, _read, seen, a, b = hit
-            _local, shared, crowd = lines[id(hit)]
-            return (-shared, _digits(src.text[a:b]) != digits,
+            local, shared, crowd = lines[id(hit)]
+            return (-local, -shared, _digits(src.text[a:b]) != digits,
                     not any(math.isclose(seen, v, rel_tol=1e-9) for v, _lo, _hi in readings),
                     crowd, SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
                     -(src.execution if src.execution is not None else -1), a)
@@ -411,6 +412,14 @@ class _Claims:
                                       for v, q in self.claims[i].readings()))
         self.los = [s[0] for s in spans]
         self.spans = spans
+        merged: list[list[float]] = []  # the windows' union: most values fall in none
+        for lo, hi, _i in spans:
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self._union_los = [m[0] for m in merged]
+        self._union_his = [m[1] for m in merged]
         self._telling = telling
         self.answer = answer
         self._lines: dict[tuple[int, int], tuple[frozenset[int], int]] = {}
@@ -444,7 +453,11 @@ class _Claims:
     def matched(self, values: Sequence[float]) -> frozenset[int]:
         """The claims with a window holding one of ``values``."""
         hit: set[int] = set()
+        union_los, union_his = self._union_los, self._union_his
         for v in values:
+            u = bisect.bisect_right(union_los, v) - 1
+            if u < 0 or v > union_his[u]:
+                continue
             k = bisect.bisect_right(self.los, v)
             for lo, hi, i in self.spans[max(0, k - 8):k]:  # windows are narrow
                 if lo <= v <= hi:
