@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 import re
 from array import array
@@ -258,19 +259,25 @@ class SourceIndex:
         digits = _digits(number.text)
         lines = {id(h): near.weigh(h[1], h[0].text, h[3]) for h in found}
 
-        def key(hit: _Hit) -> tuple[Any, ...]:
+        def weight(hit: _Hit) -> tuple[int, int]:
+            local, shared, _crowd = lines[id(hit)]
+            return -local, -shared
+
+        def key(hit: _Hit) -> tuple[Any, ...]:  # the rest of the order, within one weight
             src, _read, seen, a, b = hit
-            local, shared, crowd = lines[id(hit)]
-            return (-local, -shared, _digits(src.text[a:b]) != digits,
+            return (_digits(src.text[a:b]) != digits,
                     not any(math.isclose(seen, v, rel_tol=1e-9) for v, _lo, _hi in readings),
-                    crowd, SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
+                    lines[id(hit)][2],
+                    SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
                     -(src.execution if src.execution is not None else -1), a)
 
         common = functools.cache(lambda: self.chance_values(readings) >= CHANCE_VALUES)
         telling = _telling(near.number or number)
-        for hit in sorted(found, key=key):  # the preferred place that is no chance
-            if not _chance(hit, lines[id(hit)], near, telling, common):
-                return locate(hit[0], hit[3], hit[4]), hit[2]
+        found.sort(key=weight)
+        for _weight, group in itertools.groupby(found, key=weight):
+            for hit in sorted(group, key=key):  # the preferred place that is no chance
+                if not _chance(hit, lines[id(hit)], near, telling, common):
+                    return locate(hit[0], hit[3], hit[4]), hit[2]
         return None
 
     def chance_values(self, readings: Sequence[tuple[float, float, float]]) -> float:
@@ -402,7 +409,7 @@ class Near:
 class _Claims:
     """An answer's telling claims as sorted value windows, each naming its claim, so a
     source line's values are matched by bisection; a line's matches are kept per answer
-    (the same summary line is weighed for many of its numbers)."""
+    (the same summary line is weighed for many of its numbers), and so are its words."""
 
     def __init__(self, answer: str, claims: Sequence[Number]) -> None:
         self.claims = tuple(claims)
@@ -422,7 +429,8 @@ class _Claims:
         self._union_his = [m[1] for m in merged]
         self._telling = telling
         self.answer = answer
-        self._lines: dict[tuple[int, int], tuple[frozenset[int], int]] = {}
+        self._lines: dict[tuple[int, int, int], tuple[frozenset[int], int]] = {}
+        self._at: dict[tuple[int, int], tuple[frozenset[int], int]] = {}
         self._near_words: dict[int, frozenset[str]] = {}
         self._words: dict[tuple[int, int], frozenset[str]] = {}
 
@@ -466,14 +474,17 @@ class _Claims:
 
     def on_line(self, read: Read, text: str, at: int) -> tuple[frozenset[int], int]:
         """(the claims the line at ``at`` shows, how many numbers it shows)."""
+        if (got := self._at.get((id(read), at))) is not None:
+            return got
         start, end = _line_bounds(text, at, at)
-        key = (id(read), start)
-        if (got := self._lines.get(key)) is None:
+        if (got := self._lines.get((id(read), start, end))) is None:
             i, j = bisect.bisect_left(read.starts, start), bisect.bisect_left(read.starts, end)
             # an identifier's digits (y1, d2d_ESI2) make no row of numbers
             crowd = sum(1 for st in set(read.starts[i:j])
                         if not (st and (text[st - 1].isalpha() or text[st - 1] == "_")))
-            got = self._lines[key] = (self.matched(read.by_start[i:j]), crowd)
+            got = self._lines[(id(read), start, end)] = (self.matched(read.by_start[i:j]),
+                                                         crowd)
+        self._at[(id(read), at)] = got
         return got
 
 
