@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -140,6 +141,8 @@ def left_behind(tag: str, me: psutil.Process | None = None) -> list[str]:
 def _nothing_left_behind() -> Iterator[None]:
     """Fails the worker's last test if a process its tests started outlives them all."""
     yield
+    if fork := sys.modules.get("cli_fork"):  # the CLI fork server (tests/cli_fork.py)
+        fork.stop()
     gc.collect()  # a dropped Popen reaps its exited process when collected
     tag = os.environ[RUN_TAG_ENV]
     deadline = time.monotonic() + _LEAK_SETTLE_S
