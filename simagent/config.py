@@ -8,6 +8,7 @@ them. The model is resolved in the order design.md §3 fixes: ``--model``,
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -319,6 +320,8 @@ class Config:
 MCP_SERVER_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*"
 #: Seconds one MCP tool call may take before the server counts as hung (and is restarted).
 MCP_CALL_TIMEOUT_S = 120.0
+#: Seconds an MCP server may take to start and list its tools before it counts as down.
+MCP_START_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -332,6 +335,7 @@ class McpServer:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float = MCP_CALL_TIMEOUT_S
+    start_timeout_s: float = MCP_START_TIMEOUT_S
 
     @property
     def transport(self) -> str:
@@ -352,10 +356,12 @@ def parse_mcp_servers(tables: Any, source: str = "config") -> dict[str, McpServe
                               "'_' (at most 32), since it prefixes the tool names")
         if not isinstance(t, Mapping):
             raise ConfigError(f"{where} must be a table")
-        unknown = sorted(set(t) - {"command", "args", "env", "url", "headers", "timeout_s"})
+        unknown = sorted(set(t) - {"command", "args", "env", "url", "headers", "timeout_s",
+                                   "start_timeout_s"})
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: command, "
-                              "args, env (stdio) or url, headers (HTTP), and timeout_s")
+                              "args, env (stdio) or url, headers (HTTP), timeout_s and "
+                              "start_timeout_s")
         command, url = t.get("command"), t.get("url")
         if bool(command) == bool(url):
             raise ConfigError(f"{where}: give either command (a stdio server) or url "
@@ -375,9 +381,13 @@ def parse_mcp_servers(tables: Any, source: str = "config") -> dict[str, McpServe
                 raise ConfigError(f"{where}: {key} must be a table of strings")
         if (command and t.get("headers")) or (url and (t.get("env") or t.get("args"))):
             raise ConfigError(f"{where}: env and args go with command, headers with url")
-        timeout = t.get("timeout_s", MCP_CALL_TIMEOUT_S)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ConfigError(f"{where}: timeout_s must be a positive number of seconds")
+        timeouts = {key: t.get(key, default) for key, default in (
+            ("timeout_s", MCP_CALL_TIMEOUT_S), ("start_timeout_s", MCP_START_TIMEOUT_S))}
+        for key, value in timeouts.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                    0 < value < math.inf):  # nan and inf (TOML has both) are no bound
+                raise ConfigError(f"{where}: {key} must be a positive number of seconds")
         out[name] = McpServer(name, command, tuple(args), dict(t.get("env", {})), url,
-                              dict(t.get("headers", {})), float(timeout))
+                              dict(t.get("headers", {})), float(timeouts["timeout_s"]),
+                              float(timeouts["start_timeout_s"]))
     return out

@@ -30,7 +30,7 @@ from simagent.agent.events import (
     ToolOutput,
     ToolStarted,
 )
-from simagent.agent.mcp_tools import open_notices
+from simagent.agent.mcp_hubs import open_notices
 from simagent.agent.subagents import SubagentError
 from simagent.agent.turn_setup import turn_runner_for
 from simagent.config import Config, ConfigError, SessionOptions

@@ -124,7 +124,7 @@ class Session:
         self._checkpointer: Any = None
         self._started_at: float | None = None  # epoch seconds, read from the trace once
         #: Called at close, newest first, before the kernel stops (MCP servers the
-        #: session started: ``agent.mcp_tools.hub_for``); each one bounded and failsafe.
+        #: session started: ``agent.mcp_hubs.hub_for``); each one bounded and failsafe.
         self.closers: list[Any] = []
         self.closed = False
 

@@ -21,7 +21,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from simagent.agent.builder import build_agent
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
-from simagent.config import Config, ConfigError, parse_mcp_servers
+from simagent.config import MCP_START_TIMEOUT_S, Config, ConfigError, parse_mcp_servers
 from simagent.context import thresholds as th
 from simagent.context.deferral_policy import (
     FIND_TOOLS,
@@ -87,6 +87,11 @@ def tool_messages(built, session) -> list[ToolMessage]:
     ({"a": {"command": "x", "env": {"K": 1}}}, "env must be a table of strings"),
     ({"a": {"url": "http://h/mcp", "env": {"K": "v"}}}, "env and args go with command"),
     ({"a": {"command": "x", "timeout_s": 0}}, "timeout_s must be a positive"),
+    ({"a": {"command": "x", "start_timeout_s": -1}}, "start_timeout_s must be a positive"),
+    ({"a": {"command": "x", "start_timeout_s": "3"}}, "start_timeout_s must be a positive"),
+    ({"a": {"command": "x", "start_timeout_s": True}}, "start_timeout_s must be a positive"),
+    ({"a": {"command": "x", "start_timeout_s": float("nan")}}, "start_timeout_s must be"),
+    ({"a": {"url": "http://h/mcp", "timeout_s": float("inf")}}, "timeout_s must be a positive"),
     ({"a": {"command": "x", "cmd": "y"}}, "unknown key(s) cmd"),
     ({"a__b": {"command": "x"}}, "the name may hold"),
 ])
@@ -115,12 +120,39 @@ def test_a_bad_entry_stops_the_cli_with_one_line_and_exit_2(workspace, tmp_path)
     assert "internal error" not in run.stderr
 
 
+@pytest.mark.slow
+def test_the_mcp_sdk_is_imported_only_when_a_server_is_configured(workspace, tmp_path):
+    """A ``simagent run`` whose config names no MCP server never imports the MCP SDK or
+    langchain-mcp-adapters (about half a CPU-second of every run); with a server it does.
+    Read from the real CLI's ``-X importtime`` record, which names each module imported."""
+    sdk = {"mcp", "langchain_mcp_adapters"}
+    steps = tmp_path / "steps.json"
+    steps.write_text('[{"final": "done"}]')
+
+    def imported() -> set[str]:
+        run = subprocess.run([sys.executable, "-X", "importtime", "-m", "simagent", "run",
+                              "--model", f"scripted:{steps}", "hi"], cwd=workspace,
+                             capture_output=True, text=True, timeout=180)
+        assert run.returncode == 0 and run.stdout.strip() == "done", run.stderr[-3000:]
+        names = {ln.rpartition("|")[2].strip() for ln in run.stderr.splitlines()
+                 if ln.startswith("import time:")}
+        assert "simagent.agent.builder" in names  # the graph was built
+        return names & sdk
+
+    assert imported() == set()
+    write_config(workspace)
+    assert imported() == sdk
+
+
 def test_good_entries_parse():
     got = parse_mcp_servers({"lab": {"command": "python", "args": ["s.py"], "env": {"K": "v"}},
                              "web": {"url": "https://h/mcp", "headers": {"A": "b"},
                                      "timeout_s": 5}})
     assert got["lab"].transport == "stdio" and got["lab"].args == ("s.py",)
     assert got["web"].transport == "streamable_http" and got["web"].timeout_s == 5.0
+    assert got["lab"].start_timeout_s == MCP_START_TIMEOUT_S  # the default: one constant
+    short = parse_mcp_servers({"lab": {"command": "python", "start_timeout_s": 3}})
+    assert short["lab"].start_timeout_s == 3.0 and short["lab"].timeout_s == 120.0
 
 
 def test_names_search_and_what_is_loaded():

@@ -21,7 +21,7 @@ from langchain_core.messages import ToolMessage
 from test_mcp_tools import server_pids, tool_messages, write_config
 
 from simagent.agent.events import ContextEvent, ToolFinished, ToolOutput
-from simagent.agent.mcp_tools import START_TIMEOUT_S, open_notices
+from simagent.agent.mcp_hubs import open_notices
 from simagent.context.deferral_policy import FIND_TOOLS
 from simagent.context.settings import ContextSettings
 from simagent.context.stats import stats_from_trace
@@ -241,14 +241,14 @@ def test_cancelling_the_turn_stops_waiting_for_an_mcp_call_and_says_so(
 @pytest.mark.slow
 def test_a_server_that_prints_garbage_is_one_true_line_and_no_traceback(workspace, tmp_path):
     """A 'server' that writes a line that is not MCP and then says nothing: ``simagent
-    run`` tells the person once, quoting the line; the SDK's traceback for it and the
-    start's unread future never reach the terminal."""
+    run`` tells the person once, quoting the line and the server's own start timeout; the
+    SDK's traceback for it and the start's unread future never reach the terminal."""
     (workspace / ".simagent").mkdir()
     script = "import sys, time; print('hello-not-mcp', flush=True); time.sleep(120)"
     conftest.write_config(
         workspace,
         f"[mcp.servers.noisy]\ncommand = {json.dumps(sys.executable)}\n"
-        f"args = ['-c', {json.dumps(script)}]\n")
+        f"args = ['-c', {json.dumps(script)}]\nstart_timeout_s = 3\n")
     steps = tmp_path / "steps.json"
     steps.write_text('[{"final": "still here"}]')
     run = subprocess.run([sys.executable, "-m", "simagent", "run", "--model",
@@ -257,7 +257,7 @@ def test_a_server_that_prints_garbage_is_one_true_line_and_no_traceback(workspac
     assert run.returncode == 0 and run.stdout.strip() == "still here", run.stderr
     said = [ln for ln in run.stderr.splitlines() if "noisy" in ln]
     assert len(said) == 1, run.stderr
-    assert f"no answer within {START_TIMEOUT_S:g} s; it wrote this on stdout, which is " \
+    assert "no answer within 3 s; it wrote this on stdout, which is " \
            "not MCP: 'hello-not-mcp'" in said[0]
     assert "Traceback" not in run.stderr and "never retrieved" not in run.stderr, run.stderr
 

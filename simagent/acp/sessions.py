@@ -39,7 +39,7 @@ from simagent.acp.agent import AcpOptions, in_thread, say
 from simagent.acp.client_files import ClientFiles, offered
 from simagent.acp.content import client_servers, prompt_text, said_to_person
 from simagent.agent.events import Event, Notice, TurnResult
-from simagent.agent.mcp_tools import open_notices
+from simagent.agent.mcp_hubs import open_notices
 from simagent.agent.turn_setup import agent_for, turn_runner_for
 from simagent.config import APPROVAL_MODES, Config, ConfigError, SessionOptions
 from simagent.kernel import KernelStartError

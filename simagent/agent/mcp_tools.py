@@ -3,8 +3,9 @@
 ``McpHub`` owns one asyncio loop on its own thread and one held-open client session per
 server (a stdio process or a streamable-HTTP connection): langchain-mcp-adapters'
 ``get_tools()`` would start a server per call, and its tools are async only. The session
-owns the hub (``Session.closers``): servers start with its first agent build and stop
-when it closes; none is left behind.
+owns the hub (``Session.closers``; ``agent.mcp_hubs`` makes it, and imports this module,
+with the MCP SDK, only for a session whose config names a server): servers start with its
+first agent build and stop when it closes; none is left behind.
 
 A server's tools become langchain tools named ``NAME__tool`` (shown as ``NAME.tool``;
 ``context.deferral_policy`` says why), so they pass the built-in ones' layers: cap,
@@ -29,8 +30,7 @@ import queue
 import tempfile
 import threading
 import time
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,19 +51,17 @@ from simagent.context.reporting import write_stream
 from simagent.paths import private_dir
 
 if TYPE_CHECKING:
-    from simagent.session import Session
     from simagent.trace.log import TraceLog
 
-#: Seconds a server may take to start and list its tools.
-START_TIMEOUT_S = 30.0
 #: Seconds closing one server may take (the SDK's stdio client then kills it).
 STOP_TIMEOUT_S = 10.0
 
 #: Seconds between checks, while a call runs, that the person has not cancelled it.
 CANCEL_POLL_S = 0.2
 
-#: (tool call id, stream writer) of the MCP call running in this context: set by
-#: ``ToolDeferral.wrap_tool_call`` so a call's progress reaches its tool card.
+#: (tool call id, stream writer) of the MCP call running in this context: set through
+#: :meth:`McpHub.progress_to` by ``ToolDeferral.wrap_tool_call`` so a call's progress
+#: reaches its tool card.
 CALL_CONTEXT: contextvars.ContextVar[tuple[str, Callable[[Any], None]] | None] = \
     contextvars.ContextVar("simagent_mcp_call", default=None)
 
@@ -132,8 +130,12 @@ class McpHub:
         """Start every server and list its tools (in parallel); a server that cannot
         start is noted (``status``, the trace; the front end says it at open, from
         :meth:`start_notices`) and is retried later (:meth:`retry_failed`)."""
-        self._run(self._start(list(self.servers), first=True),
-                  START_TIMEOUT_S + STOP_TIMEOUT_S + 5)
+        self._run(self._start(list(self.servers), first=True), self._start_bound())
+
+    def _start_bound(self) -> float:
+        """Seconds a start of any of the servers may take, its stop after a timeout included."""
+        return max((s.start_timeout_s for s in self.servers.values()), default=0.0) \
+            + STOP_TIMEOUT_S + 5
 
     async def _start(self, names: list[str], *, first: bool) -> list[str]:
         """Start ``names``; admit the tools of each that started; the names that did."""
@@ -196,10 +198,9 @@ class McpHub:
                 self._start(self.failed(), first=False), self._loop)
             return self._retry, False
 
-    @staticmethod
-    def _wait_retry(fut: Any) -> list[str]:
+    def _wait_retry(self, fut: Any) -> list[str]:
         with contextlib.suppress(Exception):  # a failed retry leaves the status as it was
-            return list(fut.result(START_TIMEOUT_S + STOP_TIMEOUT_S + 5))
+            return list(fut.result(self._start_bound()))
         return []
 
     def close(self) -> None:
@@ -267,12 +268,13 @@ class McpHub:
                     raise
 
         conn.task = self._loop.create_task(hold())
+        wait = self.servers[name].start_timeout_s
         try:
-            await asyncio.wait_for(asyncio.shield(ready), START_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(ready), wait)
         except TimeoutError:
             await self._stop(name)
             said = f"; it wrote this on stdout, which is not MCP: {noise[0]!r}" if noise else ""
-            raise McpFault("failed", f"no answer within {START_TIMEOUT_S:g} s{said}") from None
+            raise McpFault("failed", f"no answer within {wait:g} s{said}") from None
         except McpFault:
             await self._stop(name)
             raise
@@ -283,9 +285,10 @@ class McpHub:
         if conn is None or conn.task is None:
             return
         conn.stop.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(conn.task), STOP_TIMEOUT_S)
-        except BaseException:
+        if conn.session is not None:  # held open: it closes on ``stop``, in its own task
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(conn.task), STOP_TIMEOUT_S)
+        if not conn.task.done():  # still starting (no answer: it never sees ``stop``) or stuck
             conn.task.cancel()
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(conn.task, STOP_TIMEOUT_S)
@@ -340,7 +343,8 @@ class McpHub:
         ``ToolException`` whose text the model reads (the tool node makes it an error
         result). Progress goes to the running call's card (:data:`CALL_CONTEXT`)."""
         rt = self.catalog[name]
-        timeout = self.servers[rt.server].timeout_s
+        spec = self.servers[rt.server]
+        timeout = spec.timeout_s
         if self.closed:
             raise ToolException(f"the MCP servers of this session are stopped; "
                                 f"{rt.server}.{rt.remote} cannot run")
@@ -353,7 +357,7 @@ class McpHub:
             fut.add_done_callback(lambda _f: lines.put(None))
             # progress is written from this (the tool's) thread: the graph's stream
             # writer works only in the graph's context, not on the hub's loop
-            deadline = time.monotonic() + START_TIMEOUT_S + timeout + 3 * STOP_TIMEOUT_S
+            deadline = time.monotonic() + spec.start_timeout_s + timeout + 3 * STOP_TIMEOUT_S
             while True:
                 try:
                     line = lines.get(timeout=min(CANCEL_POLL_S,
@@ -385,6 +389,16 @@ class McpHub:
             raise ToolException(mcp_results.text_of(blocks)
                                 or f"{rt.server}.{rt.remote} reported an error")
         return blocks
+
+    @contextlib.contextmanager
+    def progress_to(self, call_id: str, write: Callable[[Any], None]) -> Iterator[None]:
+        """While a tool call runs in this context, its MCP progress goes to ``write`` as
+        that call's ``tool_output`` (:data:`CALL_CONTEXT`)."""
+        token = CALL_CONTEXT.set((call_id, write))
+        try:
+            yield
+        finally:
+            CALL_CONTEXT.reset(token)
 
     # ------------------------------------------------------------------ notices
     def _note(self, server: str, what: str, notice: str, *, stream: bool = True,
@@ -464,36 +478,4 @@ def probe_servers(servers: Mapping[str, McpServer], cwd: Path
     return out
 
 
-# ------------------------------------------------------------------ per session
-_HUBS: weakref.WeakKeyDictionary[Any, McpHub] = weakref.WeakKeyDictionary()
-_HUBS_LOCK = threading.Lock()
-
-
-def hub_for(session: Session) -> McpHub | None:
-    """The session's hub, started on first use (its servers listed); None when the
-    config names no server. The session closes it (``Session.closers``)."""
-    servers = session.mcp_servers
-    if not servers:
-        return None
-    with _HUBS_LOCK:
-        hub = _HUBS.get(session)
-        if hub is None:
-            hub = McpHub(servers, cwd=session.workspace, log_dir=session.paths.root,
-                         trace=session.trace, artifacts=session.paths.artifacts)
-            hub.cancel = session.cancel_requested
-            _HUBS[session] = hub
-            session.closers.append(hub.close)
-            hub.start_all()
-    return hub
-
-
-def open_notices(session: Session) -> list[str]:
-    """For a front end once the agent is built: one line per MCP server that could not
-    start (what the person is told when the session opens)."""
-    with _HUBS_LOCK:
-        hub = _HUBS.get(session)
-    return hub.start_notices() if hub is not None else []
-
-
-__all__ = ["CALL_CONTEXT", "McpFault", "McpHub", "RemoteTool", "fault_text", "hub_for",
-           "open_notices", "probe_servers"]
+__all__ = ["CALL_CONTEXT", "McpFault", "McpHub", "RemoteTool", "fault_text", "probe_servers"]

@@ -19,6 +19,7 @@ so the model always has a way to reach a server that comes back.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.types import interrupt
 
 from simagent.agent.approval import DECISIONS, waits
-from simagent.agent.mcp_tools import CALL_CONTEXT, McpHub, hub_for
+from simagent.agent.mcp_hubs import hub_for
 from simagent.context import thresholds as th
 from simagent.context.counting import count_tools
 from simagent.context.deferral_policy import (
@@ -41,6 +42,7 @@ from simagent.context.deferral_policy import (
 from simagent.context.state import current_view
 
 if TYPE_CHECKING:
+    from simagent.agent.mcp_tools import McpHub
     from simagent.context.settings import ContextSettings
     from simagent.context.tokens import Ruler
     from simagent.session import Session
@@ -151,33 +153,26 @@ class ToolDeferral(AgentMiddleware):
             request = request.override(tool=self._late.get(name), tool_call=call)
         return request, None
 
-    def _sink(self, request: Any) -> Any:
+    def _sink(self, request: Any) -> contextlib.AbstractContextManager[None]:
+        """Where an MCP call's progress goes while it runs: its tool card."""
         writer = getattr(request.runtime, "stream_writer", None)
         if request.tool_call["name"] in self.hub.catalog and callable(writer):
-            return CALL_CONTEXT.set((request.tool_call["id"], writer))
-        return None
+            return self.hub.progress_to(request.tool_call["id"], writer)
+        return contextlib.nullcontext()
 
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         request, answer = self._tool_call(request)
         if answer is not None:
             return answer
-        token = self._sink(request)
-        try:
+        with self._sink(request):
             return handler(request)
-        finally:
-            if token is not None:
-                CALL_CONTEXT.reset(token)
 
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         request, answer = self._tool_call(request)
         if answer is not None:
             return answer
-        token = self._sink(request)
-        try:
+        with self._sink(request):
             return await handler(request)
-        finally:
-            if token is not None:
-                CALL_CONTEXT.reset(token)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from simagent.agent.mcp_hubs import open_notices
 from simagent.cli_input import unwritable
 from simagent.config import Config, ConfigError, SessionOptions
 from simagent.kernel import KernelStartError
@@ -190,8 +191,6 @@ class TuiController(StatusFeed, TurnDriving):
         except (SubagentError, ValueError) as exc:
             self.conversation.note(f"cannot build the agent: {exc}", "error")
             return str(exc)
-        from simagent.agent.mcp_tools import open_notices  # langchain, likewise
-
         for line in open_notices(self.session):  # MCP servers that could not start
             self.conversation.note(line, "warning")
         self._load_pending()
