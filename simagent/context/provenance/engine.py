@@ -10,6 +10,10 @@ or list marker, a date, a small count, an identifier's digits), or gets one stat
   (``numbers.window``: rounding, unit prefixes, percent and fraction, sign): a cell's raw
   output (all of it, not only what the model saw), another tool's result, or the code a
   cell ran (a parameter it set). Its location is the execution, the line and that line.
+  A place that shows it only by chance backs nothing (:func:`_chance`: a row of a dense
+  log or table beside none of the answer's numbers around it, a one- or two-digit value
+  among many like it on a line that shares no word with the answer's), and a minus the
+  answer writes must be shown too.
 - ``derived``: within its shown digits of a difference, ratio, sum, mean or percent
   change of two of the answer's own sourced or input numbers (their full-precision
   source values, or as written); the operation and operands are named.
@@ -236,11 +240,11 @@ class SourceIndex:
         Of several, the one whose line also shows most of the telling numbers around it in
         the answer, then most of the answer's other telling numbers (``near``: a table row
         or summary line the answer reports from, not a per-step log line that shows the
-        value by chance), then the same written digits,
-        the same value, a line with fewer numbers (a result line, not a log row), a cell's
-        output before a tool's result before code, the latest execution. A place that
-        shows it by chance (:meth:`_chance`) is none; a number the answer writes with a
-        minus is shown only with one.
+        value by chance), then the same written digits, the same value, a line with fewer
+        numbers (a result line, not a log row), a cell's output before a tool's result
+        before code, the latest execution. A place that shows it only by chance
+        (:func:`_chance`) is none, and a number the answer writes with a minus is shown
+        only with one.
         """
         near = near or Near.alone()
         readings = [(abs(v), *window(v, q, REL_TOL)) for v, q in number.readings()]
@@ -488,7 +492,6 @@ class _Claims:
         return got
 
 
-
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]+")
 #: Words too common to tie an answer's sentence to a source line.
 _STOP = frozenset(re.findall(r"\w+", """
@@ -499,8 +502,9 @@ _STOP = frozenset(re.findall(r"\w+", """
 
 
 def _words(text: str) -> frozenset[str]:
-    """The words of ``text`` that can name a quantity: letters only (``tau_ms`` is ``tau``
-    and ``ms``), lower case, two letters or more, no common English word."""
+    """The words of ``text`` that can name a quantity: a letter and letters or digits
+    (``tau_ms`` is ``tau`` and ``ms``; ``y2``, ``h0`` and ``R0`` stay whole), lower case,
+    no common English word."""
     return frozenset(w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOP)
 
 
