@@ -314,10 +314,29 @@ class ForkedPopen(subprocess.Popen):
         return code
 
 
+#: ``PYTHON*`` variables a child may set to other values than the server's: read when its
+#: streams are built (:func:`_fresh_stdio`). Any other (``PYTHONPATH``, ``PYTHONWARNINGS``,
+#: ``PYTHONHASHSEED``...) acts at an interpreter's start, so a command that changes one
+#: gets a fresh interpreter.
+_PER_CHILD = frozenset({"PYTHONIOENCODING", "PYTHONUNBUFFERED"})
+
+
+def _python_vars(env: Any) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k not in _PER_CHILD}
+
+
+def servable(args: Sequence[Any], **kwargs: Any) -> bool:
+    """Whether :func:`popen` forks this command from the server."""
+    env = kwargs.get("env")
+    return simagent_args(args) is not None and not any(
+        kwargs.get(k) for k in ("preexec_fn", "pass_fds", "shell", "executable", "user",
+                                "group", "extra_groups", "process_group")) and (
+        env is None or _python_vars(env) == _python_vars(os.environ))
+
+
 def popen(args: Sequence[Any], **kwargs: Any) -> subprocess.Popen:
     """``subprocess.Popen(args, **kwargs)``, forked from the server when it can be."""
-    if simagent_args(args) is not None and not kwargs.get("preexec_fn") \
-            and not kwargs.get("pass_fds") and not kwargs.get("shell"):
+    if servable(args, **kwargs):
         return ForkedPopen(list(args), **kwargs)
     return subprocess.Popen(args, **kwargs)
 

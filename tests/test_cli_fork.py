@@ -87,3 +87,18 @@ def test_what_it_cannot_serve_runs_as_a_plain_subprocess() -> None:
     assert done.stdout == "plain\n"
     assert cli_fork.simagent_args([sys.executable, "-X", "importtime", "-m", "simagent"]) \
         is None
+
+
+def test_a_command_that_changes_the_interpreters_start_gets_a_fresh_one(tmp_path: Path) -> None:
+    """``PYTHONPATH`` (a plugin's site folder, say) acts when an interpreter starts: the
+    server's children cannot take it, so such a command runs as a plain subprocess."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "marker_mod.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    assert not cli_fork.servable([*SIMAGENT, "--version"], env=env)
+    assert cli_fork.servable([*SIMAGENT, "--version"], env={**os.environ,
+                                                            "PYTHONUNBUFFERED": "1"})
+    done = cli_fork.run([*SIMAGENT, "--version"], env=env, capture_output=True, text=True,
+                        timeout=60)
+    assert done.returncode == 0 and "simagent" in done.stdout.lower()
