@@ -78,8 +78,12 @@ def _serve(sock_path: str) -> dict[str, Any] | None:
     waiting: dict[int, socket.socket] = {}
     while True:
         _reap(waiting)
-        ready, _, _ = select.select([listener], [], [], 0.05)
-        if not ready:
+        ready, _, _ = select.select([listener, *waiting.values()], [], [], 0.05)
+        for pid, conn in list(waiting.items()):
+            if conn in ready and not _peek(conn):  # its client is gone: so is the command
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        if listener not in ready:
             continue
         conn, _ = listener.accept()
         try:
@@ -106,6 +110,16 @@ def _serve(sock_path: str) -> dict[str, Any] | None:
         waiting[pid] = conn
         with contextlib.suppress(OSError):
             conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+
+def _peek(conn: socket.socket) -> bool:
+    """Whether a readable connection is still open (clients send nothing after asking)."""
+    try:
+        return bool(conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
 
 
 def _reap(waiting: dict[int, socket.socket]) -> None:
@@ -365,5 +379,42 @@ def run(args: Sequence[Any], *, input: Any = None, capture_output: bool = False,
     return done
 
 
+# ------------------------------------------------------------------------ trampoline
+#: What a trampoline passes on to its command.
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+              signal.SIGUSR2, signal.SIGWINCH)
+
+
+def command(args: Sequence[str]) -> list[str]:
+    """A command line that runs ``simagent ARGS`` forked from this process's server, for
+    whatever starts its commands itself (the MCP SDK's stdio client, acpx): a bare
+    interpreter (the standard library's few imports) that hands the server its own
+    streams, folder and environment, lives as long as the command, passes signals on and
+    ends as the command did. Its environment's ``PYTHON*`` variables must be the suite's."""
+    return [sys.executable, os.path.abspath(__file__), "exec", _server(), *map(str, args)]
+
+
+def _exec(sock_path: str, args: list[str]) -> None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(sock_path)
+    request = {"args": args, "argv0": str(Path(sys.executable).with_name("simagent")),
+               "cwd": os.getcwd(), "env": dict(os.environ), "new_session": False}
+    socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+    lines = conn.makefile("rb")
+    pid = json.loads(lines.readline())["pid"]
+    for sig in _FORWARDED:
+        signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
+    line = lines.readline()
+    code = os.waitstatus_to_exitcode(json.loads(line)["status"]) if line else -signal.SIGKILL
+    if code < 0:  # end as the command did: by its signal
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        time.sleep(5)
+    sys.exit(code if code >= 0 else 128 - code)
+
+
 if __name__ == "__main__":
-    _server_main(sys.argv[1])
+    if sys.argv[1] == "exec":
+        _exec(sys.argv[2], sys.argv[3:])
+    else:
+        _server_main(sys.argv[1])

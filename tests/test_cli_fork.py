@@ -102,3 +102,30 @@ def test_a_command_that_changes_the_interpreters_start_gets_a_fresh_one(tmp_path
     done = cli_fork.run([*SIMAGENT, "--version"], env=env, capture_output=True, text=True,
                         timeout=60)
     assert done.returncode == 0 and "simagent" in done.stdout.lower()
+
+
+def test_a_trampoline_command_line_runs_simagent_for_launchers_of_their_own(
+        workspace: Path, tmp_path: Path) -> None:
+    """What the MCP SDK or acpx start: ``cli_fork.command`` is a command line whose
+    process ends as simagent did, and a signal to it reaches simagent."""
+    model = scripted(tmp_path, [{"final": "via trampoline"}])
+    line = cli_fork.command(["run", "--model", model, "go"])
+    assert line[0] == sys.executable and "-m" not in line
+    done = subprocess.run(line, cwd=workspace, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "via trampoline\n", done.stderr
+    bad = subprocess.run(cli_fork.command(["run", "--no-such-flag"]), cwd=workspace,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--no-such-flag" in bad.stderr
+    slow = scripted(tmp_path, [{"tool": "run_python", "args": {"code": "import time\n"
+                                                                "time.sleep(60)"}},
+                               {"final": "never"}])
+    proc = subprocess.Popen(cli_fork.command(["run", "--model", slow, "go"]), cwd=workspace,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(3)
+        proc.terminate()
+        assert proc.wait(timeout=60) != 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
