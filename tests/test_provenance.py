@@ -232,3 +232,11 @@ def test_a_one_digit_figure_is_not_derived():
                     *sources)
     assert got["0.5"] == "unsourced"  # 0.75 - 0.2 = 0.55 rounds to it: no derivation
     assert got["3.2983 ms"] == "derived"
+
+
+def test_a_capital_alone_names_a_quantity_a_setting_shares():
+    dense = out("\n".join(f"Parameter X{i} coefficient    {290 + i % 20}.0" for i in range(300)),
+                2)
+    answer = "The run held T at 300 K."
+    assert status_of(answer, dense) == {"300 K": "unsourced"}
+    assert status_of(answer, dense, Source("code", "T = 300", 3)) == {"300 K": "sourced"}

@@ -492,7 +492,7 @@ class _Claims:
         return got
 
 
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]+")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9]+|\b[A-Z]\b")
 #: Words too common to tie an answer's sentence to a source line.
 _STOP = frozenset(re.findall(r"\w+", """
     the and for with from that this are was were is be been at of in on to by as or an it
@@ -503,8 +503,8 @@ _STOP = frozenset(re.findall(r"\w+", """
 
 def _words(text: str) -> frozenset[str]:
     """The words of ``text`` that can name a quantity: a letter and letters or digits
-    (``tau_ms`` is ``tau`` and ``ms``; ``y2``, ``h0`` and ``R0`` stay whole), lower case,
-    no common English word."""
+    (``tau_ms`` is ``tau`` and ``ms``; ``y2``, ``h0`` and ``R0`` stay whole) or a capital
+    alone (``T``, ``B``, ``K``), lower case, no common English word."""
     return frozenset(w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOP)
 
 
