@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+import cli_fork
 import httpx
 from waiting import stopped
 
@@ -37,7 +38,7 @@ def serving(workspace: Path, log: Path, token: str, *args: str,
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
     with open(log, "w") as err:
-        server = subprocess.Popen(
+        server = cli_fork.popen(
             [SIMAGENT, "mcp", "--workspace", str(workspace), "--http", str(port), *args],
             env={**(os.environ if env is None else env), ops.TOKEN_ENV: token},
             stdout=subprocess.DEVNULL, stderr=err)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import cli_fork
 import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters, types
@@ -41,8 +42,8 @@ def _text(result: types.CallToolResult) -> str:
 
 @asynccontextmanager
 async def _stdio(workspace: Path, errlog: Path, *args: str) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(command=SIMAGENT, env=dict(os.environ),
-                                   args=["mcp", "--workspace", str(workspace), *args])
+    line = cli_fork.command(["mcp", "--workspace", str(workspace), *args])
+    params = StdioServerParameters(command=line[0], args=line[1:], env=dict(os.environ))
     with open(errlog, "w") as err:
         async with stdio_client(params, errlog=err) as (read, write), \
                 ClientSession(read, write, read_timeout_seconds=timedelta(seconds=CALL_S)) as s:
@@ -155,8 +156,8 @@ def test_stdio_runs_cells_caps_greps_reports_progress_and_cancels(workspace: Pat
     assert execs[spin]["status"] == "interrupted"
     assert results[calls[-1]["id"]]["outcome"] == "interrupted"  # the one running at exit
     assert events[-1][0] == "session_end"  # the kernel stopped when the client left
-    md = subprocess.run([SIMAGENT, "transcript", "--workspace", str(workspace), "-o", "-"],
-                        capture_output=True, text=True, timeout=120)
+    md = cli_fork.run([SIMAGENT, "transcript", "--workspace", str(workspace), "-o", "-"],
+                      capture_output=True, text=True, timeout=120)
     assert md.returncode == 0, md.stderr
     assert "print(x, y)" in md.stdout and "41 5" in md.stdout
 
@@ -308,8 +309,8 @@ def test_http_needs_the_token_and_runs_nothing_without_it(workspace: Path,
 @pytest.mark.slow
 @pytest.mark.parametrize("args", [["--http", "nope"], ["--sim", "no-such-simulator"]])
 def test_bad_command_lines_fail_in_one_line(workspace: Path, args: list[str]) -> None:
-    done = subprocess.run([SIMAGENT, "mcp", "--workspace", str(workspace), *args],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    done = cli_fork.run([SIMAGENT, "mcp", "--workspace", str(workspace), *args],
+                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("simagent: error: ") and done.stderr.count("\n") == 1
 
@@ -323,13 +324,11 @@ def test_a_client_no_one_here_wrote_runs_a_cell(workspace: Path) -> None:
     npx = shutil.which("npx")
     if npx is None:
         pytest.skip("npx is not installed")
-    bin_dir = str(Path(SIMAGENT).parent)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    server = cli_fork.command(["mcp", "--workspace", str(workspace)])
     done = subprocess.run([npx, "-y", "@modelcontextprotocol/inspector@0.15.0", "--cli",
-                           "simagent", "mcp", "--workspace", str(workspace), "--method",
-                           "tools/call", "--tool-name", "run_python", "--tool-arg",
-                           "code=print(6 * 7)"],
-                          capture_output=True, text=True, timeout=600, env=env,
+                           *server, "--method", "tools/call", "--tool-name", "run_python",
+                           "--tool-arg", "code=print(6 * 7)"],
+                          capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)
     if done.returncode != 0 and re.search(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ETIMEDOUT",
                                           done.stderr):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import cli_fork
 import httpx
 import nbformat
 import psutil
@@ -84,15 +85,15 @@ def test_restore_replays_reset_clears_and_the_session_exports(workspace: Path,
     recoveries = [p for k, p in events if k == "kernel_recovery"]
     assert [r.get("trigger") for r in recoveries] == ["restore"], recoveries
     # the MCP session reads back as any session does
-    md = subprocess.run([SIMAGENT, "transcript", "--workspace", str(workspace), "-o", "-"],
-                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    md = cli_fork.run([SIMAGENT, "transcript", "--workspace", str(workspace), "-o", "-"],
+                      capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert md.returncode == 0, md.stderr
     assert "print(x + 1, y)" in md.stdout and "42 4.0" in md.stdout
     assert "restore" in md.stdout and "reset" in md.stdout
     nb_path = tmp_path / "mcp.ipynb"
-    nb = subprocess.run([SIMAGENT, "notebook", "--workspace", str(workspace), "-o",
-                         str(nb_path)], capture_output=True, text=True, timeout=120,
-                        stdin=subprocess.DEVNULL)
+    nb = cli_fork.run([SIMAGENT, "notebook", "--workspace", str(workspace), "-o",
+                       str(nb_path)], capture_output=True, text=True, timeout=120,
+                      stdin=subprocess.DEVNULL)
     assert nb.returncode == 0, nb.stderr
     notebook = nbformat.read(nb_path, as_version=4)
     nbformat.validate(notebook)
@@ -127,8 +128,10 @@ def test_a_cancel_while_the_kernel_starts_means_the_cell_never_runs(workspace: P
     (hold / "sitecustomize.py").write_text(_HOLD)
     env = {**os.environ, "SIMAGENT_TEST_HOLD": str(hold),
            "PYTHONPATH": os.pathsep.join([str(hold), os.environ.get("PYTHONPATH", "")])}
-    params = StdioServerParameters(command=SIMAGENT, env=env,
-                                   args=["mcp", "--workspace", str(workspace)])
+    # PYTHONPATH acts in the kernel's launcher, a fresh interpreter simagent starts with
+    # this environment, not in simagent itself: a forked simagent passes it on the same
+    line = cli_fork.command(["mcp", "--workspace", str(workspace)])
+    params = StdioServerParameters(command=line[0], args=line[1:], env=env)
 
     async def wait_for(check: Callable[[], bool]) -> None:
         with anyio.fail_after(CALL_S):
@@ -179,9 +182,9 @@ def test_a_port_in_use_fails_in_one_line_before_any_announcement(workspace: Path
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([SIMAGENT, "mcp", "--workspace", str(workspace), "--http",
-                               str(port)], capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
+        done = cli_fork.run([SIMAGENT, "mcp", "--workspace", str(workspace), "--http",
+                             str(port)], capture_output=True, text=True, timeout=120,
+                            stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == (f"simagent: error: cannot serve on 127.0.0.1:{port}: Address "
                            f"already in use (another server has this port: choose another)\n")
@@ -215,9 +218,12 @@ def test_a_signal_while_a_cell_runs_interrupts_it_and_stops_the_kernel(
             tg.start_soon(run, s)
             with anyio.fail_after(CALL_S):
                 await spinning.wait()
+            # the process the client started (cli_fork's trampoline, which passes the
+            # signal on and ends as the server does); the server's kernel is a process of
+            # this test's, the server forked from cli_fork's
             server = next(p for p in psutil.Process().children()
                           if str(workspace) in " ".join(p.cmdline()))
-            got["kernels"] = [p for p in server.children(recursive=True)
+            got["kernels"] = [p for p in psutil.Process().children(recursive=True)
                               if "simagent.kernel.launcher" in " ".join(p.cmdline())]
             server.send_signal(signum)
             # stdin stays open: the server must end by itself
@@ -259,10 +265,11 @@ def test_ctrl_c_stops_the_http_server_with_130(workspace: Path, inherited: str) 
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     command = [SIMAGENT, "mcp", "--workspace", str(workspace), "--http", str(port)]
-    if inherited == "ignored":  # exec keeps the ignored disposition
+    if inherited == "ignored":  # exec keeps the ignored disposition; a command cli_fork
+        # forks would not inherit it, so sh starts a fresh interpreter (popen's fallback)
         command = ["sh", "-c", 'trap "" INT; exec "$0" "$@"', *command]
-    server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+    server = cli_fork.popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
     try:
         assert server.stderr is not None
         first = server.stderr.readline()  # announced once the port is bound
@@ -284,9 +291,9 @@ def test_run_by_hand_in_a_terminal_it_says_what_it_waits_for(workspace: Path) ->
     import select
 
     primary, secondary = pty.openpty()
-    server = subprocess.Popen([SIMAGENT, "mcp", "--workspace", str(workspace)],
-                              stdin=secondary, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+    server = cli_fork.popen([SIMAGENT, "mcp", "--workspace", str(workspace)],
+                            stdin=secondary, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
     os.close(secondary)
     try:
         assert server.stderr is not None
