@@ -264,14 +264,14 @@ class SourceIndex:
         lines = {id(h): near.weigh(h[1], h[0].text, h[3]) for h in found}
 
         def weight(hit: _Hit) -> tuple[int, int]:
-            local, shared, _crowd = lines[id(hit)]
+            local, shared, _line = lines[id(hit)]
             return -local, -shared
 
         def key(hit: _Hit) -> tuple[Any, ...]:  # the rest of the order, within one weight
             src, _read, seen, a, b = hit
             return (_digits(src.text[a:b]) != digits,
                     not any(math.isclose(seen, v, rel_tol=1e-9) for v, _lo, _hi in readings),
-                    lines[id(hit)][2],
+                    lines[id(hit)][2].crowd,
                     SOURCED_KINDS.index(src.kind) if src.kind in SOURCED_KINDS else 9,
                     -(src.execution if src.execution is not None else -1), a)
 
@@ -310,7 +310,7 @@ _Hit = tuple[Source, "Read", float, int, int]
 _MINUS = ("-", "\u2212")
 
 
-def _chance(hit: _Hit, weight: tuple[int, int, int], near: Near, telling: bool,
+def _chance(hit: _Hit, weight: tuple[int, int, _Line], near: Near, telling: bool,
             common: Callable[[], bool]) -> bool:
     """Whether ``hit`` shows the answer's number only by chance; ``weight`` is its line's
     (:meth:`Near.weigh`), ``common`` whether the sources hold values near it by chance.
@@ -332,12 +332,12 @@ def _chance(hit: _Hit, weight: tuple[int, int, int], near: Near, telling: bool,
     Measured on the labelled set: fabricated values that rows of dense logs and tables
     back by chance, and a plan's settings that a parameter listing shows.
     """
-    local, shared, crowd = weight
+    local, shared, line = weight
     if local:
         return False
     if not telling:
         return common() and not near.words_shared(hit[0].text, hit[3], hit[4])
-    if crowd < LOG_ROW_NUMBERS:
+    if line.crowd < LOG_ROW_NUMBERS:
         return False
     if hit[1].lines >= LOG_LINES:
         return True
@@ -401,13 +401,13 @@ class Near:
         return any(w in t or t in w for w in mine if len(w) >= 4
                    for t in theirs if len(t) >= 4)
 
-    def weigh(self, read: Read, text: str, at: int) -> tuple[int, int, int]:
+    def weigh(self, read: Read, text: str, at: int) -> tuple[int, int, _Line]:
         """(how many neighbours, how many other telling numbers of the answer the line at
-        ``at`` shows, how many numbers it shows): the line within :data:`SHARED_CHARS` of
-        ``at``, a progress bar's ``\\r`` ending a line too."""
-        hit, crowd = self.claims.on_line(read, text, at)
-        hit = hit - {self.own}
-        return len(hit & self.local), len(hit), crowd
+        ``at`` shows, that line): the line within :data:`SHARED_CHARS` of ``at``, a
+        progress bar's ``\\r`` ending a line too."""
+        line = self.claims.on_line(read, text, at)
+        hit = line.claims - {self.own}
+        return len(hit & self.local), len(hit), line
 
 
 class _Claims:
@@ -433,8 +433,8 @@ class _Claims:
         self._union_his = [m[1] for m in merged]
         self._telling = telling
         self.answer = answer
-        self._lines: dict[tuple[int, int, int], tuple[frozenset[int], int]] = {}
-        self._at: dict[tuple[int, int], tuple[frozenset[int], int]] = {}
+        self._lines: dict[tuple[int, int, int], _Line] = {}
+        self._at: dict[tuple[int, int], _Line] = {}
         self._near_words: dict[int, frozenset[str]] = {}
         self._words: dict[tuple[int, int], frozenset[str]] = {}
 
@@ -476,20 +476,38 @@ class _Claims:
                     hit.add(i)
         return frozenset(hit)
 
-    def on_line(self, read: Read, text: str, at: int) -> tuple[frozenset[int], int]:
-        """(the claims the line at ``at`` shows, how many numbers it shows)."""
+    def on_line(self, read: Read, text: str, at: int) -> _Line:
+        """The line at ``at`` with the claims it shows."""
         if (got := self._at.get((id(read), at))) is not None:
             return got
         start, end = _line_bounds(text, at, at)
         if (got := self._lines.get((id(read), start, end))) is None:
             i, j = bisect.bisect_left(read.starts, start), bisect.bisect_left(read.starts, end)
-            # an identifier's digits (y1, d2d_ESI2) make no row of numbers
-            crowd = sum(1 for st in set(read.starts[i:j])
-                        if not (st and (text[st - 1].isalpha() or text[st - 1] == "_")))
-            got = self._lines[(id(read), start, end)] = (self.matched(read.by_start[i:j]),
-                                                         crowd)
+            got = self._lines[(id(read), start, end)] = _Line(
+                self.matched(read.by_start[i:j]), read, text, i, j)
         self._at[(id(read), at)] = got
         return got
+
+
+class _Line:
+    """A source line as one answer weighs it: the answer's claims it shows, and how many
+    numbers it shows (``crowd``, counted when first asked: few lines are)."""
+
+    __slots__ = ("_crowd", "_read", "_span", "_text", "claims")
+
+    def __init__(self, claims: frozenset[int], read: Read, text: str, i: int, j: int) -> None:
+        self.claims, self._read, self._text, self._span = claims, read, text, (i, j)
+        self._crowd: int | None = None
+
+    @property
+    def crowd(self) -> int:
+        """How many numbers the line shows; an identifier's digits (y1, d2d_ESI2) make no
+        row of numbers."""
+        if self._crowd is None:
+            text, (i, j) = self._text, self._span
+            self._crowd = sum(1 for st in set(self._read.starts[i:j])
+                              if not (st and (text[st - 1].isalpha() or text[st - 1] == "_")))
+        return self._crowd
 
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]+|\b[A-Z]\b")
