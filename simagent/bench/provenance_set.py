@@ -142,22 +142,27 @@ def evaluate(root: Path | None = None) -> Scores:
 
 def timing(root: Path | None = None, runs: int = 7) -> str:
     """The engine's cost on the longest answer of the set, its sources already read (a
-    session's outputs are read once, as each cell ends): min and median of ``runs``."""
+    session's outputs are read once, as each cell ends): min and median of ``runs``, wall
+    clock and this process's CPU time (on a shared, loaded machine the wall clock also
+    counts the time other processes ran)."""
     root = set_dir() if root is None else root
     case, answer = max(((c, a) for c in (root / "cases").iterdir() if c.is_dir()
                         for a in c.glob("answer.md")), key=lambda ca: len(ca[1].read_text()))
     sources, text = case_sources(case), answer.read_text()
     trace_answer(text, SourceIndex(sources))  # reads each source once
-    times = []
+    times, cpu = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         trace_answer(text, SourceIndex(sources))
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     times.sort()
+    cpu.sort()
     size = sum(len(s.text) for s in sources) / 1e6
     return (f"Cost on the longest answer ({case.name}, {len(text)} characters, {size:.1f} MB "
             f"of sources): {1000 * times[0]:.0f} ms min, {1000 * times[runs // 2]:.0f} ms "
-            f"median of {runs}.")
+            f"median of {runs} (CPU time {1000 * cpu[0]:.0f} ms min, "
+            f"{1000 * cpu[runs // 2]:.0f} ms median).")
 
 
 def report(root: Path | None = None) -> str:
