@@ -27,6 +27,10 @@ from simagent.trace import redact
 
 #: Per-test limit for tests marked ``slow`` (wheel builds, whole bench runs).
 SLOW_TIMEOUT_S = 900
+#: ``make test-deep`` (CI runs it after ``make test``) sets it: the tests marked ``deep``
+#: (the second and third workflow of a claim ``make test`` shows with one) run, and
+#: those marked ``sampled`` take their larger samples (:func:`sample`).
+DEEP = os.environ.get("SIMAGENT_TEST_DEEP") == "1"
 #: Set to a fresh value in each pytest process (each xdist worker), inherited by what
 #: its tests start: finds their kernels and servers even once they were reparented.
 RUN_TAG_ENV = "SIMAGENT_TEST_RUN"
@@ -39,6 +43,11 @@ _KEPT = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 _LEAK_SETTLE_S = 10.0
 #: (pid, start time) of each process seen after a test -> that test, to name the leaker.
 _started_during: dict[tuple[int, float], str] = {}
+
+
+def sample(usual: int, deep: int) -> int:
+    """A property test's sample size: ``usual`` in ``make test``, ``deep`` in test-deep."""
+    return deep if DEEP else usual
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -260,7 +260,9 @@ BENCH = {"pybamm": "pybamm-rate-capability", "cantera": "cantera-ignition-map",
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sim", sorted(BENCH))
+@pytest.mark.parametrize("sim", [  # cantera's and ase's take half a minute each: test-deep
+    pytest.param("ase", marks=pytest.mark.deep), pytest.param("cantera", marks=pytest.mark.deep),
+    "pybamm"])
 def test_longest_bench_output_digests_to_a_tenth_keeping_every_notable_line(tmp_path, sim):
     """Replays the simulator's long bench workflow in a real kernel (as ``simagent bench``
     records it) and digests its longest output."""

@@ -1,4 +1,4 @@
-"""SIGKILL a live session at random moments, hundreds of times, and check it survives.
+"""SIGKILL a live session at random moments, dozens to hundreds of times, and check it survives.
 
 Property: whatever instruction a simagent process is on when it is SIGKILLed (streaming
 a model reply, running a cell, compacting the context, writing the trace, starting the
@@ -15,7 +15,7 @@ kernel, repairing a resume), what it leaves on disk is consistent and resumable:
 Real parts throughout: real SIGKILL, real SQLite, real kernels, the real deepagents graph
 with a scripted model at a 16k window (so compaction runs often). Children fork from a
 warmed fork server (``simagent.bench.kill_child``). ``SIMAGENT_KILLS`` sets the number of
-kills (default 200; the lead raises it for the data-safety figure).
+kills (50 in ``make test``; ``make test-deep``, which CI runs, sets 300).
 """
 
 from __future__ import annotations
@@ -36,10 +36,11 @@ from simagent.bench.kill_child import (
 from simagent.bench.kill_series import run_series
 from simagent.paths import SessionPaths
 
-KILLS = int(os.environ.get("SIMAGENT_KILLS", "200"))
+KILLS = int(os.environ.get("SIMAGENT_KILLS", "50"))
 
 
 @pytest.mark.real
+@pytest.mark.sampled
 def test_sigkill_at_random_moments_leaves_a_consistent_resumable_session(tmp_path):
     series = run_series(tmp_path, KILLS, kill_context())
     assert not series.problems, "\n".join(series.problems[:40])

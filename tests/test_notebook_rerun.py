@@ -5,7 +5,8 @@ replay:WF``: the real graph, a real kernel), exported with ``simagent notebook``
 re-executed by the bench's notebook check (:mod:`simagent.bench.notebook_rerun`): a fresh
 kernel in a fresh folder holding only the workflow's inputs, no cell may fail, and every
 number its reports gave must come out the same to the digits shown. One workflow per
-simulator the issue names, each with reported key values: pybamm, cantera, scipy.
+simulator the issue names, each with reported key values: cantera in ``make test``;
+pybamm and scipy's stiff kinetics, a minute of simulation each, in ``make test-deep``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from simagent.bench import notebook_rerun
 from simagent.bench.workflow import resolve_workflows
 from simagent.notebooks import rerun
 
-WORKFLOWS = ["pybamm-rate-capability", "cantera-source-subagent", "scipy-stiff-kinetics"]
+WORKFLOWS = [pytest.param("pybamm-rate-capability", marks=pytest.mark.deep),
+             "cantera-source-subagent",
+             pytest.param("scipy-stiff-kinetics", marks=pytest.mark.deep)]
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import sample
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -190,7 +191,8 @@ def test_running_card_shows_code_and_a_live_tail():
 
 
 @pytest.mark.slow
-@settings(max_examples=120, deadline=None)
+@pytest.mark.sampled
+@settings(max_examples=sample(30, 120), deadline=None)  # narrow and expanded: 0.3 s each
 @given(st.sampled_from(HOSTILE), st.integers(min_value=1, max_value=30),
        st.booleans())
 def test_hostile_text_never_breaks_the_layout(hostile, width, expanded):
