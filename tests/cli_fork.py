@@ -27,6 +27,7 @@ streams from its own environment, as a fresh interpreter would.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -71,6 +72,11 @@ def _serve(sock_path: str) -> dict[str, Any] | None:
         from simagent.context.tokens import encoding
 
         encoding()
+    # A child's garbage collections, and the one at its exit, would walk every object
+    # imported here and write to each one's page (copy-on-write): 0.7 CPU-s per command,
+    # most of a usage error's cost. Frozen, they are left out of the child's collections.
+    gc.collect()
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(sock_path)
     listener.listen(64)
@@ -107,9 +113,7 @@ def _serve(sock_path: str) -> dict[str, Any] | None:
             return request
         for fd in fds:
             os.close(fd)
-        waiting[pid] = conn
-        with contextlib.suppress(OSError):
-            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+        waiting[pid] = conn  # the child says its pid once it is set up (_become)
 
 
 def _peek(conn: socket.socket) -> bool:
@@ -138,8 +142,10 @@ def _reap(waiting: dict[int, socket.socket]) -> None:
 
 
 def _become(request: dict[str, Any]) -> None:
-    """In the child: take the test's streams, folder, environment and arguments."""
-    request["conn"].close()
+    """In the child: take the test's streams, folder, environment and arguments, then tell
+    the client its pid. ``Popen`` returns once its child has its session and streams (it
+    waits for the exec), so a test may look at the process group at once: the pid goes
+    back only when this child is as far along."""
     if request["new_session"]:
         os.setsid()
     for target, fd in enumerate(request["fds"]):
@@ -158,6 +164,8 @@ def _become(request: dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
+    with request["conn"] as conn, contextlib.suppress(OSError):  # the server sends the rest
+        conn.sendall(json.dumps({"pid": os.getpid()}).encode() + b"\n")
 
 
 def _fresh_stdio() -> tuple[Any, Any, Any]:
@@ -279,7 +287,10 @@ class ForkedPopen(subprocess.Popen):
             first = self._line(START_WAIT_S)
             if first is None:
                 raise OSError("the CLI fork server did not answer")
-            self.pid = json.loads(first)["pid"]
+            answer = json.loads(first)
+            if "pid" not in answer:  # it ended before it was set up: its stderr says why
+                raise OSError(f"simagent could not start in the CLI fork server: {answer}")
+            self.pid = answer["pid"]
         except BaseException:
             self._conn.close()
             raise
