@@ -1,6 +1,7 @@
 """``simagent acp`` driven by the ACP SDK's own client (``acp.spawn_agent_process``).
 
-Each test starts the real command (``python -m simagent acp``) with a scripted model, so
+Each test starts the real command (``simagent acp``, forked by :mod:`cli_fork` behind the
+command line the SDK starts) with a scripted model, so
 the graph, the runner, approval, the trace and the kernel are the real ones; only the
 model's words are fixed. The in-memory kernel serves the slow group; the ``real`` test
 runs a kernel process (cancel keeps a variable; a client that goes mid-turn leaves no
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import cli_fork
 import psutil
 import pytest
 from acp import PROTOCOL_VERSION, Client, RequestError, spawn_agent_process, text_block
@@ -104,7 +106,9 @@ def script(tmp_path: Path, steps: list[dict[str, Any]], name: str = "script.json
 
 
 def agent_args(model: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "simagent", "acp", "--model", model, *extra]
+    """The command line a client starts: cli_fork's trampoline, which ends as the forked
+    ``simagent acp`` does and passes signals on."""
+    return cli_fork.command(["acp", "--model", model, *extra])
 
 
 async def start(client: Recorder, model: str, *extra: str) -> Any:
@@ -480,8 +484,11 @@ def test_cancel_keeps_the_kernel_state_and_a_client_gone_mid_turn_leaves_nothing
             assert r.stop_reason == "end_turn"
             assert "x + 1 = 42" in text_of(client.take())
 
-            kernels = [p for p in psutil.Process(proc.pid).children(recursive=True)]
-            assert kernels, "no kernel process under the agent"
+            # the agent is forked from cli_fork's server, not a child of ``proc`` (its
+            # trampoline): its kernel is this test's only one
+            kernels = [p for p in psutil.Process().children(recursive=True)
+                       if "simagent.kernel.launcher" in " ".join(p.cmdline())]
+            assert kernels, "no kernel process of the agent's"
             going = asyncio.create_task(prompt(conn, sid, "sleep again"))
             await client.wait_for(lambda k, u: k == "tool_call_update"
                                   and u.status == "in_progress")
