@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+import cli_fork
 import pytest
 from conftest import write_config
 
@@ -92,9 +93,9 @@ def cli(workspace: Path, *args: str, timeout: float = 180,
         stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
     env["OPENAI_API_KEY"] = FAKE_KEY
-    return subprocess.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
-                          capture_output=True, timeout=timeout,
-                          input=stdin if stdin is not None else "")
+    return cli_fork.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
+                        capture_output=True, timeout=timeout,
+                        input=stdin if stdin is not None else "")
 
 
 def script(path: Path, steps: list[dict]) -> str:
