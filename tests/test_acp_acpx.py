@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+import cli_fork
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -57,7 +58,7 @@ def test_acpx_runs_a_scripted_turn(tmp_path, workspace):
     script.write_text(json.dumps(steps))
     home = tmp_path / "home"
     home.mkdir()
-    agent = f"{sys.executable} -m simagent acp --model scripted:{script}"
+    agent = shlex.join(cli_fork.command(["acp", "--model", f"scripted:{script}"]))
     done = subprocess.run([str(acpx), "--agent", agent, "--approve-all", "exec",
                            "what is six times seven?"], cwd=workspace,
                           env={**os.environ, "HOME": str(home)}, capture_output=True,

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import cli_fork
 import pytest
 from acp import PROTOCOL_VERSION
 from acp.schema import (
@@ -121,7 +122,7 @@ def acpx_turn(tmp_path: Path, ws: Path, steps: list[dict[str, Any]], *flags: str
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     model = script(tmp_path, steps, name=f"acpx-{len(list(tmp_path.iterdir()))}.json")
-    agent = f"{sys.executable} -m simagent acp --model {model} --approval auto"
+    agent = shlex.join(cli_fork.command(["acp", "--model", model, "--approval", "auto"]))
     return subprocess.run([str(acpx), *flags, "--agent", agent, "exec", "change files"],
                           cwd=ws, env={**os.environ, "HOME": str(home)},
                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
