@@ -54,8 +54,11 @@ PRELOAD = (
 )
 #: How long a test waits for the server to start (imports on a loaded machine).
 START_WAIT_S = 120.0
-#: The longest request the server reads (argv, working folder, environment).
-_MAX_REQUEST = 1 << 20
+#: The longest request the server reads (argv, working folder, environment): more than
+#: an ``exec`` takes (2 MiB on Linux), as JSON.
+_MAX_REQUEST = 8 << 20
+#: How long the server waits for the rest of a request it has begun to read.
+_REQUEST_WAIT_S = 30.0
 _SERVER: dict[str, Any] = {}
 _SERVER_LOCK = threading.Lock()
 
@@ -93,8 +96,7 @@ def _serve(sock_path: str) -> dict[str, Any] | None:
             continue
         conn, _ = listener.accept()
         try:
-            data, fds, _, _ = socket.recv_fds(conn, _MAX_REQUEST, 3)
-            request = json.loads(data)
+            request, fds = _read_request(conn)
         except (OSError, ValueError):
             conn.close()
             continue
@@ -114,6 +116,31 @@ def _serve(sock_path: str) -> dict[str, Any] | None:
         for fd in fds:
             os.close(fd)
         waiting[pid] = conn  # the child says its pid once it is set up (_become)
+
+
+def _send_request(conn: socket.socket, request: dict[str, Any], fds: Sequence[int]) -> None:
+    """One JSON line, the streams with its first bytes: a long one (a big prompt given as
+    arguments) takes more than one read."""
+    data = json.dumps(request).encode() + b"\n"
+    sent = socket.send_fds(conn, [data], fds)
+    conn.sendall(data[sent:])
+
+
+def _read_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    conn.settimeout(_REQUEST_WAIT_S)
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    try:
+        while not data.endswith(b"\n"):
+            chunk = conn.recv(1 << 16)
+            if not chunk or len(data) > _MAX_REQUEST:
+                raise ValueError("a cut or oversized request")
+            data += chunk
+        conn.settimeout(None)
+        return json.loads(data), fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
 
 
 def _peek(conn: socket.socket) -> bool:
@@ -238,7 +265,7 @@ def stop() -> None:
             return
         with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as s:
             s.connect(_SERVER["sock"])
-            s.sendall(json.dumps({"stop": True}).encode())
+            _send_request(s, {"stop": True}, [])
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -253,7 +280,7 @@ def stop() -> None:
 def simagent_args(args: Sequence[Any]) -> list[str] | None:
     """The simagent arguments of a command line this module can serve, else ``None``:
     ``python -m simagent ...`` with this interpreter, or the venv's ``simagent``."""
-    args = [os.fspath(a) for a in args]
+    args = [os.fsdecode(a) for a in args]  # bytes as a fresh interpreter's sys.argv has them
     if args[:3] == [sys.executable, "-m", "simagent"]:
         return args[3:]
     if args and args[0] == str(Path(sys.executable).with_name("simagent")):
@@ -276,14 +303,15 @@ class ForkedPopen(subprocess.Popen):
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                errwrite if errwrite != -1 else 2]
         request = {"args": simagent, "argv0": str(Path(sys.executable).with_name("simagent")),
-                   "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
-                   "env": dict(os.environ if env is None else env),
+                   "cwd": os.fsdecode(cwd) if cwd is not None else os.getcwd(),
+                   "env": {os.fsdecode(k): os.fsdecode(v)
+                           for k, v in (os.environ if env is None else env).items()},
                    "new_session": bool(start_new_session)}
         self._buf, self._eof, self._status_lock = b"", False, threading.Lock()
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._conn.connect(_server())
-            socket.send_fds(self._conn, [json.dumps(request).encode()], fds)
+            _send_request(self._conn, request, fds)
             first = self._line(START_WAIT_S)
             if first is None:
                 raise OSError("the CLI fork server did not answer")
@@ -410,7 +438,7 @@ def _exec(sock_path: str, args: list[str]) -> None:
     conn.connect(sock_path)
     request = {"args": args, "argv0": str(Path(sys.executable).with_name("simagent")),
                "cwd": os.getcwd(), "env": dict(os.environ), "new_session": False}
-    socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+    _send_request(conn, request, [0, 1, 2])
     lines = conn.makefile("rb")
     pid = json.loads(lines.readline())["pid"]
     for sig in _FORWARDED:
