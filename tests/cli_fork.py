@@ -186,6 +186,7 @@ def _become(request: dict[str, Any]) -> None:
     random.seed()
     if np := sys.modules.get("numpy"):
         np.random.seed()
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     sys.stdin, sys.stdout, sys.stderr = _fresh_stdio()
     sys.argv = [request["argv0"], *request["args"]]
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -368,10 +369,12 @@ class ForkedPopen(subprocess.Popen):
 
 
 #: ``PYTHON*`` variables a child may set to other values than the server's: read when its
-#: streams are built (:func:`_fresh_stdio`). Any other (``PYTHONPATH``, ``PYTHONWARNINGS``,
+#: streams are built (:func:`_fresh_stdio`), or ``sys.dont_write_bytecode``, which a child
+#: sets from its own environment (an environment built from scratch, as the attack bench's
+#: lab does, leaves it out). Any other (``PYTHONPATH``, ``PYTHONWARNINGS``,
 #: ``PYTHONHASHSEED``...) acts at an interpreter's start, so a command that changes one
 #: gets a fresh interpreter.
-_PER_CHILD = frozenset({"PYTHONIOENCODING", "PYTHONUNBUFFERED"})
+_PER_CHILD = frozenset({"PYTHONIOENCODING", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"})
 
 
 def _python_vars(env: Any) -> dict[str, str]:
