@@ -24,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import cli_fork
 import psutil
 import pytest
 from jupyter_client import BlockingKernelClient
@@ -114,8 +115,8 @@ def stop(proc: subprocess.Popen, kids: list[psutil.Process]) -> None:
 
 def cli(workspace: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    return subprocess.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
-                          capture_output=True, timeout=timeout)
+    return cli_fork.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
+                        capture_output=True, timeout=timeout)
 
 
 def scripted(path: Path, steps: list[dict]) -> str:
@@ -239,9 +240,9 @@ def test_a_server_kernel_by_id_survives_a_sigkilled_simagent(server_kernel, work
                                                 f".close()\nimport time\ntime.sleep(300)"}},
         {"final": "done"}])
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    agent = subprocess.Popen([*SIMAGENT, "run", "--kernel", server_kernel.id, "--model",
-                              model, "go"], cwd=workspace, env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = cli_fork.popen([*SIMAGENT, "run", "--kernel", server_kernel.id, "--model",
+                            model, "go"], cwd=workspace, env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         until(flag.exists, 180, "the agent's cell running in the server kernel")
     finally:
@@ -445,9 +446,9 @@ def test_ctrl_c_stops_the_agents_cell_and_leaves_the_kernel_running(jupyter_kern
                                                 f".close()\nimport time\ntime.sleep(300)"}},
         {"final": "done"}])
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    agent = subprocess.Popen([*SIMAGENT, "run", "--kernel", jupyter_kernel.id, "--model",
-                              model, "go"], cwd=workspace, env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    agent = cli_fork.popen([*SIMAGENT, "run", "--kernel", jupyter_kernel.id, "--model",
+                            model, "go"], cwd=workspace, env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         until(flag.exists, 180, "the agent's cell running")
         agent.send_signal(signal.SIGINT)
