@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import pytest
 from conftest import write_config
 
@@ -31,8 +32,8 @@ def cli(workspace: Path, *args: str | bytes, env: dict[str, str] | None = None,
         ) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
     full_env.update(env or {})
-    return subprocess.run([*(prefix or []), *SIMAGENT, *args], cwd=workspace, env=full_env,
-                          text=True, capture_output=True, timeout=timeout)
+    return cli_fork.run([*(prefix or []), *SIMAGENT, *args], cwd=workspace, env=full_env,
+                        text=True, capture_output=True, timeout=timeout)
 
 
 def scripted(tmp_path: Path, steps: list[dict]) -> str:
@@ -120,8 +121,8 @@ def test_a_run_whose_kernel_cannot_start_leaves_no_session(workspace, tmp_path):
 @pytest.mark.slow
 def test_a_missing_api_key_is_a_configuration_error(workspace):
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    proc = subprocess.run([*SIMAGENT, "run", "--model", "openai:gpt-4o", "hi"], cwd=workspace,
-                          env=env, text=True, capture_output=True, timeout=60)
+    proc = cli_fork.run([*SIMAGENT, "run", "--model", "openai:gpt-4o", "hi"], cwd=workspace,
+                        env=env, text=True, capture_output=True, timeout=60)
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert "OPENAI_API_KEY" in line

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import pytest
 from conftest import write_config
 from test_cli_bad_input import _ro_mount_prefix
@@ -34,8 +35,8 @@ def cli(workspace: Path, *args: str, env: dict[str, str] | None = None,
     full_env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
     full_env.update(env or {})
     data = stdin.encode() if isinstance(stdin, str) else stdin
-    proc = subprocess.run([*(prefix or []), *SIMAGENT, *args], cwd=workspace, env=full_env,
-                          input=data, capture_output=True, timeout=timeout)
+    proc = cli_fork.run([*(prefix or []), *SIMAGENT, *args], cwd=workspace, env=full_env,
+                        input=data, capture_output=True, timeout=timeout)
     return subprocess.CompletedProcess(proc.args, proc.returncode,
                                        proc.stdout.decode(errors="replace"),
                                        proc.stderr.decode(errors="replace"))
