@@ -19,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 
+import cli_fork
 import pytest
 
 from simagent.kernel import Kernel
@@ -486,9 +487,9 @@ def test_headless_run_shows_human_notices_on_stderr_not_to_the_model(workspace, 
     script = tmp_path / "steps.json"
     script.write_text(json.dumps(steps))
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    proc = subprocess.run([sys.executable, "-m", "simagent", "run", "--model",
-                           f"scripted:{script}", "--json", "go"], cwd=workspace, env=env,
-                          capture_output=True, text=True, timeout=180)
+    proc = cli_fork.run([sys.executable, "-m", "simagent", "run", "--model",
+                         f"scripted:{script}", "--json", "go"], cwd=workspace, env=env,
+                        capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert "  ↳ watch it at http://127.0.0.1:1/status" in proc.stderr.splitlines()
     data = json.loads(proc.stdout)
@@ -503,8 +504,8 @@ def test_headless_run_shows_human_notices_on_stderr_not_to_the_model(workspace, 
     assert all("127.0.0.1:1" not in r["content"] for r in rows["tool_result"])
     assert [r.get("human") for r in rows["kernel_exec"] if not r.get("warmup")] == [
         ["watch it at http://127.0.0.1:1/status"]]
-    md = subprocess.run([sys.executable, "-m", "simagent", "transcript", data["session_id"]],
-                        cwd=workspace, env=env, capture_output=True, text=True, timeout=60)
+    md = cli_fork.run([sys.executable, "-m", "simagent", "transcript", data["session_id"]],
+                      cwd=workspace, env=env, capture_output=True, text=True, timeout=60)
     assert "shown to the user: watch it at http://127.0.0.1:1/status" in md.stdout, md.stderr
 
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
@@ -40,8 +41,8 @@ WAIT_S = 240  # a CLI turn with a kernel start on a loaded machine
 
 def cli(workspace: Path, *args: str, timeout: float = WAIT_S) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    return subprocess.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
-                          capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return cli_fork.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
+                        capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def script(path: Path, steps: list[dict]) -> str:
@@ -167,10 +168,10 @@ def test_a_sigkilled_attached_kernel_is_said_gone_and_the_next_cell_has_no_resul
                    {"tool": "run_python", "args": {"code": "y = 2"}}]},
         {"final": "done"}])
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    proc = subprocess.Popen([*SIMAGENT, "run", "--kernel", str(jupyter_kernel.path),
-                             "--model", model, "--approval", "auto", "go"], cwd=workspace,
-                            env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = cli_fork.popen([*SIMAGENT, "run", "--kernel", str(jupyter_kernel.path),
+                           "--model", model, "--approval", "auto", "go"], cwd=workspace,
+                          env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     try:
         until(flag.exists, WAIT_S, "the first cell running")
         os.kill(jupyter_kernel.pid, signal.SIGKILL)
