@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_fork
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -49,10 +50,10 @@ def scripted(tmp_path: Path) -> str:
 
 def run_cli(ws: Path, model: str, mode: str, stdin=subprocess.DEVNULL) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    return subprocess.Popen([sys.executable, "-m", "simagent", "run", "--model", model,
-                             "--approval", mode, "--from-notebook", "marks.ipynb", "go"],
-                            cwd=ws, env=env, text=True, stdin=stdin,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return cli_fork.popen([sys.executable, "-m", "simagent", "run", "--model", model,
+                           "--approval", mode, "--from-notebook", "marks.ipynb", "go"],
+                          cwd=ws, env=env, text=True, stdin=stdin,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def test_the_decision_lives_with_the_approval_policy():

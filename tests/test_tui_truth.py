@@ -11,9 +11,9 @@ import asyncio
 import json
 import os
 import re
-import subprocess
 import sys
 
+import cli_fork
 import pytest
 from test_tui_app import CTRL_C, ENTER, Driver, drive, script
 
@@ -67,9 +67,9 @@ def test_headless_and_transcript_mark_failed_cells_as_the_tui_does(workspace, tm
                                 for code, _ in FAILING_CELLS] + [{"final": "done"}]))
     env = {**os.environ, "SIMAGENT_HOME": str(_state_home)}
     env.pop("SIMAGENT_MODEL", None)
-    run = subprocess.run([sys.executable, "-m", "simagent", "run", "--model",
-                          f"scripted:{path}", "try them"], cwd=workspace, env=env,
-                         capture_output=True, text=True, timeout=240)
+    run = cli_fork.run([sys.executable, "-m", "simagent", "run", "--model",
+                        f"scripted:{path}", "try them"], cwd=workspace, env=env,
+                       capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stderr
     finished = [ln.strip() for ln in run.stderr.splitlines()
                 if ln.startswith("  ") and "run_python" in ln]
@@ -78,8 +78,8 @@ def test_headless_and_transcript_mark_failed_cells_as_the_tui_does(workspace, tm
         assert line.startswith(MARKS[outcome].glyph + " run_python"), (code, line)
     assert "ZeroDivisionError" in finished[0] and "NameError" in finished[2]
 
-    md = subprocess.run([sys.executable, "-m", "simagent", "transcript"], cwd=workspace,
-                        env=env, capture_output=True, text=True, timeout=120).stdout
+    md = cli_fork.run([sys.executable, "-m", "simagent", "transcript"], cwd=workspace,
+                      env=env, capture_output=True, text=True, timeout=120).stdout
     heads = [ln for ln in md.splitlines() if ln.startswith("### Tool `run_python`")]
     heads = heads[-len(FAILING_CELLS):]  # after the simulator's warm-up cell
     assert [h.split("(", 1)[1][:1] for h in heads] == [MARKS[o].glyph
