@@ -251,7 +251,12 @@ class SourceIndex:
         found: list[_Hit] = []
         for src, read in zip(self.sources, self._values, strict=True):
             values, ends = read.values, read.ends
+            if not values:
+                continue
+            least, most = values[0], values[-1]
             for _v, lo, hi in readings:
+                if hi < least or lo > most:
+                    continue
                 i = bisect.bisect_left(values, lo)
                 j = bisect.bisect_right(values, hi, lo=i)
                 found += [(src, read, values[k], read.begins[k], ends[k])
@@ -406,6 +411,8 @@ class Near:
         ``at`` shows, that line): the line within :data:`SHARED_CHARS` of ``at``, a
         progress bar's ``\\r`` ending a line too."""
         line = self.claims.on_line(read, text, at)
+        if not line.claims:  # most lines show none of the answer's numbers
+            return 0, 0, line
         hit = line.claims - {self.own}
         return len(hit & self.local), len(hit), line
 
