@@ -8,9 +8,9 @@ helpers are checked on their own so a bench that cannot see a loss is caught.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
+import cli_fork
 import pytest
 
 from simagent.bench import fault_cases
@@ -89,9 +89,9 @@ def test_the_fast_subset_survives_restores_state_and_loses_nothing():
 
 
 def test_the_command_prints_json_rows_and_exits_zero_when_all_survive():
-    proc = subprocess.run([sys.executable, "-m", "simagent", "bench", "faults", "--json",
-                           "--fast", "--only", "kernel-big-output"],
-                          capture_output=True, text=True, timeout=300)
+    proc = cli_fork.run([sys.executable, "-m", "simagent", "bench", "faults", "--json",
+                         "--fast", "--only", "kernel-big-output"],
+                        capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     (row,) = json.loads(proc.stdout)
     assert row["id"] == "kernel-big-output" and row["survived"] and row["lost_bytes"] == 0

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import pytest
 from conftest import write_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -62,9 +63,9 @@ def _simagent(args: list[str], env: dict[str, str], cwd: Path,
               script: list[dict]) -> subprocess.CompletedProcess[str]:
     path = cwd.parent / f"script-{secrets.token_hex(3)}.json"
     path.write_text(json.dumps(script))
-    return subprocess.run([sys.executable, "-m", "simagent", "run", "--model",
-                           f"scripted:{path}", "--approval", "auto", *args],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return cli_fork.run([sys.executable, "-m", "simagent", "run", "--model",
+                         f"scripted:{path}", "--approval", "auto", *args],
+                        cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.slow
