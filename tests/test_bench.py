@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import cli_fork
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
@@ -252,7 +252,7 @@ def test_short_replay_end_to_end_writes_records_report_and_resumes(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "simagent", "bench", "run", "canary", "--policy",
            "raw,simagent,truncate", "--out", str(out), "--json"]
-    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    first = cli_fork.run(cmd, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
     assert summary["rows"] == 3 and set(summary["policies"]) == {"raw", "simagent", "truncate"}
@@ -269,7 +269,7 @@ def test_short_replay_end_to_end_writes_records_report_and_resumes(tmp_path):
     report = (out / "report.md").read_text()
     assert "| simagent |" in report and "### canary" in report
     assert (out / "tokens_vs_recall.png").stat().st_size > 1000
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    again = cli_fork.run(cmd, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and json.loads(again.stdout)["rows"] == 3
     assert len((out / "records.jsonl").read_text().splitlines()) == 3  # nothing redone
     assert "recording" not in again.stderr

@@ -13,6 +13,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import cli_fork
 import pytest
 from conftest import write_config
 
@@ -26,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def cli(*args: str, env: dict[str, str] | None = None,
         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "simagent", *args], capture_output=True,
-                          text=True, timeout=600, env=env, cwd=cwd)
+    return cli_fork.run([sys.executable, "-m", "simagent", *args], capture_output=True,
+                        text=True, timeout=600, env=env, cwd=cwd)
 
 
 def test_the_five_simulators_are_bundled_and_scipy_is_the_default():
