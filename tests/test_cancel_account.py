@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import cli_fork
 import pytest
 from langchain_core.messages import ToolMessage
 
@@ -122,9 +123,9 @@ def test_headless_ctrl_c_reports_the_restart_on_stderr_and_in_json(workspace, tm
         {"final": "unreachable"}]))
     env = {**os.environ, "SIMAGENT_HOME": str(_state_home)}
     env.pop("SIMAGENT_MODEL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "simagent", "run", "--json", "--model",
-                             f"scripted:{path}", "sleep"], cwd=workspace, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = cli_fork.popen([sys.executable, "-m", "simagent", "run", "--json", "--model",
+                           f"scripted:{path}", "sleep"], cwd=workspace, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_file(flag, 120)
         proc.send_signal(signal.SIGINT)  # ctrl+C: the simagent process only

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import pytest
 from conftest import write_config
 from openai_stub import OpenAIStub, Reply, error_reply
@@ -25,8 +26,8 @@ def cli(workspace: Path, *args: str, env: dict[str, str] | None = None,
         timeout: float = 180) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
     full_env.update(env or {})
-    return subprocess.run([*SIMAGENT, *args], cwd=workspace, env=full_env, text=True,
-                          capture_output=True, timeout=timeout)
+    return cli_fork.run([*SIMAGENT, *args], cwd=workspace, env=full_env, text=True,
+                        capture_output=True, timeout=timeout)
 
 
 def script(path: Path, steps: list[dict]) -> str:
@@ -197,8 +198,8 @@ def test_provider_error_is_one_line_and_exit_4(workspace):
 @pytest.mark.slow
 def test_missing_key_names_the_variable(workspace):
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
-    proc = subprocess.run([*SIMAGENT, "run", "--model", "anthropic:claude-sonnet-4-5", "hi"],
-                          cwd=workspace, env=env, text=True, capture_output=True, timeout=60)
+    proc = cli_fork.run([*SIMAGENT, "run", "--model", "anthropic:claude-sonnet-4-5", "hi"],
+                        cwd=workspace, env=env, text=True, capture_output=True, timeout=60)
     assert proc.returncode == 2  # a configuration error (README: exit codes)
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "ANTHROPIC_API_KEY" in lines[0]
@@ -256,9 +257,9 @@ def test_a_killed_process_leaves_trace_and_checkpoints_resumable(workspace, tmp_
                                         "time.sleep(60)"}},
         {"final": "never"}])
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    proc = subprocess.Popen([*SIMAGENT, "run", "--model", model, "--json", "long job"],
-                            cwd=workspace, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = cli_fork.popen([*SIMAGENT, "run", "--model", model, "--json", "long job"],
+                          cwd=workspace, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
         traces: list[Path] = []
@@ -323,9 +324,9 @@ def test_ctrl_c_while_the_model_is_silent_ends_the_run_and_keeps_the_session(wor
 
     model = script(tmp_path / "a.json", [{"final": "never shown", "wait": 60}])
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    proc = subprocess.Popen([*SIMAGENT, "run", "--model", model, "--json", "think"],
-                            cwd=workspace, env=env, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = cli_fork.popen([*SIMAGENT, "run", "--model", model, "--json", "think"],
+                          cwd=workspace, env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE)
     try:
         from simagent.paths import workspace_state_dir
 
