@@ -26,6 +26,7 @@ import pytest
 
 pytest.importorskip("llama_cpp", reason="needs the local extra: pip install 'simagent[local]'")
 
+import cli_fork
 from conftest import write_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.messages.utils import message_chunk_to_message
@@ -257,8 +258,8 @@ def test_a_server_killed_mid_stream_is_a_provider_fault_and_leaves_nothing(
 
 def run(workspace: Path, *args: str, timeout: float = 420) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    return subprocess.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
-                          capture_output=True, timeout=timeout)
+    return cli_fork.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
+                        capture_output=True, timeout=timeout)
 
 
 def configure(workspace: Path, model: str, **model_cfg: object) -> None:
@@ -377,8 +378,8 @@ def test_a_killed_simagent_leaves_no_server(tiny: Path, tmp_path: Path) -> None:
     workspace.mkdir()
     configure(workspace, f"local:{tiny}", window=16384, max_output=8)
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    proc = subprocess.Popen([*SIMAGENT, "run", "hello"], cwd=workspace, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = cli_fork.popen([*SIMAGENT, "run", "hello"], cwd=workspace, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 240
         while not servers_of(tiny) and time.monotonic() < deadline:
