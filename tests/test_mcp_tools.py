@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import conftest
 import psutil
 import pytest
@@ -111,9 +112,9 @@ def test_a_bad_entry_stops_the_cli_with_one_line_and_exit_2(workspace, tmp_path)
         '[mcp.servers.lab]\ncommand = "python"\nurl = "http://127.0.0.1:1/mcp"\n')
     steps = tmp_path / "steps.json"
     steps.write_text('[{"final": "hi"}]')
-    run = subprocess.run([sys.executable, "-m", "simagent", "run", "--model",
-                          f"scripted:{steps}", "hi"], cwd=workspace, capture_output=True,
-                         text=True, timeout=120)
+    run = cli_fork.run([sys.executable, "-m", "simagent", "run", "--model",
+                        f"scripted:{steps}", "hi"], cwd=workspace, capture_output=True,
+                       text=True, timeout=120)
     assert run.returncode == 2, run.stderr
     err = [ln for ln in run.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and "[mcp.servers.lab]" in err[0] and "not both" in err[0], err
@@ -124,7 +125,8 @@ def test_a_bad_entry_stops_the_cli_with_one_line_and_exit_2(workspace, tmp_path)
 def test_the_mcp_sdk_is_imported_only_when_a_server_is_configured(workspace, tmp_path):
     """A ``simagent run`` whose config names no MCP server never imports the MCP SDK or
     langchain-mcp-adapters (about half a CPU-second of every run); with a server it does.
-    Read from the real CLI's ``-X importtime`` record, which names each module imported."""
+    Read from the real CLI's ``-X importtime`` record, which names each module imported;
+    a fresh interpreter (not cli_fork), since the imports are the point."""
     sdk = {"mcp", "langchain_mcp_adapters"}
     steps = tmp_path / "steps.json"
     steps.write_text('[{"final": "done"}]')

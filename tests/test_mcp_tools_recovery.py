@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import conftest
 import pytest
 import test_mcp_tools as base
@@ -98,9 +98,9 @@ def test_simagent_run_says_a_failed_server_once_at_open(workspace, tmp_path):
     write_config(workspace, extra_args=("--fail-start",))
     steps = tmp_path / "steps.json"
     steps.write_text('[{"final": "still here"}]')
-    run = subprocess.run([sys.executable, "-m", "simagent", "run", "--model",
-                          f"scripted:{steps}", "hi"], cwd=workspace, capture_output=True,
-                         text=True, timeout=300)
+    run = cli_fork.run([sys.executable, "-m", "simagent", "run", "--model",
+                        f"scripted:{steps}", "hi"], cwd=workspace, capture_output=True,
+                       text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "still here"
     said = [ln for ln in run.stderr.splitlines() if "'lab'" in ln]
@@ -251,9 +251,9 @@ def test_a_server_that_prints_garbage_is_one_true_line_and_no_traceback(workspac
         f"args = ['-c', {json.dumps(script)}]\nstart_timeout_s = 3\n")
     steps = tmp_path / "steps.json"
     steps.write_text('[{"final": "still here"}]')
-    run = subprocess.run([sys.executable, "-m", "simagent", "run", "--model",
-                          f"scripted:{steps}", "hi"], cwd=workspace, capture_output=True,
-                         text=True, timeout=300)
+    run = cli_fork.run([sys.executable, "-m", "simagent", "run", "--model",
+                        f"scripted:{steps}", "hi"], cwd=workspace, capture_output=True,
+                       text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "still here", run.stderr
     said = [ln for ln in run.stderr.splitlines() if "noisy" in ln]
     assert len(said) == 1, run.stderr
