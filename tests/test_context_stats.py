@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import cli_fork
 import pytest
 
 from simagent.context import prices
@@ -219,8 +220,8 @@ def test_cost_ceiling_state(tmp_path: Path) -> None:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     exe = Path(sys.executable).with_name("simagent")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "simagent"]
-    return subprocess.run([*cmd, "context", *args], capture_output=True, text=True,
-                          timeout=120, env=os.environ.copy())
+    return cli_fork.run([*cmd, "context", *args], capture_output=True, text=True,
+                        timeout=120, env=os.environ.copy())
 
 
 @pytest.mark.slow

@@ -14,11 +14,11 @@ import io
 import json
 import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import cli_fork
 import pytest
 from conftest import write_config
 from tiny_gguf import write_tiny_gguf
@@ -92,7 +92,7 @@ def test_simagent_run_says_a_local_models_reply_was_cut_with_the_servers_count(
     write_config(workspace, "[model]\nwindow = 4096\nmax_output = 12\nthreads = 1\n"
                  "[context]\nsmall_agent_force_call = false\nsummarize = false\n")
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    done = subprocess.run(
+    done = cli_fork.run(
         [sys.executable, "-m", "simagent", "run", "--json", "--approval", "auto",
          "--model", f"local:{model}", "say something"],
         cwd=workspace, env=env, text=True, capture_output=True, timeout=420)

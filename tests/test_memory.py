@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
+import cli_fork
 import pytest
 
 from simagent.agent.builder import build_agent
@@ -73,11 +73,11 @@ def test_memory_command_lists_and_shows(workspace):
     folder = mem.ensure_memory(workspace)
     mem.remember(folder, "Chen2020 capacity", "Measured 4.95 Ah.", "simulator")
     run = [sys.executable, "-m", "simagent", "memory", "--workspace", str(workspace)]
-    listing = subprocess.run(run, capture_output=True, text=True, timeout=60)
+    listing = cli_fork.run(run, capture_output=True, text=True, timeout=60)
     assert listing.returncode == 0 and "Chen2020 capacity  simulator" in listing.stdout
-    shown = subprocess.run([*run, "chen"], capture_output=True, text=True, timeout=60)
+    shown = cli_fork.run([*run, "chen"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and "Measured 4.95 Ah." in shown.stdout
-    missing = subprocess.run([*run, "nope"], capture_output=True, text=True, timeout=60)
+    missing = cli_fork.run([*run, "nope"], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no single memory note matches 'nope'" in missing.stderr
 
 

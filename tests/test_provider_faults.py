@@ -23,6 +23,7 @@ from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
+import cli_fork
 import httpx
 import openai
 import pytest
@@ -272,8 +273,8 @@ def test_simagent_run_exits_4_with_one_error_line_and_resumes_clean(workspace):
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "simagent", "run", *args], cwd=workspace,
-                              env=env, text=True, capture_output=True, timeout=120)
+        return cli_fork.run([sys.executable, "-m", "simagent", "run", *args], cwd=workspace,
+                            env=env, text=True, capture_output=True, timeout=120)
 
     with OpenAIStub([fault_reply("cut"), error_reply(503, "unavailable")]) as stub:
         model = f"openai-compatible:stub-model@{stub.base_url}"

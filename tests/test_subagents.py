@@ -11,6 +11,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import cli_fork
 import pytest
 from conftest import write_config
 
@@ -308,7 +309,6 @@ def test_report_tool_name_is_what_the_prompts_promise():
 
 @pytest.mark.slow
 def test_run_exits_with_the_subagent_models_error_code_before_the_kernel_starts(tmp_path):
-    import subprocess
     import sys
 
     ws = tmp_path / "ws"
@@ -317,9 +317,9 @@ def test_run_exits_with_the_subagent_models_error_code_before_the_kernel_starts(
         '[subagents]\nmodel = "anthropic:claude-haiku-4-5"\n')
     script = write(tmp_path / "s.json", json.dumps([{"final": "x"}]))
     env = {k: v for k, v in __import__("os").environ.items() if k != "ANTHROPIC_API_KEY"}
-    r = subprocess.run([sys.executable, "-m", "simagent", "run", "--model", f"scripted:{script}",
-                        "--workspace", str(ws), "hi"], capture_output=True, text=True,
-                       timeout=120, env=env)
+    r = cli_fork.run([sys.executable, "-m", "simagent", "run", "--model", f"scripted:{script}",
+                      "--workspace", str(ws), "hi"], capture_output=True, text=True,
+                     timeout=120, env=env)
     assert r.returncode == 2, r.stderr  # a missing key is a configuration error
     assert "subagent" in r.stderr and "ANTHROPIC_API_KEY" in r.stderr
     assert "[subagents" in r.stderr and "internal error" not in r.stderr
