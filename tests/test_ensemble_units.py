@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 
+import cli_fork
 import pytest
 from conftest import write_config
 
@@ -483,8 +484,8 @@ def test_kernel_api_import_is_light():
 
 
 def test_bench_ensemble_rejects_bad_arguments():
-    out = subprocess.run([sys.executable, "-m", "simagent", "bench", "ensemble", "--cases", "0"],
-                         capture_output=True, text=True, timeout=60)
+    out = cli_fork.run([sys.executable, "-m", "simagent", "bench", "ensemble", "--cases", "0"],
+                       capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--cases" in out.stderr
 
 
