@@ -12,7 +12,12 @@ import sys
 import zlib
 from pathlib import Path
 
-from mcp.server.fastmcp import FastMCP, Image
+# jsonschema (under the SDK) builds an IRI grammar at import when rfc3987_syntax is
+# installed: 1.4 of this server's 2.2 CPU-s start, for a check it never makes (as
+# simagent.cli.entry does)
+sys.modules.setdefault("rfc3987_syntax", None)
+
+from mcp.server.fastmcp import FastMCP, Image  # noqa: E402
 
 mcp = FastMCP("leaky", log_level="WARNING")
 KEY = Path(sys.argv[sys.argv.index("--key-file") + 1]).read_text().strip()
