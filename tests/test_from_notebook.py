@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_fork
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -46,8 +47,8 @@ def write_notebook(path: Path, cells: list) -> Path:
 
 def cli(workspace: Path, *args: str, timeout: float = WAIT_S) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    return subprocess.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
-                          capture_output=True, timeout=timeout)
+    return cli_fork.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
+                        capture_output=True, timeout=timeout)
 
 
 def script(path: Path, steps: list[dict]) -> str:
@@ -194,9 +195,9 @@ def test_ctrl_c_stops_the_cells_and_no_turn_runs(workspace, tmp_path):
         new_code_cell("b = 2")])
     model = script(tmp_path / "s.json", [{"final": "never asked"}])
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    proc = subprocess.Popen([*SIMAGENT, "run", "--model", model, "--from-notebook", str(path),
-                             "go"], cwd=workspace, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = cli_fork.popen([*SIMAGENT, "run", "--model", model, "--from-notebook", str(path),
+                           "go"], cwd=workspace, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seen: list[str] = []
     try:
         deadline = time.monotonic() + WAIT_S

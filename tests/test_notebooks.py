@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import nbformat
 import pytest
 
@@ -203,8 +204,8 @@ def test_compare_checks_numbers_to_the_digits_shown():
 def _cli(workspace: Path, *args: str, env: dict | None = None, timeout: float = 240
          ) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"} | (env or {})
-    return subprocess.run([*SIMAGENT, *args], cwd=workspace, env=full, text=True,
-                          capture_output=True, timeout=timeout)
+    return cli_fork.run([*SIMAGENT, *args], cwd=workspace, env=full, text=True,
+                        capture_output=True, timeout=timeout)
 
 
 def _script(path: Path, steps: list[dict]) -> str:
