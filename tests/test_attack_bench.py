@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import urllib.error
 import urllib.request
 
+import cli_fork
 import pytest
 
 from simagent.bench import attack_cases
@@ -169,15 +169,15 @@ def test_the_readme_table_renders_the_same_text_from_the_same_results():
 @pytest.mark.parametrize("case", attack_cases.select(fast=True), ids=lambda c: c.id)
 def test_the_fast_attacks_hold(case):
     """Each fast attack, for real; it fails until the defect it proves is fixed."""
-    (row,) = run_attacks([case])
+    (row,) = run_attacks([case], popen=cli_fork.popen)
     assert row.held is not False, f"{row.id}: {row.evidence}"
 
 
 def test_the_command_prints_json_writes_the_tables_and_exits_zero_when_all_hold(tmp_path):
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "simagent", "bench", "attacks", "--json",
-                           "--only", "mcp-http-token", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = cli_fork.run([sys.executable, "-m", "simagent", "bench", "attacks", "--json",
+                         "--only", "mcp-http-token", "--out", str(out)],
+                        capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     (row,) = data["rows"]

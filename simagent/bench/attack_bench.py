@@ -24,13 +24,14 @@ rendered from a run's ``attacks.json``). ``fast`` cases are the subset ``make te
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from simagent.bench.attack_lab import Lab, Verdict, lab
+from simagent.bench.attack_lab import Lab, Launch, Verdict, lab
 
 #: What a row's result is called, in every report.
 HELD, BROKEN, SKIPPED = "held", "BROKEN", "skipped"
@@ -65,18 +66,20 @@ class AttackRow:
 
 
 def run_attacks(cases: Sequence[AttackCase], *,
-                progress: Callable[[str], None] | None = None) -> list[AttackRow]:
-    """Run ``cases`` one after another, each in a fresh lab."""
-    return [attempt(case, progress) for case in cases]
+                progress: Callable[[str], None] | None = None,
+                popen: Launch = subprocess.Popen) -> list[AttackRow]:
+    """Run ``cases`` one after another, each in a fresh lab (``popen``: :class:`Lab`)."""
+    return [attempt(case, progress, popen) for case in cases]
 
 
-def attempt(case: AttackCase, progress: Callable[[str], None] | None = None) -> AttackRow:
+def attempt(case: AttackCase, progress: Callable[[str], None] | None = None,
+            popen: Launch = subprocess.Popen) -> AttackRow:
     """Mount one attack in a fresh lab, then read the lab for planted secrets. A crash of
     the bench's own harness is a broken row naming the error, never a lost run."""
     if progress:
         progress(f"attack {case.id}: {case.attack}")
     t0 = time.monotonic()
-    with lab() as made:
+    with lab(popen) as made:
         try:
             out = case.run(made)
         except Exception as exc:  # the harness failed: the row says so

@@ -141,9 +141,9 @@ def _mcp_initialize(lab: Lab) -> tuple[bool, Ran]:
     argv = [sys.executable, "-m", "simagent", "mcp"]
     t0 = time.monotonic()
     with open(lab.root / "mcp-stdio.err", "w+") as err:
-        proc = subprocess.Popen(argv, cwd=lab.ws, env=lab.env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err, text=True,
-                                start_new_session=True)
+        proc = lab.popen(argv, cwd=lab.ws, env=lab.env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=err, text=True,
+                         start_new_session=True)
         first: list[str] = []
         reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()),
                                   daemon=True)

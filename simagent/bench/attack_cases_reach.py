@@ -145,10 +145,10 @@ def mcp_http(lab: Lab, *extra: str) -> Iterator[tuple[str, str, subprocess.Popen
     None when it did not come up within :data:`HTTP_START_S`)."""
     token, port = "tok-bench-" + os.urandom(8).hex(), _free_port()
     log = open(lab.root / "mcp-http.err", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "simagent", "mcp", "--http",
-                             f"127.0.0.1:{port}", *extra], cwd=lab.ws,
-                            env={**lab.env, "SIMAGENT_MCP_TOKEN": token},
-                            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    proc = lab.popen([sys.executable, "-m", "simagent", "mcp", "--http",
+                      f"127.0.0.1:{port}", *extra], cwd=lab.ws,
+                     env={**lab.env, "SIMAGENT_MCP_TOKEN": token},
+                     stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     try:
         deadline, up = time.monotonic() + HTTP_START_S, False
         while not up and proc.poll() is None and time.monotonic() < deadline:

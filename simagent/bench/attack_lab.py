@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -65,6 +65,9 @@ UNTRUSTED_NOTICE = re.compile(r"untrusted|not trusted", re.IGNORECASE)
 #: ANSI escape sequences, raw and as JSON writes them (``\u001b[31m``), read away before a
 #: value is looked for: a key split by a colour code is whole to a terminal.
 _ANSI = re.compile(rb"(?:\x1b|\\u001b|\\x1b|\\033)(?:\[[0-9;?]*[A-Za-z]|\][^\x07]*\x07|[@-_])")
+
+#: How a lab starts a ``simagent`` process: ``subprocess.Popen``'s signature and result.
+Launch = Callable[..., subprocess.Popen[Any]]
 
 
 @dataclass
@@ -223,10 +226,16 @@ class Lab:
     """A temporary person: ``home`` (their ``HOME``), ``state`` (``SIMAGENT_HOME``), a
     workspace ``ws``, an ``outside`` folder beside it, ``exports`` for notebooks and
     transcripts, and ``scripts`` for the scripted model's files (never scanned: they
-    are the model's side)."""
+    are the model's side).
 
-    def __init__(self, root: Path) -> None:
+    ``popen`` starts every ``simagent`` process of the lab (the CLI and ``simagent mcp``).
+    It is ``subprocess.Popen``; the test suite passes one that forks each command from an
+    already imported server (tests/cli_fork.py), so its attacks skip the interpreter's
+    start and still run a real process with the lab's folder, environment and streams."""
+
+    def __init__(self, root: Path, popen: Launch = subprocess.Popen) -> None:
         self.root = root
+        self.popen = popen
         self.home, self.state, self.ws = root / "home", root / "state", root / "ws"
         self.outside, self.exports, self.scripts = (root / "outside", root / "exports",
                                                     root / "scripts")
@@ -264,9 +273,9 @@ class Lab:
         """``simagent ARGS`` as the lab's person, in the workspace, bounded."""
         argv = [sys.executable, "-m", "simagent", *args]
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, cwd=self.ws, env=self.env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = self.popen(argv, cwd=self.ws, env=self.env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, err = proc.communicate(timeout=timeout)
             rc: int | None = proc.returncode
@@ -355,12 +364,12 @@ def stop_group(proc: subprocess.Popen[Any], grace_s: float = 10) -> None:
 
 
 @contextlib.contextmanager
-def lab() -> Iterator[Lab]:
+def lab(popen: Launch = subprocess.Popen) -> Iterator[Lab]:
     """A :class:`Lab` in a fresh temporary folder; this process's ``SIMAGENT_HOME`` points
     at its state home meanwhile (so ``simagent.paths`` names the lab's files)."""
     before = os.environ.get("SIMAGENT_HOME")
     with tempfile.TemporaryDirectory(prefix="simagent-attacks-") as tmp:
-        made = Lab(Path(tmp).resolve())
+        made = Lab(Path(tmp).resolve(), popen)
         os.environ["SIMAGENT_HOME"] = str(made.state)
         try:
             yield made
