@@ -304,7 +304,8 @@ def _loaded(ctl, deadline: float) -> None:
 
 @pytest.mark.real
 @pytest.mark.slow
-@pytest.mark.parametrize("workflow", ["scipy-fit-report", "pybamm-rate-capability"])
+@pytest.mark.parametrize("workflow", [  # pybamm's replay and rerun take 45 s: test-deep
+    "scipy-fit-report", pytest.param("pybamm-rate-capability", marks=pytest.mark.deep)])
 def test_a_sessions_notebook_starts_a_session_with_the_same_state_card(workspace, tmp_path,
                                                                        workflow):
     """Acceptance (issue 24): a bundled workflow's replay session, exported with
