@@ -432,11 +432,16 @@ def command(args: Sequence[str]) -> list[str]:
     whatever starts its commands itself (the MCP SDK's stdio client, acpx): a bare
     interpreter (the standard library's few imports) that hands the server its own
     streams, folder and environment, lives as long as the command, passes signals on and
-    ends as the command did. Its environment's ``PYTHON*`` variables must be the suite's."""
-    return [sys.executable, os.path.abspath(__file__), "exec", _server(), *map(str, args)]
+    ends as the command did. Run where a ``PYTHON*`` variable acting at an interpreter's
+    start differs from the suite's (``PYTHONPATH=plugins simagent ...``), it becomes a
+    fresh ``python -m simagent`` instead, as :func:`popen` does."""
+    return [sys.executable, os.path.abspath(__file__), "exec", _server(),
+            json.dumps(_python_vars(os.environ)), *map(str, args)]
 
 
-def _exec(sock_path: str, args: list[str]) -> None:
+def _exec(sock_path: str, suite_vars: str, args: list[str]) -> None:
+    if _python_vars(os.environ) != json.loads(suite_vars):
+        os.execv(sys.executable, [sys.executable, "-m", "simagent", *args])
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(sock_path)
     request = {"args": args, "argv0": str(Path(sys.executable).with_name("simagent")),
@@ -457,6 +462,6 @@ def _exec(sock_path: str, args: list[str]) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "exec":
-        _exec(sys.argv[2], sys.argv[3:])
+        _exec(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
         _server_main(sys.argv[1])

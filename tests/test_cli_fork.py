@@ -129,3 +129,22 @@ def test_a_trampoline_command_line_runs_simagent_for_launchers_of_their_own(
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
+
+
+def test_a_trampoline_under_another_pythonpath_becomes_a_fresh_interpreter(
+        tmp_path: Path) -> None:
+    """``PYTHONPATH=plugins simagent ...`` (docs/plugins.md): the variable must act, so the
+    trampoline starts ``python -m simagent`` itself: the folder's ``sitecustomize`` runs in
+    the trampoline and again in simagent's interpreter, not once as it would if forked."""
+    site = tmp_path / "site"
+    site.mkdir()
+    starts = tmp_path / "starts"
+    (site / "sitecustomize.py").write_text(
+        f"import os\nwith open({str(starts)!r}, 'a') as f: f.write(str(os.getpid()) + '\\n')\n")
+    line = cli_fork.command(["--version"])
+    fresh = subprocess.run(line, env={**os.environ, "PYTHONPATH": str(site)},
+                           capture_output=True, text=True, timeout=120)
+    forked = subprocess.run(line, capture_output=True, text=True, timeout=120)
+    assert fresh.returncode == forked.returncode == 0
+    assert fresh.stdout == forked.stdout and "simagent" in forked.stdout
+    assert len(starts.read_text().split()) == 2

@@ -17,10 +17,12 @@ import dataclasses
 import importlib.util
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import pytest
 
 from simagent.config import ConfigError, McpServer, parse_mcp_servers
@@ -78,7 +80,14 @@ def test_every_runnable_example_runs(page: Path, tmp_path: Path):
     workspace.mkdir()
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIMAGENT_")}
-    env.update(SIMAGENT_HOME=str(home), PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}")
+    # the page's `simagent` is the CLI forked from the suite's warmed server (tests/cli_fork.py):
+    # a real process each, without the interpreter's start
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "simagent").write_text(f'#!/bin/sh\nexec {shlex.join(cli_fork.command([]))} "$@"\n')
+    (shim / "simagent").chmod(0o755)
+    env.update(SIMAGENT_HOME=str(home),
+               PATH=os.pathsep.join([str(shim), str(BIN), env.get("PATH", "")]))
     for n, (language, code) in enumerate(runnable_blocks(page.read_text()), 1):
         command = (["bash", "-euo", "pipefail", "-c", code] if language == "bash"
                    else [sys.executable, "-c", code])
