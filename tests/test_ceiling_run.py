@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import pytest
 from conftest import write_config
 
@@ -157,8 +158,8 @@ def test_context_line_ignores_other_events_and_the_printer_says_each_guard_once(
 # ---------------------------------------------------------------- simagent run
 def _cli(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    return subprocess.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
-                          capture_output=True, timeout=180)
+    return cli_fork.run([*SIMAGENT, *args], cwd=workspace, env=env, text=True,
+                        capture_output=True, timeout=180)
 
 
 def _script(path: Path, steps: list[dict]) -> str:

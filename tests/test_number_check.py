@@ -8,10 +8,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import pytest
 from conftest import write_config
 from langchain_core.messages import HumanMessage
@@ -143,9 +143,9 @@ def test_run_json_nudges_once_on_a_kernel_process(workspace, tmp_path):
     script.write_text(json.dumps([PRINT_K, FIRST, FIRST]))
     env = {k: v for k, v in os.environ.items()
            if k not in ("SIMAGENT_MODEL", "SIMAGENT_TEST_KERNEL")}
-    proc = subprocess.run([sys.executable, "-m", "simagent", "run", "--json", "--approval",
-                           "auto", "--model", f"scripted:{script}", "fit k and R0"],
-                          cwd=workspace, env=env, text=True, capture_output=True, timeout=180)
+    proc = cli_fork.run([sys.executable, "-m", "simagent", "run", "--json", "--approval",
+                         "auto", "--model", f"scripted:{script}", "fit k and R0"],
+                        cwd=workspace, env=env, text=True, capture_output=True, timeout=180)
     assert proc.returncode == exit_codes.OK, proc.stderr
     data = json.loads(proc.stdout)
     assert proc.stderr.count("numbers: asked the model about 3.9") == 1

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import cli_fork
 import pytest
 
 VOLATILE = {"wall_s"}  # the one field that measures the machine, not the run
@@ -66,7 +67,7 @@ def test_a_killed_bench_resumes_skips_finished_rows_and_repairs_a_torn_line(tmp_
     env = {**os.environ, "SIMAGENT_HOME": str(home), **_pinned_git(tmp_path)}
     cmd = [sys.executable, "-m", "simagent", "bench", "run", "canary", "--policy",
            "raw,simagent,truncate", "--out", str(out), "--json"]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    done = cli_fork.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     ref = out.rename(tmp_path / "ref")
     home.rename(tmp_path / "ref-home")
@@ -74,8 +75,8 @@ def test_a_killed_bench_resumes_skips_finished_rows_and_repairs_a_torn_line(tmp_
     assert [r["policy"] for r in expected] == ["raw", "simagent", "truncate"]
 
     records = out / "records.jsonl"
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = cli_fork.popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while not (records.exists() and records.read_text().endswith("\n")):
@@ -93,7 +94,7 @@ def test_a_killed_bench_resumes_skips_finished_rows_and_repairs_a_torn_line(tmp_
     with records.open("a") as fh:
         fh.write(torn)  # a kill in the middle of the next row's write
 
-    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    again = cli_fork.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(again.stdout)["rows"] == 3
     text = records.read_text()
@@ -161,7 +162,7 @@ def test_restore_in_a_session_resumed_by_a_second_process(workspace, tmp_path):
         {"tool": "run_python", "args": {"code": "import math\nradius = 2.0\n"
                                                 "area = math.pi * radius ** 2"}},
         {"final": "area computed"}])
-    first = subprocess.run(
+    first = cli_fork.run(
         [sys.executable, "-m", "simagent", "run", "--model", model, "--json", "compute it"],
         cwd=workspace, env={**os.environ}, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 
+import cli_fork
 import pytest
 from conftest import write_config
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -333,9 +334,9 @@ def _simagent_run(workspace, tmp_path, steps) -> subprocess.CompletedProcess[str
     path = tmp_path / "script.json"
     path.write_text(json.dumps(steps))
     env = {k: v for k, v in os.environ.items() if k != "SIMAGENT_MODEL"}
-    return subprocess.run([sys.executable, "-m", "simagent", "run", "--model",
-                           f"scripted:{path}", "go"], cwd=workspace, env=env, text=True,
-                          capture_output=True, timeout=180)
+    return cli_fork.run([sys.executable, "-m", "simagent", "run", "--model",
+                         f"scripted:{path}", "go"], cwd=workspace, env=env, text=True,
+                        capture_output=True, timeout=180)
 
 
 @pytest.mark.slow

@@ -7,10 +7,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
+import cli_fork
 import pytest
 
 from simagent import exit_codes
@@ -60,9 +60,9 @@ def test_run_json_traces_each_number_of_the_answer(workspace: Path, tmp_path: Pa
 def test_run_json_numbers_end_to_end_on_a_kernel_process(workspace: Path, tmp_path: Path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("SIMAGENT_MODEL", "SIMAGENT_TEST_KERNEL")}
-    proc = subprocess.run([sys.executable, "-m", "simagent", "run", "--json", "--approval",
-                           "auto", "--model", _script(tmp_path, STEPS),
-                           "fit the 250 points"], cwd=workspace, env=env, text=True,
-                          capture_output=True, timeout=180)
+    proc = cli_fork.run([sys.executable, "-m", "simagent", "run", "--json", "--approval",
+                         "auto", "--model", _script(tmp_path, STEPS),
+                         "fit the 250 points"], cwd=workspace, env=env, text=True,
+                        capture_output=True, timeout=180)
     assert proc.returncode == exit_codes.OK, proc.stderr
     _check(json.loads(proc.stdout), proc.stderr)
