@@ -67,7 +67,7 @@ test-real: $(STAMP)
 
 test: test-fast test-slow-real
 
-# What CI runs after make test (about 6 minutes more): the tests marked deep (the other
+# What CI runs after make test (about 5 minutes more, measured idle): the tests marked deep (the other
 # workflows of a claim make test shows with one: notebooks of pybamm and stiff scipy runs,
 # the longest cantera and ase outputs) and the property tests marked sampled with their
 # larger samples (300 SIGKILLs instead of 50, 10,000 message lists instead of 2,000).
