@@ -289,6 +289,15 @@ def simagent_args(args: Sequence[Any]) -> list[str] | None:
     return None
 
 
+def _request(args: list[str], cwd: Any, env: Any, new_session: bool) -> dict[str, Any]:
+    """What the server needs to fork ``simagent ARGS``: folder and environment as a fresh
+    interpreter's ``os.getcwd()``/``os.environ`` hold them (bytes surrogate-escaped)."""
+    return {"args": args, "argv0": str(Path(sys.executable).with_name("simagent")),
+            "cwd": os.fsdecode(cwd),
+            "env": {os.fsdecode(k): os.fsdecode(v) for k, v in env.items()},
+            "new_session": new_session}
+
+
 class ForkedPopen(subprocess.Popen):
     """``subprocess.Popen`` whose child forks from the server (module docstring)."""
 
@@ -303,11 +312,8 @@ class ForkedPopen(subprocess.Popen):
             raise ValueError("ForkedPopen serves simagent commands only; use popen()")
         fds = [p2cread if p2cread != -1 else 0, c2pwrite if c2pwrite != -1 else 1,
                errwrite if errwrite != -1 else 2]
-        request = {"args": simagent, "argv0": str(Path(sys.executable).with_name("simagent")),
-                   "cwd": os.fsdecode(cwd) if cwd is not None else os.getcwd(),
-                   "env": {os.fsdecode(k): os.fsdecode(v)
-                           for k, v in (os.environ if env is None else env).items()},
-                   "new_session": bool(start_new_session)}
+        request = _request(simagent, os.getcwd() if cwd is None else cwd,
+                           os.environ if env is None else env, bool(start_new_session))
         self._buf, self._eof, self._status_lock = b"", False, threading.Lock()
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -444,14 +450,15 @@ def _exec(sock_path: str, suite_vars: str, args: list[str]) -> None:
         os.execv(sys.executable, [sys.executable, "-m", "simagent", *args])
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(sock_path)
-    request = {"args": args, "argv0": str(Path(sys.executable).with_name("simagent")),
-               "cwd": os.getcwd(), "env": dict(os.environ), "new_session": False}
-    _send_request(conn, request, [0, 1, 2])
+    _send_request(conn, _request(args, os.getcwd(), os.environ, False), [0, 1, 2])
     lines = conn.makefile("rb")
-    pid = json.loads(lines.readline())["pid"]
-    for sig in _FORWARDED:
-        signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
     line = lines.readline()
+    answer = json.loads(line) if line else {}
+    if "pid" in answer:  # else it ended before it was set up (its stderr says why)
+        pid = answer["pid"]
+        for sig in _FORWARDED:
+            signal.signal(sig, lambda signum, _frame: os.kill(pid, signum))
+        line = lines.readline()
     code = os.waitstatus_to_exitcode(json.loads(line)["status"]) if line else -signal.SIGKILL
     if code < 0:  # end as the command did: by its signal
         signal.signal(-code, signal.SIG_DFL)
