@@ -240,3 +240,30 @@ def test_a_capital_alone_names_a_quantity_a_setting_shares():
     answer = "The run held T at 300 K."
     assert status_of(answer, dense) == {"300 K": "unsourced"}
     assert status_of(answer, dense, Source("code", "T = 300", 3)) == {"300 K": "sourced"}
+
+
+def test_a_proposed_grid_is_no_source_where_an_unrelated_listing_shows_a_member():
+    params = out("Negative electrode porosity  0.25\n"
+                 "Negative electrode active material volume fraction  0.75\n"
+                 "Bruggeman coefficient (electrolyte) -> 1.5\n", 2)
+    plan = "Sweep the rates over 0.2C, 0.5C, 0.75C, 1.5C and 2.5C, first with SPM."
+    assert status_of(plan, params) == {t: "unsourced" for t in
+                                       ("0.2C", "0.5C", "0.75C", "1.5C", "2.5C")}
+    # a grid a cell printed, on one line or one member per line, stays sourced
+    printed = out("rates = [0.2, 0.5, 0.75, 1.5, 2.5]", 3)
+    assert set(status_of(plan, printed).values()) == {"sourced"}
+    per_line = out("".join(f"rate {r}C: capacity {4.9 - r / 10:.3f} A.h\n"
+                           for r in (0.2, 0.5, 0.75, 1.5, 2.5)), 3)
+    assert set(status_of(plan, per_line).values()) == {"sourced"}
+    # most of the list sourced: the members keep their places
+    most = out("runs done: 0.2C 0.5C 2.5C", 4)
+    assert status_of(plan, params, most)["0.75C"] == "sourced"
+
+
+def test_a_named_setting_is_no_source_where_the_line_gives_the_name_another_value():
+    docs = Source("tool", "Default values are 1e-3 for `rtol` and 1e-6 for `atol`.",
+                  label="read_file")
+    answer = "For the tolerances, rtol = 1e-6 and a first step of 1e-3."
+    assert status_of(answer, docs)["1e-6"] == "unsourced"
+    assert status_of("Tolerances: atol = 1e-6.", docs)["1e-6"] == "sourced"
+    assert status_of(answer, out("solve_ivp(rtol=1e-06, atol=1e-9)", 3))["1e-6"] == "sourced"

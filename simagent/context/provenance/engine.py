@@ -12,8 +12,10 @@ or list marker, a date, a small count, an identifier's digits), or gets one stat
   cell ran (a parameter it set). Its location is the execution, the line and that line.
   A place that shows it only by chance backs nothing (:func:`_chance`: a row of a dense
   log or table beside none of the answer's numbers around it, a one- or two-digit value
-  among many like it on a line that shares no word with the answer's), and a minus the
-  answer writes must be shown too.
+  among many like it on a line that shares no word with the answer's, or on one that
+  gives the setting the answer names another value; a member of a list the answer
+  proposes, most of it unsourced, on a line that shows no other member:
+  :func:`_lists_together`), and a minus the answer writes must be shown too.
 - ``derived``: within its shown digits of a difference, ratio, sum, mean or percent
   change of two of the answer's own sourced or input numbers (their full-precision
   source values, or as written); the operation and operands are named.
@@ -75,6 +77,9 @@ REL_TOL = 1e-9
 LOG_LINES = 200
 #: ... and a row of it with at least this many numbers is a log row, not a result line.
 LOG_ROW_NUMBERS = 3
+#: A run of at least this many numbers written as one list ("0.2C, 0.5C and 1C") is one
+#: choice: its members are sourced together or the ones a source shows are chance.
+LIST_MEMBERS = 3
 #: A line is read this many characters either side of a value to weigh its place.
 SHARED_CHARS = 120
 #: Derivations are tried only for an answer with at most this many sourced or input
@@ -90,6 +95,11 @@ CHANCE_VALUES = math.log(2)
 #: ... counting the sources' values within this fraction either side of it.
 CHANCE_SPAN = 0.25
 
+#: What lies between two members of a list the answer writes: a comma, "and", "or".
+_LIST_GAP = re.compile(r"\s*(?:,\s*(?:and\s+|or\s+)?|\s+(?:and|or)\s+)\Z")
+#: A setting the answer states by name: ``rtol = 1e-6``, ``dt: 0.1`` (the name just before).
+_NAMED_BEFORE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)`?\s*(?:=|:)\s*`?\Z")
+_FIGURE = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _FENCE = re.compile(r"^[ \t]*(```|~~~).*?(?:^[ \t]*\1[ \t]*$|\Z)", re.M | re.S)
 _INLINE = re.compile(r"`[^`\n]+`")
 #: Words a version number follows: "version 2.1", "Python 3.11", "FiPy 4.0".
@@ -332,7 +342,10 @@ def _chance(hit: _Hit, weight: tuple[int, int, _Line], near: Near, telling: bool
     - a value of one or two digits (``0.5``, ``60 %``, ``1e-6``), where the sources hold
       values near it (``common``: :data:`CHANCE_VALUES`): a line backs it only when it
       shares a word with the answer's line around it (a setting the model chose, matched
-      to an unrelated parameter of the same value, is no source).
+      to an unrelated parameter of the same value, is no source); and where the answer
+      names it (``rtol = 1e-6``), a line that gives that name another value
+      (``1e-3 for rtol and 1e-6 for atol``) backs it not at all
+      (:func:`_named_otherwise`).
 
     Measured on the labelled set: fabricated values that rows of dense logs and tables
     back by chance, and a plan's settings that a parameter listing shows.
@@ -341,12 +354,28 @@ def _chance(hit: _Hit, weight: tuple[int, int, _Line], near: Near, telling: bool
     if local:
         return False
     if not telling:
+        if (name := near.named()) and _named_otherwise(hit, name):
+            return True
         return common() and not near.words_shared(hit[0].text, hit[3], hit[4])
     if line.crowd < LOG_ROW_NUMBERS:
         return False
     if hit[1].lines >= LOG_LINES:
         return True
     return not shared and not near.words_shared(hit[0].text, hit[3], hit[4])
+
+
+def _named_otherwise(hit: _Hit, name: str) -> bool:
+    """Whether the line of ``hit`` gives ``name`` a value other than the one it shows at
+    ``hit``: ``name = 1e-3``, ``name: 1e-3`` or ``1e-3 for name``. A line that names it with
+    no value, or does not name it, says nothing."""
+    text, a, b = hit[0].text, hit[3], hit[4]
+    lo, hi = _line_bounds(text, a, b)
+    line, word = text[lo:hi], re.escape(name)
+    given = [m.start(1) for m in re.finditer(
+        rf"\b{word}\b[`'\"]?\s*(?:=|:|\bis\b|\bof\b)\s*[`'\"]?({_FIGURE})", line)]
+    given += [m.start(1) for m in re.finditer(
+        rf"({_FIGURE})[`'\"]?\s+(?:for|as)\s+[`'\"]?{word}\b", line)]
+    return bool(given) and a - lo not in given
 
 
 def _telling(number: Number) -> bool:
@@ -387,6 +416,14 @@ class Near:
     def number(self) -> Number | None:
         """The answer's number this is around (``None`` for :meth:`alone`)."""
         return None if self.own is None else self.claims.claims[self.own]
+
+    def named(self) -> str | None:
+        """The name the answer gives this number as a setting (``rtol = 1e-6``), or ``None``."""
+        n = self.number
+        if n is None:
+            return None
+        m = _NAMED_BEFORE.search(self.claims.answer, max(0, n.start - 40), n.start)
+        return m.group(1) if m else None
 
     @classmethod
     def alone(cls) -> Near:
@@ -655,6 +692,7 @@ def trace_answer(answer: str, index: SourceIndex) -> Provenance:
             found.append((n, Traced(**base, status="sourced", source=hit[0], seen=hit[1])))
         else:
             found.append((n, Traced(**base, status="unsourced")))
+    found = _lists_together(found, answer)
     found = [(n, _factor_source(n, t, answer, index, near[id(n)])) if t.status == "unsourced"
              else (n, t) for n, t in found]
     operands = [(n, t) for n, t in found if t.status in ("sourced", "input")]
@@ -662,6 +700,43 @@ def trace_answer(answer: str, index: SourceIndex) -> Provenance:
         found = [(n, _derive(n, t, operands)) if t.status == "unsourced" else (n, t)
                  for n, t in found]
     return Provenance(tuple(t for _n, t in found))
+
+
+def answer_lists(numbers: Sequence[Number], answer: str) -> list[list[int]]:
+    """The runs of ``numbers`` the answer writes as one list ("0.2C, 0.5C, 0.75C and 1C",
+    "(100, 80, 60 %)"), :data:`LIST_MEMBERS` or more, as indices."""
+    runs: list[list[int]] = []
+    for k, n in enumerate(numbers):
+        if k and _LIST_GAP.match(answer, numbers[k - 1].end, n.start):
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return [r for r in runs if len(r) >= LIST_MEMBERS]
+
+
+def _lists_together(found: list[tuple[Number, Traced]],
+                    answer: str) -> list[tuple[Number, Traced]]:
+    """``found`` with a list's chance matches unsourced: where fewer than half of a list's
+    claims are sourced (a grid the model proposes: "swept over 0.2C, 0.5C, 0.75C, 1C and
+    1.5C"), a member of one or two digits sourced by a line that shows no other member
+    (a parameter listing's volume fraction 0.75) is shown there by chance. A list a cell
+    printed, or one whose members the cells printed each, keeps its sources."""
+    out = list(found)
+    for run in answer_lists([n for n, _t in found], answer):
+        claims = [k for k in run if out[k][1].status != IGNORED]
+        sourced = [k for k in claims if out[k][1].status == "sourced"]
+        if 2 * len(sourced) >= len(claims):
+            continue
+        for k in sourced:
+            n, t = out[k]
+            if _telling(n) or t.source is None:
+                continue
+            shows = values_of(t.source.excerpt).values
+            others = [abs(v) for j in run if j != k for v, _q in out[j][0].readings()]
+            # the members as written: a "1C" beside it is no 1.5 rounded
+            if not any(math.isclose(s, v, rel_tol=REL_TOL) for s in shows for v in others):
+                out[k] = (n, Traced(t.text, t.value, t.start, t.end, "unsourced"))
+    return out
 
 
 def change_factors(number: Number, answer: str) -> list[Number]:
