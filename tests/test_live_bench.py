@@ -52,6 +52,29 @@ def test_a_live_run_stops_one_model_call_past_the_workflow_budget(tmp_path: Path
     assert "budget:model_calls" in row["failed_scorers"] and row["verdict"] == "fail"
 
 
+@pytest.mark.parametrize(("check", "nudges"), [("nudge", 1), ("off", 0)])
+def test_a_live_run_records_its_answers_unsourced_numbers_and_the_checks_nudges(
+        tmp_path: Path, check: str, nudges: int) -> None:
+    """What the live bench measures of ``[answers] check_numbers``: the model kept a
+    number no cell printed (its script answers the nudge with the same answer)."""
+    printed = {"tool": "run_python", "args": {"code": "print('k =', 0.31647)"}}
+    final = {"final": "k is 0.316 and R0 is 3.9."}
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([printed, final, final]))
+    wf = with_config(CANARY, f'[answers]\ncheck_numbers = "{check}"\n')
+    row = run_live(wf, POLICIES["simagent"], 0, f"scripted:{script}", tmp_path / "out")
+    assert row["check_numbers"] == check
+    assert row["number_nudges"] == nudges
+    assert row["model_calls"] == 2 + nudges
+    assert row["numbers"] == {"sourced": 1, "derived": 0, "input": 0, "unsourced": 1}
+    assert row["unsourced_numbers"] == ["3.9"]
+    from simagent.bench.live_report import live_summary, live_table
+
+    assert f"| {check} | 1 (3.9) | {nudges} |" in live_table([row])
+    assert live_summary([row]).endswith(
+        f"1 unsourced numbers in 1 final answers, {nudges} nudges")
+
+
 def test_the_seconds_budget_is_reported_not_failed_in_a_live_run() -> None:
     row = {"verdict": "fail", "failed_scorers": ["budget:seconds"]}
     assert live_verdict(row) == {"verdict": "pass", "failed_scorers": [],
@@ -109,8 +132,8 @@ def test_the_live_table_has_one_line_per_workflow_policy_and_window() -> None:
             {"workflow": "canary", "policy": "raw", "mode": "replay"}]
     lines = live_table(rows).splitlines()
     assert len(lines) == 2 + 3  # header, rule, one line per live run (the replay row left out)
-    assert lines[2] == ("| canary | simagent | 8k | pass | 2/2 | 4,321 | 3 | 2 | 95.5 | 1,800 | "
-                        "41.2 | 120 | 9.5 |")
+    assert lines[2] == ("| canary | simagent | 8k | pass | 2/2 | 4,321 | 3 | 2 | - | - | - | "
+                        "95.5 | 1,800 | 41.2 | 120 | 9.5 |")
     assert "| stock | 8k | fail (numeric) | 1/2 |" in lines[3]
     assert lines[4].startswith("| canary | simagent | 16k | pass |")
     assert live_summary(rows).splitlines()[0] == (
@@ -137,3 +160,16 @@ def test_a_local_server_runs_the_configured_number_of_threads(tmp_path: Path) ->
     assert first.startswith("--- simagent: ") and first.endswith(" --threads 1")
     with pytest.raises(ModelError, match="model config: threads must be a whole number >= 1"):
         resolve_model(f"local:{model}", model_config={"window": 512, "threads": 0})
+
+
+def test_the_live_summary_sets_runs_with_the_check_on_and_off_side_by_side() -> None:
+    from simagent.bench.live_report import live_summary
+
+    rows = [{**live_row("simagent", 8000, "pass"), "check_numbers": check,
+             "numbers": {"unsourced": n}, "number_nudges": k}
+            for check, n, k in (("nudge", 0, 1), ("off", 2, 0), ("off", 1, 0))]
+    assert live_summary(rows).splitlines() == [
+        "simagent (check_numbers nudge) @8k: 1/1 passed, 4,321 input tokens, 96 s, "
+        "0 unsourced numbers in 1 final answers, 1 nudges",
+        "simagent (check_numbers off) @8k: 2/2 passed, 8,642 input tokens, 191 s, "
+        "3 unsourced numbers in 2 final answers, 0 nudges"]

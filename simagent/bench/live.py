@@ -21,7 +21,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from simagent.agent.number_check import is_nudge
 from simagent.config import Config
+from simagent.presentation.footnotes import final_provenance
 
 #: ``llama_perf_context_print: prompt eval time =  1234.56 ms /   321 tokens (...)``
 _PERF = re.compile(r"llama_perf_context_print:\s+(prompt eval|eval|total) time\s*=\s*"
@@ -29,6 +31,8 @@ _PERF = re.compile(r"llama_perf_context_print:\s+(prompt eval|eval|total) time\s
 _CACHE = re.compile(r"Llama\._create_completion: cache (hit|miss)")
 #: A wall-time budget measures the machine in a live run (2 cores, shared), not the agent.
 SECONDS_BUDGET = "budget:seconds"
+#: A record keeps this many of its final answer's unsourced numbers, as written.
+UNSOURCED_KEPT = 12
 
 
 class RequestTap:
@@ -44,6 +48,20 @@ def final_view(agent: Any, session: Any) -> list[Any]:
 
     state = agent.graph.get_state(session.thread_config).values
     return list(current_view(state))
+
+
+def number_fields(agent: Any, session: Any, result: Any) -> dict[str, Any]:
+    """The final answer's numbers as the person sees them marked (the provenance engine's
+    statuses, read as ``run --json`` reads them) and how often the check before final
+    asked the model about some (``[answers] check_numbers``): what the live bench
+    measures of that check, run with it on and off."""
+    prov = final_provenance(session.trace.events(), result)
+    messages = agent.graph.get_state(session.thread_config).values.get("messages") or []
+    return {"check_numbers": session.config.check_numbers(),
+            "numbers": None if prov is None else prov.counts(),
+            "unsourced_numbers": [] if prov is None else
+            list(dict.fromkeys(t.text for t in prov.unsourced))[:UNSOURCED_KEPT],
+            "number_nudges": sum(1 for m in messages if is_nudge(m))}
 
 
 def live_config(workspace: Path, window: int | None) -> Config:

@@ -21,7 +21,7 @@ LIVE_NOTE = ("One line per run. Input tokens: what simagent counted on each requ
              "machine. Verdicts in brackets name the scorers a run failed; *scorers ok* counts "
              "the workflow's scorers the run passed.")
 HEADER = ("| workflow | policy | window | verdict | scorers ok | input tokens | model calls "
-          "| tool calls "
+          "| tool calls | number check | unsourced | nudges "
           "| wall s | server prompt tokens | prompt tok/s | gen tokens | gen tok/s |")
 
 
@@ -44,6 +44,15 @@ def scorers_ok(row: dict[str, Any]) -> str | None:
     return f"{sum(bool(s.get('ok')) for s in scorers)}/{len(scorers)}"
 
 
+def unsourced(row: dict[str, Any]) -> str | None:
+    """The final answer's unsourced numbers: how many, and which (as written)."""
+    numbers = row.get("numbers")
+    if numbers is None:
+        return None
+    named = ", ".join(row.get("unsourced_numbers") or ())
+    return f"{numbers.get('unsourced', 0)}" + (f" ({named})" if named else "")
+
+
 def live_table(rows: Sequence[dict[str, Any]]) -> str:
     """A markdown table of the live runs ('' when there are none)."""
     live = live_rows(rows)
@@ -58,7 +67,7 @@ def live_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join(_cell(v) for v in (
             r["workflow"], r["policy"], f"{window / 1000:g}k" if window else None, verdict,
             scorers_ok(r), r.get("tokens_in"), r.get("model_calls"), r.get("tool_calls"),
-            r.get("wall_s"),
+            r.get("check_numbers"), unsourced(r), r.get("number_nudges"), r.get("wall_s"),
             server.get("prompt_eval_tokens"), server.get("prompt_eval_tok_s"),
             server.get("eval_tokens"), server.get("eval_tok_s"))) + " |")
     return "\n".join(lines)
@@ -67,14 +76,22 @@ def live_table(rows: Sequence[dict[str, Any]]) -> str:
 def live_summary(rows: Sequence[dict[str, Any]]) -> str:
     """Per policy and window: runs passed, input tokens and wall time summed."""
     live = live_rows(rows)
-    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, Any, Any], list[dict[str, Any]]] = {}
     for r in live:
-        groups.setdefault((r["policy"], r.get("window")), []).append(r)
+        groups.setdefault((r["policy"], r.get("window"), r.get("check_numbers")),
+                          []).append(r)
+    checks = {check for _p, _w, check in groups}
     lines = []
-    for (policy, window), runs in groups.items():
+    for (policy, window, check), runs in groups.items():
         passed = sum(r["verdict"] == "pass" for r in runs)
         tokens = sum(int(r.get("tokens_in") or 0) for r in runs)
         wall = sum(float(r.get("wall_s") or 0) for r in runs)
-        lines.append(f"{policy} @{(window or 0) / 1000:g}k: {passed}/{len(runs)} passed, "
-                     f"{tokens:,} input tokens, {wall:,.0f} s")
+        counted = [r["numbers"] for r in runs if r.get("numbers") is not None]
+        numbers = (f", {sum(n.get('unsourced', 0) for n in counted)} unsourced numbers in "
+                   f"{len(counted)} final answers, "
+                   f"{sum(int(r.get('number_nudges') or 0) for r in runs)} nudges"
+                   if counted else "")
+        label = f"{policy}" + (f" (check_numbers {check})" if len(checks) > 1 else "")
+        lines.append(f"{label} @{(window or 0) / 1000:g}k: {passed}/{len(runs)} passed, "
+                     f"{tokens:,} input tokens, {wall:,.0f} s{numbers}")
     return "\n".join(lines)

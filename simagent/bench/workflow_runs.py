@@ -33,6 +33,7 @@ from simagent.bench.live import (
     final_view,
     live_config,
     live_verdict,
+    number_fields,
     server_timings,
 )
 from simagent.bench.policies import Policy
@@ -296,6 +297,7 @@ def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
                               model=RequestTap([final_view(agent, session)]), result=result,
                               wall=wall, mode="live", model_id=resolved.id, commit=commit,
                               enforced=enforced)
+            row.update(number_fields(agent, session, result))
         finally:
             session.close()
     finally:
