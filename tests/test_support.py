@@ -4,6 +4,7 @@ exclusions, bounded raw reads, and one scripted run through the real graph and k
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +15,16 @@ from simagent.bench.scorers import RunView, grade
 from simagent.bench.support import Corpus, check
 from simagent.bench.support_sources import check_run, file_values
 from simagent.bench.workflow import load_workflow
-from simagent.context.provenance.numbers import extract, seen_values
+from simagent.context.provenance.numbers import (
+    _NAME_UNIT,
+    _NUM,
+    _SPACES,
+    _parse,
+    extract,
+    seen_readings,
+    seen_values,
+    unit_factor,
+)
 
 
 def corpus(*texts: str, kind: str = "output") -> Corpus:
@@ -291,3 +301,30 @@ def test_a_replayed_run_flags_only_the_fabricated_number(tmp_path):
     (verdict,) = row["scorers"]
     assert verdict["detail"] == "1 of 3 number(s) unsupported (max 0): 4.73 V"
 
+
+
+#: Pieces of what outputs print: figures in every notation the reader knows, units,
+#: names that carry a unit, grouping and odd characters.
+_PIECES = [*"0123456789.,:=_ -+eE%x×^{}()[]/\n\t", "\u00a0", "\u2009", "\u2212", "µ", "k",
+           "m", "MPa", "K", "V", "10", "**", "⁻³", "²", "tau_ms", " percent", "pct=",
+           "[ms]: ", "1e400", "10^400", "9" * 400, "٣"]
+
+
+@given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
+def test_reading_an_output_sees_what_reading_each_number_sees(text):
+    """``seen_readings`` reads a long output's plain figures on a fast path; it must see
+    exactly what the one reading of a number (``_parse``) sees, in the same order, and
+    no figure (``10^400`` included) may stop it."""
+    want = []
+    for m in _NUM.finditer(text):
+        if (n := _parse(m, text)) is None:
+            continue
+        want += [(v, n.start, n.end) for v, _q in n.readings()]
+        if named := _NAME_UNIT.search(text, max(0, m.start() - 24), m.start()):
+            f = 0.01 if named.group(1) in ("pct", "percent") else unit_factor(named.group(1))
+            if f is not None and f != 1.0:
+                want.append((n.value * f, n.start, n.end))
+        if any(sp in m.group("m") for sp in (",", *_SPACES)):
+            want += [(float(p), n.start, n.end)
+                     for p in re.split(r"[, \u00a0\u202f\u2009]", m.group("m")) if p]
+    assert list(seen_readings(text)) == want

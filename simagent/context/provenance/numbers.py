@@ -105,7 +105,10 @@ def _parse(m: re.Match[str], text: str, hedged: bool = False) -> Number | None:
     exp = next((_exp(m.group(g)) for g in ("e", "x", "xx", "xs", "p", "ps") if m.group(g)),
                None)
     if power:
-        value, quantum, integer = 10.0 ** exp, 10.0 ** exp, False
+        try:
+            value, quantum, integer = 10.0 ** exp, 10.0 ** exp, False
+        except OverflowError:  # "10^400" in an output: no value a float holds
+            return None
     else:
         if "." in digits:
             decimals = len(digits.split(".", 1)[1])
@@ -177,21 +180,52 @@ def seen_readings(text: str) -> Iterator[tuple[float, int, int]]:
     before it (``tau_ms=12.3``, ``tau [ms]: 12.3``, ``share_pct=4.1``) reads like a unit
     after it, as scientific code prints that way.
     """
+    after_unit, name_unit = _AFTER.match, _NAME_UNIT.search
     for m in _NUM.finditer(text):
-        n = _parse(m, text)
-        if n is None:
-            continue
-        for v, _q in n.readings():
-            yield v, n.start, n.end
-        if named := _NAME_UNIT.search(text, max(0, m.start() - 24), m.start()):
+        mant, start = m.group("m"), m.start()
+        grouped = "," in mant or " " in mant or (
+            not mant.isascii() and any(sp in mant for sp in _SPACES))
+        if m.lastindex in (1, 2) and not grouped:  # most of a long output: as _parse reads
+            try:  # it: a plain figure, or one with an e-exponent (1.2e-3)
+                value = float(mant) * 10.0 ** (_exp(m.group("e")) or 0)
+            except OverflowError:
+                continue
+            if not math.isfinite(value):
+                continue
+            end, scale = m.end(), None
+            if after := after_unit(text, end):
+                if after.group("pct"):
+                    scale, end = 0.01, after.end()
+                elif (f := unit_factor(after.group("unit"))) is not None:
+                    scale, end = (f if f != 1.0 else None), after.end()
+            yield value, start, end
+            if scale is not None:
+                yield value * scale, start, end
+        else:
+            n = _parse(m, text)
+            if n is None:
+                continue
+            value, end = n.value, n.end
+            for v, _q in n.readings():
+                yield v, start, end
+        if _assigned(text, start) and (named := name_unit(text, max(0, start - 24), start)):
             token = named.group(1)
             f = 0.01 if token in ("pct", "percent") else unit_factor(token)
             if f is not None and f != 1.0:
-                yield n.value * f, n.start, n.end
-        if "," in m.group("m") or any(sp in m.group("m") for sp in _SPACES):
-            for piece in re.split(r"[, \u00a0\u202f\u2009]", m.group("m")):
+                yield value * f, start, end
+        if grouped:
+            for piece in re.split(r"[, \u00a0\u202f\u2009]", mant):
                 if piece:
-                    yield float(piece), n.start, n.end
+                    yield float(piece), start, end
+
+
+def _assigned(text: str, at: int) -> bool:
+    """Whether ``=`` or ``:`` ends what comes before ``at`` (spaces aside): the one place
+    :data:`_NAME_UNIT` can match, checked before that costlier search."""
+    j = at - 1
+    while j >= 0 and text[j].isspace():
+        j -= 1
+    return j >= 0 and text[j] in "=:"
 
 
 def window(value: float, quantum: float, rel_tol: float = REL_TOL) -> tuple[float, float]:
