@@ -11,7 +11,7 @@ LLAMA_CMAKE   := -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 WHEEL_CACHE   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/simagent/wheels
 LLAMA_WHEELS  := $(WHEEL_CACHE)/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_CMAKE)' | sha256sum | cut -c1-12)
 
-.PHONY: install run test test-fast test-slow-real test-deep test-slow test-real test-browser lint docs bench-kernel bench-cli bench-live bench-faults bench-attacks mutate clean llama-wheel
+.PHONY: install run test test-fast test-slow-real test-durations test-deep test-slow test-real test-browser lint docs bench-kernel bench-cli bench-live bench-faults bench-attacks mutate clean llama-wheel
 
 install: $(STAMP)
 
@@ -48,16 +48,23 @@ run: $(STAMP)
 # in-memory kernel and those marked `real` on kernel processes (tests/conftest.py takes the
 # variable away for them): what the stand-in cannot show (signals, C-level output, a
 # kernel's death, effects, attaching) and one end-to-end run per claim. One pool, so no
-# worker idles at one group's tail; work stealing, so none idles at the pool's.
+# worker idles at one group's tail; longest first, each worker one test ahead
+# (tests/longest_first.py), so none idles at the pool's.
 # test-slow and test-real run each group alone. Two workers (pytest-xdist), four for the
 # pool: its tests wait on processes (kernels, servers, tmux) for part of their time, and
 # four keep 2 cores 85 % busy (8.4 min, 858 CPU-s, measured idle).
 test-fast: $(STAMP)
 	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "not real and not slow and not browser and not deep"
 
+POOL = -m "(slow or real) and not browser and not deep"
 test-slow-real: $(STAMP)
-	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 4 --dist worksteal \
-	  -m "(slow or real) and not browser and not deep"
+	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 4 --dist load --maxschedchunk 1 \
+	  --longest-first $(POOL)
+
+# Refreshes tests/durations.json, the pool's order (tests/longest_first.py): one pool run.
+test-durations: $(STAMP)
+	SIMAGENT_TEST_DURATIONS_OUT=tests/durations.json SIMAGENT_TEST_KERNEL=memory \
+	  $(PY) -m pytest -q -n 4 --dist load --maxschedchunk 1 --longest-first $(POOL)
 
 test-slow: $(STAMP)
 	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "slow and not real and not browser and not deep"

@@ -17,8 +17,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import longest_first
 import psutil
 import pytest
+from longest_first import (  # noqa: F401 (hooks: pytest finds them here)
+    pytest_addoption,
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+)
 
 from simagent import workspace_trust
 from simagent.kernel.memory import SEAM_ENV
@@ -54,7 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[RUN_TAG_ENV] = uuid.uuid4().hex
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    longest_first.reorder(config, items)
     for item in items:
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
