@@ -48,7 +48,7 @@ run: $(STAMP)
 # in-memory kernel and those marked `real` on kernel processes (tests/conftest.py takes the
 # variable away for them): what the stand-in cannot show (signals, C-level output, a
 # kernel's death, effects, attaching) and one end-to-end run per claim. One pool, so no
-# worker idles at one group's tail; longest first, each worker one test ahead
+# worker idles at one group's tail; a module to a worker, longest module first
 # (tests/longest_first.py), so none idles at the pool's.
 # test-slow and test-real run each group alone. Two workers (pytest-xdist), four for the
 # pool: its tests wait on processes (kernels, servers, tmux) for part of their time, and
@@ -58,13 +58,13 @@ test-fast: $(STAMP)
 
 POOL = -m "(slow or real) and not browser and not deep"
 test-slow-real: $(STAMP)
-	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 4 --dist load --maxschedchunk 1 \
-	  --longest-first $(POOL)
+	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 4 --dist loadscope \
+	  --no-loadscope-reorder --longest-first $(POOL)
 
 # Refreshes tests/durations.json, the pool's order (tests/longest_first.py): one pool run.
 test-durations: $(STAMP)
 	SIMAGENT_TEST_DURATIONS_OUT=tests/durations.json SIMAGENT_TEST_KERNEL=memory \
-	  $(PY) -m pytest -q -n 4 --dist load --maxschedchunk 1 --longest-first $(POOL)
+	  $(PY) -m pytest -q -n 4 --dist loadscope --no-loadscope-reorder --longest-first $(POOL)
 
 test-slow: $(STAMP)
 	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "slow and not real and not browser and not deep"

@@ -1,12 +1,14 @@
 """The slow pool's order: longest first, so no worker starts a long test while the others
 finish theirs (a pool's tail is its longest test started last).
 
-``make test`` runs the slow+real pool with ``--dist load --maxschedchunk 1
---longest-first``: each worker holds one test running and one queued, and takes the next
-from the front of the collection, which this orders by module, the longest module first,
-and within a module the longest test first. The last tests to start are then short ones
-(the longest-processing-time rule). A module's tests stay together, so a module-scoped
-fixture (a kernel, a server) is set up about once per worker, as before.
+``make test`` runs the slow+real pool with ``--dist loadscope --no-loadscope-reorder
+--longest-first``: a worker takes a whole module, the next from the front of the
+collection when it has two tests left, and this orders the collection by module, the
+longest module first. The last modules to start are then short ones (the
+longest-processing-time rule, by module). A module runs on one worker in its file's
+order, as it was written: a module-scoped fixture (a kernel, a cluster, a server) is set
+up once, and tests that share one session (``test_ensembles``: one kernel, one cluster,
+a module one test writes and the next imports) see each other's state.
 
 The durations are measured, not guessed: ``tests/durations.json`` holds seconds per test
 id (setup, call and teardown) from a pool run with :data:`OUT_ENV` set (``make
@@ -38,17 +40,19 @@ _measured: dict[str, float] = defaultdict(float)
 
 def order(ids: Sequence[str], durations: Mapping[str, float]) -> list[int]:
     """The indices of ``ids`` (pytest node ids) in run order: modules by their summed
-    duration, longest first; within a module, tests by duration, longest first; ties keep
-    the collection's order (so every xdist worker orders alike)."""
+    duration, longest first, each module's tests in the collection's order; ties keep the
+    collection's order too (so every xdist worker orders alike)."""
     def seconds(i: int) -> float:
         return durations.get(ids[i], DEFAULT_S)
 
     module_s: dict[str, float] = defaultdict(float)
     for i, test in enumerate(ids):
         module_s[test.split("::", 1)[0]] += seconds(i)
-    return sorted(range(len(ids)),
-                  key=lambda i: (-module_s[ids[i].split("::", 1)[0]],
-                                 ids[i].split("::", 1)[0], -seconds(i), i))
+    first = {}
+    for i, test in enumerate(ids):
+        first.setdefault(test.split("::", 1)[0], i)
+    return sorted(range(len(ids)), key=lambda i: (-module_s[ids[i].split("::", 1)[0]],
+                                                  first[ids[i].split("::", 1)[0]], i))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
