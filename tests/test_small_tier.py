@@ -300,6 +300,23 @@ def test_a_call_whose_newlines_were_escaped_too_often_runs_as_meant() -> None:
         == {"code": "x = 1"}
 
 
+#: The 1.5B model's retries on live-cooling-fit (live bench): its first call's code,
+#: escaped once too often, with the ends of the JSON it escaped left after it
+FIT = ("import pandas as pd\\nfrom scipy.optimize import curve_fit\\ndata = "
+       "pd.read_csv('data/cooling.csv')\\nprint(f'k = {data.t_s.max()} s⁻¹')")
+
+
+@pytest.mark.parametrize("debris", ['"', '""}', ""])
+def test_over_escaped_code_runs_without_the_json_ends_left_after_it(debris: str) -> None:
+    from simagent.agent.small_tier import unescaped_newlines
+
+    assert unescaped_newlines(FIT + debris) == FIT.replace("\\n", "\n")
+    # a closing brace or quote the code needs stays; no more than JSON's ends are cut
+    assert unescaped_newlines("d = {'a': 1}\\nprint(d)") == "d = {'a': 1}\nprint(d)"
+    assert unescaped_newlines("x = {\\n'a': 1}") == "x = {\n'a': 1}"
+    assert unescaped_newlines("x = 1\\nprint(x)\"}\"}\"}") is None  # six: more than JSON's
+
+
 def test_the_repair_applies_to_the_models_reply_in_the_graph(workspace: Path) -> None:
     """The middleware hands the tool node the repaired call: the real graph and kernel,
     the scripted model named like a small one; the answer step shows what it printed."""

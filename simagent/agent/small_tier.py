@@ -172,16 +172,29 @@ def _compiles(code: str) -> bool:
     return True
 
 
+#: At most this many characters of JSON's ends (``"``, ``}``) after over-escaped code.
+JSON_DEBRIS = 4
+
+
 def unescaped_newlines(code: str) -> str | None:
     """``code`` with the newlines a small model escaped once too often (``\\n`` in its
     JSON, so the cell holds a backslash and an ``n``) made real, when only that makes it
     Python; None otherwise. Live bench, 0.5B under the forced grammar: ``from scipy.optimize
     import brentq\\nx = brentq(...)`` failed three times with "unexpected character after
-    line continuation character" until the REPL watchdog stopped the turn."""
+    line continuation character" until the REPL watchdog stopped the turn. The 1.5B model's
+    over-escaped code also ends in the JSON it escaped (``...s')"`` then ``...s')""}``),
+    so up to :data:`JSON_DEBRIS` closing quotes and braces go too when only that makes the
+    repaired code Python."""
     if "\\n" not in code or _compiles(code):
         return None
     fixed = code.replace("\\\\n", "\n").replace("\\n", "\n")  # once or twice too often
-    return fixed if _compiles(fixed) else None
+    for cut in range(JSON_DEBRIS + 1):
+        if cut and (len(fixed) <= cut or fixed[-cut] not in "\"}"):
+            break
+        candidate = fixed[:len(fixed) - cut]
+        if _compiles(candidate):
+            return candidate
+    return None
 
 
 def with_real_newlines(msg: AIMessage) -> AIMessage:
