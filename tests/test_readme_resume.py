@@ -18,8 +18,12 @@ import pytest
 
 VOLATILE = {"wall_s"}  # the one field that measures the machine, not the run
 #: Token and cost figures: each run's random session id is in the paths the prompt shows,
-#: so two identical runs differ by a few tokens (and the simulated prompt cache by a
-#: 128-token block); these are compared within 2 % or 128 tokens.
+#: so two identical runs differ by a few tokens, and the simulated OpenAI cache, floored
+#: to 128-token blocks, by a block at each request that reads it: the canary's second and
+#: third, so 256 tokens of its 12,160 read (2.1 %: once over a 2 % tolerance). These are
+#: compared within 2 % or 256 tokens, dollars within 3 %.
+#: One 128-token block for each of the canary's two requests that read the cache.
+CACHE_SLACK = 2 * 128
 MEASURED = {"tokens_in", "peak_tokens", "max_request_tokens", "per_call_tokens", "layers",
             "cost_usd", "cost_usd_cached", "cache"}
 
@@ -29,10 +33,10 @@ def _close(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, int) and isinstance(b, int):  # tokens: 2 %, or one 128-token cache
-        return abs(a - b) <= max(0.02 * max(abs(a), abs(b)), 128)  # block of a few ids
-    if isinstance(a, float) and isinstance(b, float):  # dollars
-        return abs(a - b) <= 0.02 * max(abs(a), abs(b))
+    if isinstance(a, int) and isinstance(b, int):  # tokens: 2 %, or a 128-token cache
+        return abs(a - b) <= max(0.02 * max(abs(a), abs(b)), CACHE_SLACK)  # block a read
+    if isinstance(a, float) and isinstance(b, float):  # dollars: those 256 tokens moved
+        return abs(a - b) <= 0.03 * max(abs(a), abs(b))  # between cached and not, 2.4 %
     return a == b
 
 
