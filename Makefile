@@ -52,7 +52,7 @@ run: $(STAMP)
 # (tests/longest_first.py), so none idles at the pool's.
 # test-slow and test-real run each group alone. Two workers (pytest-xdist), four for the
 # pool: its tests wait on processes (kernels, servers, tmux) for part of their time, and
-# four keep 2 cores 85 % busy (8.4 min, 858 CPU-s, measured idle).
+# four keep 2 cores busy (the pool 7.3 min, make test 8.7 min, measured idle).
 test-fast: $(STAMP)
 	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "not real and not slow and not browser and not deep"
 
