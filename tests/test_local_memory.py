@@ -41,6 +41,15 @@ def ask(url: str, text: str) -> dict:
         return json.loads(reply.read())
 
 
+def peak_rss(pid: int) -> int:
+    """The process's peak resident memory in bytes (``VmHWM``): what sampling after each
+    request misses, a copy made and dropped inside one."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/PID/status")
+
+
 @pytest.mark.slow
 def test_thirty_requests_keep_the_server_within_model_kv_cache_and_logits(tmp_path: Path
                                                                           ) -> None:
@@ -62,6 +71,10 @@ def test_thirty_requests_keep_the_server_within_model_kv_cache_and_logits(tmp_pa
             assert reply["usage"]["prompt_tokens"] > 3000
             seen.append(process.memory_info().rss)
         rows = ", ".join(f"{rss / 2**30:.2f}" for rss in seen)
+        # the peak between samples too (each prompt-cache save, inside a request)
+        peak = peak_rss(server.pid)
+        assert peak < bound, (f"server peaked at {peak / 2**30:.2f} GiB (VmHWM), over its "
+                              f"bound {bound / 2**30:.2f} GiB (GiB a request: {rows})")
         assert max(seen) < bound, (f"server RSS peaked at {max(seen) / 2**30:.2f} GiB, over "
                                    f"its bound {bound / 2**30:.2f} GiB (GiB a request: {rows})")
         # and it levels off: the last ten requests together add less than a quarter of
@@ -70,3 +83,28 @@ def test_thirty_requests_keep_the_server_within_model_kv_cache_and_logits(tmp_pa
         assert seen[-1] - seen[-11] < logits / 4, f"still growing (GiB a request: {rows})"
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_a_prompt_cache_save_copies_one_row_of_logits_and_restores_as_before(
+        tmp_path: Path) -> None:
+    """``serve.one_row_saves``: the state a save hands the cache holds one row of logits,
+    not n_batch, and the model's own logits stay whole; a restored state answers as the
+    model did before (the row is only broadcast, as the cache's zero row is)."""
+    import llama_cpp
+
+    from simagent.local_model.serve import one_row_saves
+
+    model = write_tiny_gguf(tmp_path / "tiny.gguf", vocab=QWEN_VOCAB)
+    llama = llama_cpp.Llama(str(model), n_ctx=1024, n_threads=1, verbose=False)
+    ask = dict(prompt="line 1 of a quick brown fox. " * 20, max_tokens=4, temperature=0)
+    first = llama(**ask)["choices"][0]["text"]
+    rows = llama.scores.shape[0]
+    assert rows == N_BATCH
+    one_row_saves(llama)
+    state = llama.save_state()
+    assert state.scores.shape == (1, QWEN_VOCAB)
+    assert llama.scores.shape == (rows, QWEN_VOCAB)  # the model's own are left whole
+    llama.reset()
+    llama.load_state(state)
+    assert llama(**ask)["choices"][0]["text"] == first
