@@ -52,16 +52,19 @@ def test_a_live_run_stops_one_model_call_past_the_workflow_budget(tmp_path: Path
     assert "budget:model_calls" in row["failed_scorers"] and row["verdict"] == "fail"
 
 
-@pytest.mark.parametrize(("check", "nudges"), [("nudge", 1), ("off", 0)])
+@pytest.mark.parametrize(("configured", "check", "nudges"),
+                         [("nudge", "nudge", 1), ("off", "off", 0), (None, "off", 0)])
 def test_a_live_run_records_its_answers_unsourced_numbers_and_the_checks_nudges(
-        tmp_path: Path, check: str, nudges: int) -> None:
+        tmp_path: Path, configured: str | None, check: str, nudges: int) -> None:
     """What the live bench measures of ``[answers] check_numbers``: the model kept a
-    number no cell printed (its script answers the nudge with the same answer)."""
+    number no cell printed (its script answers the nudge with the same answer). The
+    record names the mode the run used: unset, a scripted model's is off."""
     printed = {"tool": "run_python", "args": {"code": "print('k =', 0.31647)"}}
     final = {"final": "k is 0.316 and R0 is 3.9."}
     script = tmp_path / "script.json"
     script.write_text(json.dumps([printed, final, final]))
-    wf = with_config(CANARY, f'[answers]\ncheck_numbers = "{check}"\n')
+    wf = CANARY if configured is None else with_config(
+        CANARY, f'[answers]\ncheck_numbers = "{configured}"\n')
     row = run_live(wf, POLICIES["simagent"], 0, f"scripted:{script}", tmp_path / "out")
     assert row["check_numbers"] == check
     assert row["number_nudges"] == nudges

@@ -50,14 +50,15 @@ def final_view(agent: Any, session: Any) -> list[Any]:
     return list(current_view(state))
 
 
-def number_fields(agent: Any, session: Any, result: Any) -> dict[str, Any]:
+def number_fields(agent: Any, session: Any, result: Any, mode: str) -> dict[str, Any]:
     """The final answer's numbers as the person sees them marked (the provenance engine's
     statuses, read as ``run --json`` reads them) and how often the check before final
-    asked the model about some (``[answers] check_numbers``): what the live bench
-    measures of that check, run with it on and off."""
+    asked the model about some: what the live bench measures of that check, run with it
+    on and off. ``mode``: the ``check_numbers`` the run's agent was built with
+    (``builder.numbers_mode``: a scripted model's default is off, not the config's)."""
     prov = final_provenance(session.trace.events(), result)
     messages = agent.graph.get_state(session.thread_config).values.get("messages") or []
-    return {"check_numbers": session.config.check_numbers(),
+    return {"check_numbers": mode,
             "numbers": None if prov is None else prov.counts(),
             "unsourced_numbers": [] if prov is None else
             list(dict.fromkeys(t.text for t in prov.unsourced))[:UNSOURCED_KEPT],

@@ -21,7 +21,7 @@ from typing import Any
 
 from langchain.agents.middleware import ModelCallLimitMiddleware
 
-from simagent.agent.builder import build_agent
+from simagent.agent.builder import build_agent, numbers_mode
 from simagent.agent.events import ToolFinished
 from simagent.agent.runner import TurnRunner
 from simagent.agent.scripted import ScriptedChatModel
@@ -297,7 +297,8 @@ def run_live(wf: Workflow, policy: Policy, epoch: int, model_spec: str,
                               model=RequestTap([final_view(agent, session)]), result=result,
                               wall=wall, mode="live", model_id=resolved.id, commit=commit,
                               enforced=enforced)
-            row.update(number_fields(agent, session, result))
+            row.update(number_fields(agent, session, result,
+                                     numbers_mode(session, resolved.chat_model)))
         finally:
             session.close()
     finally:
