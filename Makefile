@@ -56,15 +56,14 @@ run: $(STAMP)
 test-fast: $(STAMP)
 	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "not real and not slow and not browser and not deep"
 
-POOL = -m "(slow or real) and not browser and not deep"
+POOL = SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 4 --dist loadscope \
+  --no-loadscope-reorder --longest-first -m "(slow or real) and not browser and not deep"
 test-slow-real: $(STAMP)
-	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 4 --dist loadscope \
-	  --no-loadscope-reorder --longest-first $(POOL)
+	$(POOL)
 
 # Refreshes tests/durations.json, the pool's order (tests/longest_first.py): one pool run.
 test-durations: $(STAMP)
-	SIMAGENT_TEST_DURATIONS_OUT=tests/durations.json SIMAGENT_TEST_KERNEL=memory \
-	  $(PY) -m pytest -q -n 4 --dist loadscope --no-loadscope-reorder --longest-first $(POOL)
+	SIMAGENT_TEST_DURATIONS_OUT=tests/durations.json $(POOL)
 
 test-slow: $(STAMP)
 	SIMAGENT_TEST_KERNEL=memory $(PY) -m pytest -q -n 2 -m "slow and not real and not browser and not deep"

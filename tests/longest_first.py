@@ -42,17 +42,14 @@ def order(ids: Sequence[str], durations: Mapping[str, float]) -> list[int]:
     """The indices of ``ids`` (pytest node ids) in run order: modules by their summed
     duration, longest first, each module's tests in the collection's order; ties keep the
     collection's order too (so every xdist worker orders alike)."""
-    def seconds(i: int) -> float:
-        return durations.get(ids[i], DEFAULT_S)
-
+    modules = [test.split("::", 1)[0] for test in ids]
     module_s: dict[str, float] = defaultdict(float)
-    for i, test in enumerate(ids):
-        module_s[test.split("::", 1)[0]] += seconds(i)
-    first = {}
-    for i, test in enumerate(ids):
-        first.setdefault(test.split("::", 1)[0], i)
-    return sorted(range(len(ids)), key=lambda i: (-module_s[ids[i].split("::", 1)[0]],
-                                                  first[ids[i].split("::", 1)[0]], i))
+    first: dict[str, int] = {}
+    for i, (test, module) in enumerate(zip(ids, modules, strict=True)):
+        module_s[module] += durations.get(test, DEFAULT_S)
+        first.setdefault(module, i)
+    return sorted(range(len(ids)),
+                  key=lambda i: (-module_s[modules[i]], first[modules[i]], i))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
