@@ -170,6 +170,8 @@ def test_the_readme_table_renders_the_same_text_from_the_same_results():
 def test_the_fast_attacks_hold(case):
     """Each fast attack, for real; it fails until the defect it proves is fixed."""
     (row,) = run_attacks([case], popen=cli_fork.popen)
+    if row.skipped:
+        pytest.skip(row.skipped)
     assert row.held is not False, f"{row.id}: {row.evidence}"
 
 

@@ -27,12 +27,13 @@ import psutil
 import pytest
 from test_ensembles import loads
 
+from simagent.bench.attack_cases_reach import OTHER_UID, second_uid_missing
 from simagent.config import Config, ConfigError
 from simagent.kernel import Kernel
 from simagent.kernel_api.cluster import plain_warning
 from simagent.paths import SessionPaths
 
-NOBODY = 65534
+NOBODY = OTHER_UID
 PROBE_S = 90
 
 SETUP = r'''
@@ -168,11 +169,10 @@ def test_another_process_cannot_run_a_task_on_it(box):
 
 @pytest.mark.slow
 def test_another_user_cannot_run_a_task_on_it(box):
-    setpriv = shutil.which("setpriv")
-    if setpriv is None or os.geteuid() != 0:
-        pytest.skip("needs setpriv and root to act as another uid"
-                    + ("" if setpriv else " (setpriv is not installed)"))
-    as_nobody = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    if (why := second_uid_missing()) is not None:
+        pytest.skip(why)
+    as_nobody = [shutil.which("setpriv"), f"--reuid={NOBODY}", f"--regid={NOBODY}",
+                 "--clear-groups"]
     whoami = subprocess.run([*as_nobody, sys.executable, "-c", "import os; print(os.getuid())"],
                             capture_output=True, text=True, timeout=60)
     assert whoami.stdout.strip() == str(NOBODY), whoami.stderr  # the probe really is them

@@ -283,11 +283,34 @@ print(json.dumps(out))
 """
 
 
-def _dask_other_uid(lab: Lab) -> Verdict:
+def second_uid_missing() -> str | None:
+    """Why uid ``OTHER_UID`` cannot run this Python with Dask, or None when it can.
+
+    Becoming that uid needs root and ``setpriv``; running as it needs this interpreter and
+    its packages readable by others. A checkout under a 0700 folder (``mktemp -d``) hides
+    the venv, and the attack would fail for that reason, not because the cluster refused.
+    """
     if shutil.which("setpriv") is None:
-        return skip("setpriv (util-linux) is not installed: no second uid to attack from")
+        return "setpriv (util-linux) is not installed: no second uid to attack from"
     if os.geteuid() != 0:
-        return skip("not root: the bench cannot become a second uid")
+        return "not root: the bench cannot become a second uid"
+    try:
+        probe = subprocess.run(
+            ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups",
+             sys.executable, "-c", "import distributed"],
+            capture_output=True, text=True, timeout=60, cwd="/")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"uid {OTHER_UID} cannot start this Python ({type(exc).__name__})"
+    if probe.returncode != 0:
+        said = (probe.stderr.strip().splitlines() or ["no output"])[-1]
+        return (f"uid {OTHER_UID} cannot import distributed from {sys.executable} "
+                f"({said}); a folder above the checkout is closed to other users")
+    return None
+
+
+def _dask_other_uid(lab: Lab) -> Verdict:
+    if (why := second_uid_missing()) is not None:
+        return skip(why)
     result: dict[str, Any] = {}
     attack = threading.Thread(target=_attack_cluster, args=(lab, result), daemon=True)
     attack.start()
