@@ -180,6 +180,9 @@ def test_settings_modes_and_front_end_defaults():
     assert repl_watchdog_mode(ContextSettings(), "tui") == "warn"
     assert repl_watchdog_mode(ContextSettings(), "headless") == "enforce"
     assert repl_watchdog_mode(ContextSettings(repl_watchdog="off"), "headless") == "off"
+    # a small model does not act on a warning: it is stopped at the TUI too, unless set
+    assert repl_watchdog_mode(ContextSettings(), "tui", small=True) == "enforce"
+    assert repl_watchdog_mode(ContextSettings(repl_watchdog="warn"), "tui", small=True) == "warn"
     s = ContextSettings.from_mapping({"repl_watchdog": "enforce", "repl_same_error": 4,
                                       "repl_failed_run": 0, "repl_whitespace_rerun": False})
     assert (s.repl_watchdog, s.repl_same_error, s.repl_failed_run) == ("enforce", 4, 0)

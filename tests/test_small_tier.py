@@ -327,3 +327,28 @@ def test_the_repair_applies_to_the_models_reply_in_the_graph(workspace: Path) ->
         {"final": "x is 42."}])
     ask = model.requests[1][-1]
     assert isinstance(ask, HumanMessage) and "Your code printed:\nx = 42" in ask.text
+
+
+FAILING = {"tool": "run_python", "args": {"code": "print(1 / 0)"}}
+
+
+@pytest.mark.parametrize(("name", "stopped"), [("scripted:qwen2.5-coder-0.5b", True),
+                                               ("scripted:claude-sonnet-4-5", False)])
+def test_at_the_tui_a_small_models_rerun_of_a_failed_cell_stops_the_turn(
+        workspace: Path, name: str, stopped: bool) -> None:
+    """A small model re-running the cell that just failed is stopped before the rerun runs
+    (it did not act on the warning, issue 41); a large one is warned and goes on."""
+    model = ScriptedChatModel.from_steps([FAILING, FAILING, FAILING, {"final": "gave up"}],
+                                         window=8192, name=name)
+    session = Session.create(workspace, simulator="scipy", approval="auto")
+    try:
+        agent = build_agent(session, model, front_end="tui")
+        session.start_kernel()
+        TurnRunner(session, agent).run("Divide one by zero.")
+        alerts = [e.payload for e in session.trace.events(["repl_watchdog"])]
+        cells = [e for e in session.trace.events(["kernel_exec"]) if e.payload["tool_call_id"]]
+    finally:
+        session.close()
+    assert [(a["signal"], a["mode"], a["stopped"]) for a in alerts][:1] == [
+        ("whitespace_rerun", "enforce" if stopped else "warn", stopped)]
+    assert len(cells) == (1 if stopped else 3)  # the rerun never reached the kernel

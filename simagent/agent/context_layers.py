@@ -220,8 +220,9 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
     """The context layers of one agent; ``fs_tools`` limits its file tools (None = stock).
 
     The main agent's layers end with its guards: the identical-call watchdog, the cost
-    ceiling and the REPL watchdog, whose mode follows ``front_end`` when config leaves it
-    unset (a TUI user can steer; a headless run has no one to warn)."""
+    ceiling and the REPL watchdog, whose mode follows the tier and ``front_end`` when config
+    leaves it unset (a TUI user can steer a large model; a small one and a headless run
+    are stopped, not warned)."""
     settings = settings or session.context_settings
     suffix = "" if agent == "main" else f"-{agent}"
     history = session.paths.conversation_history / f"{session.id}{suffix}.md"
@@ -240,12 +241,14 @@ def context_layers(session: Session, *, chat_model: Any, model_id: str, window: 
     middleware: list[Any] = [fs, SummarizationOff()]
     if settings.slim_tools:  # outside the context layers: they measure what is sent
         middleware.append(SlimToolsMiddleware())
-    if agent == "main" and th.small_agent(model_id, settings):
+    small = agent == "main" and th.small_agent(model_id, settings)
+    if small:
         middleware.append(small_model_middleware(session, context.thresholds, settings))
     middleware += [context, ToolCapMiddleware(settings, session.paths.large_tool_results,
                                               agent=agent)]
     if agent == "main":
         middleware += [WatchdogMiddleware(session.trace, settings, agent=agent),
                        CostCeilingMiddleware(session.trace, session.usage, settings),
-                       ReplWatchMiddleware(session.trace, settings, front_end=front_end)]
+                       ReplWatchMiddleware(session.trace, settings, front_end=front_end,
+                                           small=small)]
     return ContextLayers(middleware=middleware, context=context, tools=tools)

@@ -259,11 +259,11 @@ class ReplWatchMiddleware(AgentMiddleware):
     """
 
     def __init__(self, trace: TraceLog | None, settings: ContextSettings | None = None, *,
-                 front_end: str = "tui", agent: str = "main") -> None:
+                 front_end: str = "tui", agent: str = "main", small: bool = False) -> None:
         super().__init__()
         self.trace = trace
         self.settings = settings or ContextSettings()
-        self.mode = repl_watchdog_mode(self.settings, front_end)
+        self.mode = repl_watchdog_mode(self.settings, front_end, small=small)
         self.agent = agent
 
     @property

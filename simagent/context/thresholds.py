@@ -139,6 +139,10 @@ REPL_FAILED_RUN = 3
 #: reads the warning and can step in; a headless run (``simagent run``, the bench) has
 #: nobody to read it, so the turn ends instead of burning calls.
 REPL_WATCHDOG_BY_FRONT_END = {"tui": "warn", "headless": "enforce"}
+#: ... except for a small model (:func:`small_agent`), which does not act on a warning: in a
+#: 20-turn TUI session the 0.5B model re-ran the same failing cell after the warning, in 9
+#: of the 20 turns, until ctrl+C (issue 41). Stopping the turn hands it back to the person.
+REPL_WATCHDOG_SMALL = "enforce"
 #: Summaries: "auto" (the agent's model; a no-model extractive summary for scripted
 #: models), "extractive", or a model spec for a cheaper summarizer.
 SUMMARY_MODEL = "auto"
@@ -153,10 +157,14 @@ STATE_CARD_TOKENS = 1_500
 STATE_CARD_FRACTION = 0.05
 
 
-def repl_watchdog_mode(settings: ContextSettings, front_end: str = "tui") -> str:
-    """The REPL watchdog's mode: the ``[context]`` setting, else the front end's default."""
+def repl_watchdog_mode(settings: ContextSettings, front_end: str = "tui", *,
+                       small: bool = False) -> str:
+    """The REPL watchdog's mode: the ``[context]`` setting, else the small tier's, else the
+    front end's default."""
     if settings.repl_watchdog is not None:
         return settings.repl_watchdog
+    if small:
+        return REPL_WATCHDOG_SMALL
     return REPL_WATCHDOG_BY_FRONT_END.get(front_end, "warn")
 
 
