@@ -129,6 +129,10 @@ class KindModel:
     #: (or there is none to bring back), else a notice saying what happened; raises
     #: ``ModelError`` past its bound. None: the kind starts no server.
     revive: Callable[[], str | None] | None = None
+    #: Stops the reply the kind's server is computing, for a cancelled turn (a local
+    #: server evaluates a prompt to its end otherwise). None: closing the connection is
+    #: enough (a provider's API).
+    stop_reply: Callable[[], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +203,8 @@ class ResolvedModel:
     log_mover: Callable[[Path], Path] | None = None
     #: ``KindModel.revive``: the provider-retry layer calls it when a call cannot connect.
     reviver: Callable[[], str | None] | None = None
+    #: ``KindModel.stop_reply``: the runner calls it when the person cancels a turn.
+    reply_stopper: Callable[[], Any] | None = None
 
     @property
     def id(self) -> str:
@@ -324,7 +330,7 @@ def _resolve(spec: str, model_config: Mapping[str, Any] | None,
         _pin_images(chat, cfg)
         return ResolvedModel(parsed, chat, window, max_output_tokens(chat, cfg),
                              built.workflow, retry, built.close, built.info, built.move_log,
-                             built.revive)
+                             built.revive, built.stop_reply)
     except BaseException:
         if built.close is not None:
             built.close()

@@ -328,6 +328,37 @@ def test_a_model_call_that_ignores_the_cancel_is_abandoned_and_its_reply_dropped
     assert runner.run("third").status == "done"  # the thread goes on
 
 
+def test_a_cancel_asks_the_models_own_server_to_stop_the_reply(workspace):
+    """A ``local:`` model's server would evaluate the prompt to its end after the
+    connection closed; the cancel calls the model's ``reply_stopper`` (tested against the
+    real server in test_local_server), once, while the call is still running."""
+    from simagent.models import ResolvedModel, parse_model_spec
+
+    stopped = threading.Event()
+    model = ScriptedChatModel.from_steps([{"final": "late", "wait": 4}, {"final": "next"}])
+    resolved = ResolvedModel(parse_model_spec("local:own.gguf"), model, None, None,
+                             reply_stopper=stopped.set)
+    session = Session.create(workspace, approval="auto")
+    try:
+        runner = TurnRunner(session, build_agent(session, resolved))
+        out: dict = {}
+        t = threading.Thread(target=lambda: out.setdefault("r", runner.run("think")))
+        t.start()
+        deadline = time.monotonic() + 30
+        while model.cursor.pos < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)  # the model call has begun (and now waits)
+        assert not stopped.is_set()
+        runner.cancel()
+        assert stopped.wait(10)
+        t.join(30)
+        assert out["r"].status == "cancelled"
+        for th in threading.enumerate():  # the abandoned call ends with its wait
+            if th.name.startswith("simagent-turn-"):
+                th.join(30)
+    finally:
+        session.close()
+
+
 @pytest.mark.real
 @pytest.mark.parametrize("force", [False, True])
 def test_a_cell_that_ignores_the_interrupt_is_waited_for_unless_forced(opened, force):

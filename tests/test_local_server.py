@@ -10,6 +10,7 @@ tool's JSON schema: that, not the random model, is why they are valid.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -251,6 +252,35 @@ def test_a_server_killed_mid_stream_is_a_provider_fault_and_leaves_nothing(
     assert fault is not None and fault.cause.startswith("connection")  # retried, bounded
     line = describe_provider_error(info.value)
     assert line.startswith("provider error: connection to http://127.0.0.1:")
+    assert servers_of(tiny) == []
+
+
+@pytest.mark.slow
+def test_a_stopped_reply_ends_within_a_step_and_the_server_answers_the_next(
+        tiny: Path, tmp_path: Path) -> None:
+    """``reply_stopper`` (what a cancelled turn calls) stops the reply the server is
+    computing: asked for 1,000 tokens, which greedy decoding writes without an end of text
+    (in about 3 minutes here: llama-cpp-python re-reads the whole reply at each token),
+    the stream ends a few tokens after the stop; the same server then answers the next
+    request as usual."""
+    tiny = own_copy(tiny, tmp_path)  # the module's server serves the shared file
+    resolved = resolve_model(f"local:{tiny}", model_config={"window": 4096, **ONE_THREAD},
+                             environ={})
+    try:
+        stream = resolved.chat_model.stream([HumanMessage("write")], max_tokens=1000,
+                                            temperature=0)
+        next(stream)
+        assert resolved.reply_stopper() is True
+        chunks = 1
+        with contextlib.suppress(Exception):  # the server ends the stream, or breaks it
+            for _chunk in stream:
+                chunks += 1
+        reply = resolved.chat_model.invoke([HumanMessage("again")], max_tokens=5,
+                                           temperature=0)
+    finally:
+        resolved.close()
+    assert chunks < 500, chunks  # a chunk a token: 1,000 unstopped
+    assert reply.usage_metadata["output_tokens"] == 5
     assert servers_of(tiny) == []
 
 

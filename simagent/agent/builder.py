@@ -110,6 +110,9 @@ class BuiltAgent:
     tools: list[Any] = field(default_factory=list)
     #: The main agent's ContextMiddleware (manual /compact and /done use it).
     context: ContextMiddleware | None = None
+    #: Stops the model's reply in progress when a turn is cancelled
+    #: (``ResolvedModel.reply_stopper``); None: nothing beyond closing the connection.
+    stop_reply: Callable[[], Any] | None = None
 
 
 def runtime_context(session: Session, source_dirs: Sequence[Path] = ()) -> RuntimeContext:
@@ -336,4 +339,5 @@ def build_agent(session: Session, model: ResolvedModel | Any, *,
             readable_outside(session, source_dirs)) or None,
         name="simagent")
     return BuiltAgent(graph=graph, model_id=model_id, window=window, system_prompt=prompt,
-                      backend=backend, tools=tools, context=layers.context)
+                      backend=backend, tools=tools, context=layers.context,
+                      stop_reply=getattr(model, "reply_stopper", None))

@@ -190,6 +190,8 @@ class TurnRunner:
         self._cancel.set()
         self.session.cancel_requested.set()
         self.session.interrupt_kernel()
+        if (stop_reply := getattr(self.agent, "stop_reply", None)) is not None:
+            threading.Thread(target=stop_reply, daemon=True).start()  # a local server's
         threading.Thread(target=self.session.keep_interrupting, daemon=True,
                          args=(lambda: self.busy and self._cancel.is_set(),)).start()
 

@@ -100,7 +100,7 @@ def build_local(spec: ModelSpec, cfg: dict[str, Any], env: Mapping[str, str]) ->
         server.stop()
         raise
     return KindModel(chat, close=server.stop, window=loaded, move_log=server.move_log,
-                     revive=ServerWatch(server, spec.raw),
+                     revive=ServerWatch(server, spec.raw), stop_reply=server.stop_reply,
                      info={"url": server.url, "log": str(server.log_path), "pid": server.pid,
                            "model_file": str(info.path), "n_ctx": loaded,
                            "trained_window": info.trained_window})

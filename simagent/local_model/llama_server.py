@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from simagent.exit_codes import PROVIDER, USAGE
+from simagent.local_model.serve import STOP_PATH
 from simagent.models import ModelError, say_progress
 from simagent.paths import private_dir, private_opener
 
@@ -42,6 +43,9 @@ PORT_TRIES = 3
 #: Lines of the server's log shown when it fails to start.
 LOG_TAIL = 4
 POLL_S = 0.2
+#: How long asking the server to stop a reply may take (seconds): it answers at once
+#: (the stop is a flag its decode reads), so longer means it is gone or wedged.
+STOP_REPLY_S = 2.0
 #: How many times a session's server is started again after it stopped by itself (killed,
 #: crashed); past that a turn ends with the reason and the log instead of a fourth start.
 MAX_RESTARTS = 3
@@ -100,6 +104,18 @@ class LlamaServer:
             return (f"it was killed by {name}, which is what the kernel's out-of-memory "
                     "killer sends")
         return f"it was killed by {name}"
+
+    def stop_reply(self, timeout: float = STOP_REPLY_S) -> bool:
+        """Stop the reply the server is computing (a cancelled turn's) within one step of
+        llama.cpp's graph (``serve.stoppable``), so the next request does not wait behind
+        it. False when the server did not take the stop (gone, or busy past ``timeout``)."""
+        request = urllib.request.Request(f"http://{HOST}:{self.port}{STOP_PATH}", data=b"",
+                                         method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as reply:
+                return reply.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
 
     def restart(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Start the same command again on the same port and wait until it answers;
