@@ -49,6 +49,13 @@ STOP_REPLY_S = 2.0
 #: How many times a session's server is started again after it stopped by itself (killed,
 #: crashed); past that a turn ends with the reason and the log instead of a fourth start.
 MAX_RESTARTS = 3
+#: glibc's allocator for the server: a fixed mmap threshold gives every buffer of 1 MiB or
+#: more (prompt-cache states, tens of MiB each) its own mapping, returned to the system
+#: when the cache drops it; glibc's default raises the threshold as buffers are freed, and
+#: then the states land in heaps that never shrink. Measured on the packaged 0.5B model,
+#: 25 requests of a growing conversation (to 8k, the cache full): RSS 1.91 vs 2.05 GiB,
+#: peak 2.18 vs 2.32 GiB, this setting (with two arenas) against the default.
+SERVER_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20), "MALLOC_ARENA_MAX": "2"}
 _ERROR_LINE = re.compile(r"^\w*(Error|Exception)\b|error|failed", re.IGNORECASE)
 
 _LIVE: set[LlamaServer] = set()
@@ -285,7 +292,8 @@ def _launch(argv: list[str], log_path: Path, what: str = "") -> subprocess.Popen
         log.write(f"--- simagent: {what}{' '.join(argv)}\n".encode())
         log.flush()
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env=os.environ | SERVER_MALLOC)
 
 
 def _wait_ready(server: LlamaServer, timeout: float) -> None:

@@ -76,7 +76,31 @@ def bounded_ram_cache(capacity_bytes: int) -> object:
             value.scores = np.zeros((1, value.scores.shape[1]), dtype=value.scores.dtype)
             super().__setitem__(key, value)
 
+        def make_room(self, nbytes: int) -> None:
+            """Drop the oldest entries until ``nbytes`` more fit within the limit."""
+            while self.cache_state and self.cache_size + nbytes > self.capacity_bytes:
+                self.cache_state.popitem(last=False)
+
     return BoundedRamCache(capacity_bytes)
+
+
+def saves_within_limit(llama: object, cache: object) -> None:
+    """Make room in ``cache`` before each of ``llama``'s saves, not after.
+
+    ``save_state`` holds the new state twice (a buffer of its size, then a copy of it) while
+    every entry still sits in the cache, which drops its oldest only once the new one is
+    in: the cache's limit plus two entries at every save, about 0.2 GiB for Qwen2.5-0.5B
+    at 8k. Dropping the oldest first keeps the cache and the save together within the
+    limit."""
+    import llama_cpp  # the [local] extra
+
+    save = llama.save_state
+
+    def save_state():  # Llama.save_state's signature
+        cache.make_room(2 * int(llama_cpp.llama_state_get_size(llama._ctx.ctx)))
+        return save()
+
+    llama.save_state = save_state
 
 
 class UsageCount:
@@ -92,25 +116,32 @@ class UsageCount:
                 "total_tokens": self.prompt + self.completion}
 
 
-def one_row_saves(llama: object) -> None:
-    """Make ``llama``'s ``save_state`` copy one row of logits, not n_batch rows.
+def one_row_logits(llama: object) -> None:
+    """Make ``llama``'s ``save_state`` and ``load_state`` touch one row of logits, not
+    n_batch rows.
 
-    The prompt cache keeps one row of an entry's logits (:func:`bounded_ram_cache`), but
-    llama-cpp-python's ``save_state`` first copies all it holds (n_batch x n_vocab float32,
-    0.29 GiB for Qwen2.5), which the cache then drops: a 0.29 GiB spike at every save,
-    172 of them in a 20-turn TUI session whose server peaked at 3.03 GiB. The save reads
-    the logits through ``scores``, so it is shown a one-row view while it copies."""
-    save = llama.save_state
+    With ``logits_all`` off, llama-cpp-python allocates ``scores`` (n_batch x n_vocab
+    float32, 0.29 GiB for Qwen2.5) but never writes it: sampling reads llama.cpp's own
+    logits. Its state functions do touch all of it: ``save_state`` copies every row (then
+    the cache keeps one, :func:`bounded_ram_cache`): a 0.29 GiB spike at every save, 172
+    of them in a 20-turn TUI session whose server peaked at 3.03 GiB; ``load_state``
+    broadcasts the saved row over every row, which makes the whole array resident from
+    the first cache hit on. Both read and write the logits through ``scores``, so they
+    are shown a one-row view while they run."""
+    for name in ("save_state", "load_state"):
+        setattr(llama, name, _on_one_row(llama, getattr(llama, name)))
 
-    def save_state():  # Llama.save_state's signature
+
+def _on_one_row(llama: object, method):
+    def on_one_row(*args, **kwargs):  # the wrapped method's signature
         full = llama.scores
         llama.scores = full[:1]
         try:
-            return save()
+            return method(*args, **kwargs)
         finally:
             llama.scores = full
 
-    llama.save_state = save_state
+    return on_one_row
 
 
 def stoppable(llama: object) -> threading.Event:
@@ -222,8 +253,10 @@ def main(argv: list[str] | None = None) -> None:
     server = ServerSettings(host="127.0.0.1", port=args.port, interrupt_requests=False)
     app = server_app.create_app(server_settings=server, model_settings=[model])
     llama = server_app._llama_proxy(None)  # the one model, loaded by create_app
-    llama.set_cache(bounded_ram_cache(CACHE_BYTES))  # instead of the stock RAM cache
-    one_row_saves(llama)
+    cache = bounded_ram_cache(CACHE_BYTES)
+    llama.set_cache(cache)  # instead of the stock RAM cache
+    one_row_logits(llama)
+    saves_within_limit(llama, cache)
     stream_usage(count_usage(llama))
     stop = stoppable(llama)
     props = {"model": args.alias, "n_ctx": llama.n_ctx(), "n_ctx_train": llama._model.n_ctx_train(),
