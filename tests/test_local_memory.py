@@ -21,7 +21,7 @@ import pytest
 from tiny_gguf import write_tiny_gguf
 
 from simagent.local_model.llama_server import start_server
-from simagent.local_model.serve import CACHE_BYTES
+from simagent.local_model.serve import CACHE_BYTES, memory_bound
 
 pytest.importorskip("llama_cpp", reason="needs the local extra: pip install 'simagent[local]'")
 
@@ -59,14 +59,11 @@ def test_thirty_requests_keep_the_server_within_model_kv_cache_and_logits(tmp_pa
     try:
         process = psutil.Process(server.pid)
         loaded = process.memory_info().rss
-        # what the server may hold beyond the loaded model: the KV cache for n_ctx (1
-        # layer, 64 wide, k and v in f16) and the prompt cache's limit, which holds with
-        # a save in progress (serve.saves_within_limit); the logits rows llama-cpp-python
-        # allocates are never written with logits_all off, nor copied or filled by the
-        # prompt cache (serve.one_row_logits), so they take no memory
-        kv = 2 * N_CTX * 64 * 2
+        # what the server may hold beyond the loaded model: the KV cache for n_ctx,
+        # llama.cpp's compute buffer and the prompt cache's limit (serve.memory_bound)
         logits = N_BATCH * QWEN_VOCAB * 4
-        bound = 1.10 * (loaded + kv + CACHE_BYTES)
+        bound = memory_bound(loaded, (tmp_path / "server.log").read_text())
+        assert bound > 1.10 * (loaded + CACHE_BYTES)  # the log named llama.cpp's buffers
         seen: list[int] = []
         for i in range(REQUESTS):  # each prompt new (about 3.6k tokens): a cache entry each
             text = "".join(f"line {j} of request {i}: a quick brown fox. " for j in range(60))
@@ -114,3 +111,16 @@ def test_a_prompt_cache_save_copies_one_row_of_logits_and_restores_as_before(
     llama.load_state(state)
     assert (llama.scores[1:] == -1.0).all() and llama.scores.shape == (rows, QWEN_VOCAB)
     assert llama(**ask)["choices"][0]["text"] == first
+
+
+def test_the_bound_counts_the_buffers_of_the_servers_last_start() -> None:
+    log = ("--- simagent: python -m simagent.local_model.serve ...\n"
+           "llama_kv_cache:        CPU KV buffer size =    96.00 MiB\n"
+           "sched_reserve:        CPU compute buffer size =   302.00 MiB\n"
+           "--- simagent: restarting: python -m simagent.local_model.serve ...\n"
+           "llama_kv_cache:        CPU KV buffer size =    48.00 MiB\n"
+           "llama_context:        CPU  output buffer size =     0.58 MiB\n"
+           "sched_reserve:        CPU compute buffer size =   150.00 MiB\n")
+    mib = 2**20
+    assert memory_bound(100 * mib, log, cache_bytes=1024 * mib) == int(1.1 * 1322 * mib)
+    assert memory_bound(100 * mib, "", cache_bytes=0) == int(1.1 * 100 * mib)

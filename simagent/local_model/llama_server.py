@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from simagent.exit_codes import PROVIDER, USAGE
-from simagent.local_model.serve import STOP_PATH
+from simagent.local_model.serve import LOG_START, STOP_PATH
 from simagent.models import ModelError, say_progress
 from simagent.paths import private_dir, private_opener
 
@@ -289,7 +289,7 @@ def _launch(argv: list[str], log_path: Path, what: str = "") -> subprocess.Popen
     """The server process, its output appended to its log after a line naming the command;
     its stdin is the pipe whose end-of-file tells it simagent is gone (serve.py)."""
     with open(log_path, "ab", opener=private_opener) as log:
-        log.write(f"--- simagent: {what}{' '.join(argv)}\n".encode())
+        log.write(f"{LOG_START}{what}{' '.join(argv)}\n".encode())
         log.flush()
         return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import threading
 
@@ -39,6 +40,28 @@ CACHE_BYTES = 1 << 30
 #: the cache's byte limit: the server grew 1.4 GiB a request, to the OOM killer (issue 41;
 #: tests/test_local_memory.py). With False it holds one batch's rows.
 LOGITS_ALL = False
+
+
+#: What the server may hold beyond the loaded model, as a share over the parts it names.
+MEMORY_MARGIN = 0.10
+#: The line simagent writes to the server's log before each start (``llama_server``).
+LOG_START = "--- simagent: "
+_BUFFER = re.compile(r"\b(KV|compute) buffer size\s*=\s*([\d.]+) MiB")
+
+
+def memory_bound(loaded_rss: int, log_text: str, cache_bytes: int = CACHE_BYTES) -> int:
+    """The most resident memory the server should reach, in bytes: the model as loaded
+    (its RSS once it answers), the KV cache for ``n_ctx`` and llama.cpp's compute buffer
+    (both as its log reports them), and the prompt cache's limit, plus
+    :data:`MEMORY_MARGIN`. Nothing else may grow with the requests: the logits rows are
+    never written (:func:`one_row_logits`) and a save fits within the cache's limit
+    (:func:`saves_within_limit`)."""
+    buffers = {kind: 0.0 for kind in ("KV", "compute")}
+    last_start = log_text.rfind(LOG_START)  # a restart appends to the same log
+    for kind, mib in _BUFFER.findall(log_text[max(last_start, 0):]):
+        buffers[kind] += float(mib)
+    held = loaded_rss + (buffers["KV"] + buffers["compute"]) * 2**20 + cache_bytes
+    return int((1 + MEMORY_MARGIN) * held)
 
 
 def _exit_with_parent() -> None:
