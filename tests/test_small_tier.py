@@ -280,22 +280,22 @@ OVER_ESCAPED = ("from scipy.optimize import brentq\\nx = brentq(lambda x: x**3 -
 def test_a_call_whose_newlines_were_escaped_too_often_runs_as_meant() -> None:
     from langchain_core.messages import AIMessage
 
-    from simagent.agent.small_tier import unescaped_newlines, with_real_newlines
+    from simagent.agent.small_tier import repaired_code, with_repaired_code
 
-    fixed = unescaped_newlines(OVER_ESCAPED)
+    fixed = repaired_code(OVER_ESCAPED)
     assert fixed == ("from scipy.optimize import brentq\nx = brentq(lambda x: x**3 - x - 3, "
                      "1.0, 2.0)\nprint('root', x)\nx")
     msg = AIMessage("", id="m", tool_calls=[
         {"name": "run_python", "args": {"code": OVER_ESCAPED, "timeout_s": None}, "id": "1"},
         {"name": "read_file", "args": {"file_path": "a\\nb"}, "id": "2"}])
-    calls = with_real_newlines(msg).tool_calls
+    calls = with_repaired_code(msg).tool_calls
     assert calls[0]["args"] == {"code": fixed, "timeout_s": None}
     assert calls[1]["args"] == {"file_path": "a\\nb"}  # only run_python's code
     # code that is Python as written, or that no newline repair makes Python, is left alone
-    assert unescaped_newlines("print('a\\nb')") is None
-    assert unescaped_newlines("x = 1\\ny = (") is None
-    assert unescaped_newlines("x = 1\ny = 2") is None
-    assert with_real_newlines(AIMessage("", tool_calls=[
+    assert repaired_code("print('a\\nb')") is None
+    assert repaired_code("x = 1\\ny = (") is None
+    assert repaired_code("x = 1\ny = 2") is None
+    assert with_repaired_code(AIMessage("", tool_calls=[
         {"name": "run_python", "args": {"code": "x = 1"}, "id": "1"}])).tool_calls[0]["args"] \
         == {"code": "x = 1"}
 
@@ -308,13 +308,24 @@ FIT = ("import pandas as pd\\nfrom scipy.optimize import curve_fit\\ndata = "
 
 @pytest.mark.parametrize("debris", ['"', '""}', ""])
 def test_over_escaped_code_runs_without_the_json_ends_left_after_it(debris: str) -> None:
-    from simagent.agent.small_tier import unescaped_newlines
+    from simagent.agent.small_tier import repaired_code
 
-    assert unescaped_newlines(FIT + debris) == FIT.replace("\\n", "\n")
+    assert repaired_code(FIT + debris) == FIT.replace("\\n", "\n")
     # a closing brace or quote the code needs stays; no more than JSON's ends are cut
-    assert unescaped_newlines("d = {'a': 1}\\nprint(d)") == "d = {'a': 1}\nprint(d)"
-    assert unescaped_newlines("x = {\\n'a': 1}") == "x = {\n'a': 1}"
-    assert unescaped_newlines("x = 1\\nprint(x)\"}\"}\"}") is None  # six: more than JSON's
+    assert repaired_code("d = {'a': 1}\\nprint(d)") == "d = {'a': 1}\nprint(d)"
+    assert repaired_code("x = {\\n'a': 1}") == "x = {\n'a': 1}"
+    assert repaired_code("x = 1\\nprint(x)\"}\"}\"}") is None  # six: more than JSON's
+
+
+def test_a_brace_of_the_json_left_in_one_line_of_code_goes() -> None:
+    """The 0.5B model's first call in a TUI session: no escaped newline, one brace."""
+    from simagent.agent.small_tier import repaired_code
+
+    assert repaired_code("print('mean =', (3 + 5 + 10) / 3)}") == \
+        "print('mean =', (3 + 5 + 10) / 3)"
+    # an escaped newline the code means (in a string) stays when only the brace is JSON's
+    assert repaired_code("print('a\\nb')}") == "print('a\\nb')"
+    assert repaired_code("print('a')}}}}}") is None  # five: more than JSON's ends
 
 
 def test_the_repair_applies_to_the_models_reply_in_the_graph(workspace: Path) -> None:

@@ -176,34 +176,37 @@ def _compiles(code: str) -> bool:
 JSON_DEBRIS = 4
 
 
-def unescaped_newlines(code: str) -> str | None:
-    """``code`` with the newlines a small model escaped once too often (``\\n`` in its
-    JSON, so the cell holds a backslash and an ``n``) made real, when only that makes it
-    Python; None otherwise. Live bench, 0.5B under the forced grammar: ``from scipy.optimize
-    import brentq\\nx = brentq(...)`` failed three times with "unexpected character after
-    line continuation character" until the REPL watchdog stopped the turn. The 1.5B model's
-    over-escaped code also ends in the JSON it escaped (``...s')"`` then ``...s')""}``),
-    so up to :data:`JSON_DEBRIS` closing quotes and braces go too when only that makes the
-    repaired code Python."""
-    if "\\n" not in code or _compiles(code):
+def repaired_code(code: str) -> str | None:
+    """``code`` repaired of what a small model's JSON left in it, when only that makes it
+    Python; None otherwise.
+
+    Newlines escaped once too often (``\\n`` in its JSON, so the cell holds a backslash
+    and an ``n``) are made real: live bench, 0.5B under the forced grammar, ``from
+    scipy.optimize import brentq\\nx = brentq(...)`` failed three times with "unexpected
+    character after line continuation character" until the REPL watchdog stopped the
+    turn. Up to :data:`JSON_DEBRIS` closing quotes and braces of the JSON at the code's end
+    go too: the 1.5B model's over-escaped code ended ``...s')""}``, and in a TUI session
+    the 0.5B model's first call was ``print('mean =', (3 + 5 + 10) / 3)}``."""
+    if _compiles(code):
         return None
-    fixed = code.replace("\\\\n", "\n").replace("\\n", "\n")  # once or twice too often
-    for cut in range(JSON_DEBRIS + 1):
-        if cut and (len(fixed) <= cut or fixed[-cut] not in "\"}"):
-            break
-        candidate = fixed[:len(fixed) - cut]
-        if _compiles(candidate):
-            return candidate
+    newlines = code.replace("\\\\n", "\n").replace("\\n", "\n")  # once or twice too often
+    for fixed in dict.fromkeys((newlines, code)):  # the newlines, then the ends alone
+        for cut in range(JSON_DEBRIS + 1):
+            if cut and (len(fixed) <= cut or fixed[-cut] not in "\"}"):
+                break
+            candidate = fixed[:len(fixed) - cut]
+            if _compiles(candidate):
+                return candidate
     return None
 
 
-def with_real_newlines(msg: AIMessage) -> AIMessage:
-    """``msg`` with each ``run_python`` call's over-escaped code repaired
-    (:func:`unescaped_newlines`); ``msg`` itself when none needs it."""
+def with_repaired_code(msg: AIMessage) -> AIMessage:
+    """``msg`` with each ``run_python`` call's code repaired (:func:`repaired_code`);
+    ``msg`` itself when none needs it."""
     calls, changed = [], False
     for call in msg.tool_calls:
         code = call.get("args", {}).get("code") if call.get("name") == FORCED_TOOL else None
-        fixed = unescaped_newlines(code) if isinstance(code, str) else None
+        fixed = repaired_code(code) if isinstance(code, str) else None
         if fixed is not None:
             call, changed = {**call, "args": {**call["args"], "code": fixed}}, True
         calls.append(call)
@@ -321,7 +324,7 @@ class SmallModelMiddleware(AgentMiddleware):
             return response
         last = messages[-1]
         if isinstance(last, AIMessage) and last.tool_calls:
-            response.result = [*messages[:-1], with_real_newlines(last)]
+            response.result = [*messages[:-1], with_repaired_code(last)]
             return response
         if not isinstance(last, AIMessage):
             return response
