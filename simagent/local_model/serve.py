@@ -1,7 +1,7 @@
 """``python -m simagent.local_model.serve``: llama.cpp's OpenAI-compatible server as
 simagent's child process.
 
-It is ``llama_cpp.server``'s own app, with three additions:
+It is ``llama_cpp.server``'s own app, with these additions:
 - it exits when simagent does, however simagent ends (even SIGKILL): simagent holds the
   write end of this process's stdin, and end-of-file there means it is gone;
 - ``GET /props`` reports what the server really loaded (``n_ctx`` after llama.cpp's
@@ -17,7 +17,10 @@ It is ``llama_cpp.server``'s own app, with three additions:
   23-48 tokens to write (issue 41).
 Prompt caching is on (a RAM cache keyed by the prompt's prefix: the system prompt and
 tool schemas are evaluated once), and the chat template is the model's own unless
-``--chat-format`` names another.
+``--chat-format`` names another. The server's memory stays within :func:`memory_bound`:
+the cache counts all an entry holds and makes room before a save, and no array of logits
+is made resident (:func:`bounded_ram_cache`, :func:`saves_within_limit`,
+:func:`one_row_logits`).
 """
 
 from __future__ import annotations
@@ -168,8 +171,8 @@ def _on_one_row(llama: object, method):
 
 
 def stoppable(llama: object) -> threading.Event:
-    """An event that, once set, stops ``llama``'s current decode; cleared by the next
-    request (:func:`stream_usage`).
+    """An event that, once set, stops ``llama``'s current decode; cleared when the next
+    request starts to generate.
 
     A cancelled chat request is not stopped by llama-cpp-python: its server notices a
     closed connection only between streamed chunks, so a prompt being evaluated (seconds
