@@ -238,7 +238,10 @@ def scripted_session(tmp_path_factory) -> tuple[Path, dict, dict]:
         {"tool": "run_python", "args": {"code": "total = sum(range(10))\n"
                                                 "print('total', total)"}},
         {"tool": "run_python", "args": {"code": "half = total / 0"}},
-        {"tool": "run_python", "args": {"code": "print(total)"}},
+        # labelled as the first cell's line is: both show "total 45", the latest is the
+        # source. A bare "45" here was the source or not by how many numbers near 45 the
+        # session's paths held (hex ids such as f46a in a figure's path): chance, not order
+        {"tool": "run_python", "args": {"code": "print('total', total)"}},
         {"tool": "run_python", "args": {"code": FIGURE}},
         {"tool": "run_python", "args": {"code": "doubled = total * 2\ndoubled"}},
         {"final": "The total is 45."}])
@@ -259,8 +262,9 @@ def test_notebook_command_writes_a_notebook_that_reruns(scripted_session, tmp_pa
     code = [c for c in nb.cells if c.cell_type == "code"
             and not c.metadata["simagent"].get("warmup")]  # the simulator's warm-up cell
     assert [c.source for c in code] == ["total = sum(range(10))\nprint('total', total)",
-                                        "print(total)", FIGURE, "doubled = total * 2\ndoubled"]
-    # print(total) printed the answer's 45 last: shown for its footnote, skipped by a re-run
+                                        "print('total', total)", FIGURE,
+                                        "doubled = total * 2\ndoubled"]
+    # the display cell printed the answer's 45 last: shown for its footnote, skipped by a re-run
     assert code[1].metadata["tags"] == ["simagent-display", "skip-execution"]
     assert code[0].outputs[0].text == "total 45\n"
     assert any("image/png" in o.get("data", {}) for o in code[2].outputs)
@@ -296,7 +300,7 @@ def test_all_writes_failed_and_display_cells_tagged_and_nbclient_skips_them(
     nb = nbformat.read(tmp_path / "all.ipynb", as_version=4)
     tags = {c.source: c.metadata.get("tags", []) for c in nb.cells if c.cell_type == "code"}
     assert tags["half = total / 0"] == ["simagent-failed", "skip-execution"]
-    assert tags["print(total)"] == ["simagent-display", "skip-execution"]
+    assert tags["print('total', total)"] == ["simagent-display", "skip-execution"]
     failed = next(c for c in nb.cells if c.source == "half = total / 0")
     assert failed.outputs[-1].ename == "ZeroDivisionError"
     done, _, error = execute(nb, tmp_path)  # would stop on the failed cell if run
