@@ -12,6 +12,7 @@ No MCP SDK here: tests drive a service on a real kernel without a transport.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -53,29 +54,35 @@ class KernelService:
 
     # ------------------------------------------------------------ tracing
     def traced(self, call_id: str, name: str, args: dict[str, Any],
-               body: Callable[[], tuple[str, dict[str, Any]]]) -> str:
+               body: Callable[[], tuple[str, dict[str, Any]]],
+               lock: threading.Lock | None = None) -> str:
         """Run ``body`` as tool call ``call_id``: ``tool_call`` before, ``tool_result``
         after (also when it fails); returns its text, or raises :class:`McpToolError`.
 
         ``body`` returns (text, extra result fields: ``exec_status``, ``recovery``).
+        ``lock`` is held while ``body`` runs and its result is traced: :meth:`close`, which
+        takes it, then finds the result in the trace before the session's end (released
+        before the result was written, a loaded machine wrote ``session_end`` first).
         """
         trace = self.session.trace
         self._traced.add(call_id)
         trace.append("tool_call", {"id": call_id, "name": name, "args": args})
         started = time.monotonic()
         status, extra, error = "success", {}, None
-        try:
-            text, extra = body()
-        except McpToolError as exc:
-            status, text, error = "error", str(exc), exc
-        except Exception as exc:  # a bug or a kernel that cannot start: one clear line
-            status, text = "error", f"{name} failed: {type(exc).__name__}: {exc}"
-            error = McpToolError(text)
-        text = redact(text)
-        outcome = outcome_of(status, extra.get("exec_status"), extra.get("recovery"))
-        trace.append("tool_result", {"tool_call_id": call_id, "name": name, "content": text,
-                                     "status": status, "outcome": outcome,
-                                     "elapsed_s": round(time.monotonic() - started, 3)})
+        with lock if lock is not None else contextlib.nullcontext():
+            try:
+                text, extra = body()
+            except McpToolError as exc:
+                status, text, error = "error", str(exc), exc
+            except Exception as exc:  # a bug or a kernel that cannot start: one clear line
+                status, text = "error", f"{name} failed: {type(exc).__name__}: {exc}"
+                error = McpToolError(text)
+            text = redact(text)
+            outcome = outcome_of(status, extra.get("exec_status"), extra.get("recovery"))
+            trace.append("tool_result", {"tool_call_id": call_id, "name": name,
+                                         "content": text, "status": status,
+                                         "outcome": outcome,
+                                         "elapsed_s": round(time.monotonic() - started, 3)})
         if error is not None:
             raise McpToolError(text) from None
         return text
@@ -114,27 +121,26 @@ class KernelService:
             if timeout_s is not None and not timeout_s > 0:
                 raise McpToolError(f"run_python: timeout_s must be a positive number of "
                                    f"seconds, not {timeout_s!r}")
-            with self._run_lock:
-                self._stage(call_id, "_starting")
-                try:
-                    # A first cell waits for the kernel (and the simulator's warm-up): a
-                    # cancel then cannot interrupt anything, so it is checked once more
-                    # after, before the cell is sent. A dead kernel is left to execute,
-                    # whose recovery restarts it and replays the state.
-                    if self.session.kernel_state == "stopped":
-                        self.session.start_kernel()
-                    self._stage(call_id, "_running", starting=False)
-                    text, result = run_python_text(self.session, code, cap=self.cap,
-                                                   on_output=on_output, timeout_s=timeout_s,
-                                                   tool_call_id=call_id)
-                finally:
-                    self._starting = self._running = None
+            self._stage(call_id, "_starting")  # under the run lock (traced holds it)
+            try:
+                # A first cell waits for the kernel (and the simulator's warm-up): a
+                # cancel then cannot interrupt anything, so it is checked once more
+                # after, before the cell is sent. A dead kernel is left to execute,
+                # whose recovery restarts it and replays the state.
+                if self.session.kernel_state == "stopped":
+                    self.session.start_kernel()
+                self._stage(call_id, "_running", starting=False)
+                text, result = run_python_text(self.session, code, cap=self.cap,
+                                               on_output=on_output, timeout_s=timeout_s,
+                                               tool_call_id=call_id)
+            finally:
+                self._starting = self._running = None
             status.append(result.status)
             return text, {"exec_status": result.status, "recovery": result.recovery}
 
         text = self.traced(call_id, "run_python",
                            {"code": code, **({"timeout_s": timeout_s} if timeout_s else {})},
-                           body)
+                           body, lock=self._run_lock)
         return text, status == ["ok"]
 
     def _stage(self, call_id: str, attr: str, *, starting: bool = True) -> None:
