@@ -234,23 +234,21 @@ class KernelService:
     def restore(self, call_id: str) -> str:
         def body() -> tuple[str, dict[str, Any]]:
             self._gate("restore")
-            with self._run_lock:
-                recovery = self.session.restore_kernel()
+            recovery = self.session.restore_kernel()
             return recovery.message() or "kernel restarted; nothing to replay", \
                 {"recovery": recovery.to_dict()}
 
-        return self.traced(call_id, "restore", {}, body)
+        return self.traced(call_id, "restore", {}, body, lock=self._run_lock)
 
     def reset(self, call_id: str) -> str:
         def body() -> tuple[str, dict[str, Any]]:
             self._gate("reset")
-            with self._run_lock:
-                seconds = self.session.restart_kernel()
+            seconds = self.session.restart_kernel()
             return (f"kernel restarted in {seconds:.1f} s: every variable, import and "
                     f"figure is gone; restore() will not bring back cells run before "
                     f"this reset"), {}
 
-        return self.traced(call_id, "reset", {}, body)
+        return self.traced(call_id, "reset", {}, body, lock=self._run_lock)
 
     # ---------------------------------------------------------- resources
     def raw_output(self, n: int, page: int = 1) -> str:
